@@ -1,0 +1,6 @@
+"""The Module core: see README.md in this folder for the design."""
+
+from ._abstract import AbstractClassVar as AbstractClassVar
+from ._abstract import AbstractVar as AbstractVar
+from ._field import field as field
+from ._module import Module as Module
