@@ -1,0 +1,40 @@
+"""Warning categories of boxwood, and how they point at the user's own line."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax  # noqa: F401  (imported so that its location is known)
+
+
+class RecompileWarning(UserWarning):
+    """A `filter_jit` function was traced again; the message says what changed."""
+
+
+class PerformanceWarning(UserWarning):
+    """A usage pattern that works but is slow (e.g. re-wrapping a function in a loop)."""
+
+
+def _package_dir(name: str) -> str:
+    module = sys.modules.get(name)
+    return os.path.dirname(module.__file__) if module is not None else "\0"
+
+
+_SKIP_DIRS = (os.path.dirname(__file__), _package_dir("jax"), _package_dir("jaxlib"))
+_SKIP_FILES = ("contextlib.py", "functools.py", "threading.py")
+
+
+def _skipped(filename: str) -> bool:
+    return filename.startswith(_SKIP_DIRS) or filename.endswith(_SKIP_FILES)
+
+
+def user_stacklevel() -> int:
+    """The `stacklevel` that makes a warning point at the first frame outside boxwood
+    and JAX (the caller's line), however deep inside a trace it is raised."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and _skipped(frame.f_code.co_filename):
+        frame = frame.f_back
+        level += 1
+    return level
