@@ -21,6 +21,7 @@ recompiles (`_explain.py`) costs nothing on calls that do not trace.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import warnings
 import weakref
@@ -33,6 +34,7 @@ from ._bound import BoundMethod, as_pytree_function
 from ._config import config
 from ._explain import describe_call, explain
 from ._filters import is_array
+from ._pretty import array_summary
 from ._warnings import PerformanceWarning, RecompileWarning, user_stacklevel
 
 _flatten = jax.tree_util.tree_flatten
@@ -40,7 +42,7 @@ _flatten = jax.tree_util.tree_flatten
 _DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
 _DONATION_MESSAGE = "Some donated buffers were not usable"
 _MAX_EXPLAIN_RECORDS = 32
-_CHURN_THRESHOLD = 3
+_CHURN_THRESHOLD = 5
 
 
 class CacheInfo(NamedTuple):
@@ -98,9 +100,10 @@ def _signature(leaves) -> tuple:
 class _Entry:
     """One inner `jax.jit` for one (structure, leaf types, static values)."""
 
-    __slots__ = ("jitted", "out", "outs", "shape_sensitive", "__weakref__")
+    __slots__ = ("jitted", "out", "outs", "shape_sensitive", "cold", "__weakref__")
 
     def __init__(self) -> None:
+        self.cold = True  # no call has completed yet
         self.jitted: Any = None
         self.out: _Out | None = None
         self.outs: dict[tuple, _Out] = {}
@@ -159,6 +162,7 @@ class _Store:
         self.plan_variants: dict[tuple, _Plan] = {}
         self.lock = threading.RLock()
         self.traces = 0
+        self.tracing = 0  # traces in progress (any thread)
         self.size = 0
         self.records: list[dict] = []
 
@@ -181,12 +185,11 @@ class _Store:
 # function's compiled code dies with the last wrapper that uses it.
 _STORES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _STORES_LOCK = threading.Lock()
-_WRAPS_PER_CODE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_WARNED_CODES: weakref.WeakSet = weakref.WeakSet()
+_WRAPS_AT_SITE: dict[tuple, int] = {}
 
 MSG_CHURN = (
-    "`filter_jit` has wrapped {n} different function objects created from the same "
-    "code (`{name}` at {where}). Each new wrapper of a new function object compiles "
+    "This line has wrapped {n} different function objects created from the same "
+    "code (`{name}` at {where}) with `filter_jit`. Each new wrapper of a new function object compiles "
     "again. This usually means `filter_jit(lambda ...)` or `filter_jit(f)` of a "
     "freshly defined `f` inside a loop. Wrap the function once, outside the loop, "
     "and pass what changes as arguments."
@@ -194,17 +197,17 @@ MSG_CHURN = (
 
 
 def _note_wrap(fun: Callable) -> None:
+    """Warn once when one line of user code keeps wrapping new function objects of
+    the same code: `filter_jit(lambda ...)` inside a loop."""
     func = fun.func if isinstance(fun, BoundMethod) else fun
     code = getattr(func, "__code__", None)
     if code is None:
         return
-    try:
-        n = _WRAPS_PER_CODE.get(code, 0) + 1
-        _WRAPS_PER_CODE[code] = n
-    except TypeError:
-        return
-    if n >= _CHURN_THRESHOLD and code not in _WARNED_CODES:
-        _WARNED_CODES.add(code)
+    frame = sys._getframe(user_stacklevel() - 1)
+    site = (frame.f_code.co_filename, frame.f_lineno, code)
+    with _STORES_LOCK:
+        n = _WRAPS_AT_SITE[site] = _WRAPS_AT_SITE.get(site, 0) + 1
+    if n == _CHURN_THRESHOLD:
         where = f"{code.co_filename}:{code.co_firstlineno}"
         warnings.warn(
             MSG_CHURN.format(n=n, name=code.co_name, where=where),
@@ -301,20 +304,39 @@ class _JitWrapper:
             if entry is None:
                 entry = self._entry(plan, statics, args, kwargs)
             dyn = plan.get_dyn(leaves)
-        traces = store.traces
-        if self._except_first:
-            k = plan.n_first
-            result = entry.jitted(self._fun_dyn, dyn[:k], dyn[k:])
+        if entry.cold or store.tracing:
+            result, traced = self._call_locked(entry, plan, dyn)
         else:
-            result = entry.jitted(self._fun_dyn, dyn)
-        if store.traces == traces:
+            traces = store.traces
+            if self._except_first:
+                k = plan.n_first
+                result = entry.jitted(self._fun_dyn, dyn[:k], dyn[k:])
+            else:
+                result = entry.jitted(self._fun_dyn, dyn)
+            traced = store.traces - traces
+        if traced:
+            self._after_trace(traced, args, kwargs, plan)
+        else:
             self._hits += 1
-        else:
-            self._after_trace(store.traces - traces)
         return entry.output(self._fun_dyn, dyn, result)
 
     # ------------------------------------------------------------- slow paths
-    def _after_trace(self, n: int) -> None:
+    def _call_locked(self, entry: _Entry, plan: _Plan, dyn: Any) -> tuple[Any, int]:
+        """Call while holding the store's lock: used until an entry's first call has
+        finished and while another thread is tracing, so that threads racing on a
+        new signature trace it once (the others wait, then hit the cache)."""
+        store = self._store
+        with store.lock:
+            traces = store.traces
+            if self._except_first:
+                k = plan.n_first
+                result = entry.jitted(self._fun_dyn, dyn[:k], dyn[k:])
+            else:
+                result = entry.jitted(self._fun_dyn, dyn)
+            entry.cold = False
+            return result, store.traces - traces
+
+    def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
         self._misses += 1
         self._traces += n
         pending = _PENDING_FILTER.__dict__.pop("filter", None)
@@ -323,6 +345,8 @@ class _JitWrapper:
                 warnings.filters.remove(pending)
             except ValueError:
                 pass
+        if self._donate.startswith("warn"):
+            _warn_undonated(self, args, kwargs, plan)
 
     def _plan(self, treedef: Any, types: tuple, leaves: list) -> _Plan:
         store = self._store
@@ -357,7 +381,11 @@ class _JitWrapper:
             leaves = _merge(plan.n, plan.dyn_idx, dyn, plan.static_idx, statics)
             args, kwargs = plan.treedef.unflatten(leaves)
             _on_trace(wrapper(), store, args, kwargs)
-            out = store.function(fun_dyn)(*args, **kwargs)
+            store.tracing += 1
+            try:
+                out = store.function(fun_dyn)(*args, **kwargs)
+            finally:
+                store.tracing -= 1
             out_leaves, out_def = _flatten(out)
             mask = [is_array(x) for x in out_leaves]
             dyn_idx = tuple(i for i, m in enumerate(mask) if m)
@@ -395,6 +423,27 @@ class _JitWrapper:
 
     def __repr__(self) -> str:
         return f"<filter_jit {getattr(self, '__qualname__', self._fun)!r}>"
+
+
+def _warn_undonated(wrapper: _JitWrapper, args: tuple, kwargs: dict, plan: _Plan) -> None:
+    """After a call that compiled: name the donated inputs XLA could not reuse."""
+    keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    start = plan.n_first if wrapper._except_first else 0
+    kept = [
+        f"{_user_path(keyed[i][0])} {array_summary(keyed[i][1])}"
+        for i in plan.dyn_idx[start:]
+        if not (isinstance(keyed[i][1], jax.Array) and keyed[i][1].is_deleted())
+    ]
+    if kept:
+        warnings.warn(
+            f"filter_jit({getattr(wrapper, '__qualname__', 'function')}, "
+            f"donate={wrapper._donate!r}): {len(kept)} input buffer(s) could not be "
+            f"donated (no output of the same shape and dtype could reuse them): "
+            f"{', '.join(kept)}. Use donate='all' to donate without this warning, or "
+            "donate='none'.",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
 
 
 # A warnings filter pushed while tracing with donate="all" and removed right after

@@ -1,0 +1,368 @@
+import abc
+import copy
+import dataclasses
+import gc
+import pickle
+import weakref
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood as bw
+
+
+class Linear(bw.Module):
+    weight: jax.Array
+    bias: jax.Array
+    activation: Callable = bw.field(static=True, default=jax.nn.relu)
+
+    def __call__(self, x):
+        return self.activation(self.weight @ x + self.bias)
+
+
+class MLP(bw.Module):
+    layers: list
+    depth: int = bw.field(static=True)
+
+    def __init__(self, depth, size, *, key):
+        keys = jax.random.split(key, depth)
+        self.layers = [
+            Linear(jax.random.normal(k, (size, size)), jnp.zeros(size)) for k in keys
+        ]
+        self.depth = depth
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_dataclass_init_and_fields():
+    lin = Linear(jnp.ones((2, 3)), jnp.zeros(2))
+    assert [f.name for f in dataclasses.fields(lin)] == ["weight", "bias", "activation"]
+    assert lin.activation is jax.nn.relu
+    assert dataclasses.is_dataclass(lin)
+
+
+def test_static_field_in_treedef_dynamic_in_leaves():
+    lin = Linear(jnp.ones((2, 3)), jnp.zeros(2))
+    leaves, treedef = jax.tree_util.tree_flatten(lin)
+    assert len(leaves) == 2
+    assert leaves[0] is lin.weight
+    other = Linear(jnp.ones((2, 3)), jnp.zeros(2), jax.nn.tanh)
+    assert jax.tree_util.tree_structure(other) != treedef
+
+
+def test_custom_init_and_unflatten_does_not_rerun_init(getkey):
+    calls = []
+
+    class Counted(bw.Module):
+        x: jax.Array
+
+        def __init__(self, x):
+            calls.append(1)
+            self.x = x
+
+    c = Counted(jnp.ones(2))
+    assert calls == [1]
+    leaves, treedef = jax.tree_util.tree_flatten(c)
+    rebuilt = treedef.unflatten([jnp.zeros(2)])
+    assert calls == [1]
+    assert type(rebuilt) is Counted
+    assert jnp.all(rebuilt.x == 0)
+    doubled = jax.tree_util.tree_map(lambda a: a * 2, MLP(2, 3, key=getkey()))
+    assert isinstance(doubled, MLP) and doubled.depth == 2
+
+
+def test_assignment_after_init_is_an_error():
+    lin = Linear(jnp.ones((2, 3)), jnp.zeros(2))
+    with pytest.raises(dataclasses.FrozenInstanceError, match=r"(?s)Cannot assign `Linear.bias`.*tree_at\(lambda m: m.bias"):
+        lin.bias = jnp.ones(2)
+    with pytest.raises(dataclasses.FrozenInstanceError, match="Linear.weight"):
+        del lin.weight
+
+
+def test_assigning_a_non_field_in_init_is_an_error():
+    class Bad(bw.Module):
+        x: int
+
+        def __init__(self):
+            self.x = 1
+            self.y = 2
+
+    with pytest.raises(AttributeError, match=r"Cannot set `Bad.y`: it is not a field.*`y: SomeType`"):
+        Bad()
+
+
+def test_unassigned_field_is_named():
+    class Half(bw.Module):
+        a: jax.Array
+        b: jax.Array
+
+        def __init__(self):
+            self.a = jnp.ones(1)
+
+    with pytest.raises(TypeError, match=r"`Half.__init__` did not assign the field `b`"):
+        Half()
+
+
+def test_unassigned_field_with_default_is_filled():
+    class WithDefaults(bw.Module):
+        a: int = 3
+        b: list = dataclasses.field(default_factory=list)
+
+        def __init__(self):
+            pass
+
+    w = WithDefaults()
+    assert w.a == 3 and w.b == []
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ([1, 2], r"`Cfg.sizes` is a static field.*type list is not hashable.*use a tuple instead of a list"),
+        ({"a": 1}, r"`Cfg.sizes`.*dict.*tuple of \(key, value\) pairs"),
+        ({1}, r"`Cfg.sizes`.*set.*frozenset"),
+        (np.ones(2), r"`Cfg.sizes` is a static field but holds an array of type numpy.ndarray.*field\(static=False\)"),
+        (jnp.ones(2), r"`Cfg.sizes` is a static field but holds an array.*field\(static=False\)"),
+    ],
+)
+def test_static_fields_validated_at_construction(value, match):
+    class Cfg(bw.Module):
+        sizes: object = bw.field(static=True)
+
+    with pytest.raises(TypeError, match=match):
+        Cfg(value)
+
+
+def test_static_field_validated_for_custom_init():
+    class Cfg(bw.Module):
+        sizes: tuple = bw.field(static=True)
+
+        def __init__(self, sizes):
+            self.sizes = sizes
+
+    assert Cfg((1, 2)).sizes == (1, 2)
+    with pytest.raises(TypeError, match="`Cfg.sizes` is a static field"):
+        Cfg([1, 2])
+
+
+def test_check_init_runs_for_each_class_in_mro():
+    seen = []
+
+    class Base(bw.Module):
+        x: int
+
+        def __check_init__(self):
+            seen.append("base")
+            if self.x < 0:
+                raise ValueError("x must be non-negative")
+
+    class Child(Base):
+        y: int
+
+        def __check_init__(self):
+            seen.append("child")
+
+    Child(1, 2)
+    assert seen == ["base", "child"]
+    with pytest.raises(ValueError, match="x must be non-negative"):
+        Child(-1, 2)
+
+
+def test_converter_runs_after_init_not_on_unflatten():
+    class Conv(bw.Module):
+        x: jax.Array = bw.field(converter=jnp.asarray)
+
+        def __init__(self, x):
+            self.x = x
+
+    c = Conv([1.0, 2.0])
+    assert isinstance(c.x, jax.Array)
+    rebuilt = jax.tree_util.tree_structure(c).unflatten([None])
+    assert rebuilt.x is None
+    with pytest.raises(TypeError, match="converter"):
+        bw.field(converter=3)
+
+
+def test_inheritance_of_fields_and_custom_init():
+    class Base(bw.Module):
+        a: int
+
+        def __init__(self, a):
+            self.a = a
+            self.b = a + 1
+
+        b: int = 0
+
+    class Child(Base):
+        pass
+
+    c = Child(1)
+    assert (c.a, c.b) == (1, 2)
+
+    class Plain(bw.Module):
+        a: int
+
+    class PlainChild(Plain):
+        b: int
+
+    assert [f.name for f in dataclasses.fields(PlainChild)] == ["a", "b"]
+    assert PlainChild(1, 2).b == 2
+
+
+def test_super_init_inside_custom_init():
+    class Base(bw.Module):
+        a: int
+
+        def __init__(self, a):
+            self.a = a
+
+    class Child(Base):
+        b: int
+
+        def __init__(self, a, b):
+            super().__init__(a)
+            self.b = b
+
+    c = Child(1, 2)
+    assert (c.a, c.b) == (1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.a = 3
+
+
+def test_abstract_var_must_be_resolved():
+    class Abstract(bw.Module):
+        size: bw.AbstractVar[int]
+        kind: bw.AbstractClassVar[str]
+
+    with pytest.raises(TypeError, match=r"Cannot instantiate `Abstract`.*`kind`, `size`"):
+        Abstract()
+
+    class Half(Abstract):
+        size: int
+
+    with pytest.raises(TypeError, match=r"`Half`: it does not define the abstract attribute `kind`"):
+        Half(3)
+
+    class Concrete(Half):
+        kind = "conv"
+
+    assert Concrete(3).size == 3
+    assert [f.name for f in dataclasses.fields(Concrete)] == ["size"]
+
+
+def test_abstract_var_string_annotation_and_property():
+    class Abstract(bw.Module):
+        size: "bw.AbstractVar[int]"
+
+    class ByProperty(Abstract):
+        @property
+        def size(self):
+            return 4
+
+    with pytest.raises(TypeError, match="abstract attribute `size`"):
+        Abstract()
+    assert ByProperty().size == 4
+
+
+def test_abc_abstractmethod():
+    class Abstract(bw.Module):
+        @abc.abstractmethod
+        def __call__(self, x): ...
+
+    with pytest.raises(TypeError, match="abstract"):
+        Abstract()
+
+
+def test_dataclasses_replace_and_fields():
+    lin = Linear(jnp.ones((2, 3)), jnp.zeros(2))
+    other = dataclasses.replace(lin, activation=jax.nn.tanh)
+    assert other.activation is jax.nn.tanh and other.weight is lin.weight
+
+
+def test_key_paths_name_fields(getkey):
+    mlp = MLP(2, 3, key=getkey())
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(mlp)[0]]
+    assert paths == [".layers[0].weight", ".layers[0].bias", ".layers[1].weight", ".layers[1].bias"]
+    assert isinstance(jax.tree_util.tree_flatten_with_path(mlp)[0][0][0][0], jax.tree_util.GetAttrKey)
+
+
+def test_plain_jax_transforms_accept_modules(getkey):
+    mlp = MLP(2, 3, key=getkey())
+    x = jnp.ones(3)
+    out = jax.jit(lambda m, x: m(x))(mlp, x)
+    assert jnp.allclose(out, mlp(x))
+    grads = jax.grad(lambda m: jnp.sum(m(x)))(mlp)
+    assert isinstance(grads, MLP) and grads.layers[0].weight.shape == (3, 3)
+    batched = jax.vmap(lambda m, x: m(x), in_axes=(None, 0))(mlp, jnp.ones((5, 3)))
+    assert batched.shape == (5, 3)
+
+
+def test_repr_is_readable_tree(getkey):
+    mlp = MLP(2, 3, key=getkey())
+    text = repr(mlp)
+    assert text.startswith("MLP(\n  layers=[\n    Linear(weight=f32[3,3], bias=f32[3], activation=<function relu>),")
+    assert "depth=2" in text
+    assert repr(Linear(np.ones((1, 1)), 1.0)) == "Linear(weight=f64[1,1](numpy), bias=1.0, activation=<function relu>)"
+
+
+def test_eq_and_hash():
+    a = Linear(jnp.ones(2), jnp.ones(2))
+    b = Linear(jnp.ones(2), jnp.ones(2))
+    assert a == b
+    assert not (a == Linear(jnp.ones(2), jnp.zeros(2)))
+
+    class Static(bw.Module):
+        x: int
+
+    assert hash(Static(1)) == hash(Static(1))
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(a)
+
+
+def test_attribute_and_method_access_are_plain():
+    lin = Linear(jnp.ones((2, 2)), jnp.zeros(2))
+    assert type(lin.__call__).__name__ == "method"
+    assert "__call__" not in lin.__dict__
+
+
+def _double(x):
+    return 2 * x
+
+
+def test_copy_pickle_roundtrip():
+    lin = Linear(jnp.ones((2, 2)), jnp.zeros(2), _double)
+    for clone in (copy.copy(lin), copy.deepcopy(lin), pickle.loads(pickle.dumps(lin))):
+        assert jax.tree_util.tree_structure(clone) == jax.tree_util.tree_structure(lin)
+        rebuilt = jax.tree_util.tree_map(lambda x: x + 1, clone)
+        assert type(rebuilt) is Linear
+
+
+def test_modules_are_weakly_referenceable():
+    lin = Linear(jnp.ones(2), jnp.ones(2))
+    ref = weakref.ref(lin)
+    del lin
+    gc.collect()
+    assert ref() is None
+
+
+def test_bound_method_under_filter_jit_traces_module(getkey):
+    mlp, other = MLP(2, 3, key=getkey()), MLP(2, 3, key=getkey())
+    x = jnp.ones(3)
+    f, g = bw.filter_jit(mlp.__call__), bw.filter_jit(other.__call__)
+    assert jnp.allclose(f(x), mlp(x))
+    # the second module's bound method reuses the compiled code: its weights are
+    # traced inputs, not constants baked into the first compilation
+    assert jnp.allclose(g(x), other(x))
+    assert f.cache_info().traces == 1 and g.cache_info().traces == 0
+
+
+def test_module_construction_under_vmap(getkey):
+    keys = jax.random.split(getkey(), 3)
+    stacked = jax.vmap(lambda k: MLP(2, 4, key=k))(keys)
+    assert stacked.layers[0].weight.shape == (3, 4, 4)
