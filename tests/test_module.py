@@ -321,8 +321,25 @@ def test_eq_and_hash():
         x: int
 
     assert hash(Static(1)) == hash(Static(1))
-    with pytest.raises(TypeError, match="unhashable"):
-        hash(a)
+    # modules holding arrays hash by identity (so `jax.jit(model)` can cache on them)
+    assert hash(a) == hash(a) and isinstance(hash(a), int)
+
+
+def test_jax_jit_of_a_module_as_function():
+    lin = Linear(jnp.eye(2), jnp.zeros(2))
+    assert jnp.allclose(jax.jit(lin)(jnp.ones(2)), jax.nn.relu(jnp.ones(2)))
+
+
+def test_module_with_arrays_rejected_in_static_field():
+    class Holder(bw.Module):
+        inner: object = bw.field(static=True)
+
+    with pytest.raises(TypeError, match=r"`Holder.inner` is a static field but holds a pytree containing arrays \(a test_module.Linear with 2 array leaves\)"):
+        Holder(Linear(jnp.ones(2), jnp.ones(2)))
+    class Static(bw.Module):
+        x: int
+
+    assert Holder(Static(1)).inner == Static(1)
 
 
 def test_attribute_and_method_access_are_plain():

@@ -35,6 +35,7 @@ from ._config import config
 from ._explain import describe_call, explain
 from ._filters import is_array
 from ._pretty import array_summary
+from ._rebuild import compile_builder
 from ._warnings import PerformanceWarning, RecompileWarning, user_stacklevel
 
 _flatten = jax.tree_util.tree_flatten
@@ -76,21 +77,28 @@ def _merge(n: int, dyn_idx, dyn, static_idx, statics) -> list:
     return leaves
 
 
-class _Out(NamedTuple):
-    """The output structure recorded when tracing."""
+class _Out:
+    """The output structure recorded when tracing, and its compiled builder."""
 
-    treedef: Any
-    n: int
-    dyn_idx: tuple[int, ...]
-    static_idx: tuple[int, ...]
-    statics: tuple
+    __slots__ = ("key", "n", "dyn_idx", "static_idx", "statics", "build")
+
+    def __init__(self, treedef: Any, dyn_idx: tuple, static_idx: tuple, statics: tuple):
+        self.key = (treedef, dyn_idx, static_idx, statics)
+        self.n = treedef.num_leaves
+        self.dyn_idx = dyn_idx
+        self.static_idx = static_idx
+        self.statics = statics
+        self.build = compile_builder(treedef)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Out) and self.key == other.key
+
+    __hash__ = None  # type: ignore[assignment]
 
     def rebuild(self, dyn: list) -> Any:
         if not self.static_idx:
-            return self.treedef.unflatten(dyn)
-        return self.treedef.unflatten(
-            _merge(self.n, self.dyn_idx, dyn, self.static_idx, self.statics)
-        )
+            return self.build(dyn)
+        return self.build(_merge(self.n, self.dyn_idx, dyn, self.static_idx, self.statics))
 
 
 def _signature(leaves) -> tuple:
@@ -100,10 +108,13 @@ def _signature(leaves) -> tuple:
 class _Entry:
     """One inner `jax.jit` for one (structure, leaf types, static values)."""
 
-    __slots__ = ("jitted", "out", "outs", "shape_sensitive", "cold", "__weakref__")
+    __slots__ = (
+        "jitted", "out", "outs", "shape_sensitive", "cold", "fast_build", "__weakref__",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.cold = True  # no call has completed yet
+        self.fast_build = None  # output builder, when outputs are all arrays
         self.jitted: Any = None
         self.out: _Out | None = None
         self.outs: dict[tuple, _Out] = {}
@@ -117,6 +128,8 @@ class _Entry:
             # The output structure depends on input shapes (e.g. `return x.shape[0]`):
             # from now on, calls pick the structure by their shapes.
             self.shape_sensitive = True
+        ok = not self.shape_sensitive and not self.out.static_idx
+        self.fast_build = self.out.build if ok else None
 
     def output(self, fun_dyn: list, dyn: list, result: list) -> Any:
         if self.shape_sensitive:
@@ -282,43 +295,63 @@ class _JitWrapper:
         self._hits = 0
         self._misses = 0
         self._traces = 0
-        functools.update_wrapper(self, getattr(fun, "__func__", fun), updated=())
+        wrapped = getattr(fun, "__func__", fun)
+        self.__qualname__ = getattr(wrapped, "__qualname__", type(wrapped).__name__)
+        call = self._make_call()
+        functools.update_wrapper(call, wrapped, updated=())
+        call.cache_info = self.cache_info
+        call.clear_cache = self.clear_cache
+        call._boxwood_jit = self
+        self.call = call
 
     # ------------------------------------------------------------------ per call
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, treedef = _flatten((args, kwargs))
+    def _make_call(self) -> Callable:
+        """The per-call path, as a closure: a plain function is called through
+        CPython's vectorcall, which is cheaper than an object's `__call__`, and it
+        binds like a method when used as a class attribute."""
         store = self._store
-        types = tuple(map(type, leaves))
-        plan = store.plans.get(treedef)
-        if plan is None or plan.types != types:
-            plan = self._plan(treedef, types, leaves)
-        if plan.get_statics is None:
-            entry = plan.only or self._entry(plan, (), args, kwargs)
-            dyn = leaves
-        else:
-            statics = plan.get_statics(leaves)
-            try:
-                entry = plan.entries.get(statics)
-            except TypeError:
-                raise _unhashable_error(args, kwargs, plan) from None
-            if entry is None:
-                entry = self._entry(plan, statics, args, kwargs)
-            dyn = plan.get_dyn(leaves)
-        if entry.cold or store.tracing:
-            result, traced = self._call_locked(entry, plan, dyn)
-        else:
-            traces = store.traces
-            if self._except_first:
-                k = plan.n_first
-                result = entry.jitted(self._fun_dyn, dyn[:k], dyn[k:])
+        fun_dyn = self._fun_dyn
+        plans = store.plans
+        except_first = self._except_first
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            leaves, treedef = _flatten((args, kwargs))
+            types = tuple(map(type, leaves))
+            plan = plans.get(treedef)
+            if plan is None or plan.types != types:
+                plan = self._plan(treedef, types, leaves)
+            if plan.get_statics is None:
+                entry = plan.only or self._entry(plan, (), args, kwargs)
+                dyn = leaves
             else:
-                result = entry.jitted(self._fun_dyn, dyn)
-            traced = store.traces - traces
-        if traced:
-            self._after_trace(traced, args, kwargs, plan)
-        else:
-            self._hits += 1
-        return entry.output(self._fun_dyn, dyn, result)
+                statics = plan.get_statics(leaves)
+                try:
+                    entry = plan.entries.get(statics)
+                except TypeError:
+                    raise _unhashable_error(args, kwargs, plan) from None
+                if entry is None:
+                    entry = self._entry(plan, statics, args, kwargs)
+                dyn = plan.get_dyn(leaves)
+            if entry.cold or store.tracing:
+                result, traced = self._call_locked(entry, plan, dyn)
+            else:
+                traces = store.traces
+                if except_first:
+                    k = plan.n_first
+                    result = entry.jitted(fun_dyn, dyn[:k], dyn[k:])
+                else:
+                    result = entry.jitted(fun_dyn, dyn)
+                traced = store.traces - traces
+            if traced:
+                self._after_trace(traced, args, kwargs, plan)
+            else:
+                self._hits += 1
+            build = entry.fast_build
+            if build is not None:
+                return build(result)
+            return entry.output(fun_dyn, dyn, result)
+
+        return call
 
     # ------------------------------------------------------------- slow paths
     def _call_locked(self, entry: _Entry, plan: _Plan, dyn: Any) -> tuple[Any, int]:
@@ -390,17 +423,14 @@ class _JitWrapper:
             mask = [is_array(x) for x in out_leaves]
             dyn_idx = tuple(i for i, m in enumerate(mask) if m)
             static_idx = tuple(i for i, m in enumerate(mask) if not m)
-            record = _Out(
-                out_def, len(out_leaves), dyn_idx, static_idx,
-                tuple(out_leaves[i] for i in static_idx),
-            )  # fmt: skip
+            record = _Out(out_def, dyn_idx, static_idx, tuple(out_leaves[i] for i in static_idx))
             target = entry_ref()
             if target is not None:
                 target.record(_signature([*fun_dyn, *dyn]), record)
             return [out_leaves[i] for i in dyn_idx]
 
-        inner.__name__ = getattr(self, "__name__", "fun")
-        inner.__qualname__ = getattr(self, "__qualname__", inner.__name__)
+        inner.__qualname__ = self.__qualname__
+        inner.__name__ = self.__qualname__.rsplit(".", 1)[-1]
         donate = ()
         if self._donate != "none":
             donate = (2,) if self._except_first else (1,)
@@ -416,13 +446,6 @@ class _JitWrapper:
         self._store.clear()
         self._hits = self._misses = self._traces = 0
 
-    def __get__(self, instance: Any, owner: Any = None) -> Any:
-        if instance is None:
-            return self
-        return functools.partial(self, instance)
-
-    def __repr__(self) -> str:
-        return f"<filter_jit {getattr(self, '__qualname__', self._fun)!r}>"
 
 
 def _warn_undonated(wrapper: _JitWrapper, args: tuple, kwargs: dict, plan: _Plan) -> None:
@@ -533,7 +556,7 @@ def filter_jit(
         return lambda f: filter_jit(f, donate=donate, explain=explain, **jit_kwargs)
     if not callable(fun):
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
-    return _JitWrapper(fun, donate, explain, jit_kwargs)
+    return _JitWrapper(fun, donate, explain, jit_kwargs).call
 
 
 # Keyword arguments passed through to the inner `jax.jit` (the extension point for

@@ -23,18 +23,15 @@ _INITIALISING: set[int] = set()
 
 
 def _abstract_names(cls: type, namespace: dict[str, Any], own: set[str]) -> frozenset:
+    """Abstract attributes `cls` leaves unresolved: its bases' unresolved ones that its
+    own body does not define (as a field annotation, attribute or property), plus its
+    own abstract annotations."""
     inherited: set[str] = set()
-    for base in cls.__mro__[1:]:
+    for base in cls.__bases__:
         inherited |= getattr(base, "__boxwood_abstract__", frozenset())
     annotations = namespace.get("__annotations__", {})
-    resolved = {n for n in namespace if n != "__annotations__"} | set(annotations)
-    # Resolved by any concrete base too (a base may define the attribute for us).
-    still = {
-        n
-        for n in inherited
-        if n not in resolved and not any(n in b.__dict__ for b in cls.__mro__[1:])
-    }
-    return frozenset(still | {n for n in own if n not in namespace})
+    defined = (set(namespace) | set(annotations)) - {"__annotations__"}
+    return frozenset((inherited - defined) | (own - set(namespace)))
 
 
 @dataclass_transform(field_specifiers=(dataclasses.field, field))
@@ -53,6 +50,7 @@ class _ModuleMeta(abc.ABCMeta):
         cls._boxwood_fields = fields
         cls._boxwood_field_names = frozenset(f.name for f in fields)
         cls._boxwood_static = tuple(f.name for f in fields if is_static(f))
+        cls._boxwood_data = tuple(f.name for f in fields if not is_static(f))
         cls._boxwood_converters = tuple(
             (f.name, converter_of(f)) for f in fields if converter_of(f) is not None
         )
@@ -63,7 +61,7 @@ class _ModuleMeta(abc.ABCMeta):
         )
         register(
             cls,
-            data_fields=[f.name for f in fields if not is_static(f)],
+            data_fields=list(cls._boxwood_data),
             meta_fields=list(cls._boxwood_static),
         )
         _wrap_init(cls)
@@ -177,7 +175,13 @@ class Module(metaclass=_ModuleMeta):
         import jax
 
         leaves, treedef = jax.tree_util.tree_flatten(self)
-        return hash((treedef, tuple(leaves)))
+        try:
+            return hash((treedef, tuple(leaves)))
+        except TypeError:
+            # Arrays can't be hashed by value. Hashing by identity keeps the
+            # contract (equal objects hash equally) for the only object that can be
+            # compared equal cheaply, itself, and lets `jax.jit(model)` cache on it.
+            return object.__hash__(self)
 
     def __repr__(self) -> str:
         from .._pretty import tree_pformat
