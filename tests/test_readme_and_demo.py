@@ -1,0 +1,35 @@
+import pathlib
+import re
+
+import jax
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_readme_example_runs_and_compiles_once(capsys):
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    with jax.numpy_dtype_promotion("standard"):  # optax mixes int32 counts and floats
+        exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "CacheInfo(hits=99, misses=1, traces=1, size=1)" in out
+
+
+def test_readme_gives_exactly_two_commands_and_ci_runs_the_test_one():
+    text = (ROOT / "README.md").read_text()
+    commands = re.findall(r"```bash\n(.*?)\n```", text, re.S)
+    assert len(commands) == 2
+    assert "python -m boxwood.demo" in commands[0]
+    assert commands[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_demo_trains_with_one_compile_per_mode(capsys):
+    from boxwood.demo import main
+
+    with jax.numpy_dtype_promotion("standard"):
+        main(["--epochs", "2"])
+    out = capsys.readouterr().out
+    assert "1 compile(s) of the training step" in out
+    assert "evaluation compiled 1 time(s)" in out
+    losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", out)]
+    assert losses[-1] < losses[0]
