@@ -15,13 +15,23 @@ class Pair(bw.Module):
 
 
 def test_predicates():
-    assert bw.is_array(jnp.ones(2)) and bw.is_array(np.ones(2)) and bw.is_array(np.float32(1))
+    assert (
+        bw.is_array(jnp.ones(2))
+        and bw.is_array(np.ones(2))
+        and bw.is_array(np.float32(1))
+    )
     assert not bw.is_array(1.0)
-    assert bw.is_array_like(1.0) and bw.is_array_like(True) and not bw.is_array_like("a")
-    assert bw.is_inexact_array(jnp.ones(2)) and not bw.is_inexact_array(jnp.ones(2, int))
+    assert (
+        bw.is_array_like(1.0) and bw.is_array_like(True) and not bw.is_array_like("a")
+    )
+    assert bw.is_inexact_array(jnp.ones(2)) and not bw.is_inexact_array(
+        jnp.ones(2, int)
+    )
     assert bw.is_inexact_array(np.ones(2, np.complex64))
     assert bw.is_inexact_array_like(1.0) and bw.is_inexact_array_like(2j)
-    assert not bw.is_inexact_array_like(1) and not bw.is_inexact_array_like(jnp.ones(2, int))
+    assert not bw.is_inexact_array_like(1) and not bw.is_inexact_array_like(
+        jnp.ones(2, int)
+    )
 
 
 def test_filter_with_callable_and_inverse():
@@ -41,7 +51,10 @@ def test_filter_spec_prefix_of_bools_and_callables():
 
 
 def test_filter_spec_bad_leaf():
-    with pytest.raises(ValueError, match=r"`filter_spec` must be a pytree prefix.*bools or callables.*str"):
+    with pytest.raises(
+        ValueError,
+        match=r"`filter_spec` must be a pytree prefix.*bools or callables.*str",
+    ):
         bw.filter([1, 2], ["yes", True])
 
 
@@ -67,7 +80,9 @@ leaf_values = st.one_of(
     st.integers(-5, 5),
     st.floats(allow_nan=False, width=32),
     st.text(max_size=3),
-    st.lists(st.floats(allow_nan=False, width=32), min_size=1, max_size=3).map(np.asarray),
+    st.lists(st.floats(allow_nan=False, width=32), min_size=1, max_size=3).map(
+        np.asarray
+    ),
 )
 trees = st.recursive(
     leaf_values,

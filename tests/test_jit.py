@@ -102,7 +102,13 @@ def test_seed_scenario_three_models_three_states(getkey):
         u1, p1 = opt.update(g1, p1)
         u2, p2 = opt.update(g2, p2)
         p3 = {"step": p3["step"] + 1}
-        return optax.apply_updates(model1, u1), optax.apply_updates(model2, u2), p1, p2, p3
+        return (
+            optax.apply_updates(model1, u1),
+            optax.apply_updates(model2, u2),
+            p1,
+            p2,
+            p3,
+        )
 
     fn, count = counting(train_step)
     step = bw.filter_jit(fn)
@@ -215,9 +221,14 @@ def test_decorator_forms_and_method():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match=r"`filter_jit\(donate=...\)` must be one of 'none', 'all'"):
+    with pytest.raises(
+        ValueError, match=r"`filter_jit\(donate=...\)` must be one of 'none', 'all'"
+    ):
         bw.filter_jit(lambda x: x, donate="yes")
-    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['static_argnums'\].*static automatically"):
+    with pytest.raises(
+        TypeError,
+        match=r"unexpected keyword argument\(s\) \['static_argnums'\].*static automatically",
+    ):
         bw.filter_jit(lambda x: x, static_argnums=0)
     with pytest.raises(TypeError, match="expects a callable, got int"):
         bw.filter_jit(3)
@@ -238,7 +249,10 @@ def test_unhashable_static_leaf_names_the_path():
         config: Config = dataclasses.field(default_factory=Config)
 
     f = bw.filter_jit(lambda x, c: x)
-    with pytest.raises(TypeError, match=r"value at `args\[1\].sizes` \(of type list\) is not hashable.*tuple instead of a list"):
+    with pytest.raises(
+        TypeError,
+        match=r"value at `args\[1\].sizes` \(of type list\) is not hashable.*tuple instead of a list",
+    ):
         f(jnp.ones(1), Config())
     with pytest.raises(TypeError, match=r"`kwargs\['h'\].config.sizes`"):
         bw.filter_jit(lambda x, h: x)(jnp.ones(1), h=Holder())
@@ -279,7 +293,9 @@ def test_rewrapping_fresh_functions_in_a_loop_warns_once():
             bw.filter_jit(lambda x: x + 1)(jnp.ones(1))
     churn = [w for w in caught if issubclass(w.category, bw.PerformanceWarning)]
     assert len(churn) == 1
-    assert "Each new wrapper of a new function object compiles again" in str(churn[0].message)
+    assert "Each new wrapper of a new function object compiles again" in str(
+        churn[0].message
+    )
     assert churn[0].filename == __file__
 
 
@@ -289,14 +305,21 @@ def test_recompile_warning_texts(getkey):
     f = bw.filter_jit(lambda model, s, *, x, key: model(x, key) * s, explain=True)
     key = getkey()
     f(net, 0.1, x=jnp.ones(4), key=key)
-    with pytest.warns(bw.RecompileWarning, match=r"args\[0\].layers\[1\].inference: False -> True") as rec:
+    with pytest.warns(
+        bw.RecompileWarning, match=r"args\[0\].layers\[1\].inference: False -> True"
+    ) as rec:
         f(eval_net, 0.1, x=jnp.ones(4), key=key)
     assert rec[0].filename == __file__
-    with pytest.warns(bw.RecompileWarning, match=r"args\[1\]: Python float 0.1 -> Python float 0.2 \(non-array leaves are static; pass jnp.asarray\(...\) to trace it\)"):
+    with pytest.warns(
+        bw.RecompileWarning,
+        match=r"args\[1\]: Python float 0.1 -> Python float 0.2 \(non-array leaves are static; pass jnp.asarray\(...\) to trace it\)",
+    ):
         f(eval_net, 0.2, x=jnp.ones(4), key=key)
     g = bw.filter_jit(lambda x: jax.tree_util.tree_leaves(x)[0].sum(), explain=True)
     g(jnp.ones((32, 8)))
-    with pytest.warns(bw.RecompileWarning, match=r"args\[0\]: f32\[32,8\] -> f32\[16,8\]"):
+    with pytest.warns(
+        bw.RecompileWarning, match=r"args\[0\]: f32\[32,8\] -> f32\[16,8\]"
+    ):
         g(jnp.ones((16, 8)))
     with pytest.warns(bw.RecompileWarning, match=r"args\[0\]: structure changed"):
         g([jnp.ones((16, 8))])
@@ -309,7 +332,9 @@ def test_recompile_warning_kwargs_path_and_global_config(monkeypatch):
         warnings.simplefilter("error")
         f(x=jnp.ones((8, 8)))  # explanations are off by default
     monkeypatch.setattr(bw.config, "explain_recompiles", True)
-    with pytest.warns(bw.RecompileWarning, match=r"kwargs\['x'\]: f32\[(32|8),8\] -> f32\[16,8\]"):
+    with pytest.warns(
+        bw.RecompileWarning, match=r"kwargs\['x'\]: f32\[(32|8),8\] -> f32\[16,8\]"
+    ):
         f(x=jnp.ones((16, 8)))
 
 
@@ -321,13 +346,17 @@ def test_explain_env_variable():
     out = subprocess.run(
         [sys.executable, "-c", code],
         env={**__import__("os").environ, "BOXWOOD_EXPLAIN_RECOMPILES": "1"},
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.strip() == "True"
 
 
 def test_donation_deletes_input_buffers():
-    f = bw.filter_jit(lambda m, x: (jax.tree_util.tree_map(lambda a: a + 1, m), x * 2), donate="all")
+    f = bw.filter_jit(
+        lambda m, x: (jax.tree_util.tree_map(lambda a: a + 1, m), x * 2), donate="all"
+    )
     model = {"w": jnp.ones(3)}
     x = jnp.ones(2)
     new_model, y = f(model, x)
@@ -341,7 +370,10 @@ def test_donation_deletes_input_buffers():
 
 def test_donate_warn_names_undonatable_buffers():
     f = bw.filter_jit(lambda x, y: x + 1, donate="warn")
-    with pytest.warns(UserWarning, match=r"1 input buffer\(s\) could not be donated.*args\[1\] f32\[5\]"):
+    with pytest.warns(
+        UserWarning,
+        match=r"1 input buffer\(s\) could not be donated.*args\[1\] f32\[5\]",
+    ):
         f(jnp.ones(3), jnp.ones(5))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -426,7 +458,9 @@ leaf = st.one_of(
 )
 pytrees = st.recursive(
     leaf,
-    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.sampled_from("xyz"), c, max_size=2)),
+    lambda c: st.one_of(
+        st.lists(c, max_size=3), st.dictionaries(st.sampled_from("xyz"), c, max_size=2)
+    ),
     max_leaves=8,
 )
 

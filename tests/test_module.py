@@ -79,7 +79,10 @@ def test_custom_init_and_unflatten_does_not_rerun_init(getkey):
 
 def test_assignment_after_init_is_an_error():
     lin = Linear(jnp.ones((2, 3)), jnp.zeros(2))
-    with pytest.raises(dataclasses.FrozenInstanceError, match=r"(?s)Cannot assign `Linear.bias`.*tree_at\(lambda m: m.bias"):
+    with pytest.raises(
+        dataclasses.FrozenInstanceError,
+        match=r"(?s)Cannot assign `Linear.bias`.*tree_at\(lambda m: m.bias",
+    ):
         lin.bias = jnp.ones(2)
     with pytest.raises(dataclasses.FrozenInstanceError, match="Linear.weight"):
         del lin.weight
@@ -93,7 +96,9 @@ def test_assigning_a_non_field_in_init_is_an_error():
             self.x = 1
             self.y = 2
 
-    with pytest.raises(AttributeError, match=r"Cannot set `Bad.y`: it is not a field.*`y: SomeType`"):
+    with pytest.raises(
+        AttributeError, match=r"Cannot set `Bad.y`: it is not a field.*`y: SomeType`"
+    ):
         Bad()
 
 
@@ -105,7 +110,9 @@ def test_unassigned_field_is_named():
         def __init__(self):
             self.a = jnp.ones(1)
 
-    with pytest.raises(TypeError, match=r"`Half.__init__` did not assign the field `b`"):
+    with pytest.raises(
+        TypeError, match=r"`Half.__init__` did not assign the field `b`"
+    ):
         Half()
 
 
@@ -124,11 +131,20 @@ def test_unassigned_field_with_default_is_filled():
 @pytest.mark.parametrize(
     "value, match",
     [
-        ([1, 2], r"`Cfg.sizes` is a static field.*type list is not hashable.*use a tuple instead of a list"),
+        (
+            [1, 2],
+            r"`Cfg.sizes` is a static field.*type list is not hashable.*use a tuple instead of a list",
+        ),
         ({"a": 1}, r"`Cfg.sizes`.*dict.*tuple of \(key, value\) pairs"),
         ({1}, r"`Cfg.sizes`.*set.*frozenset"),
-        (np.ones(2), r"`Cfg.sizes` is a static field but holds an array of type numpy.ndarray.*field\(static=False\)"),
-        (jnp.ones(2), r"`Cfg.sizes` is a static field but holds an array.*field\(static=False\)"),
+        (
+            np.ones(2),
+            r"`Cfg.sizes` is a static field but holds an array of type numpy.ndarray.*field\(static=False\)",
+        ),
+        (
+            jnp.ones(2),
+            r"`Cfg.sizes` is a static field but holds an array.*field\(static=False\)",
+        ),
     ],
 )
 def test_static_fields_validated_at_construction(value, match):
@@ -240,13 +256,17 @@ def test_abstract_var_must_be_resolved():
         size: bw.AbstractVar[int]
         kind: bw.AbstractClassVar[str]
 
-    with pytest.raises(TypeError, match=r"Cannot instantiate `Abstract`.*`kind`, `size`"):
+    with pytest.raises(
+        TypeError, match=r"Cannot instantiate `Abstract`.*`kind`, `size`"
+    ):
         Abstract()
 
     class Half(Abstract):
         size: int
 
-    with pytest.raises(TypeError, match=r"`Half`: it does not define the abstract attribute `kind`"):
+    with pytest.raises(
+        TypeError, match=r"`Half`: it does not define the abstract attribute `kind`"
+    ):
         Half(3)
 
     class Concrete(Half):
@@ -287,9 +307,18 @@ def test_dataclasses_replace_and_fields():
 
 def test_key_paths_name_fields(getkey):
     mlp = MLP(2, 3, key=getkey())
-    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(mlp)[0]]
-    assert paths == [".layers[0].weight", ".layers[0].bias", ".layers[1].weight", ".layers[1].bias"]
-    assert isinstance(jax.tree_util.tree_flatten_with_path(mlp)[0][0][0][0], jax.tree_util.GetAttrKey)
+    paths = [
+        jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(mlp)[0]
+    ]
+    assert paths == [
+        ".layers[0].weight",
+        ".layers[0].bias",
+        ".layers[1].weight",
+        ".layers[1].bias",
+    ]
+    assert isinstance(
+        jax.tree_util.tree_flatten_with_path(mlp)[0][0][0][0], jax.tree_util.GetAttrKey
+    )
 
 
 def test_plain_jax_transforms_accept_modules(getkey):
@@ -306,9 +335,14 @@ def test_plain_jax_transforms_accept_modules(getkey):
 def test_repr_is_readable_tree(getkey):
     mlp = MLP(2, 3, key=getkey())
     text = repr(mlp)
-    assert text.startswith("MLP(\n  layers=[\n    Linear(weight=f32[3,3], bias=f32[3], activation=<function relu>),")
+    assert text.startswith(
+        "MLP(\n  layers=[\n    Linear(weight=f32[3,3], bias=f32[3], activation=<function relu>),"
+    )
     assert "depth=2" in text
-    assert repr(Linear(np.ones((1, 1)), 1.0)) == "Linear(weight=f64[1,1](numpy), bias=1.0, activation=<function relu>)"
+    assert (
+        repr(Linear(np.ones((1, 1)), 1.0))
+        == "Linear(weight=f64[1,1](numpy), bias=1.0, activation=<function relu>)"
+    )
 
 
 def test_eq_and_hash():
@@ -334,8 +368,12 @@ def test_module_with_arrays_rejected_in_static_field():
     class Holder(bw.Module):
         inner: object = bw.field(static=True)
 
-    with pytest.raises(TypeError, match=r"`Holder.inner` is a static field but holds a pytree containing arrays \(a test_module.Linear with 2 array leaves\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"`Holder.inner` is a static field but holds a pytree containing arrays \(a test_module.Linear with 2 array leaves\)",
+    ):
         Holder(Linear(jnp.ones(2), jnp.ones(2)))
+
     class Static(bw.Module):
         x: int
 

@@ -54,7 +54,9 @@ def test_builder_matches_unflatten_on_mixed_tree():
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     built = compile_builder(treedef)(leaves)
     assert same(built, treedef.unflatten(leaves))
-    assert built[0][1].act is jnp.sin and type(built[1][0]).__name__ == "ScaleByAdamState"
+    assert (
+        built[0][1].act is jnp.sin and type(built[1][0]).__name__ == "ScaleByAdamState"
+    )
     assert isinstance(built[3], EqxLin) and type(built[4]) is Custom
 
 

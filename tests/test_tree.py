@@ -44,9 +44,13 @@ def test_tree_at_replace_subtree_and_none():
 
 def test_tree_at_several_nodes_and_replace_fn():
     net = make_net()
-    new = bw.tree_at(lambda n: (n.layers[0].w, n.layers[1].w), net, (jnp.zeros(2), jnp.zeros(3)))
+    new = bw.tree_at(
+        lambda n: (n.layers[0].w, n.layers[1].w), net, (jnp.zeros(2), jnp.zeros(3))
+    )
     assert jnp.all(new.layers[0].w == 0) and jnp.all(new.layers[1].w == 0)
-    doubled = bw.tree_at(lambda n: [n.layers[0].w, n.layers[1].w], net, replace_fn=lambda x: 2 * x)
+    doubled = bw.tree_at(
+        lambda n: [n.layers[0].w, n.layers[1].w], net, replace_fn=lambda x: 2 * x
+    )
     assert jnp.all(doubled.layers[1].w == 2)
 
 
@@ -63,11 +67,16 @@ def test_tree_at_errors():
     net = make_net()
     with pytest.raises(ValueError, match=r"exactly one of `replace=` or `replace_fn=`"):
         bw.tree_at(lambda n: n.extra, net)
-    with pytest.raises(ValueError, match=r"not a node of the pytree.*static fields are part of the structure"):
+    with pytest.raises(
+        ValueError,
+        match=r"not a node of the pytree.*static fields are part of the structure",
+    ):
         bw.tree_at(lambda n: n.layers[0].name, net, "new")
     with pytest.raises(ValueError, match=r"not a node of the pytree"):
         bw.tree_at(lambda n: jnp.ones(1), net, 1)
-    with pytest.raises(ValueError, match=r"selected 2 nodes, so `replace` must be a sequence of 2"):
+    with pytest.raises(
+        ValueError, match=r"selected 2 nodes, so `replace` must be a sequence of 2"
+    ):
         bw.tree_at(lambda n: (n.layers[0].w, n.layers[1].w), net, jnp.zeros(2))
 
 
@@ -89,7 +98,9 @@ def test_tree_at_property(values, data):
 
 def test_tree_equal():
     assert bw.tree_equal(make_net(), make_net())
-    assert not bw.tree_equal(make_net(), bw.tree_at(lambda n: n.layers[0].w, make_net(), jnp.zeros(2)))
+    assert not bw.tree_equal(
+        make_net(), bw.tree_at(lambda n: n.layers[0].w, make_net(), jnp.zeros(2))
+    )
     assert not bw.tree_equal([1], (1,))
     assert not bw.tree_equal(jnp.ones(2), jnp.ones(3))
     assert not bw.tree_equal(jnp.ones(2), jnp.ones(2, dtype=jnp.int32))

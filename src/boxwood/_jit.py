@@ -21,8 +21,6 @@ recompiles (`_explain.py`) costs nothing on calls that do not trace.
 from __future__ import annotations
 
 import functools
-import sys
-import threading
 import warnings
 import weakref
 from collections.abc import Callable
@@ -30,20 +28,19 @@ from typing import Any, NamedTuple
 
 import jax
 
-from ._bound import BoundMethod, as_pytree_function
-from ._config import config
-from ._explain import describe_call, explain
+from ._bound import as_pytree_function
 from ._filters import is_array
-from ._pretty import array_summary
-from ._rebuild import compile_builder
-from ._warnings import PerformanceWarning, RecompileWarning, user_stacklevel
+from ._jit_cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
+from ._jit_diagnostics import (
+    _PENDING_FILTER,
+    _on_trace,
+    _unhashable_error,
+    _warn_undonated,
+)
 
 _flatten = jax.tree_util.tree_flatten
 
 _DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
-_DONATION_MESSAGE = "Some donated buffers were not usable"
-_MAX_EXPLAIN_RECORDS = 32
-_CHURN_THRESHOLD = 5
 
 
 class CacheInfo(NamedTuple):
@@ -61,231 +58,12 @@ class CacheInfo(NamedTuple):
     size: int
 
 
-def _picker(indices: tuple[int, ...]) -> Callable[[list], tuple]:
-    if len(indices) == 1:
-        (i,) = indices
-        return lambda leaves: (leaves[i],)
-    return __import__("operator").itemgetter(*indices)
-
-
-def _merge(n: int, dyn_idx, dyn, static_idx, statics) -> list:
-    leaves: list = [None] * n
-    for i, x in zip(dyn_idx, dyn):
-        leaves[i] = x
-    for i, x in zip(static_idx, statics):
-        leaves[i] = x
-    return leaves
-
-
-class _Out:
-    """The output structure recorded when tracing, and its compiled builder."""
-
-    __slots__ = ("key", "n", "dyn_idx", "static_idx", "statics", "build")
-
-    def __init__(self, treedef: Any, dyn_idx: tuple, static_idx: tuple, statics: tuple):
-        self.key = (treedef, dyn_idx, static_idx, statics)
-        self.n = treedef.num_leaves
-        self.dyn_idx = dyn_idx
-        self.static_idx = static_idx
-        self.statics = statics
-        self.build = compile_builder(treedef)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Out) and self.key == other.key
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def rebuild(self, dyn: list) -> Any:
-        if not self.static_idx:
-            return self.build(dyn)
-        return self.build(_merge(self.n, self.dyn_idx, dyn, self.static_idx, self.statics))
-
-
-def _signature(leaves) -> tuple:
-    return tuple((x.shape, x.dtype, bool(getattr(x, "weak_type", False))) for x in leaves)
-
-
-class _Entry:
-    """One inner `jax.jit` for one (structure, leaf types, static values)."""
-
-    __slots__ = (
-        "jitted", "out", "outs", "shape_sensitive", "cold", "fast_build", "__weakref__",
-    )  # fmt: skip
-
-    def __init__(self) -> None:
-        self.cold = True  # no call has completed yet
-        self.fast_build = None  # output builder, when outputs are all arrays
-        self.jitted: Any = None
-        self.out: _Out | None = None
-        self.outs: dict[tuple, _Out] = {}
-        self.shape_sensitive = False
-
-    def record(self, sig: tuple, out: _Out) -> None:
-        self.outs[sig] = out
-        if self.out is None:
-            self.out = out
-        elif self.out != out:
-            # The output structure depends on input shapes (e.g. `return x.shape[0]`):
-            # from now on, calls pick the structure by their shapes.
-            self.shape_sensitive = True
-        ok = not self.shape_sensitive and not self.out.static_idx
-        self.fast_build = self.out.build if ok else None
-
-    def output(self, fun_dyn: list, dyn: list, result: list) -> Any:
-        if self.shape_sensitive:
-            return self.outs[_signature([*fun_dyn, *dyn])].rebuild(result)
-        return self.out.rebuild(result)
-
-
-class _Plan:
-    """How to split the leaves of one treedef (with given leaf types)."""
-
-    __slots__ = (
-        "treedef", "types", "n", "dyn_idx", "static_idx", "get_dyn", "get_statics",
-        "n_first", "entries", "only",
-    )  # fmt: skip
-
-    def __init__(self, treedef: Any, types: tuple, leaves: list) -> None:
-        self.treedef = treedef
-        self.types = types
-        self.n = len(leaves)
-        dyn_mask = [is_array(x) for x in leaves]
-        self.dyn_idx = tuple(i for i, d in enumerate(dyn_mask) if d)
-        self.static_idx = tuple(i for i, d in enumerate(dyn_mask) if not d)
-        self.get_dyn = _picker(self.dyn_idx) if self.dyn_idx else lambda leaves: ()
-        self.get_statics = _picker(self.static_idx) if self.static_idx else None
-        # Dynamic leaves of `args[0]` come first: how many there are (for donation).
-        args_def = treedef.children()[0]
-        first = args_def.children()[0].num_leaves if args_def.num_leaves and args_def.children() else 0
-        self.n_first = sum(dyn_mask[:first])
-        self.entries: dict[tuple, _Entry] = {}
-        self.only: _Entry | None = None
-
-
-class _Store:
-    """Compiled code for one function, shared by wrappers of the same function (for
-    example the bound methods of two modules with the same structure)."""
-
-    def __init__(self, fun_def: Any, fun_dyn_idx, fun_static_idx, fun_statics) -> None:
-        self.fun_def = fun_def
-        self.fun_dyn_idx = fun_dyn_idx
-        self.fun_static_idx = fun_static_idx
-        self.fun_statics = fun_statics
-        self.plans: dict[Any, _Plan] = {}
-        self.plan_variants: dict[tuple, _Plan] = {}
-        self.lock = threading.RLock()
-        self.traces = 0
-        self.tracing = 0  # traces in progress (any thread)
-        self.size = 0
-        self.records: list[dict] = []
-
-    def function(self, fun_dyn: list) -> Callable:
-        leaves = _merge(
-            self.fun_def.num_leaves, self.fun_dyn_idx, fun_dyn,
-            self.fun_static_idx, self.fun_statics,
-        )  # fmt: skip
-        return self.fun_def.unflatten(leaves)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.plans.clear()
-            self.plan_variants.clear()
-            self.records.clear()
-            self.size = 0
-
-
-# Stores are shared between wrappers of the same function; held weakly so that a
-# function's compiled code dies with the last wrapper that uses it.
-_STORES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_STORES_LOCK = threading.Lock()
-_WRAPS_AT_SITE: dict[tuple, int] = {}
-
-MSG_CHURN = (
-    "This line has wrapped {n} different function objects created from the same "
-    "code (`{name}` at {where}) with `filter_jit`. Each new wrapper of a new function object compiles "
-    "again. This usually means `filter_jit(lambda ...)` or `filter_jit(f)` of a "
-    "freshly defined `f` inside a loop. Wrap the function once, outside the loop, "
-    "and pass what changes as arguments."
-)
-
-
-def _note_wrap(fun: Callable) -> None:
-    """Warn once when one line of user code keeps wrapping new function objects of
-    the same code: `filter_jit(lambda ...)` inside a loop."""
-    func = fun.func if isinstance(fun, BoundMethod) else fun
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return
-    frame = sys._getframe(user_stacklevel() - 1)
-    site = (frame.f_code.co_filename, frame.f_lineno, code)
-    with _STORES_LOCK:
-        n = _WRAPS_AT_SITE[site] = _WRAPS_AT_SITE.get(site, 0) + 1
-    if n == _CHURN_THRESHOLD:
-        where = f"{code.co_filename}:{code.co_firstlineno}"
-        warnings.warn(
-            MSG_CHURN.format(n=n, name=code.co_name, where=where),
-            PerformanceWarning,
-            stacklevel=user_stacklevel(),
-        )
-
-
-def _store_for(fun: Callable) -> tuple[_Store, list]:
-    leaves, fun_def = _flatten(fun)
-    dyn_idx = tuple(i for i, x in enumerate(leaves) if is_array(x))
-    static_idx = tuple(i for i, x in enumerate(leaves) if not is_array(x))
-    statics = tuple(leaves[i] for i in static_idx)
-    key = (fun_def, statics)
-    with _STORES_LOCK:
-        store = _STORES.get(key)
-        if store is None:
-            store = _Store(fun_def, dyn_idx, static_idx, statics)
-            _STORES[key] = store
-            created = True
-        else:
-            created = False
-    if created:
-        _note_wrap(fun)
-    return store, [leaves[i] for i in dyn_idx]
-
-
-def _unhashable_error(args: tuple, kwargs: dict, plan: _Plan) -> TypeError:
-    keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
-    for i in plan.static_idx:
-        keys, leaf = keyed[i]
-        try:
-            hash(leaf)
-        except TypeError:
-            path, leaf = _deepest_unhashable(_user_path(keys), leaf)
-            return TypeError(
-                f"`filter_jit`: the non-array value at `{path}` (of type "
-                f"{type(leaf).__name__}) is not hashable. Non-array leaves are static: "
-                "they are hashed by value to choose the compiled code. Use a tuple "
-                "instead of a list (or a frozenset instead of a set), pass numbers "
-                "that should be traced as `jnp.asarray(...)`, or make the containing "
-                "class a pytree (subclass `boxwood.Module`)."
-            )
-    return TypeError("`filter_jit`: a non-array argument is not hashable.")
-
-
-def _deepest_unhashable(path: str, obj: Any) -> tuple[str, Any]:
-    for name, value in getattr(obj, "__dict__", {}).items():
-        try:
-            hash(value)
-        except TypeError:
-            return _deepest_unhashable(f"{path}.{name}", value)
-    return path, obj
-
-
-def _user_path(keys: tuple) -> str:
-    first, second, *rest = keys
-    head = "args" if first.idx == 0 else "kwargs"
-    return head + jax.tree_util.keystr((second, *rest))
-
-
 class _JitWrapper:
     """The callable returned by [`boxwood.filter_jit`][]."""
 
-    def __init__(self, fun: Callable, donate: str, explain: bool | None, jit_kwargs: dict):
+    def __init__(
+        self, fun: Callable, donate: str, explain: bool | None, jit_kwargs: dict
+    ):
         self._fun = as_pytree_function(fun)
         self._store, self._fun_dyn = _store_for(self._fun)
         self._donate = donate
@@ -423,7 +201,9 @@ class _JitWrapper:
             mask = [is_array(x) for x in out_leaves]
             dyn_idx = tuple(i for i, m in enumerate(mask) if m)
             static_idx = tuple(i for i, m in enumerate(mask) if not m)
-            record = _Out(out_def, dyn_idx, static_idx, tuple(out_leaves[i] for i in static_idx))
+            record = _Out(
+                out_def, dyn_idx, static_idx, tuple(out_leaves[i] for i in static_idx)
+            )
             target = entry_ref()
             if target is not None:
                 target.record(_signature([*fun_dyn, *dyn]), record)
@@ -445,64 +225,6 @@ class _JitWrapper:
         """Forget compiled code and reset the counters."""
         self._store.clear()
         self._hits = self._misses = self._traces = 0
-
-
-
-def _warn_undonated(wrapper: _JitWrapper, args: tuple, kwargs: dict, plan: _Plan) -> None:
-    """After a call that compiled: name the donated inputs XLA could not reuse."""
-    keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
-    start = plan.n_first if wrapper._except_first else 0
-    kept = [
-        f"{_user_path(keyed[i][0])} {array_summary(keyed[i][1])}"
-        for i in plan.dyn_idx[start:]
-        if not (isinstance(keyed[i][1], jax.Array) and keyed[i][1].is_deleted())
-    ]
-    if kept:
-        warnings.warn(
-            f"filter_jit({getattr(wrapper, '__qualname__', 'function')}, "
-            f"donate={wrapper._donate!r}): {len(kept)} input buffer(s) could not be "
-            f"donated (no output of the same shape and dtype could reuse them): "
-            f"{', '.join(kept)}. Use donate='all' to donate without this warning, or "
-            "donate='none'.",
-            UserWarning,
-            stacklevel=user_stacklevel(),
-        )
-
-
-# A warnings filter pushed while tracing with donate="all" and removed right after
-# the call that traced: JAX warns about undonatable buffers while compiling, and
-# "all" means "don't warn" (while "warn" keeps JAX's warning).
-_PENDING_FILTER = threading.local()
-
-
-def _on_trace(wrapper: _JitWrapper | None, store: _Store, args: tuple, kwargs: dict) -> None:
-    with store.lock:
-        store.traces += 1
-        store.size += 1
-        record = describe_call(args, kwargs)
-        previous = list(store.records)
-        store.records.append(record)
-        del store.records[:-_MAX_EXPLAIN_RECORDS]
-    if wrapper is None:
-        return
-    if wrapper._donate in ("all", "all-except-first"):
-        warnings.filterwarnings("ignore", message=_DONATION_MESSAGE)
-        _PENDING_FILTER.filter = warnings.filters[0]
-    enabled = config.explain_recompiles if wrapper._explain is None else wrapper._explain
-    if enabled and previous:
-        lines = explain(previous, record) or [
-            "no difference in the arguments' structure, static values, shapes or "
-            "dtypes (JAX retraced for another reason, e.g. cleared caches)"
-        ]
-        name = getattr(wrapper, "__qualname__", "function")
-        text = "\n".join("  " + line for line in lines)
-        warnings.warn(
-            f"filter_jit({name}) is recompiling (trace {store.traces}; "
-            f"{len(previous)} earlier signature(s)). Compared with the closest earlier "
-            f"call:\n{text}",
-            RecompileWarning,
-            stacklevel=user_stacklevel(),
-        )
 
 
 def filter_jit(

@@ -27,11 +27,18 @@ _MAX_DEPTH = 60  # deeper trees fall back to `unflatten` (Python's parser nests 
 
 def _is_namedtuple(cls: type) -> bool:
     new = getattr(cls, "__new__", None)
-    return issubclass(cls, tuple) and getattr(new, "__module__", "") == f"namedtuple_{cls.__name__}"
+    return (
+        issubclass(cls, tuple)
+        and getattr(new, "__module__", "") == f"namedtuple_{cls.__name__}"
+    )
 
 
 def _is_module(cls: Any) -> bool:
-    return isinstance(cls, type) and issubclass(cls, Module) and "_boxwood_data" in cls.__dict__
+    return (
+        isinstance(cls, type)
+        and issubclass(cls, Module)
+        and "_boxwood_data" in cls.__dict__
+    )
 
 
 class _Emitter:
@@ -72,14 +79,20 @@ class _Emitter:
         if typ is tuple:
             return f"({elements})"
         if typ is dict:
-            return "{" + ", ".join(f"{self.const(k)}: {p}" for k, p in zip(aux, parts)) + "}"
+            return (
+                "{"
+                + ", ".join(f"{self.const(k)}: {p}" for k, p in zip(aux, parts))
+                + "}"
+            )
         if _is_namedtuple(typ):
             return f"_tnew({self.const(typ)}, ({elements}))"
         items = [f"{self.const(n)}: {p}" for n, p in zip(typ._boxwood_data, parts)]
         names = (*typ._boxwood_static, REBUILD_NAME)
         items += [f"{self.const(n)}: {self.const(v)}" for n, v in zip(names, aux)]
         obj = f"_o{next(self._names)}"
-        return f"(_set({obj} := _new({self.const(typ)}), {{{', '.join(items)}}}) or {obj})"
+        return (
+            f"(_set({obj} := _new({self.const(typ)}), {{{', '.join(items)}}}) or {obj})"
+        )
 
 
 def compile_builder(treedef: Any) -> Callable[[list], Any]:

@@ -29,7 +29,9 @@ class _Probe:
 
 def _children(node: Any) -> tuple[list, Any] | None:
     """Immediate children of a pytree node, or `None` for a leaf."""
-    children, treedef = jax.tree_util.tree_flatten(node, is_leaf=lambda c: c is not node)
+    children, treedef = jax.tree_util.tree_flatten(
+        node, is_leaf=lambda c: c is not node
+    )
     if jax.tree_util.treedef_is_leaf(treedef) and treedef.num_leaves == 1:
         return None
     return children, treedef
@@ -135,7 +137,11 @@ def _leaf_equal(a: Any, b: Any, rtol: float, atol: float) -> Any:
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
         traced = isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer)
-        xp = jnp if traced or isinstance(a, jax.Array) or isinstance(b, jax.Array) else np
+        xp = (
+            jnp
+            if traced or isinstance(a, jax.Array) or isinstance(b, jax.Array)
+            else np
+        )
         if rtol == 0 and atol == 0:
             result = xp.all(xp.asarray(a) == xp.asarray(b))
         else:

@@ -51,7 +51,11 @@ def check_static_value(cls_name: str, name: str, value: Any) -> None:
             f"Declare the field with `field(static=False)` (the default) so that the "
             "array is a traced leaf, or store a tuple of Python numbers instead."
         )
-    arrays = [x for x in jax.tree_util.tree_leaves(value) if isinstance(x, (jax.Array, np.ndarray))]
+    arrays = [
+        x
+        for x in jax.tree_util.tree_leaves(value)
+        if isinstance(x, (jax.Array, np.ndarray))
+    ]
     if arrays and arrays[0] is not value:
         raise TypeError(
             f"{where} is a static field but holds a pytree containing arrays (a "

@@ -42,7 +42,9 @@ class _ModuleMeta(abc.ABCMeta):
         for n in own_abstract:
             del annotations[n]
         cls = super().__new__(mcs, name, bases, namespace, **kwargs)
-        custom_init = "__init__" in namespace or getattr(cls, "_boxwood_custom_init", False)
+        custom_init = "__init__" in namespace or getattr(
+            cls, "_boxwood_custom_init", False
+        )
         cls._boxwood_custom_init = custom_init
         cls.__boxwood_abstract__ = _abstract_names(cls, namespace, own_abstract)
         dataclasses.dataclass(cls, init=not custom_init, repr=False, eq=False)

@@ -21,6 +21,8 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     ((1797, 8, 8), (1797,), 9)
     """
     raw = resources.files(__name__).joinpath("digits.csv.gz").read_bytes()
-    table = np.loadtxt(gzip.decompress(raw).decode().splitlines(), delimiter=",", dtype=np.int64)
+    table = np.loadtxt(
+        gzip.decompress(raw).decode().splitlines(), delimiter=",", dtype=np.int64
+    )
     images = (table[:, :64] / 16.0).astype(np.float32).reshape(-1, 8, 8)
     return images, table[:, 64].astype(np.int32)

@@ -48,7 +48,9 @@ def loss_fn(model, images, labels, key):
 def main(argv: list[str] | None = None) -> None:
     import optax  # the `train` extra
 
-    parser = argparse.ArgumentParser(prog="boxwood-demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="boxwood-demo", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
@@ -78,7 +80,9 @@ def main(argv: list[str] | None = None) -> None:
         logits = jax.vmap(model)(images)
         return jnp.mean(jnp.argmax(logits, axis=1) == labels)
 
-    print(f"boxwood {bw.__version__} | jax {jax.__version__} on {jax.devices()[0].platform}")
+    print(
+        f"boxwood {bw.__version__} | jax {jax.__version__} on {jax.devices()[0].platform}"
+    )
     print(f"digits: {split} train / {len(labels) - split} test images")
     print(bw.tree_pformat(model))
     start = time.perf_counter()
@@ -90,15 +94,23 @@ def main(argv: list[str] | None = None) -> None:
         for i in range(steps):
             idx = order[i * args.batch_size : (i + 1) * args.batch_size]
             key, step_key = jax.random.split(key)
-            model, opt_state, loss = train_step(model, opt_state, x_train[idx], y_train[idx], step_key)
+            model, opt_state, loss = train_step(
+                model, opt_state, x_train[idx], y_train[idx], step_key
+            )
             total += float(loss)
         if epoch == 1 or epoch % 5 == 0 or epoch == args.epochs:
             acc = accuracy(nn.inference_mode(model), x_test, y_test)
-            print(f"epoch {epoch:3d}  loss {total / steps:.4f}  test accuracy {float(acc):.3f}")
+            print(
+                f"epoch {epoch:3d}  loss {total / steps:.4f}  test accuracy {float(acc):.3f}"
+            )
     elapsed = time.perf_counter() - start
     info = train_step.cache_info()
-    print(f"trained in {elapsed:.1f}s: {info.hits + info.misses} steps, {info.traces} compile(s) of the training step")
-    print(f"evaluation compiled {accuracy.cache_info().traces} time(s) (inference mode is static)")
+    print(
+        f"trained in {elapsed:.1f}s: {info.hits + info.misses} steps, {info.traces} compile(s) of the training step"
+    )
+    print(
+        f"evaluation compiled {accuracy.cache_info().traces} time(s) (inference mode is static)"
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,217 @@
+"""The cache behind `filter_jit`: how leaves are split, what is compiled, and the
+per-function stores shared by wrappers (see `_jit.py` for how a call flows)."""
+
+from __future__ import annotations
+
+import operator
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from ._bound import BoundMethod
+from ._filters import is_array
+from ._rebuild import compile_builder
+from ._warnings import PerformanceWarning, user_stacklevel
+
+_flatten = jax.tree_util.tree_flatten
+_CHURN_THRESHOLD = 5
+
+
+def _picker(indices: tuple[int, ...]) -> Callable[[list], tuple]:
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda leaves: (leaves[i],)
+    return operator.itemgetter(*indices)
+
+
+def _merge(n: int, dyn_idx, dyn, static_idx, statics) -> list:
+    leaves: list = [None] * n
+    for i, x in zip(dyn_idx, dyn):
+        leaves[i] = x
+    for i, x in zip(static_idx, statics):
+        leaves[i] = x
+    return leaves
+
+
+class _Out:
+    """The output structure recorded when tracing, and its compiled builder."""
+
+    __slots__ = ("key", "n", "dyn_idx", "static_idx", "statics", "build")
+
+    def __init__(self, treedef: Any, dyn_idx: tuple, static_idx: tuple, statics: tuple):
+        self.key = (treedef, dyn_idx, static_idx, statics)
+        self.n = treedef.num_leaves
+        self.dyn_idx = dyn_idx
+        self.static_idx = static_idx
+        self.statics = statics
+        self.build = compile_builder(treedef)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Out) and self.key == other.key
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def rebuild(self, dyn: list) -> Any:
+        if not self.static_idx:
+            return self.build(dyn)
+        return self.build(
+            _merge(self.n, self.dyn_idx, dyn, self.static_idx, self.statics)
+        )
+
+
+def _signature(leaves) -> tuple:
+    return tuple(
+        (x.shape, x.dtype, bool(getattr(x, "weak_type", False))) for x in leaves
+    )
+
+
+class _Entry:
+    """One inner `jax.jit` for one (structure, leaf types, static values)."""
+
+    __slots__ = (
+        "jitted", "out", "outs", "shape_sensitive", "cold", "fast_build", "__weakref__",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.cold = True  # no call has completed yet
+        self.fast_build = None  # output builder, when outputs are all arrays
+        self.jitted: Any = None
+        self.out: _Out | None = None
+        self.outs: dict[tuple, _Out] = {}
+        self.shape_sensitive = False
+
+    def record(self, sig: tuple, out: _Out) -> None:
+        self.outs[sig] = out
+        if self.out is None:
+            self.out = out
+        elif self.out != out:
+            # The output structure depends on input shapes (e.g. `return x.shape[0]`):
+            # from now on, calls pick the structure by their shapes.
+            self.shape_sensitive = True
+        ok = not self.shape_sensitive and not self.out.static_idx
+        self.fast_build = self.out.build if ok else None
+
+    def output(self, fun_dyn: list, dyn: list, result: list) -> Any:
+        if self.shape_sensitive:
+            return self.outs[_signature([*fun_dyn, *dyn])].rebuild(result)
+        return self.out.rebuild(result)
+
+
+class _Plan:
+    """How to split the leaves of one treedef (with given leaf types)."""
+
+    __slots__ = (
+        "treedef", "types", "n", "dyn_idx", "static_idx", "get_dyn", "get_statics",
+        "n_first", "entries", "only",
+    )  # fmt: skip
+
+    def __init__(self, treedef: Any, types: tuple, leaves: list) -> None:
+        self.treedef = treedef
+        self.types = types
+        self.n = len(leaves)
+        dyn_mask = [is_array(x) for x in leaves]
+        self.dyn_idx = tuple(i for i, d in enumerate(dyn_mask) if d)
+        self.static_idx = tuple(i for i, d in enumerate(dyn_mask) if not d)
+        self.get_dyn = _picker(self.dyn_idx) if self.dyn_idx else lambda leaves: ()
+        self.get_statics = _picker(self.static_idx) if self.static_idx else None
+        # Dynamic leaves of `args[0]` come first: how many there are (for donation).
+        args_def = treedef.children()[0]
+        first = (
+            args_def.children()[0].num_leaves
+            if args_def.num_leaves and args_def.children()
+            else 0
+        )
+        self.n_first = sum(dyn_mask[:first])
+        self.entries: dict[tuple, _Entry] = {}
+        self.only: _Entry | None = None
+
+
+class _Store:
+    """Compiled code for one function, shared by wrappers of the same function (for
+    example the bound methods of two modules with the same structure)."""
+
+    def __init__(self, fun_def: Any, fun_dyn_idx, fun_static_idx, fun_statics) -> None:
+        self.fun_def = fun_def
+        self.fun_dyn_idx = fun_dyn_idx
+        self.fun_static_idx = fun_static_idx
+        self.fun_statics = fun_statics
+        self.plans: dict[Any, _Plan] = {}
+        self.plan_variants: dict[tuple, _Plan] = {}
+        self.lock = threading.RLock()
+        self.traces = 0
+        self.tracing = 0  # traces in progress (any thread)
+        self.size = 0
+        self.records: list[dict] = []
+
+    def function(self, fun_dyn: list) -> Callable:
+        leaves = _merge(
+            self.fun_def.num_leaves, self.fun_dyn_idx, fun_dyn,
+            self.fun_static_idx, self.fun_statics,
+        )  # fmt: skip
+        return self.fun_def.unflatten(leaves)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.plans.clear()
+            self.plan_variants.clear()
+            self.records.clear()
+            self.size = 0
+
+
+# Stores are shared between wrappers of the same function; held weakly so that a
+# function's compiled code dies with the last wrapper that uses it.
+_STORES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_STORES_LOCK = threading.Lock()
+_WRAPS_AT_SITE: dict[tuple, int] = {}
+
+MSG_CHURN = (
+    "This line has wrapped {n} different function objects created from the same "
+    "code (`{name}` at {where}) with `filter_jit`. Each new wrapper of a new function object compiles "
+    "again. This usually means `filter_jit(lambda ...)` or `filter_jit(f)` of a "
+    "freshly defined `f` inside a loop. Wrap the function once, outside the loop, "
+    "and pass what changes as arguments."
+)
+
+
+def _note_wrap(fun: Callable) -> None:
+    """Warn once when one line of user code keeps wrapping new function objects of
+    the same code: `filter_jit(lambda ...)` inside a loop."""
+    func = fun.func if isinstance(fun, BoundMethod) else fun
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return
+    frame = sys._getframe(user_stacklevel() - 1)
+    site = (frame.f_code.co_filename, frame.f_lineno, code)
+    with _STORES_LOCK:
+        n = _WRAPS_AT_SITE[site] = _WRAPS_AT_SITE.get(site, 0) + 1
+    if n == _CHURN_THRESHOLD:
+        where = f"{code.co_filename}:{code.co_firstlineno}"
+        warnings.warn(
+            MSG_CHURN.format(n=n, name=code.co_name, where=where),
+            PerformanceWarning,
+            stacklevel=user_stacklevel(),
+        )
+
+
+def _store_for(fun: Callable) -> tuple[_Store, list]:
+    leaves, fun_def = _flatten(fun)
+    dyn_idx = tuple(i for i, x in enumerate(leaves) if is_array(x))
+    static_idx = tuple(i for i, x in enumerate(leaves) if not is_array(x))
+    statics = tuple(leaves[i] for i in static_idx)
+    key = (fun_def, statics)
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            store = _Store(fun_def, dyn_idx, static_idx, statics)
+            _STORES[key] = store
+            created = True
+        else:
+            created = False
+    if created:
+        _note_wrap(fun)
+    return store, [leaves[i] for i in dyn_idx]
