@@ -289,7 +289,7 @@ def test_rewrapping_the_same_function_reuses_compilation():
 def test_rewrapping_fresh_functions_in_a_loop_warns_once():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for i in range(6):
+        for _ in range(6):
             bw.filter_jit(lambda x: x + 1)(jnp.ones(1))
     churn = [w for w in caught if issubclass(w.category, bw.PerformanceWarning)]
     assert len(churn) == 1
