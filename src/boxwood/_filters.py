@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
@@ -26,7 +27,8 @@ def is_array_like(element: Any) -> bool:
 
 
 def _inexact_dtype(element: Any) -> bool:
-    return np.issubdtype(element.dtype, np.inexact)
+    # jnp.issubdtype also understands extended dtypes such as typed PRNG keys
+    return jnp.issubdtype(element.dtype, jnp.inexact)
 
 
 def is_inexact_array(element: Any) -> bool:

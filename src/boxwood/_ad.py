@@ -1,0 +1,118 @@
+"""`filter_grad` and `filter_value_and_grad`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from ._bound import as_pytree_function
+from ._filters import combine, is_inexact_array, partition
+from ._module import field
+from ._partition import Wrapped
+
+
+def _no_first_argument(name: str, kwargs: dict) -> TypeError:
+    if kwargs:
+        how = (
+            f"got only keyword arguments ({', '.join(sorted(kwargs))}). Pass the "
+            "first argument by position, not by keyword"
+        )
+    else:
+        how = "got no arguments"
+    return TypeError(
+        f"`{name}` differentiates with respect to the first positional argument of "
+        f"the function it wraps, but {how}."
+    )
+
+
+class _ValueAndGrad(Wrapped):
+    has_aux: bool = field(static=True)
+    grad_only: bool = field(static=True)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = "filter_grad" if self.grad_only else "filter_value_and_grad"
+        if not args:
+            raise _no_first_argument(name, kwargs)
+        first, *rest = args
+        diff, nondiff = partition(first, is_inexact_array)
+
+        def fun_of_diff(d: Any) -> Any:
+            return self.fun(combine(d, nondiff), *rest, **kwargs)
+
+        value, grads = jax.value_and_grad(fun_of_diff, has_aux=self.has_aux)(diff)
+        if not self.grad_only:
+            return value, grads
+        if self.has_aux:
+            return grads, value[1]
+        return grads
+
+
+def filter_value_and_grad(
+    fun: Callable | None = None, *, has_aux: bool = False
+) -> Callable:
+    """Make a function that evaluates `fun` and its gradient.
+
+    The gradient is taken with respect to every floating-point array (JAX or NumPy)
+    in the first positional argument, which may be any pytree (e.g. a model). All its
+    other leaves get `None` as their gradient. Usable as `@filter_value_and_grad` or
+    `@filter_value_and_grad(has_aux=True)`.
+
+    **Arguments:**
+
+    - `fun`: the function to differentiate; it must return a scalar (or a pair
+      `(scalar, aux)` when `has_aux=True`). A bound method of a module works too:
+      the module's arrays are leaves of the returned wrapper.
+    - `has_aux`: whether `fun` returns `(value, aux)`.
+
+    **Returns:**
+
+    A function with the arguments of `fun` returning `(value, grads)`, or
+    `((value, aux), grads)` when `has_aux=True`. `grads` has the structure of the
+    first argument.
+
+    >>> import boxwood, jax.numpy as jnp
+    >>> f = boxwood.filter_value_and_grad(lambda p: jnp.sum(p[0] ** 2))
+    >>> f((jnp.array([1.0, 2.0]), "tag"))
+    (Array(5., dtype=float32), (Array([2., 4.], dtype=float32), None))
+    """
+    if fun is None:
+        return functools.partial(filter_value_and_grad, has_aux=has_aux)
+    return _ValueAndGrad(as_pytree_function(fun), has_aux, False)
+
+
+def filter_grad(fun: Callable | None = None, *, has_aux: bool = False) -> Callable:
+    """Make a function that computes the gradient of `fun`.
+
+    The gradient is taken with respect to every floating-point array (JAX or NumPy)
+    in the first positional argument, which may be any pytree (e.g. a model). All its
+    other leaves (integer arrays, Python numbers, strings, ...) get `None` as their
+    gradient. Usable as `@filter_grad` or `@filter_grad(has_aux=True)`.
+
+    To differentiate with respect to several objects, pack them into a tuple passed
+    as the first argument.
+
+    **Arguments:**
+
+    - `fun`: the function to differentiate; it must return a scalar (or a pair
+      `(scalar, aux)` when `has_aux=True`). For a bound method such as
+      `filter_grad(model.loss)`, the gradient is with respect to the first
+      *explicit* argument of `loss`; the module's arrays are leaves of the returned
+      wrapper (so they are traced, not baked in, by an enclosing `filter_jit`).
+    - `has_aux`: whether `fun` returns `(value, aux)`.
+
+    **Returns:**
+
+    A function with the arguments of `fun` returning the gradient (with the
+    structure of the first argument), or `(gradient, aux)` when `has_aux=True`.
+
+    >>> import boxwood, jax.numpy as jnp
+    >>> grad = boxwood.filter_grad(lambda p, x: jnp.sum(p["w"] * x))
+    >>> grad({"w": jnp.array([1.0, 2.0]), "n": 3}, jnp.array([3.0, 4.0]))
+    {'n': None, 'w': Array([3., 4.], dtype=float32)}
+    """
+    if fun is None:
+        return functools.partial(filter_grad, has_aux=has_aux)
+    return _ValueAndGrad(as_pytree_function(fun), has_aux, True)

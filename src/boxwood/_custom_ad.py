@@ -1,0 +1,277 @@
+"""`filter_custom_jvp` and `filter_custom_vjp`: custom derivatives for functions of
+arbitrary pytrees.
+
+Each call builds a fresh `jax.custom_jvp` / `jax.custom_vjp` over the arrays of the
+arguments; the non-array leaves are closed over, and the non-array leaves of the
+output come back through an `OutBox`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
+
+from ._filters import combine, is_array, is_inexact_array, partition
+from ._partition import OutBox, keystr, split_out
+
+
+def _is_zero(t: Any) -> bool:
+    return isinstance(t, SymbolicZero) or getattr(t, "dtype", None) == jax.dtypes.float0
+
+
+def _as_arrays(tree: Any) -> Any:
+    # JAX may hand a rule the Python number a user gave as a primal: make it the
+    # array it was when the function was called.
+    return jax.tree.map(jnp.asarray, tree)
+
+
+def _zero_like(x: Any) -> SymbolicZero:
+    return SymbolicZero(jax.typeof(x).to_tangent_aval())
+
+
+def _out_tangents(out_dynamic: Any, t_out: Any, name: str) -> Any:
+    """Tangents for the arrays of the output: `t_out` has the output's structure,
+    with `None` (a zero tangent) allowed at any leaf."""
+    leaves, treedef = jax.tree_util.tree_flatten(out_dynamic)
+    try:
+        t_leaves = treedef.flatten_up_to(t_out)
+    except ValueError:
+        raise ValueError(
+            f"`{name}`: the JVP rule returned tangents whose structure does not match "
+            f"the output's ({treedef}). Give one tangent per output array (`None` for "
+            "a zero tangent)."
+        ) from None
+    t_leaves = [_zero_like(x) if t is None else t for x, t in zip(leaves, t_leaves)]
+    return jax.tree_util.tree_unflatten(treedef, t_leaves)
+
+
+class filter_custom_jvp:
+    """`jax.custom_jvp` for functions of arbitrary pytrees.
+
+    The arguments are split automatically: the arrays of the positional arguments
+    can be differentiated; everything else (and every keyword argument) is treated as
+    non-differentiable, with a `None` tangent.
+
+    ```python
+    @boxwood.filter_custom_jvp
+    def call(x, y, *, fn):
+        return fn(x, y)
+
+    @call.def_jvp
+    def call_jvp(primals, tangents, *, fn):
+        x, y = primals
+        tx, ty = tangents  # `None` for arguments that are not differentiated
+        out = call(x, y, fn=fn)
+        t_out = 2 * tx if ty is None else 2 * tx + ty
+        return out, t_out
+    ```
+
+    **Arguments:**
+
+    - `fn`: the function, `fn(*args, **kwargs)`.
+
+    The JVP rule is `fn_jvp(primals, tangents, **kwargs) -> (out, t_out)`, where
+    `primals` is the tuple of positional arguments and `tangents` has its structure,
+    with `None` for every leaf that is not being differentiated (non-arrays, integer
+    arrays, and arrays with a zero tangent). `t_out` has the structure of `out`;
+    `None` leaves mean zero tangents. Non-array leaves of `out` are returned as they
+    are.
+    """
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.fn_jvp: Callable | None = None
+        functools.update_wrapper(self, fn)
+
+    def def_jvp(self, fn_jvp: Callable) -> Callable:
+        """Set the JVP rule (see above); returns it, so usable as a decorator."""
+        self.fn_jvp = fn_jvp
+        return fn_jvp
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(self.fn, "__name__", "function")
+        if self.fn_jvp is None:
+            raise RuntimeError(
+                f"`filter_custom_jvp`: no JVP rule for `{name}`; define one with "
+                f"`@{name}.def_jvp` before calling it."
+            )
+        fn, fn_jvp = self.fn, self.fn_jvp
+        dynamic, static = partition((args, kwargs), is_array)
+        flat, treedef = jax.tree_util.tree_flatten(dynamic)
+        box = OutBox()
+
+        def rebuild(leaves: Any) -> tuple[tuple, dict]:
+            arrays = jax.tree_util.tree_unflatten(treedef, _as_arrays(leaves))
+            return combine(arrays, static)
+
+        @jax.custom_jvp
+        def run(*leaves: Any) -> Any:
+            a, kw = rebuild(leaves)
+            return split_out(fn(*a, **kw), box)
+
+        def jvp(primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+            a, kw = rebuild(primals)
+            t = [None if _is_zero(x) else x for x in tangents]
+            t_args, t_kwargs = jax.tree_util.tree_unflatten(treedef, t)
+            perturbed_kwargs = jax.tree_util.tree_flatten_with_path(t_kwargs)[0]
+            if perturbed_kwargs:
+                path = perturbed_kwargs[0][0]
+                raise ValueError(
+                    f"`{name}` was differentiated with respect to its keyword argument "
+                    f"`{keystr(path)}`, but keyword arguments of a `filter_custom_jvp` "
+                    "function are not differentiable. Pass it positionally."
+                )
+            out, t_out = fn_jvp(a, t_args, **kw)
+            out_dynamic = split_out(out, box)
+            return out_dynamic, _out_tangents(out_dynamic, t_out, name)
+
+        run.defjvp(jvp, symbolic_zeros=True)
+        return combine(run(*flat), box.get())
+
+
+def _value(p: Any) -> Any:
+    return p.value
+
+
+def _vjp_arg_grads(g: Any, vjp_arg: Any, name: str) -> Any:
+    """Check the backward rule's `g` against `vjp_arg`; keep the differentiable part."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(vjp_arg)
+    if g is None:
+        return None
+    try:
+        g_leaves = treedef.flatten_up_to(g)
+    except ValueError:
+        raise ValueError(
+            f"`{name}`: the backward rule must return gradients with the structure of "
+            f"`vjp_arg` ({treedef}), with `None` for zero gradients; got "
+            f"{jax.tree_util.tree_structure(g)}."
+        ) from None
+    kept = []
+    for (path, x), gx in zip(leaves, g_leaves):
+        if not is_inexact_array(x) or gx is None:
+            kept.append(None)
+            continue
+        if jnp.shape(gx) != x.shape:
+            raise ValueError(
+                f"`{name}`: the backward rule returned a gradient of shape "
+                f"{jnp.shape(gx)} for `vjp_arg{keystr(path)}`, whose shape is "
+                f"{x.shape}."
+            )
+        kept.append(gx)
+    return jax.tree_util.tree_unflatten(treedef, kept)
+
+
+def _check_unperturbed(other: Any, name: str) -> None:
+    for path, p in jax.tree_util.tree_flatten_with_path(other)[0]:
+        if p.perturbed:
+            where = ("vjp_arg", "args", "kwargs")[path[0].idx] + keystr(path[1:])
+            raise ValueError(
+                f"`{name}` was differentiated with respect to `{where}`, which is not "
+                "in its first argument. `filter_custom_vjp` only computes gradients "
+                "for the first argument (`vjp_arg`): put everything to be "
+                "differentiated into it (e.g. as a tuple)."
+            )
+
+
+class filter_custom_vjp:
+    """`jax.custom_vjp` for functions of arbitrary pytrees, differentiated with
+    respect to their first argument.
+
+    ```python
+    @boxwood.filter_custom_vjp
+    def fn(vjp_arg, *args, **kwargs):
+        ...  # any pytrees in, any pytree out
+        return out
+
+    @fn.def_fwd
+    def fn_fwd(perturbed, vjp_arg, *args, **kwargs):
+        # `perturbed`: the structure of `vjp_arg`, a bool at every leaf: whether
+        # that leaf is being differentiated.
+        return out, residuals  # residuals: any pytree, kept for the backward pass
+
+    @fn.def_bwd
+    def fn_bwd(residuals, grad_obj, perturbed, vjp_arg, *args, **kwargs):
+        # `grad_obj`: the cotangent of `out`, `None` where it is zero or not an array.
+        return grad_vjp_arg  # the structure of `vjp_arg`; `None` for zero gradients
+    ```
+
+    Only the floating-point arrays of `vjp_arg` receive gradients. Differentiating
+    with respect to an array in `args` or `kwargs` raises an error: pack everything to
+    be differentiated into `vjp_arg` (e.g. a tuple). The backward rule receives all
+    the inputs of the forward pass too.
+
+    **Arguments:**
+
+    - `fn`: the function, `fn(vjp_arg, *args, **kwargs)`.
+    """
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.fn_fwd: Callable | None = None
+        self.fn_bwd: Callable | None = None
+        functools.update_wrapper(self, fn)
+
+    def def_fwd(self, fn_fwd: Callable) -> Callable:
+        """Set the forward rule (see above); returns it, so usable as a decorator."""
+        self.fn_fwd = fn_fwd
+        return fn_fwd
+
+    def def_bwd(self, fn_bwd: Callable) -> Callable:
+        """Set the backward rule (see above); returns it, so usable as a decorator."""
+        self.fn_bwd = fn_bwd
+        return fn_bwd
+
+    def __call__(self, vjp_arg: Any, /, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(self.fn, "__name__", "function")
+        missing = [
+            d
+            for d, f in (("def_fwd", self.fn_fwd), ("def_bwd", self.fn_bwd))
+            if f is None
+        ]
+        if missing:
+            raise RuntimeError(
+                f"`filter_custom_vjp`: `{name}` has no "
+                f"{' or '.join(missing)} rule yet; define it with "
+                f"`@{name}.{missing[0]}` before calling `{name}`."
+            )
+        fn, fn_fwd, fn_bwd = self.fn, self.fn_fwd, self.fn_bwd
+        diff, nondiff = partition(vjp_arg, is_inexact_array)
+        other, static = partition((nondiff, args, kwargs), is_array)
+        box, residual_box, perturbed_box = OutBox(), OutBox(), OutBox()
+
+        def rebuild(d: Any, o: Any) -> tuple[Any, tuple, dict]:
+            nd, a, kw = combine(_as_arrays(o), static)
+            return combine(_as_arrays(d), nd), a, kw
+
+        @jax.custom_vjp
+        def run(d: Any, o: Any) -> Any:
+            v, a, kw = rebuild(d, o)
+            return split_out(fn(v, *a, **kw), box)
+
+        def fwd(d: Any, o: Any) -> tuple[Any, Any]:
+            _check_unperturbed(o, name)
+            d_val, o_val = jax.tree.map(_value, d), jax.tree.map(_value, o)
+            d_pert = jax.tree.map(lambda p: bool(p.perturbed), d)
+            perturbed = combine(d_pert, jax.tree.map(lambda _: False, nondiff))
+            perturbed_box.put(perturbed)
+            v, a, kw = rebuild(d_val, o_val)
+            out, residuals = fn_fwd(perturbed, v, *a, **kw)
+            res_arrays, res_static = partition(residuals, is_array)
+            residual_box.put(res_static)
+            return split_out(out, box), (res_arrays, d_val, o_val)
+
+        def bwd(saved: Any, ct: Any) -> tuple[Any, None]:
+            res_arrays, d_val, o_val = saved
+            residuals = combine(res_arrays, residual_box.get())
+            v, a, kw = rebuild(d_val, o_val)
+            grad_obj = jax.tree.map(lambda c: None if _is_zero(c) else c, ct)
+            g = fn_bwd(residuals, grad_obj, perturbed_box.get(), v, *a, **kw)
+            return _vjp_arg_grads(g, v, name), None
+
+        run.defvjp(fwd, bwd, symbolic_zeros=True)
+        return combine(run(diff, other), box.get())

@@ -1,0 +1,120 @@
+"""Helpers shared by the filtered transformations.
+
+Every filtered transformation does the same three things: split its inputs into
+arrays (which the JAX transformation sees) and everything else (which is closed
+over), rebuild the inputs inside the transformed function, and carry the non-array
+part of the output back out. The output side uses an `OutBox`: the transformed
+function is created afresh on every call, stores its non-array outputs in the box
+while it is traced, and the caller reads them back afterwards. (Creating the inner
+function per call also means JAX's tracing caches, keyed on the function object, can
+never hand back a trace made for other static values.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from ._bound import BoundMethod
+from ._filters import is_array, partition
+from ._module import Module
+
+_EMPTY = object()
+
+
+class OutBox:
+    """Holds the non-array part of an output between tracing and the caller."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value = _EMPTY
+
+    def put(self, value: Any) -> None:
+        self._value = value
+
+    def get(self) -> Any:
+        if self._value is _EMPTY:
+            raise RuntimeError(
+                "boxwood internal error: a transformed function was not traced. "
+                "Please report this."
+            )
+        return self._value
+
+
+def split_out(out: Any, box: OutBox) -> Any:
+    """Return the arrays of `out` and put the rest in `box`."""
+    dynamic, static = partition(out, is_array)
+    box.put(static)
+    return dynamic
+
+
+def keystr(path: tuple) -> str:
+    """`jax.tree_util.keystr`, for naming leaves in error messages."""
+    return jax.tree_util.keystr(path)
+
+
+def describe(x: Any) -> str:
+    """A short description of a leaf for error messages."""
+    if is_array(x):
+        return f"an array of shape {tuple(x.shape)} and dtype {x.dtype}"
+    text = repr(x)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(x).__name__} {text}"
+
+
+def static_equal(a: Any, b: Any) -> bool:
+    """Whether two non-array leaves are the same (identity, or equal and same type)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _named(fun: Callable) -> Callable:
+    """The function whose name and docstring a wrapper of `fun` shows."""
+    return fun.func if isinstance(fun, BoundMethod) else fun
+
+
+class Wrapped(Module):
+    # Base class of the callables returned by the transformations.
+    #
+    # The wrapped function is a dynamic field, so a wrapped bound method of a module
+    # (e.g. `filter_grad(model.loss)`) is itself a pytree holding the module's arrays.
+    # `__wrapped__`, `__name__` and `__doc__` come from the wrapped function (what
+    # `functools.wraps` would copy) and survive flattening and unflattening.
+    # (No class docstrings here or in subclasses: `__doc__` is a property.)
+
+    fun: Callable
+
+    @property
+    def __wrapped__(self) -> Callable:
+        return self.fun
+
+    @property
+    def __name__(self) -> str:  # type: ignore[override]
+        target = _named(self.fun)
+        return getattr(target, "__name__", type(target).__name__)
+
+    @property
+    def __doc__(self) -> str | None:  # type: ignore[override]
+        return getattr(_named(self.fun), "__doc__", None)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = Wrapped.__dict__["__doc__"]  # a subclass docstring would hide it
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        """Used as a method decorator, bind `instance` as the first argument."""
+        if instance is None:
+            return self
+        from ._partial import Partial
+
+        return Partial(self, instance)
