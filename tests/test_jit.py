@@ -477,3 +477,27 @@ _jitted_double_plus_one = bw.filter_jit(_double_plus_one)
 def test_filter_jit_matches_eager_on_random_pytrees(tree):
     out = _jitted_double_plus_one(tree)
     assert bw.tree_equal(out, _double_plus_one(tree), typematch=True)
+
+
+def test_donated_training_loop_keeps_live_buffers_constant(getkey):
+    model = linear(getkey(), 8)
+    velocity = jax.tree_util.tree_map(jnp.zeros_like, model)
+    batch = jnp.ones((16, 8))
+
+    @bw.filter_jit(donate="all-except-first")
+    def step(batch, model, velocity):
+        grads = bw.filter_grad(lambda m: jnp.mean(jax.vmap(m)(batch) ** 2))(model)
+        velocity = jax.tree_util.tree_map(lambda v, g: 0.9 * v + g, velocity, grads)
+        model = jax.tree_util.tree_map(lambda p, v: p - 0.01 * v, model, velocity)
+        return model, velocity
+
+    first_weight = model.weight
+    counts = []
+    for i in range(200):
+        model, velocity = step(batch, model, velocity)
+        if i in (10, 199):
+            jax.block_until_ready(model)
+            counts.append(len(jax.live_arrays()))
+    assert first_weight.is_deleted() and not batch.is_deleted()
+    assert counts[0] == counts[1]
+    assert step.cache_info().traces == 1
