@@ -1,5 +1,6 @@
 """boxwood: neural networks that are pytrees, for JAX."""
 
+from . import nn as nn
 from ._ad import filter_grad as filter_grad
 from ._ad import filter_value_and_grad as filter_value_and_grad
 from ._callback import filter_pure_callback as filter_pure_callback

@@ -1,7 +1,23 @@
 """`boxwood.nn`: layers. Every layer acts on a single example; batch with `jax.vmap`."""
 
-# --- basic layers: linear, MLP, dropout, normalisation, embedding, activations, modes ---
 from ._activations import PReLU as PReLU
+from ._adaptive_pool import AdaptiveAvgPool1d as AdaptiveAvgPool1d
+from ._adaptive_pool import AdaptiveAvgPool2d as AdaptiveAvgPool2d
+from ._adaptive_pool import AdaptiveAvgPool3d as AdaptiveAvgPool3d
+from ._adaptive_pool import AdaptiveMaxPool1d as AdaptiveMaxPool1d
+from ._adaptive_pool import AdaptiveMaxPool2d as AdaptiveMaxPool2d
+from ._adaptive_pool import AdaptiveMaxPool3d as AdaptiveMaxPool3d
+from ._adaptive_pool import AdaptivePool as AdaptivePool
+from ._attention import MultiheadAttention as MultiheadAttention
+from ._batch_norm import BatchNorm as BatchNorm
+from ._conv import Conv as Conv
+from ._conv import Conv1d as Conv1d
+from ._conv import Conv2d as Conv2d
+from ._conv import Conv3d as Conv3d
+from ._conv_transpose import ConvTranspose as ConvTranspose
+from ._conv_transpose import ConvTranspose1d as ConvTranspose1d
+from ._conv_transpose import ConvTranspose2d as ConvTranspose2d
+from ._conv_transpose import ConvTranspose3d as ConvTranspose3d
 from ._dropout import Dropout as Dropout
 from ._embedding import Embedding as Embedding
 from ._inference import inference_mode as inference_mode
@@ -11,22 +27,24 @@ from ._mlp import MLP as MLP
 from ._normalisation import GroupNorm as GroupNorm
 from ._normalisation import LayerNorm as LayerNorm
 from ._normalisation import RMSNorm as RMSNorm
-
-# --- convolutions and pooling ---
-
-# --- state, sequential, recurrent, attention, wrappers ---
-from ._batch_norm import BatchNorm as BatchNorm
+from ._pool import AvgPool1d as AvgPool1d
+from ._pool import AvgPool2d as AvgPool2d
+from ._pool import AvgPool3d as AvgPool3d
+from ._pool import MaxPool1d as MaxPool1d
+from ._pool import MaxPool2d as MaxPool2d
+from ._pool import MaxPool3d as MaxPool3d
+from ._pool import Pool as Pool
+from ._rnn import GRUCell as GRUCell
+from ._rnn import LSTMCell as LSTMCell
+from ._rope import RotaryPositionalEmbedding as RotaryPositionalEmbedding
 from ._sequential import Lambda as Lambda
 from ._sequential import Sequential as Sequential
+from ._shared import Shared as Shared
+from ._spectral_norm import SpectralNorm as SpectralNorm
+from ._stacked import Stacked as Stacked
 from ._state import State as State
 from ._state import StateIndex as StateIndex
 from ._state import delete_init_state as delete_init_state
 from ._state import make_with_state as make_with_state
 from ._stateful import StatefulLayer as StatefulLayer
-from ._attention import MultiheadAttention as MultiheadAttention
-from ._rnn import GRUCell as GRUCell
-from ._rnn import LSTMCell as LSTMCell
-from ._rope import RotaryPositionalEmbedding as RotaryPositionalEmbedding
-from ._shared import Shared as Shared
-from ._spectral_norm import SpectralNorm as SpectralNorm
 from ._weight_norm import WeightNorm as WeightNorm

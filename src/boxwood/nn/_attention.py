@@ -1,0 +1,225 @@
+"""`MultiheadAttention`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
+
+from .._module import Module, field
+from ._checks import check_input, layer_name
+from ._dropout import Dropout
+from ._linear import Linear
+from ._misc import compute_dtype
+
+ProcessHeads = Callable[
+    [
+        Float[Array, "q_seq num_heads qk_size"],
+        Float[Array, "kv_seq num_heads qk_size"],
+        Float[Array, "kv_seq num_heads vo_size"],
+    ],
+    tuple[Array, Array, Array],
+]
+
+
+class MultiheadAttention(Module):
+    r"""Multi-head scaled dot-product attention.
+
+    $$\text{MHA}(Q, K, V) = \sum_{i=1}^h
+    \operatorname{softmax}\!\left(\frac{Q W^Q_i (K W^K_i)^\top}{\sqrt{d_\text{qk}}}
+    \right) V W^V_i\, W^O_i$$
+
+    Same signature as `equinox.nn.MultiheadAttention`. The four projections are
+    [`boxwood.nn.Linear`][] layers with the same initialisation as Equinox's (and
+    PyTorch's `Linear`): weights and biases drawn from
+    `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`. (PyTorch's `MultiheadAttention` instead
+    uses Xavier-uniform input projections and zero biases.)
+
+    Weight layout: `query_proj.weight` has shape `(num_heads * qk_size,
+    query_size)` with head `i` in rows `i*qk_size:(i+1)*qk_size`, and likewise for
+    the key and value projections. This is PyTorch's layout: with
+    `E = embed_dim`, `query_proj.weight = in_proj_weight[:E]`,
+    `key_proj.weight = in_proj_weight[E:2E]`, `value_proj.weight =
+    in_proj_weight[2E:]`, `output_proj.weight = out_proj.weight`.
+    """
+
+    query_proj: Linear
+    key_proj: Linear
+    value_proj: Linear
+    output_proj: Linear
+    dropout: Dropout
+    num_heads: int = field(static=True)
+    query_size: int = field(static=True)
+    key_size: int = field(static=True)
+    value_size: int = field(static=True)
+    output_size: int = field(static=True)
+    qk_size: int = field(static=True)
+    vo_size: int = field(static=True)
+    use_query_bias: bool = field(static=True)
+    use_key_bias: bool = field(static=True)
+    use_value_bias: bool = field(static=True)
+    use_output_bias: bool = field(static=True)
+
+    def __init__(
+        self,
+        num_heads: int,
+        query_size: int,
+        key_size: int | None = None,
+        value_size: int | None = None,
+        output_size: int | None = None,
+        qk_size: int | None = None,
+        vo_size: int | None = None,
+        use_query_bias: bool = False,
+        use_key_bias: bool = False,
+        use_value_bias: bool = False,
+        use_output_bias: bool = False,
+        dropout_p: float = 0.0,
+        inference: bool = False,
+        dtype: Any = None,
+        *,
+        key: PRNGKeyArray,
+    ):
+        """**Arguments:**
+
+        - `num_heads`: the number of heads $h$.
+        - `query_size`: channels of the query input.
+        - `key_size`: channels of the key input; defaults to `query_size`.
+        - `value_size`: channels of the value input; defaults to `query_size`.
+        - `output_size`: channels of the output; defaults to `query_size`.
+        - `qk_size`: per-head channels over which queries and keys are compared;
+          defaults to `query_size // num_heads`.
+        - `vo_size`: per-head channels of the attended values; defaults to
+          `query_size // num_heads`.
+        - `use_query_bias`, `use_key_bias`, `use_value_bias`, `use_output_bias`:
+          whether each projection has a bias.
+        - `dropout_p`: dropout probability on the attention weights.
+        - `inference`: if `True`, no dropout. Set model-wide by
+          [`boxwood.nn.inference_mode`][], or override per call.
+        - `dtype`: dtype of the parameters; defaults to float32 (float64 in x64
+          mode).
+        - `key`: a `jax.random` key for the initialisation. (Keyword only.)
+        """
+        if not isinstance(num_heads, int) or num_heads < 1:
+            raise ValueError(
+                f"MultiheadAttention: `num_heads` must be a positive int, got {num_heads!r}."
+            )
+        key_size = query_size if key_size is None else key_size
+        value_size = query_size if value_size is None else value_size
+        output_size = query_size if output_size is None else output_size
+        qk_size = query_size // num_heads if qk_size is None else qk_size
+        vo_size = query_size // num_heads if vo_size is None else vo_size
+        if qk_size < 1 or vo_size < 1:
+            raise ValueError(
+                f"MultiheadAttention: `qk_size` and `vo_size` must be positive, got "
+                f"{qk_size} and {vo_size} (`query_size // num_heads` by default)."
+            )
+        qkey, kkey, vkey, okey = jr.split(key, 4)
+        lin = lambda i, o, b, k: Linear(i, o, use_bias=b, dtype=dtype, key=k)
+        self.query_proj = lin(query_size, num_heads * qk_size, use_query_bias, qkey)
+        self.key_proj = lin(key_size, num_heads * qk_size, use_key_bias, kkey)
+        self.value_proj = lin(value_size, num_heads * vo_size, use_value_bias, vkey)
+        self.output_proj = lin(num_heads * vo_size, output_size, use_output_bias, okey)
+        self.dropout = Dropout(dropout_p, inference=inference)
+        self.num_heads = num_heads
+        self.query_size = query_size
+        self.key_size = key_size
+        self.value_size = value_size
+        self.output_size = output_size
+        self.qk_size = qk_size
+        self.vo_size = vo_size
+        self.use_query_bias = bool(use_query_bias)
+        self.use_key_bias = bool(use_key_bias)
+        self.use_value_bias = bool(use_value_bias)
+        self.use_output_bias = bool(use_output_bias)
+
+    def __call__(
+        self,
+        query: Float[Array, "q_seq query_size"],
+        key_: Float[Array, "kv_seq key_size"],
+        value: Float[Array, "kv_seq value_size"],
+        mask: Bool[Array, "q_seq kv_seq"]
+        | Bool[Array, "num_heads q_seq kv_seq"]
+        | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+        inference: bool | None = None,
+        process_heads: ProcessHeads | None = None,
+    ) -> Float[Array, "q_seq output_size"]:
+        """**Arguments:**
+
+        - `query`: shape `(q_seq, query_size)`.
+        - `key_`: shape `(kv_seq, key_size)`.
+        - `value`: shape `(kv_seq, value_size)`.
+        - `mask`: optional boolean array of shape `(q_seq, kv_seq)`, or
+          `(num_heads, q_seq, kv_seq)` for a mask per head. `True` means "may
+          attend"; `False` positions are ignored. (PyTorch's boolean `attn_mask`
+          is the opposite: pass `~mask` there.)
+        - `key`: a `jax.random` key for dropout (needed only if `dropout_p > 0` and
+          not in inference mode). (Keyword only.)
+        - `inference`: overrides the dropout's `inference` when not `None`.
+        - `process_heads`: optional function mapping the projected
+          `(query_heads, key_heads, value_heads)` of shapes `(seq, num_heads,
+          size)` to new heads of the same shapes, e.g. to apply
+          [`boxwood.nn.RotaryPositionalEmbedding`][].
+
+        **Returns:** an array of shape `(q_seq, output_size)`.
+        """
+        self._check_inputs(query, key_, value, mask)
+        q = self._heads(self.query_proj, query)
+        k = self._heads(self.key_proj, key_)
+        v = self._heads(self.value_proj, value)
+        if process_heads is not None:
+            q, k, v = self._process(process_heads, q, k, v)
+        weights = self._weights(q, k, mask)
+        weights = self.dropout(weights, key=key, inference=inference)
+        out = jnp.einsum("hqk,khd->qhd", weights, v)
+        return jax.vmap(self.output_proj)(out.reshape(query.shape[0], -1))
+
+    def _heads(self, proj: Linear, x: Array) -> Array:
+        return jax.vmap(proj)(x).reshape(x.shape[0], self.num_heads, -1)
+
+    def _process(self, fn: ProcessHeads, q: Array, k: Array, v: Array) -> tuple:
+        new = fn(q, k, v)
+        if tuple(x.shape for x in new) != (q.shape, k.shape, v.shape):
+            raise ValueError(
+                f"{self._name()}: `process_heads` must return query, key and value "
+                f"heads of the shapes it was given, {q.shape}, {k.shape}, {v.shape}; "
+                f"got {tuple(x.shape for x in new)}."
+            )
+        return new
+
+    def _weights(self, q: Array, k: Array, mask: Array | None) -> Array:
+        logits = jnp.einsum("qhd,khd->hqk", q / math.sqrt(self.qk_size), k)
+        if mask is not None:
+            fill = jnp.finfo(logits.dtype).min
+            mask = jnp.broadcast_to(mask, logits.shape)
+            logits = jnp.where(mask, logits, jnp.full((), fill, logits.dtype))
+        # Softmax in at least float32, for low-precision models.
+        weights = jax.nn.softmax(logits.astype(compute_dtype(logits.dtype)), axis=-1)
+        return weights.astype(logits.dtype)
+
+    def _name(self) -> str:
+        return layer_name(self, "num_heads", "query_size")
+
+    def _check_inputs(self, query: Any, key_: Any, value: Any, mask: Any) -> None:
+        name = self._name()
+        check_input(query, ("q_seq", self.query_size), name, what="query")
+        check_input(key_, ("kv_seq", self.key_size), name, what="key")
+        check_input(value, (key_.shape[0], self.value_size), name, what="value")
+        if mask is None:
+            return
+        q_seq, kv_seq = query.shape[0], key_.shape[0]
+        if jnp.ndim(mask) == 3:
+            check_input(mask, (self.num_heads, q_seq, kv_seq), name, what="mask")
+        else:
+            check_input(mask, (q_seq, kv_seq), name, what="mask")
+        if jnp.result_type(mask) != jnp.bool_:
+            raise TypeError(
+                f"{name}: `mask` must be a boolean array (True = may attend), got "
+                f"dtype {jnp.result_type(mask)}. Use e.g. `mask = scores > 0`."
+            )

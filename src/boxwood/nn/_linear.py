@@ -1,0 +1,127 @@
+"""`Linear` and `Identity`."""
+
+from typing import Any, Literal, TypeVar
+
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._module import Module, field
+from ._checks import check_input, layer_name
+from ._misc import resolve_dtype, uniform_bound, uniform_init
+
+_T = TypeVar("_T")
+
+
+def _check_features(value: Any, arg: str) -> None:
+    ok = value == "scalar" or (
+        isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    )
+    if not ok:
+        raise ValueError(
+            f'Linear: `{arg}` must be a non-negative int or the string "scalar", '
+            f"got {value!r}."
+        )
+
+
+class Linear(Module):
+    """Performs a linear transformation `weight @ x + bias`.
+
+    Same signature as `equinox.nn.Linear`; the default initialisation matches
+    PyTorch's `torch.nn.Linear`: weight and bias drawn from
+    `U(-1/sqrt(in_features), 1/sqrt(in_features))`.
+
+    >>> import boxwood.nn, jax, jax.numpy as jnp
+    >>> linear = boxwood.nn.Linear(3, 2, key=jax.random.key(0))
+    >>> linear(jnp.ones(3)).shape
+    (2,)
+    """
+
+    weight: Float[Array, "out_features in_features"]
+    bias: Float[Array, " out_features"] | None
+    in_features: int | Literal["scalar"] = field(static=True)
+    out_features: int | Literal["scalar"] = field(static=True)
+    use_bias: bool = field(static=True)
+
+    def __init__(
+        self,
+        in_features: int | Literal["scalar"],
+        out_features: int | Literal["scalar"],
+        use_bias: bool = True,
+        dtype: Any = None,
+        *,
+        key: PRNGKeyArray,
+    ):
+        """**Arguments:**
+
+        - `in_features`: the input size; the input is a vector of shape
+            `(in_features,)`, or of shape `()` if `in_features="scalar"`.
+        - `out_features`: the output size; the output is a vector of shape
+            `(out_features,)`, or of shape `()` if `out_features="scalar"`.
+        - `use_bias`: whether to add a bias.
+        - `dtype`: dtype of the weight and bias (`float32`, `bfloat16`, ...).
+            Defaults to `float32` (`float64` in JAX's 64-bit mode).
+        - `key`: a `jax.random` key for the initialisation. (Keyword only.)
+        """
+        _check_features(in_features, "in_features")
+        _check_features(out_features, "out_features")
+        dtype = resolve_dtype(dtype, "Linear")
+        n_in = 1 if in_features == "scalar" else in_features
+        n_out = 1 if out_features == "scalar" else out_features
+        bound = uniform_bound(n_in)
+        wkey, bkey = jr.split(key)
+        self.weight = uniform_init(wkey, (n_out, n_in), dtype, bound)
+        self.bias = uniform_init(bkey, (n_out,), dtype, bound) if use_bias else None
+        self.in_features = in_features
+        self.out_features = out_features
+        self.use_bias = bool(use_bias)
+
+    def __call__(
+        self, x: Float[Array, " in_features"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " out_features"]:
+        """**Arguments:**
+
+        - `x`: an array of shape `(in_features,)` (or `()` if
+            `in_features="scalar"`). For a batch, use `jax.vmap(linear)(xs)`.
+        - `key`: ignored; accepted for a uniform layer API. (Keyword only.)
+
+        **Returns:**
+
+        An array of shape `(out_features,)` (or `()` if `out_features="scalar"`).
+        """
+        del key
+        if self.in_features == "scalar":
+            check_input(x, (), layer_name(self, "in_features"))
+            x = jnp.reshape(x, (1,))
+        else:
+            check_input(x, (self.in_features,), layer_name(self, "in_features"))
+        y = self.weight @ x
+        if self.bias is not None:
+            y = y + self.bias
+        if self.out_features == "scalar":
+            y = jnp.reshape(y, ())
+        return y
+
+
+class Identity(Module):
+    """Returns its input unchanged; a placeholder for another layer.
+
+    Accepts (and ignores) any constructor arguments, as `equinox.nn.Identity` does.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        """**Arguments:** any; all are ignored."""
+        del args, kwargs
+
+    def __call__(self, x: _T, *, key: PRNGKeyArray | None = None) -> _T:
+        """**Arguments:**
+
+        - `x`: anything.
+        - `key`: ignored. (Keyword only.)
+
+        **Returns:**
+
+        `x`, unchanged.
+        """
+        del key
+        return x

@@ -1,0 +1,155 @@
+"""`MLP`."""
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._filters import is_array
+from .._module import Module, field
+from ._checks import check_input, layer_name
+from ._linear import Linear
+from ._misc import resolve_dtype
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _check_activation(fn: Any, arg: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"MLP: `{arg}` must be callable, got {type(fn).__name__}.")
+    if any(is_array(leaf) for leaf in jax.tree_util.tree_leaves(fn)):
+        raise TypeError(
+            f"MLP: `{arg}` holds arrays (a learnable activation such as PReLU). MLP "
+            "activations are static configuration, so they must be plain functions "
+            "such as `jax.nn.gelu`. For a learnable activation, write a small Module "
+            "with the activation as an ordinary (dynamic) field."
+        )
+
+
+class MLP(Module):
+    """A multi-layer perceptron (feed-forward network): `depth` hidden layers of
+    size `width_size`, each a [`boxwood.nn.Linear`][] followed by `activation`, then
+    an output `Linear` followed by `final_activation`.
+
+    Same signature as `equinox.nn.MLP`. The activations are static configuration
+    (plain functions, part of the treedef), so the model holds only arrays.
+
+    >>> import boxwood.nn, jax, jax.numpy as jnp
+    >>> mlp = boxwood.nn.MLP(3, 2, width_size=8, depth=2, key=jax.random.key(0))
+    >>> mlp(jnp.ones(3)).shape
+    (2,)
+    """
+
+    layers: tuple[Linear, ...]
+    activation: Callable = field(static=True)
+    final_activation: Callable = field(static=True)
+    use_bias: bool = field(static=True)
+    use_final_bias: bool = field(static=True)
+    in_size: int | Literal["scalar"] = field(static=True)
+    out_size: int | Literal["scalar"] = field(static=True)
+    width_size: int = field(static=True)
+    depth: int = field(static=True)
+    scan: bool = field(static=True, default=False)
+
+    def __init__(
+        self,
+        in_size: int | Literal["scalar"],
+        out_size: int | Literal["scalar"],
+        width_size: int,
+        depth: int,
+        activation: Callable = jax.nn.relu,
+        final_activation: Callable = _identity,
+        use_bias: bool = True,
+        use_final_bias: bool = True,
+        dtype: Any = None,
+        *,
+        scan: bool = False,
+        key: PRNGKeyArray,
+    ):
+        """**Arguments:**
+
+        - `in_size`: the input size; the input has shape `(in_size,)`, or `()` if
+            `in_size="scalar"`.
+        - `out_size`: the output size; the output has shape `(out_size,)`, or `()` if
+            `out_size="scalar"`.
+        - `width_size`: the size of each hidden layer.
+        - `depth`: the number of hidden layers. `depth=0` is a single
+            `Linear(in_size, out_size)`; `depth=1` is `Linear(in_size, width_size)`
+            then `Linear(width_size, out_size)`; and so on.
+        - `activation`: the function applied after each hidden layer (a plain,
+            hashable function). Defaults to `jax.nn.relu`.
+        - `final_activation`: the function applied after the output layer. Defaults
+            to the identity.
+        - `use_bias`: whether the hidden layers have biases.
+        - `use_final_bias`: whether the output layer has a bias.
+        - `dtype`: dtype of every weight and bias. Defaults to `float32`.
+        - `scan`: if `True`, the `depth - 1` width-to-width layers are stored stacked
+            (one `Linear` whose arrays have a leading axis) and run with
+            `jax.lax.scan`, which compiles faster for deep networks. (Keyword only.)
+        - `key`: a `jax.random` key for the initialisation. (Keyword only.)
+        """
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ValueError(f"MLP: `depth` must be a non-negative int, got {depth!r}.")
+        _check_activation(activation, "activation")
+        _check_activation(final_activation, "final_activation")
+        dtype = resolve_dtype(dtype, "MLP")
+        keys = jr.split(key, depth + 1)
+        if depth == 0:
+            layers = [Linear(in_size, out_size, use_final_bias, dtype, key=keys[0])]
+        else:
+
+            def hidden(k: PRNGKeyArray) -> Linear:
+                return Linear(width_size, width_size, use_bias, dtype, key=k)
+
+            layers = [Linear(in_size, width_size, use_bias, dtype, key=keys[0])]
+            if scan:
+                layers.append(jax.vmap(hidden)(keys[1:depth]))
+            else:
+                layers.extend(hidden(k) for k in keys[1:depth])
+            layers.append(
+                Linear(width_size, out_size, use_final_bias, dtype, key=keys[-1])
+            )
+        self.layers = tuple(layers)
+        self.activation = activation
+        self.final_activation = final_activation
+        self.use_bias = bool(use_bias)
+        self.use_final_bias = bool(use_final_bias)
+        self.in_size = in_size
+        self.out_size = out_size
+        self.width_size = width_size
+        self.depth = depth
+        self.scan = bool(scan)
+
+    def __call__(
+        self, x: Float[Array, " in_size"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " out_size"]:
+        """**Arguments:**
+
+        - `x`: an array of shape `(in_size,)` (or `()` if `in_size="scalar"`).
+        - `key`: ignored. (Keyword only.)
+
+        **Returns:**
+
+        An array of shape `(out_size,)` (or `()` if `out_size="scalar"`).
+        """
+        del key
+        expected = () if self.in_size == "scalar" else (self.in_size,)
+        check_input(x, expected, layer_name(self, "in_size", "out_size"))
+        *hidden, last = self.layers
+        if self.scan and self.depth > 0:
+            first, stacked = hidden
+            x = self.activation(first(x))
+
+            def step(h: Array, layer: Linear) -> tuple[Array, None]:
+                return self.activation(layer(h)), None
+
+            x, _ = jax.lax.scan(step, x, stacked)
+        else:
+            for layer in hidden:
+                x = self.activation(layer(x))
+        return self.final_activation(last(jnp.asarray(x)))

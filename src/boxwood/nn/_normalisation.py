@@ -1,0 +1,294 @@
+"""`LayerNorm`, `RMSNorm`, `GroupNorm`.
+
+Statistics are computed in at least float32 (a `bfloat16`/`float16` input is promoted,
+normalised, and cast back), so low-precision models keep stable normalisation.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._module import Module, field
+from ._checks import check_input, layer_name
+from ._misc import as_shape, compute_dtype, resolve_dtype
+
+# (An alias: the string `"channels *spatial"` inside an annotation would be read by
+# linters as the Python expression `channels * spatial`.)
+_ChannelsFirst = Float[Array, "channels *spatial"]
+_NO_STATE = object()
+
+
+def _with_state(out: Array, state: Any) -> Any:
+    return out if state is _NO_STATE else (out, state)
+
+
+def _affine(out: Array, weight: Array | None, bias: Array | None) -> Array:
+    if weight is not None:
+        out = out * weight.astype(out.dtype)
+    if bias is not None:
+        out = out + bias.astype(out.dtype)
+    return out
+
+
+def _check_eps(eps: Any, name: str) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise ValueError(f"{name}: `eps` must be a non-negative float, got {eps!r}.")
+    return float(eps)
+
+
+class LayerNorm(Module):
+    """Normalises its whole input to mean 0 and variance 1, then optionally applies
+    an elementwise affine map: `(x - mean) / sqrt(var + eps) * weight + bias`.
+
+    Same signature as `equinox.nn.LayerNorm`; the input's shape must equal `shape`
+    (as `torch.nn.LayerNorm(shape)` on one example). The variance is the biased
+    (population) variance, as in PyTorch. To normalise over only the trailing axes,
+    `jax.vmap` over the leading ones.
+
+    >>> import boxwood.nn, jax.numpy as jnp
+    >>> boxwood.nn.LayerNorm(2)(jnp.array([1.0, 3.0])).round(3)
+    Array([-1.,  1.], dtype=float32)
+    """
+
+    weight: Float[Array, "*shape"] | None
+    bias: Float[Array, "*shape"] | None
+    shape: tuple[int, ...] = field(static=True)
+    eps: float = field(static=True)
+    use_weight: bool = field(static=True)
+    use_bias: bool = field(static=True)
+
+    def __init__(
+        self,
+        shape: int | Sequence[int],
+        eps: float = 1e-5,
+        use_weight: bool = True,
+        use_bias: bool = True,
+        dtype: Any = None,
+    ):
+        """**Arguments:**
+
+        - `shape`: the shape of the input (an int means `(shape,)`).
+        - `eps`: added to the variance for numerical stability.
+        - `use_weight`: whether to learn an elementwise scale (initialised to 1).
+        - `use_bias`: whether to learn an elementwise shift (initialised to 0).
+        - `dtype`: dtype of the weight and bias. Defaults to `float32`.
+        """
+        self.shape = as_shape(shape, "LayerNorm")
+        self.eps = _check_eps(eps, "LayerNorm")
+        dtype = resolve_dtype(dtype, "LayerNorm")
+        self.use_weight = bool(use_weight)
+        self.use_bias = bool(use_bias)
+        self.weight = jnp.ones(self.shape, dtype) if use_weight else None
+        self.bias = jnp.zeros(self.shape, dtype) if use_bias else None
+
+    def __call__(
+        self,
+        x: Float[Array, "*shape"],
+        state: Any = _NO_STATE,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Any:
+        """**Arguments:**
+
+        - `x`: an array of shape `shape`.
+        - `state`: optional; passed through unchanged, so that the layer can be
+            swapped with [`boxwood.nn.BatchNorm`][] (`y, state = norm(x, state)`).
+        - `key`: ignored. (Keyword only.)
+
+        **Returns:**
+
+        An array of the same shape and dtype as `x`; or `(output, state)` if `state`
+        was given.
+        """
+        del key
+        check_input(x, self.shape, layer_name(self, "shape"))
+        x = jnp.asarray(x)
+        dtype = x.dtype
+        x = x.astype(compute_dtype(dtype))
+        mean = jnp.mean(x)
+        var = jnp.maximum(jnp.var(x), 0.0)
+        out = (x - mean) * jax.lax.rsqrt(var + self.eps)
+        return _with_state(_affine(out, self.weight, self.bias).astype(dtype), state)
+
+
+class RMSNorm(Module):
+    """Rescales its input by its root mean square, then optionally applies an
+    elementwise affine map: `x / sqrt(mean(x**2) + eps) * weight + bias`.
+
+    Same arguments as `equinox.nn.RMSNorm`, but `use_bias` defaults to `False`, so
+    that the default layer is `torch.nn.RMSNorm` (which has no bias). Unlike
+    PyTorch, whose default `eps=None` means the dtype's machine epsilon, `eps`
+    defaults to `1e-5`.
+    """
+
+    weight: Float[Array, "*shape"] | None
+    bias: Float[Array, "*shape"] | None
+    shape: tuple[int, ...] = field(static=True)
+    eps: float = field(static=True)
+    use_weight: bool = field(static=True)
+    use_bias: bool = field(static=True)
+
+    def __init__(
+        self,
+        shape: int | Sequence[int],
+        eps: float = 1e-5,
+        use_weight: bool = True,
+        use_bias: bool = False,
+        dtype: Any = None,
+    ):
+        """**Arguments:**
+
+        - `shape`: the shape of the input (an int means `(shape,)`).
+        - `eps`: added to the mean square for numerical stability.
+        - `use_weight`: whether to learn an elementwise scale (initialised to 1).
+        - `use_bias`: whether to learn an elementwise shift (initialised to 0).
+        - `dtype`: dtype of the weight and bias. Defaults to `float32`.
+        """
+        self.shape = as_shape(shape, "RMSNorm")
+        self.eps = _check_eps(eps, "RMSNorm")
+        dtype = resolve_dtype(dtype, "RMSNorm")
+        self.use_weight = bool(use_weight)
+        self.use_bias = bool(use_bias)
+        self.weight = jnp.ones(self.shape, dtype) if use_weight else None
+        self.bias = jnp.zeros(self.shape, dtype) if use_bias else None
+
+    def __call__(
+        self,
+        x: Float[Array, "*shape"],
+        state: Any = _NO_STATE,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Any:
+        """**Arguments:**
+
+        - `x`: an array of shape `shape`.
+        - `state`: optional; passed through unchanged, so that the layer can be
+            swapped with [`boxwood.nn.BatchNorm`][] (`y, state = norm(x, state)`).
+        - `key`: ignored. (Keyword only.)
+
+        **Returns:**
+
+        An array of the same shape and dtype as `x`; or `(output, state)` if `state`
+        was given.
+        """
+        del key
+        check_input(x, self.shape, layer_name(self, "shape"))
+        x = jnp.asarray(x)
+        dtype = x.dtype
+        x = x.astype(compute_dtype(dtype))
+        out = x * jax.lax.rsqrt(jnp.mean(jnp.square(x)) + self.eps)
+        return _with_state(_affine(out, self.weight, self.bias).astype(dtype), state)
+
+
+class GroupNorm(Module):
+    """Splits the channels (first axis) into `groups` groups and normalises each group
+    to mean 0 and variance 1, then optionally applies a per-channel affine map.
+
+    Same signature as `equinox.nn.GroupNorm`; on an input of shape
+    `(channels, *spatial)` it computes what `torch.nn.GroupNorm` computes on one
+    example.
+    """
+
+    weight: Float[Array, " channels"] | None
+    bias: Float[Array, " channels"] | None
+    groups: int = field(static=True)
+    channels: int | None = field(static=True)
+    eps: float = field(static=True)
+    channelwise_affine: bool = field(static=True)
+
+    def __init__(
+        self,
+        groups: int,
+        channels: int | None = None,
+        eps: float = 1e-5,
+        channelwise_affine: bool = True,
+        dtype: Any = None,
+    ):
+        """**Arguments:**
+
+        - `groups`: the number of groups; must divide the number of channels.
+        - `channels`: the number of channels. May be `None` only if
+            `channelwise_affine=False`.
+        - `eps`: added to the variance for numerical stability.
+        - `channelwise_affine`: whether to learn a per-channel scale (initialised to
+            1) and shift (initialised to 0).
+        - `dtype`: dtype of the weight and bias. Defaults to `float32`.
+        """
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
+            raise ValueError(
+                f"GroupNorm: `groups` must be a positive int, got {groups!r}."
+            )
+        if channels is not None and channels % groups != 0:
+            raise ValueError(
+                f"GroupNorm: `groups={groups}` must divide `channels={channels}`."
+            )
+        if channels is None and channelwise_affine:
+            raise ValueError(
+                "GroupNorm: `channels` must be given when `channelwise_affine=True` "
+                "(the affine parameters have one entry per channel)."
+            )
+        dtype = resolve_dtype(dtype, "GroupNorm")
+        self.groups = groups
+        self.channels = channels
+        self.eps = _check_eps(eps, "GroupNorm")
+        self.channelwise_affine = bool(channelwise_affine)
+        self.weight = jnp.ones(channels, dtype) if channelwise_affine else None
+        self.bias = jnp.zeros(channels, dtype) if channelwise_affine else None
+
+    def _check(self, x: Any) -> None:
+        shape = jnp.shape(x)
+        c = shape[0] if shape else None
+        if c is not None and self.channels is None and c % self.groups == 0:
+            return
+        if c is not None and c == self.channels:
+            return
+        name = layer_name(self, "groups", "channels")
+        want = "channels" if self.channels is None else self.channels
+        extra = (
+            ""
+            if self.channels is not None
+            else f", channels divisible by {self.groups}"
+        )
+        raise ValueError(
+            f"{name}: expected input of shape ({want}, *spatial){extra}, got {shape}."
+        )
+
+    def __call__(
+        self,
+        x: _ChannelsFirst,
+        state: Any = _NO_STATE,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Any:
+        """**Arguments:**
+
+        - `x`: an array of shape `(channels, *spatial)`.
+        - `state`: optional; passed through unchanged, so that the layer can be
+            swapped with [`boxwood.nn.BatchNorm`][] (`y, state = norm(x, state)`).
+        - `key`: ignored. (Keyword only.)
+
+        **Returns:**
+
+        An array of the same shape and dtype as `x`; or `(output, state)` if `state`
+        was given.
+        """
+        del key
+        self._check(x)
+        x = jnp.asarray(x)
+        dtype = x.dtype
+        shape = x.shape
+        y = x.astype(compute_dtype(dtype)).reshape(self.groups, -1)
+        mean = jnp.mean(y, axis=1, keepdims=True)
+        var = jnp.maximum(jnp.var(y, axis=1, keepdims=True), 0.0)
+        out = ((y - mean) * jax.lax.rsqrt(var + self.eps)).reshape(shape)
+        if self.channelwise_affine:
+            spatial = (1,) * (len(shape) - 1)
+            out = _affine(
+                out,
+                self.weight.reshape(shape[0], *spatial),  # type: ignore[union-attr]
+                self.bias.reshape(shape[0], *spatial),  # type: ignore[union-attr]
+            )
+        return _with_state(out.astype(dtype), state)

@@ -1,0 +1,94 @@
+"""`RotaryPositionalEmbedding` (RoPE)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._module import Module, field
+from ._checks import check_input, layer_name
+from ._misc import resolve_dtype
+
+
+def _cos_sin(seq_len: int, size: int, theta: float, dtype: Any) -> tuple[Array, Array]:
+    """`cos`/`sin` of the angles `t * theta**(-2j/size)`, shape `(seq_len, size//2)`."""
+    angle_dtype = jnp.float64 if dtype == jnp.float64 else jnp.float32
+    exponents = jnp.arange(0, size, 2, dtype=angle_dtype) / size
+    freqs = 1.0 / (theta**exponents)
+    angles = jnp.arange(seq_len, dtype=angle_dtype)[:, None] * freqs[None, :]
+    return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
+
+
+class RotaryPositionalEmbedding(Module):
+    r"""Rotary positional embedding (RoFormer, Su et al. 2021).
+
+    Same signature and rotation convention as `equinox.nn.RotaryPositionalEmbedding`
+    (the "rotate half" convention of GPT-NeoX and Hugging Face's Llama): with
+    $d$ = `embedding_size` and $j < d/2$, the pair of channels $(j, j + d/2)$ at
+    position $t$ is rotated by the angle $t\,\theta^{-2j/d}$:
+
+    $$y_j = x_j \cos(t\omega_j) - x_{j+d/2}\sin(t\omega_j),\qquad
+    y_{j+d/2} = x_{j+d/2}\cos(t\omega_j) + x_j\sin(t\omega_j).$$
+
+    Apply it to the query and key heads of a [`boxwood.nn.MultiheadAttention`][]
+    through its `process_heads` argument, vmapping over the heads axis:
+
+    ```python
+    rope = boxwood.nn.RotaryPositionalEmbedding(qk_size)
+
+    def process_heads(q, k, v):
+        q = jax.vmap(rope, in_axes=1, out_axes=1)(q)
+        k = jax.vmap(rope, in_axes=1, out_axes=1)(k)
+        return q, k, v
+    ```
+    """
+
+    embedding_size: int = field(static=True)
+    theta: float = field(static=True)
+    dtype: Any = field(static=True)
+
+    def __init__(self, embedding_size: int, theta: float = 10_000.0, dtype: Any = None):
+        """**Arguments:**
+
+        - `embedding_size`: the number of channels; must be even and non-negative.
+        - `theta`: the base of the frequencies (10000 in the paper). Larger values
+          rotate more slowly.
+        - `dtype`: dtype of the cosine and sine tables; defaults to float32 (float64
+          in x64 mode). The output always has the input's dtype.
+        """
+        if embedding_size < 0 or embedding_size % 2 != 0:
+            raise ValueError(
+                "RotaryPositionalEmbedding: `embedding_size` must be even and "
+                f"non-negative, got {embedding_size}."
+            )
+        self.embedding_size = embedding_size
+        self.theta = float(theta)
+        self.dtype = resolve_dtype(dtype, "RotaryPositionalEmbedding")
+
+    def __call__(
+        self,
+        x: Float[Array, "seq_len embedding_size"],
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "seq_len embedding_size"]:
+        """**Arguments:**
+
+        - `x`: shape `(seq_len, embedding_size)`; row `t` is position `t`.
+        - `key`: ignored.
+
+        **Returns:** the rotated `x`, same shape and dtype.
+        """
+        name = layer_name(self, "embedding_size")
+        check_input(x, ("seq_len", self.embedding_size), name)
+        seq_len, half = x.shape[0], self.embedding_size // 2
+        with jax.ensure_compile_time_eval():
+            cos, sin = _cos_sin(seq_len, self.embedding_size, self.theta, self.dtype)
+        first, second = x[:, :half], x[:, half:]
+        with jax.numpy_dtype_promotion("standard"):
+            out = jnp.concatenate(
+                [first * cos - second * sin, second * cos + first * sin], axis=-1
+            )
+        return out.astype(x.dtype)

@@ -1,0 +1,111 @@
+import math
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import boxwood
+import boxwood.nn as nn
+
+
+def test_shapes_and_values(getkey):
+    linear = nn.Linear(3, 4, key=getkey())
+    x = jr.normal(getkey(), (3,))
+    y = linear(x)
+    assert y.shape == (4,)
+    np.testing.assert_allclose(y, linear.weight @ x + linear.bias, rtol=1e-6)
+
+
+def test_no_bias(getkey):
+    linear = nn.Linear(3, 4, use_bias=False, key=getkey())
+    assert linear.bias is None
+    x = jr.normal(getkey(), (3,))
+    np.testing.assert_allclose(linear(x), linear.weight @ x, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "i, o, xshape, yshape",
+    [("scalar", 3, (), (3,)), (3, "scalar", (3,), ()), ("scalar", "scalar", (), ())],
+)
+def test_scalar_features(getkey, i, o, xshape, yshape):
+    linear = nn.Linear(i, o, key=getkey())
+    n_in = 1 if i == "scalar" else i
+    n_out = 1 if o == "scalar" else o
+    assert linear.weight.shape == (n_out, n_in)
+    y = linear(jnp.ones(xshape))
+    assert y.shape == yshape
+    expected = linear.weight.sum(axis=1) + linear.bias
+    np.testing.assert_allclose(jnp.reshape(y, (-1,)), expected, rtol=1e-6)
+
+
+def test_init_within_pytorch_bounds(getkey):
+    linear = nn.Linear(16, 64, key=getkey())
+    bound = 1 / math.sqrt(16)
+    assert jnp.all(jnp.abs(linear.weight) <= bound)
+    assert jnp.all(jnp.abs(linear.bias) <= bound)
+    # Uniform over the whole interval, not a narrower one.
+    assert jnp.max(jnp.abs(linear.weight)) > 0.9 * bound
+    assert abs(float(jnp.std(linear.weight)) - bound / math.sqrt(3)) < 0.02
+
+
+def test_vmap(getkey):
+    linear = nn.Linear(3, 2, key=getkey())
+    xs = jr.normal(getkey(), (5, 3))
+    ys = jax.vmap(linear)(xs)
+    assert ys.shape == (5, 2)
+    np.testing.assert_allclose(ys[2], linear(xs[2]), rtol=1e-6)
+
+
+def test_jit_and_pytree(getkey):
+    linear = nn.Linear(3, 2, key=getkey())
+    leaves = jax.tree_util.tree_leaves(linear)
+    assert len(leaves) == 2 and all(boxwood.is_array(leaf) for leaf in leaves)
+    x = jnp.ones(3)
+    out = jax.jit(lambda m, x: m(x))(linear, x)
+    np.testing.assert_allclose(out, linear(x), rtol=1e-6)
+    out = jax.jit(nn.Linear.__call__)(linear, x)
+    np.testing.assert_allclose(out, linear(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_dtype(getkey, dtype):
+    linear = nn.Linear(3, 2, dtype=dtype, key=getkey())
+    assert linear.weight.dtype == dtype and linear.bias.dtype == dtype
+    y = linear(jnp.ones(3, dtype))
+    assert y.dtype == dtype
+    assert jnp.all(jnp.isfinite(y))
+
+
+def test_shape_errors(getkey):
+    linear = nn.Linear(3, 2, key=getkey())
+    with pytest.raises(
+        ValueError,
+        match=r"Linear\(in_features=3\): expected input of shape \(3,\), got \(4,\)\.",
+    ):
+        linear(jnp.ones(4))
+    with pytest.raises(ValueError, match=r"got \(2, 3\)"):
+        linear(jnp.ones((2, 3)))
+    scalar = nn.Linear("scalar", 2, key=getkey())
+    with pytest.raises(
+        ValueError,
+        match=r"Linear\(in_features='scalar'\): expected input of shape \(\), got \(1,\)",
+    ):
+        scalar(jnp.ones(1))
+
+
+def test_construction_errors(getkey):
+    with pytest.raises(ValueError, match="`in_features` must be a non-negative int"):
+        nn.Linear(-1, 2, key=getkey())
+    with pytest.raises(ValueError, match="`out_features`"):
+        nn.Linear(2, "vector", key=getkey())
+    with pytest.raises(TypeError, match="`dtype` must be a floating-point"):
+        nn.Linear(2, 2, dtype=jnp.int32, key=getkey())
+
+
+def test_identity():
+    identity = nn.Identity(1, 2, foo=3)
+    x = {"a": jnp.ones(2)}
+    assert identity(x, key=None) is x
+    assert jax.tree_util.tree_leaves(identity) == []

@@ -1,0 +1,160 @@
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import boxwood
+import boxwood.nn as nn
+
+
+def test_layernorm_values(getkey):
+    norm = nn.LayerNorm((2, 3))
+    assert norm.weight.shape == norm.bias.shape == (2, 3)
+    np.testing.assert_array_equal(norm.weight, 1.0)
+    np.testing.assert_array_equal(norm.bias, 0.0)
+    x = jr.normal(getkey(), (2, 3)) * 4 + 1
+    y = norm(x)
+    assert abs(float(y.mean())) < 1e-5
+    assert abs(float(y.var()) - 1) < 1e-3
+    norm = nn.LayerNorm(3, use_weight=False, use_bias=False)
+    assert norm.weight is None and norm.bias is None
+    x = jnp.array([1.0, 2.0, 6.0])
+    expected = (x - 3.0) / jnp.sqrt(x.var() + 1e-5)
+    np.testing.assert_allclose(norm(x), expected, rtol=1e-6)
+
+
+def test_layernorm_affine(getkey):
+    norm = nn.LayerNorm(4)
+    weight = jr.normal(getkey(), (4,))
+    bias = jr.normal(getkey(), (4,))
+    norm = boxwood.tree_at(lambda n: (n.weight, n.bias), norm, (weight, bias))
+    x = jr.normal(getkey(), (4,))
+    plain = nn.LayerNorm(4, use_weight=False, use_bias=False)(x)
+    np.testing.assert_allclose(norm(x), plain * weight + bias, rtol=1e-5, atol=1e-6)
+
+
+def test_rmsnorm_values(getkey):
+    norm = nn.RMSNorm(3)
+    assert norm.bias is None and norm.use_bias is False
+    x = jnp.array([1.0, -2.0, 2.0])
+    np.testing.assert_allclose(norm(x), x / jnp.sqrt(3.0 + 1e-5), rtol=1e-6)
+    with_bias = nn.RMSNorm(3, use_bias=True)
+    np.testing.assert_array_equal(with_bias.bias, jnp.zeros(3))
+
+
+def test_groupnorm_values(getkey):
+    norm = nn.GroupNorm(2, 4)
+    x = jr.normal(getkey(), (4, 5))
+    y = norm(x)
+    for g in range(2):
+        group = x[2 * g : 2 * g + 2]
+        expected = (group - group.mean()) / jnp.sqrt(group.var() + 1e-5)
+        np.testing.assert_allclose(y[2 * g : 2 * g + 2], expected, rtol=1e-5, atol=1e-6)
+    # channels may be omitted without affine parameters
+    free = nn.GroupNorm(2, channelwise_affine=False)
+    assert free.weight is None
+    np.testing.assert_allclose(free(x), y, rtol=1e-6)
+    assert free(jnp.ones((6,))).shape == (6,)
+
+
+def test_groupnorm_per_channel_affine(getkey):
+    norm = nn.GroupNorm(1, 3)
+    w = jnp.array([1.0, 2.0, 3.0])
+    norm = boxwood.tree_at(lambda n: n.weight, norm, w)
+    x = jr.normal(getkey(), (3, 2, 2))
+    base = nn.GroupNorm(1, 3, channelwise_affine=False)(x)
+    np.testing.assert_allclose(norm(x), base * w[:, None, None], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (lambda dt: nn.LayerNorm((3, 4), dtype=dt), (3, 4)),
+        (lambda dt: nn.RMSNorm(4, dtype=dt), (4,)),
+        (lambda dt: nn.GroupNorm(2, 4, dtype=dt), (4, 3)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_low_precision(getkey, make, shape, dtype):
+    norm = make(dtype)
+    assert all(leaf.dtype == dtype for leaf in jax.tree_util.tree_leaves(norm))
+    x = (jr.normal(getkey(), shape) * 100 + 500).astype(dtype)
+    y = norm(x)
+    assert y.dtype == dtype and jnp.all(jnp.isfinite(y))
+    # float32 statistics: matches the float32 computation to bf16/f16 precision
+    ref = make(jnp.float32)(x.astype(jnp.float32))
+    np.testing.assert_allclose(y.astype(jnp.float32), ref, atol=0.05)
+
+
+def test_vmap_and_jit(getkey):
+    xs = jr.normal(getkey(), (5, 2, 3))
+    rms = nn.RMSNorm(3)
+    ys = jax.vmap(jax.vmap(rms))(xs)  # normalise over the last axis only
+    np.testing.assert_allclose(ys[1, 0], rms(xs[1, 0]), rtol=1e-5, atol=1e-6)
+    norm = nn.LayerNorm((2, 3))
+    ys = jax.jit(lambda n, xs: jax.vmap(n)(xs))(norm, xs)
+    np.testing.assert_allclose(ys[3], norm(xs[3]), rtol=1e-5, atol=1e-6)
+    gn = nn.GroupNorm(1, 2)
+    ys = jax.jit(lambda n, xs: jax.vmap(n)(xs))(gn, xs)
+    np.testing.assert_allclose(ys[3], gn(xs[3]), rtol=1e-5, atol=1e-6)
+
+
+def test_static_config():
+    norm = nn.LayerNorm(3, eps=1e-3)
+    assert len(jax.tree_util.tree_leaves(norm)) == 2
+    other = nn.LayerNorm(3, eps=1e-4)
+    assert jax.tree_util.tree_structure(norm) != jax.tree_util.tree_structure(other)
+
+
+def test_shape_errors():
+    with pytest.raises(
+        ValueError,
+        match=r"LayerNorm\(shape=\(2, 3\)\): expected input of shape \(2, 3\), got \(3, 2\)",
+    ):
+        nn.LayerNorm((2, 3))(jnp.ones((3, 2)))
+    with pytest.raises(
+        ValueError,
+        match=r"RMSNorm\(shape=\(4,\)\): expected input of shape \(4,\), got \(2, 4\)",
+    ):
+        nn.RMSNorm(4)(jnp.ones((2, 4)))
+    with pytest.raises(
+        ValueError,
+        match=r"GroupNorm\(groups=2, channels=4\): expected input of shape "
+        r"\(4, \*spatial\), got \(3, 5\)",
+    ):
+        nn.GroupNorm(2, 4)(jnp.ones((3, 5)))
+    with pytest.raises(ValueError, match=r"GroupNorm.*got \(\)"):
+        nn.GroupNorm(2, 4)(jnp.float32(1.0))
+    with pytest.raises(ValueError, match=r"channels divisible by 2, got \(3, 5\)"):
+        nn.GroupNorm(2, channelwise_affine=False)(jnp.ones((3, 5)))
+
+
+def test_construction_errors():
+    with pytest.raises(ValueError, match=r"`groups=3` must divide `channels=4`"):
+        nn.GroupNorm(3, 4)
+    with pytest.raises(ValueError, match="`channels` must be given"):
+        nn.GroupNorm(2)
+    with pytest.raises(ValueError, match="`groups` must be a positive int"):
+        nn.GroupNorm(0, 4)
+    with pytest.raises(ValueError, match="`eps` must be a non-negative float"):
+        nn.LayerNorm(3, eps=-1.0)
+    with pytest.raises(ValueError, match="`shape` must not be negative"):
+        nn.RMSNorm(-2)
+    with pytest.raises(TypeError, match="`shape` must be an int or a sequence"):
+        nn.LayerNorm("abc")
+
+
+def test_state_passthrough():
+    """`y, state = norm(x, state)`, as for BatchNorm (so the two are swappable)."""
+    state = {"anything": jnp.ones(2)}
+    cases = [
+        (nn.LayerNorm(3), (3,)),
+        (nn.RMSNorm(3), (3,)),
+        (nn.GroupNorm(1, 3), (3, 2)),
+    ]
+    for norm, shape in cases:
+        x = jnp.arange(float(np.prod(shape))).reshape(shape)
+        y, out_state = norm(x, state)
+        assert out_state is state
+        np.testing.assert_array_equal(y, norm(x))
