@@ -89,15 +89,21 @@ class _JitWrapper:
         binds like a method when used as a class attribute."""
         store = self._store
         fun_dyn = self._fun_dyn
-        plans = store.plans
+        has_fun_dyn = bool(store.fun_dyn_idx)
+        pos_plans = store.plans
+        kw_plans = store.kw_plans
         except_first = self._except_first
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            leaves, treedef = _flatten((args, kwargs))
+            if kwargs:
+                leaves, treedef = _flatten((args, kwargs))
+                plan = kw_plans.get(treedef)
+            else:
+                leaves, treedef = _flatten(args)
+                plan = pos_plans.get(treedef)
             types = tuple(map(type, leaves))
-            plan = plans.get(treedef)
             if plan is None or plan.types != types:
-                plan = self._plan(treedef, types, leaves)
+                plan = self._plan(treedef, types, leaves, bool(kwargs))
             if plan.get_statics is None:
                 entry = plan.only or self._entry(plan, (), args, kwargs)
                 dyn = leaves
@@ -117,8 +123,10 @@ class _JitWrapper:
                 if except_first:
                     k = plan.n_first
                     result = entry.jitted(fun_dyn, dyn[:k], dyn[k:])
-                else:
+                elif has_fun_dyn:
                     result = entry.jitted(fun_dyn, dyn)
+                else:
+                    result = entry.jitted(dyn)
                 traced = store.traces - traces
             if traced:
                 self._after_trace(traced, args, kwargs, plan)
@@ -142,8 +150,10 @@ class _JitWrapper:
             if self._except_first:
                 k = plan.n_first
                 result = entry.jitted(self._fun_dyn, dyn[:k], dyn[k:])
-            else:
+            elif store.fun_dyn_idx:
                 result = entry.jitted(self._fun_dyn, dyn)
+            else:
+                result = entry.jitted(dyn)
             entry.cold = False
             return result, store.traces - traces
 
@@ -159,14 +169,14 @@ class _JitWrapper:
         if self._donate.startswith("warn"):
             _warn_undonated(self, args, kwargs, plan)
 
-    def _plan(self, treedef: Any, types: tuple, leaves: list) -> _Plan:
+    def _plan(self, treedef: Any, types: tuple, leaves: list, kw: bool) -> _Plan:
         store = self._store
         with store.lock:
-            plan = store.plan_variants.get((treedef, types))
+            plan = store.plan_variants.get((kw, treedef, types))
             if plan is None:
-                plan = _Plan(treedef, types, leaves)
-                store.plan_variants[(treedef, types)] = plan
-            store.plans[treedef] = plan
+                plan = _Plan(treedef, types, leaves, kw)
+                store.plan_variants[(kw, treedef, types)] = plan
+            (store.kw_plans if kw else store.plans)[treedef] = plan
         return plan
 
     def _entry(self, plan: _Plan, statics: tuple, args, kwargs) -> _Entry:
@@ -187,10 +197,17 @@ class _JitWrapper:
         wrapper = weakref.ref(self)
         entry_ref = weakref.ref(entry)
 
-        def inner(fun_dyn, *groups):
+        def inner(*groups):
+            if self._except_first or store.fun_dyn_idx:
+                fun_dyn, *groups = groups
+            else:
+                fun_dyn = ()
             dyn = groups[0] if len(groups) == 1 else [*groups[0], *groups[1]]
             leaves = _merge(plan.n, plan.dyn_idx, dyn, plan.static_idx, statics)
-            args, kwargs = plan.treedef.unflatten(leaves)
+            if plan.kw:
+                args, kwargs = plan.treedef.unflatten(leaves)
+            else:
+                args, kwargs = plan.treedef.unflatten(leaves), {}
             _on_trace(wrapper(), store, args, kwargs)
             store.tracing += 1
             try:
@@ -213,7 +230,8 @@ class _JitWrapper:
         inner.__name__ = self.__qualname__.rsplit(".", 1)[-1]
         donate = ()
         if self._donate != "none":
-            donate = (2,) if self._except_first else (1,)
+            # positions: (fun_dyn, first, rest) / (fun_dyn, dyn) / (dyn,)
+            donate = (2,) if self._except_first else (1,) if store.fun_dyn_idx else (0,)
         return jax.jit(inner, donate_argnums=donate, **self._jit_kwargs)
 
     # ------------------------------------------------------------- public API

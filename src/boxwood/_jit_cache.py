@@ -107,10 +107,13 @@ class _Plan:
 
     __slots__ = (
         "treedef", "types", "n", "dyn_idx", "static_idx", "get_dyn", "get_statics",
-        "n_first", "entries", "only",
+        "n_first", "entries", "only", "kw",
     )  # fmt: skip
 
-    def __init__(self, treedef: Any, types: tuple, leaves: list) -> None:
+    def __init__(self, treedef: Any, types: tuple, leaves: list, kw: bool) -> None:
+        # `kw`: the leaves are those of `(args, kwargs)`; otherwise of `args` alone
+        # (calls without keyword arguments skip flattening an empty dict).
+        self.kw = kw
         self.treedef = treedef
         self.types = types
         self.n = len(leaves)
@@ -120,7 +123,7 @@ class _Plan:
         self.get_dyn = _picker(self.dyn_idx) if self.dyn_idx else lambda leaves: ()
         self.get_statics = _picker(self.static_idx) if self.static_idx else None
         # Dynamic leaves of `args[0]` come first: how many there are (for donation).
-        args_def = treedef.children()[0]
+        args_def = treedef.children()[0] if kw else treedef
         first = (
             args_def.children()[0].num_leaves
             if args_def.num_leaves and args_def.children()
@@ -140,7 +143,8 @@ class _Store:
         self.fun_dyn_idx = fun_dyn_idx
         self.fun_static_idx = fun_static_idx
         self.fun_statics = fun_statics
-        self.plans: dict[Any, _Plan] = {}
+        self.plans: dict[Any, _Plan] = {}  # calls without keyword arguments
+        self.kw_plans: dict[Any, _Plan] = {}
         self.plan_variants: dict[tuple, _Plan] = {}
         self.lock = threading.RLock()
         self.traces = 0
@@ -158,6 +162,7 @@ class _Store:
     def clear(self) -> None:
         with self.lock:
             self.plans.clear()
+            self.kw_plans.clear()
             self.plan_variants.clear()
             self.records.clear()
             self.size = 0
