@@ -228,11 +228,24 @@ class _JitWrapper:
 
         inner.__qualname__ = self.__qualname__
         inner.__name__ = self.__qualname__.rsplit(".", 1)[-1]
-        donate = ()
+        return jax.jit(inner, **self._jit_options(store, plan))
+
+    def _jit_options(self, store: _Store, plan: _Plan) -> dict[str, Any]:
+        """Keyword arguments for the inner `jax.jit` of one plan.
+
+        This is the extension point for per-leaf options: the inner function takes
+        flat lists of arrays, in the order of `plan.dyn_idx`, so an option given as a
+        pytree prefix of the arguments (e.g. `in_shardings`) is broadcast over the
+        arguments' leaves and picked at `plan.dyn_idx` here.
+        """
+        options = dict(self._jit_kwargs)
         if self._donate != "none":
-            # positions: (fun_dyn, first, rest) / (fun_dyn, dyn) / (dyn,)
-            donate = (2,) if self._except_first else (1,) if store.fun_dyn_idx else (0,)
-        return jax.jit(inner, donate_argnums=donate, **self._jit_kwargs)
+            # argument positions: (fun_dyn, first, rest) / (fun_dyn, dyn) / (dyn,)
+            if self._except_first:
+                options["donate_argnums"] = (2,)
+            else:
+                options["donate_argnums"] = (1,) if store.fun_dyn_idx else (0,)
+        return options
 
     # ------------------------------------------------------------- public API
     def cache_info(self) -> CacheInfo:
