@@ -286,6 +286,17 @@ def test_rewrapping_the_same_function_reuses_compilation():
     assert count["n"] == 1
 
 
+def test_rewrapping_the_same_function_after_its_cache_died_does_not_warn():
+    def fun(x):
+        return x + 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(8):
+            bw.filter_jit(fun)(jnp.ones(1))
+            gc.collect()
+
+
 def test_rewrapping_fresh_functions_in_a_loop_warns_once():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -172,7 +172,8 @@ class _Store:
 # function's compiled code dies with the last wrapper that uses it.
 _STORES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _STORES_LOCK = threading.Lock()
-_WRAPS_AT_SITE: dict[tuple, int] = {}
+# call site -> (wraps of distinct function objects, weakref to the last function)
+_WRAPS_AT_SITE: dict[tuple, tuple[int, Any]] = {}
 
 MSG_CHURN = (
     "This line has wrapped {n} different function objects created from the same "
@@ -192,8 +193,16 @@ def _note_wrap(fun: Callable) -> None:
         return
     frame = sys._getframe(user_stacklevel() - 1)
     site = (frame.f_code.co_filename, frame.f_lineno, code)
+    try:
+        ref = weakref.ref(func)
+    except TypeError:
+        return
     with _STORES_LOCK:
-        n = _WRAPS_AT_SITE[site] = _WRAPS_AT_SITE.get(site, 0) + 1
+        n, last = _WRAPS_AT_SITE.get(site, (0, None))
+        if last is not None and last() is func:
+            return  # the same function again (its compiled code had been freed)
+        n += 1
+        _WRAPS_AT_SITE[site] = (n, ref)
     if n == _CHURN_THRESHOLD:
         where = f"{code.co_filename}:{code.co_firstlineno}"
         warnings.warn(
