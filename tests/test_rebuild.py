@@ -100,3 +100,21 @@ def test_builder_property(shape):
     tree = jax.tree_util.tree_map(lambda _: jnp.asarray(next(counter)), shape)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     assert same(compile_builder(treedef)(leaves), treedef.unflatten(leaves))
+
+
+def test_builder_with_constants_takes_only_the_other_leaves():
+    tree = {"a": [jnp.ones(1), "tag", jnp.zeros(2)], "b": Point(3, jnp.ones(3))}
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    constants = {i: x for i, x in enumerate(leaves) if not isinstance(x, jax.Array)}
+    dynamic = [x for x in leaves if isinstance(x, jax.Array)]
+    built = compile_builder(treedef, constants)(dynamic)
+    assert same(built, tree) and built["a"][1] == "tag" and built["b"].x == 3
+
+
+def test_deep_tree_fallback_with_constants():
+    tree = ["const", jnp.ones(1)]
+    for _ in range(100):
+        tree = [tree]
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    built = compile_builder(treedef, {0: "const"})([leaves[1]])
+    assert same(built, tree)

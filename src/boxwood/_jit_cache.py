@@ -49,7 +49,8 @@ class _Out:
         self.dyn_idx = dyn_idx
         self.static_idx = static_idx
         self.statics = statics
-        self.build = compile_builder(treedef)
+        # static outputs are built into the builder: it takes the arrays only
+        self.build = compile_builder(treedef, dict(zip(static_idx, statics)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Out) and self.key == other.key
@@ -57,11 +58,7 @@ class _Out:
     __hash__ = None  # type: ignore[assignment]
 
     def rebuild(self, dyn: list) -> Any:
-        if not self.static_idx:
-            return self.build(dyn)
-        return self.build(
-            _merge(self.n, self.dyn_idx, dyn, self.static_idx, self.statics)
-        )
+        return self.build(dyn)
 
 
 def _signature(leaves) -> tuple:
@@ -79,7 +76,7 @@ class _Entry:
 
     def __init__(self) -> None:
         self.cold = True  # no call has completed yet
-        self.fast_build = None  # output builder, when outputs are all arrays
+        self.fast_build = None  # output builder, unless it depends on input shapes
         self.jitted: Any = None
         self.out: _Out | None = None
         self.outs: dict[tuple, _Out] = {}
@@ -93,8 +90,7 @@ class _Entry:
             # The output structure depends on input shapes (e.g. `return x.shape[0]`):
             # from now on, calls pick the structure by their shapes.
             self.shape_sensitive = True
-        ok = not self.shape_sensitive and not self.out.static_idx
-        self.fast_build = self.out.build if ok else None
+        self.fast_build = None if self.shape_sensitive else self.out.build
 
     def output(self, fun_dyn: list, dyn: list, result: list) -> Any:
         if self.shape_sensitive:

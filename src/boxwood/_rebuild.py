@@ -44,7 +44,8 @@ def _is_module(cls: Any) -> bool:
 class _Emitter:
     """Writes the expression that builds one treedef from the leaf list `L`."""
 
-    def __init__(self) -> None:
+    def __init__(self, leaf_exprs: list[str]) -> None:
+        self.leaf_exprs = leaf_exprs  # the expression for each leaf position
         self.namespace: dict[str, Any] = {
             "_new": object.__new__, "_set": _set_dict, "_tnew": tuple.__new__,
         }  # fmt: skip
@@ -57,7 +58,7 @@ class _Emitter:
 
     def emit(self, td: Any, pos: int, depth: int) -> str:
         if td.num_nodes == 1 and td.num_leaves == 1:
-            return f"L[{pos}]"
+            return self.leaf_exprs[pos]
         if depth > _MAX_DEPTH:
             raise RecursionError
         typ, aux = td.node_data()
@@ -65,7 +66,8 @@ class _Emitter:
             return "None"
         known = typ in (list, tuple, dict) or _is_namedtuple(typ) or _is_module(typ)
         if not known:  # any other node type: its own treedef rebuilds the subtree
-            return f"{self.const(td)}.unflatten(L[{pos}:{pos + td.num_leaves}])"
+            leaves = ", ".join(self.leaf_exprs[pos : pos + td.num_leaves])
+            return f"{self.const(td)}.unflatten([{leaves}])"
         parts = []
         for child in td.children():
             parts.append(self.emit(child, pos, depth + 1))
@@ -95,14 +97,44 @@ class _Emitter:
         )
 
 
-def compile_builder(treedef: Any) -> Callable[[list], Any]:
-    """A function `leaves -> pytree` equivalent to `treedef.unflatten(leaves)`."""
-    emitter = _Emitter()
+def compile_builder(
+    treedef: Any, constants: dict[int, Any] | None = None
+) -> Callable[[list], Any]:
+    """A function `leaves -> pytree` equivalent to `treedef.unflatten(leaves)`.
+
+    With `constants` (leaf position -> value), those leaves are built into the
+    function and it takes only the other leaves, in order.
+    """
+    constants = constants or {}
+    emitter = _Emitter([])
+    dynamic = 0
+    for pos in range(treedef.num_leaves):
+        if pos in constants:
+            emitter.leaf_exprs.append(emitter.const(constants[pos]))
+        else:
+            emitter.leaf_exprs.append(f"L[{dynamic}]")
+            dynamic += 1
     try:
         expr = emitter.emit(treedef, 0, 0)
     except RecursionError:
-        return treedef.unflatten
+        return _merging_unflatten(treedef, constants)
     source = f"def build(L):\n    return {expr}\n"
     code = compile(source, f"<boxwood rebuild of {treedef.num_leaves} leaves>", "exec")
     exec(code, emitter.namespace)
     return emitter.namespace["build"]
+
+
+def _merging_unflatten(
+    treedef: Any, constants: dict[int, Any]
+) -> Callable[[list], Any]:
+    if not constants:
+        return treedef.unflatten
+
+    def build(dyn: list) -> Any:
+        it = iter(dyn)
+        n = treedef.num_leaves
+        return treedef.unflatten(
+            [constants[i] if i in constants else next(it) for i in range(n)]
+        )
+
+    return build
