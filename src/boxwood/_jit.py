@@ -218,9 +218,7 @@ class _JitWrapper:
             mask = [is_array(x) for x in out_leaves]
             dyn_idx = tuple(i for i, m in enumerate(mask) if m)
             static_idx = tuple(i for i, m in enumerate(mask) if not m)
-            record = _Out(
-                out_def, dyn_idx, static_idx, tuple(out_leaves[i] for i in static_idx)
-            )
+            record = _Out(out_def, static_idx, tuple(out_leaves[i] for i in static_idx))
             target = entry_ref()
             if target is not None:
                 target.record(_signature([*fun_dyn, *dyn]), record)

@@ -41,14 +41,10 @@ def _merge(n: int, dyn_idx, dyn, static_idx, statics) -> list:
 class _Out:
     """The output structure recorded when tracing, and its compiled builder."""
 
-    __slots__ = ("key", "n", "dyn_idx", "static_idx", "statics", "build")
+    __slots__ = ("key", "build")
 
-    def __init__(self, treedef: Any, dyn_idx: tuple, static_idx: tuple, statics: tuple):
-        self.key = (treedef, dyn_idx, static_idx, statics)
-        self.n = treedef.num_leaves
-        self.dyn_idx = dyn_idx
-        self.static_idx = static_idx
-        self.statics = statics
+    def __init__(self, treedef: Any, static_idx: tuple, statics: tuple):
+        self.key = (treedef, static_idx, statics)
         # static outputs are built into the builder: it takes the arrays only
         self.build = compile_builder(treedef, dict(zip(static_idx, statics)))
 
@@ -56,9 +52,6 @@ class _Out:
         return isinstance(other, _Out) and self.key == other.key
 
     __hash__ = None  # type: ignore[assignment]
-
-    def rebuild(self, dyn: list) -> Any:
-        return self.build(dyn)
 
 
 def _signature(leaves) -> tuple:
@@ -94,8 +87,8 @@ class _Entry:
 
     def output(self, fun_dyn: list, dyn: list, result: list) -> Any:
         if self.shape_sensitive:
-            return self.outs[_signature([*fun_dyn, *dyn])].rebuild(result)
-        return self.out.rebuild(result)
+            return self.outs[_signature([*fun_dyn, *dyn])].build(result)
+        return self.out.build(result)
 
 
 class _Plan:
