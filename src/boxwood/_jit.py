@@ -30,6 +30,7 @@ import jax
 
 from ._bound import as_pytree_function
 from ._filters import is_array
+from ._flat_cache import ARRAY_TOKEN, ARRAY_TYPE, RECORDS, lookup, remember
 from ._jit_cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._jit_diagnostics import (
     _PENDING_FILTER,
@@ -37,6 +38,7 @@ from ._jit_diagnostics import (
     _unhashable_error,
     _warn_undonated,
 )
+from ._module import Module
 
 _flatten = jax.tree_util.tree_flatten
 
@@ -70,6 +72,7 @@ class _JitWrapper:
         self._explain = explain
         self._jit_kwargs = jit_kwargs
         self._except_first = donate.endswith("except-first")
+        self._seen: set[int] = set()  # module arguments of the last slow call
         self._hits = 0
         self._misses = 0
         self._traces = 0
@@ -90,32 +93,57 @@ class _JitWrapper:
         store = self._store
         fun_dyn = self._fun_dyn
         has_fun_dyn = bool(store.fun_dyn_idx)
+        fast_plans = store.fast_plans
+        except_first = self._except_first
+        records = RECORDS
         pos_plans = store.plans
         kw_plans = store.kw_plans
-        except_first = self._except_first
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            if kwargs:
-                leaves, treedef = _flatten((args, kwargs))
-                plan = kw_plans.get(treedef)
-            else:
-                leaves, treedef = _flatten(args)
-                plan = pos_plans.get(treedef)
-            types = tuple(map(type, leaves))
-            if plan is None or plan.types != types:
-                plan = self._plan(treedef, types, leaves, bool(kwargs))
-            if plan.get_statics is None:
-                entry = plan.only or self._entry(plan, (), args, kwargs)
-                dyn = leaves
-            else:
-                statics = plan.get_statics(leaves)
-                try:
-                    entry = plan.entries.get(statics)
-                except TypeError:
-                    raise _unhashable_error(args, kwargs, plan) from None
-                if entry is None:
-                    entry = self._entry(plan, statics, args, kwargs)
-                dyn = plan.get_dyn(leaves)
+            entry = None
+            if fast_plans and not kwargs:
+                # Every argument an array or a remembered module (`_flat_cache.py`):
+                # no flatten, no treedef hash, no leaf-type check.
+                key = []
+                dyn = []
+                for a in args:
+                    if type(a) is ARRAY_TYPE:
+                        key.append(ARRAY_TOKEN)
+                        dyn.append(a)
+                        continue
+                    record = records.get(id(a))
+                    if record is None or record.ref() is not a:
+                        break
+                    key.append(record.token)
+                    dyn += record.leaves
+                else:
+                    plan = fast_plans.get(tuple(key))
+                    if plan is not None:
+                        entry = plan.only
+            if entry is None:
+                if kwargs:
+                    leaves, treedef = _flatten((args, kwargs))
+                    plan = kw_plans.get(treedef)
+                else:
+                    leaves, treedef = _flatten(args)
+                    plan = pos_plans.get(treedef)
+                types = tuple(map(type, leaves))
+                if plan is None or plan.types != types:
+                    plan = self._plan(treedef, types, leaves, bool(kwargs))
+                if plan.get_statics is None:
+                    entry = plan.only or self._entry(plan, (), args, kwargs)
+                    dyn = leaves
+                    if plan.fast is not False and not kwargs:
+                        self._note_fast(args, plan)
+                else:
+                    statics = plan.get_statics(leaves)
+                    try:
+                        entry = plan.entries.get(statics)
+                    except TypeError:
+                        raise _unhashable_error(args, kwargs, plan) from None
+                    if entry is None:
+                        entry = self._entry(plan, statics, args, kwargs)
+                    dyn = plan.get_dyn(leaves)
             if entry.cold or store.tracing:
                 result, traced = self._call_locked(entry, plan, dyn)
             else:
@@ -140,6 +168,36 @@ class _JitWrapper:
         return call
 
     # ------------------------------------------------------------- slow paths
+    def _note_fast(self, args: tuple, plan: _Plan) -> None:
+        """Give `plan` a fast-path key when every argument is an array or a module
+        that can be remembered. A module is remembered the second time it is seen,
+        so that a model that changes every call is not flattened twice."""
+        seen, self._seen = self._seen, set()
+        key: list | None = []
+        for a in args:
+            if type(a) is ARRAY_TYPE:
+                token = ARRAY_TOKEN
+            elif not isinstance(a, Module):
+                plan.fast = False  # structural: no call with this plan can be fast
+                return
+            elif (record := lookup(a)) is not None:
+                token = record.token
+            elif id(a) not in seen:
+                self._seen.add(id(a))
+                token = None
+            elif (record := remember(a)) is None:
+                plan.fast = False  # holds a list or non-array leaves: structural too
+                return
+            else:
+                token = record.token
+            if token is None:
+                key = None
+            elif key is not None:
+                key.append(token)
+        if key is not None and plan.only is not None:
+            self._store.fast_plans[tuple(key)] = plan
+            plan.fast = True
+
     def _call_locked(self, entry: _Entry, plan: _Plan, dyn: Any) -> tuple[Any, int]:
         """Call while holding the store's lock: used until an entry's first call has
         finished and while another thread is tracing, so that threads racing on a

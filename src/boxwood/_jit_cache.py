@@ -96,7 +96,7 @@ class _Plan:
 
     __slots__ = (
         "treedef", "types", "n", "dyn_idx", "static_idx", "get_dyn", "get_statics",
-        "n_first", "entries", "only", "kw",
+        "n_first", "entries", "only", "kw", "fast",
     )  # fmt: skip
 
     def __init__(self, treedef: Any, types: tuple, leaves: list, kw: bool) -> None:
@@ -121,6 +121,8 @@ class _Plan:
         self.n_first = sum(dyn_mask[:first])
         self.entries: dict[tuple, _Entry] = {}
         self.only: _Entry | None = None
+        # whether calls with this plan can take the fast path (None: not known yet)
+        self.fast: bool | None = None
 
 
 class _Store:
@@ -134,6 +136,7 @@ class _Store:
         self.fun_statics = fun_statics
         self.plans: dict[Any, _Plan] = {}  # calls without keyword arguments
         self.kw_plans: dict[Any, _Plan] = {}
+        self.fast_plans: dict[tuple, _Plan] = {}  # keys of `_flat_cache` tokens
         self.plan_variants: dict[tuple, _Plan] = {}
         self.lock = threading.RLock()
         self.traces = 0
@@ -152,6 +155,7 @@ class _Store:
         with self.lock:
             self.plans.clear()
             self.kw_plans.clear()
+            self.fast_plans.clear()
             self.plan_variants.clear()
             self.records.clear()
             self.size = 0
