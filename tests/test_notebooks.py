@@ -1,0 +1,32 @@
+"""Every notebook in notebooks/ runs from top to bottom without an error."""
+
+import pathlib
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOKS = sorted(
+    (pathlib.Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")
+)
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path):
+    notebook = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3").execute(
+        cwd=str(path.parent)
+    )
+    outputs = [
+        o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs
+    ]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    if path.name == "quickstart.ipynb":
+        assert "CacheInfo(hits=199, misses=1, traces=1, size=1)" in text
+        assert "args[2]: Python float 0.5 -> Python float 2.0" in text
