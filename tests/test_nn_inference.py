@@ -137,3 +137,33 @@ def test_filter_jit_once_per_mode(getkey):
     run(nn.inference_mode(model), x, key)
     assert len(traces) == 2
     assert jnp.allclose(out, model[0].linear(x) * 2.0)
+
+
+def test_inference_mode_flips_dropout_and_batch_norm_in_a_nested_model():
+    key = jax.random.key(0)
+    model, _ = nn.make_with_state(nn.Sequential)(
+        [
+            nn.Linear(3, 4, key=key),
+            nn.BatchNorm(4, axis_name="batch"),
+            nn.Dropout(0.3),
+            nn.Lambda(jax.nn.relu),
+        ]
+    )
+    flipped = nn.inference_mode(model)
+    flags = [getattr(layer, "inference", None) for layer in flipped.layers]
+    assert flags == [None, True, True, None]
+    assert [getattr(layer, "inference", None) for layer in model.layers] == [
+        None,
+        False,
+        False,
+        None,
+    ]
+    # nothing else changed: same leaves, and only the two flags differ in structure
+    assert all(
+        a is b
+        for a, b in zip(
+            jax.tree_util.tree_leaves(model), jax.tree_util.tree_leaves(flipped)
+        )
+    )
+    back = nn.inference_mode(flipped, False)
+    assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(model)
