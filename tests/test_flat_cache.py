@@ -1,15 +1,17 @@
-"""The identity cache of modules' flat forms (`boxwood._flat_cache`)."""
+"""Modules' remembered flat forms and the argument walk (`boxwood._flat_cache`)."""
 
-import gc
-import weakref
+import copy
+import pickle
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import boxwood as bw
 import boxwood._jit as jit_module
-from boxwood._flat_cache import RECORDS
+from boxwood._flat_cache import FLAT
 
 
 class Lin(bw.Module):
@@ -94,13 +96,167 @@ def test_modules_holding_lists_are_always_flattened(count_flattens):
     assert jnp.allclose(f(model, jnp.ones(3)), model(jnp.ones(3)))
 
 
-def test_records_die_with_their_module():
+def test_copies_and_pickles_do_not_carry_the_flat_form():
     f = bw.filter_jit(lambda m, x: m(x))
     model = net()
     f(model, jnp.ones(3))
     f(model, jnp.ones(3))
-    assert id(model) in RECORDS
-    ref, key = weakref.ref(model), id(model)
-    del model
-    gc.collect()
-    assert ref() is None and key not in RECORDS
+    assert FLAT in vars(model)
+    for other in (
+        copy.copy(model),
+        copy.deepcopy(model),
+        pickle.loads(pickle.dumps(model)),
+    ):
+        assert FLAT not in vars(other)
+        assert jnp.allclose(f(other, jnp.ones(3)), model(jnp.ones(3)))
+
+
+class AdamLike(NamedTuple):
+    count: jax.Array
+    mu: Net
+    nu: Net
+
+
+class Empty(NamedTuple):
+    pass
+
+
+@jax.numpy_dtype_promotion("standard")
+def test_training_loop_outputs_are_not_reflattened(count_flattens):
+    """What one step returns (the model, a tuple of NamedTuples holding modules, a
+    loss) is passed to the next step without flattening."""
+
+    @bw.filter_jit
+    def step(model, state, x, lr):
+        loss, grads = bw.filter_value_and_grad(lambda m: jnp.sum(m(x) ** 2))(model)
+        adam, empty = state
+        mu = jax.tree_util.tree_map(lambda m, g: 0.9 * m + g, adam.mu, grads)
+        model = jax.tree_util.tree_map(lambda p, m: p - lr * m, model, mu)
+        return model, (AdamLike(adam.count + 1, mu, adam.nu), empty), loss
+
+    def reference(model, state, x, lr, steps):
+        for _ in range(steps):
+            model, state, loss = step.__wrapped__(model, state, x, lr)
+        return model, state, loss
+
+    model = net(n=3)
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, model)
+    state = (AdamLike(jnp.array(0), zeros, zeros), Empty())
+    x = jnp.arange(3.0)
+    m, s = model, state
+    for _ in range(2):  # compiles (the second call: weak types settle)
+        m, s, _ = step(m, s, x, 0.1)
+    before, traces = count_flattens["n"], step.cache_info().traces
+    for _ in range(4):
+        m, s, loss = step(m, s, x, 0.1)
+    assert count_flattens["n"] == before
+    assert step.cache_info().traces == traces == 1  # the fast path passes what the slow path passed
+    ref = reference(model, state, x, 0.1, 6)
+    assert bw.tree_equal(
+        jax.tree_util.tree_map(np.asarray, (m, s, loss)),
+        jax.tree_util.tree_map(np.asarray, ref),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+    # a different Python scalar is a different static value: it compiles again
+    m2, _, _ = step(m, s, x, 0.5)
+    assert step.cache_info().traces == traces + 1
+    assert not bw.tree_equal(m2, step(m, s, x, 0.1)[0])
+
+
+def test_static_scalars_of_equal_value_but_other_type_are_told_apart():
+    f = bw.filter_jit(lambda m, x, k: (m(x), k))
+    model = net()
+    for k in (1, True, 1.0, 1, True):
+        for _ in range(2):
+            out, back = f(model, jnp.ones(3), k)
+            assert back is k
+    assert f.cache_info().traces == 3
+
+
+def test_a_modified_copy_of_a_remembered_module_is_not_confused_with_it():
+    f = bw.filter_jit(lambda m, x: (m, m(x)))
+    model, _ = f(net(), jnp.ones(3))  # returned by filter_jit: carries its flat form
+    assert FLAT in vars(model)
+    changed = bw.tree_at(lambda m: m.layers[1].weight, model, jnp.eye(3) * 5)
+    mapped = jax.tree_util.tree_map(lambda a: a * 2, model)
+    assert FLAT not in vars(changed) and FLAT not in vars(mapped)
+    for other in (changed, mapped, changed, mapped):
+        assert jnp.allclose(f(other, jnp.ones(3))[1], other(jnp.ones(3)))
+
+
+def test_nested_tuples_lists_and_none_take_the_fast_path(count_flattens):
+    f = bw.filter_jit(lambda pair, xs: pair[0](xs[0]) + xs[1])
+    model, _ = bw.filter_jit(lambda m: (m, 0))(net())
+    pair = (model, None)
+    for _ in range(2):
+        f(pair, [jnp.ones(3), jnp.ones(3)])
+    before = count_flattens["n"]
+    out = f(pair, [jnp.ones(3), 2 * jnp.ones(3)])
+    assert count_flattens["n"] == before
+    assert jnp.allclose(out, model(jnp.ones(3)) + 2.0)
+
+
+class Reversed(NamedTuple):
+    a: object
+    b: object
+
+
+jax.tree_util.register_pytree_node(
+    Reversed, lambda t: ((t.b, t.a), None), lambda _, c: Reversed(c[1], c[0])
+)
+
+
+def test_tuple_types_with_their_own_flatten_are_never_walked(count_flattens):
+    """A NamedTuple registered with a custom flatten (here: children reversed) is
+    left to the real flatten, so the arguments keep jax's order."""
+    f = bw.filter_jit(lambda t: t.a - t.b)
+    a, b = jnp.ones(2), jnp.full(2, 3.0)
+    for _ in range(3):
+        assert jnp.allclose(f(Reversed(a, b)), -2.0)
+    before = count_flattens["n"]
+    f(Reversed(a, b))
+    assert count_flattens["n"] == before + 1
+
+
+def test_outputs_holding_constants_are_not_remembered():
+    class Scaled(bw.Module):
+        layer: Lin
+        scale: float  # a dynamic field holding a Python float: a constant output
+
+    f = bw.filter_jit(lambda m: Scaled(m, 2.0))
+    out = f(net().layers[0])
+    assert FLAT not in vars(out) and out.scale == 2.0
+    g = bw.filter_jit(lambda s, x: s.layer(x) * s.scale)
+    for _ in range(3):
+        assert jnp.allclose(g(out, jnp.ones(3)), 2 * out.layer(jnp.ones(3)))
+
+
+def test_outputs_rebuilt_inside_an_outer_trace_stay_correct():
+    inner = bw.filter_jit(lambda m: jax.tree_util.tree_map(lambda a: a + 1, m))
+    apply = bw.filter_jit(lambda m, x: m(x))
+
+    @jax.jit
+    def outer(model, x):
+        m = inner(model)
+        return apply(m, x), apply(inner(m), x)
+
+    model = net()
+    a, b = outer(model, jnp.ones(3))
+    plus1 = jax.tree_util.tree_map(lambda a: a + 1, model)
+    plus2 = jax.tree_util.tree_map(lambda a: a + 2, model)
+    assert jnp.allclose(a, plus1(jnp.ones(3))) and jnp.allclose(b, plus2(jnp.ones(3)))
+
+
+def test_donated_fast_path_donates_the_right_buffers():
+    step = bw.filter_jit(
+        lambda x, m: jax.tree_util.tree_map(lambda a: a * 2, m),
+        donate="all-except-first",
+    )
+    model = net()
+    x = jnp.ones(3)
+    for _ in range(4):
+        old = jax.tree_util.tree_leaves(model)
+        model = step(x, model)
+        assert all(a.is_deleted() for a in old) and not x.is_deleted()
+    assert jnp.allclose(model.layers[0].weight, jnp.eye(3) * 16)

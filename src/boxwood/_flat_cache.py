@@ -1,95 +1,191 @@
-"""The flat form of modules that `filter_jit` has seen, remembered by identity.
+"""The flat form of modules, kept on the module itself, and the argument walk that
+lets `filter_jit` skip flattening.
 
-A module is immutable, so its leaves and structure never change; flattening the same
-model on every call (inference loops, repeated evaluation) repeats work. This cache
-maps `id(module)` to its leaves and a token standing for its structure, so that a
-call whose arguments are all arrays or remembered modules skips flattening, hashing
-the treedef and checking leaf types (see `_jit.py`).
+A module is immutable, so its leaves and structure never change, yet a training loop
+flattens the model and the optimiser state it got back from the previous step on
+every call. Instead, a module can carry its own flat form in its instance dict, under
+`FLAT`: `(token, leaves)`, where the token stands for its treedef. It is attached
 
-Only modules whose whole subtree is immutable are remembered: every node a boxwood
-`Module`, a tuple, a NamedTuple or `None`, and every leaf a `jax.Array`. A module
-holding a list (which could be mutated in place) is always flattened afresh. Each
-record holds a weak reference to its module and is dropped when the module dies,
-so the cache never keeps a model or its arrays alive.
+- by `filter_jit`'s output builders (`_rebuild.py`) to every module they return
+  (the outermost ones), so what one step returns is already flat for the next, and
+- by `remember`, to a module argument that `filter_jit` sees a second time.
+
+The record lives and dies with its module (there is no global table), and the
+rebuild paths (`treedef.unflatten`, `tree_map`, `tree_at`, pickling and copying,
+see `Module.__getstate__`) create new instance dicts without it, so a modified copy
+never inherits a stale one.
+
+Only modules whose whole subtree is immutable get a record: every node a boxwood
+`Module`, a tuple, a NamedTuple or `None`, and every leaf an array. A module holding
+a list (which could be mutated in place) is always flattened afresh.
+
+`walk` turns call arguments into a key (tokens of modules with records, markers for
+tuples, lists and `None`, static scalars by value) and the list of dynamic leaves,
+in the order `jax.tree_util.tree_flatten` would give them. `filter_jit` checks that
+order against a real flatten before it trusts a key (see `_JitWrapper._note_fast`).
 """
 
 from __future__ import annotations
 
-import weakref
+import types
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from ._module import Module
+from ._module._module import FLAT, MODULE_TYPES
 
 ARRAY_TYPE = type(jnp.zeros(()))  # the concrete jax.Array class
-ARRAY_TOKEN = object()  # stands for "a jax.Array argument" in a fast-path key
+ARRAY_TOKEN = object()  # stands for "a jax.Array" in a key
+NONE_TOKEN = object()  # stands for `None` (an empty pytree node)
+# Leaf types whose values go into a key as they are (hashed by value, as filter_jit
+# does for static leaves); their type goes in too, so that `1` and `True` differ.
+STATIC_TYPES = frozenset({int, float, bool, str, types.FunctionType})
 
 
 class _Token:
-    """Stands for one module structure (treedef) in fast-path keys."""
+    """Stands for one module structure (treedef) in keys."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("treedef",)
 
-
-class _Record:
-    __slots__ = ("ref", "leaves", "token")
-
-    def __init__(self, ref: Any, leaves: list, token: _Token) -> None:
-        self.ref = ref
-        self.leaves = leaves
-        self.token = token
+    def __init__(self, treedef: Any) -> None:
+        self.treedef = treedef
 
 
-RECORDS: dict[int, _Record] = {}
 _TOKENS: dict[Any, _Token] = {}
 
 
-def _immutable(treedef: Any) -> bool:
+def token_for(treedef: Any) -> _Token:
+    token = _TOKENS.get(treedef)
+    if token is None:
+        token = _TOKENS.setdefault(treedef, _Token(treedef))
+    return token
+
+
+def is_module_class(typ: Any) -> bool:
+    return (
+        isinstance(typ, type)
+        and issubclass(typ, Module)
+        and "_boxwood_data" in typ.__dict__
+    )
+
+
+def immutable(treedef: Any) -> bool:
+    """Whether every node of `treedef` is a Module, tuple, NamedTuple or None."""
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
         return True
     typ, _ = treedef.node_data()
     ok = (
         typ is tuple
         or typ is type(None)
-        or (
-            isinstance(typ, type)
-            and issubclass(typ, Module)
-            and "_boxwood_data" in typ.__dict__
-        )
+        or is_module_class(typ)
         or (
             isinstance(typ, type) and issubclass(typ, tuple) and hasattr(typ, "_fields")
         )
     )
-    return ok and all(_immutable(child) for child in treedef.children())
+    return ok and all(immutable(child) for child in treedef.children())
 
 
-def _forget(oid: int) -> Any:
-    return lambda _ref: RECORDS.pop(oid, None)
-
-
-def remember(obj: Any) -> _Record | None:
-    """Flatten `obj` and remember it, if it is eligible (see the module docstring)."""
-    if not isinstance(obj, Module):
-        return None
+def remember(obj: Module) -> tuple | None:
+    """Flatten `obj` and attach its flat form, if it is eligible (see the module
+    docstring). **Returns** the record `(token, leaves)` or `None`."""
     leaves, treedef = jax.tree_util.tree_flatten(obj)
     if not leaves or any(type(x) is not ARRAY_TYPE for x in leaves):
         return None
-    if not _immutable(treedef):
+    if not immutable(treedef):
         return None
-    token = _TOKENS.get(treedef)
-    if token is None:
-        token = _TOKENS.setdefault(treedef, _Token())
-    oid = id(obj)
-    record = _Record(weakref.ref(obj, _forget(oid)), leaves, token)
-    RECORDS[oid] = record
+    record = (token_for(treedef), leaves)
+    obj.__dict__[FLAT] = record
     return record
 
 
-def lookup(obj: Any) -> _Record | None:
-    """The record of `obj` if it is remembered (and is still that object)."""
-    record = RECORDS.get(id(obj))
-    if record is not None and record.ref() is obj:
-        return record
-    return None
+# NamedTuple classes (and other tuple subclasses): True where jax flattens an
+# instance natively into its elements in order, so that `walk` may walk it.
+_WALKABLE: dict[type, bool] = {tuple: True, list: True}
+
+
+def _walkable(typ: type) -> bool:
+    ok = _WALKABLE.get(typ)
+    if ok is None:
+        ok = False
+        if issubclass(typ, tuple) and hasattr(typ, "_fields"):
+            probe = tuple.__new__(typ, [object() for _ in typ._fields])
+            try:
+                leaves, treedef = jax.tree_util.tree_flatten(probe)
+                ok = treedef.node_data()[0] is typ and all(
+                    a is b for a, b in zip(leaves, probe, strict=True)
+                )
+            except Exception:  # a custom registration that rejects the probe
+                ok = False
+        _WALKABLE[typ] = ok
+    return ok
+
+
+def walk(obj: Any, key: list, dyn: list) -> bool:
+    """Append `obj`'s part of a key to `key` and its dynamic leaves to `dyn`.
+
+    **Returns** `False` (leaving `key` and `dyn` partly filled) when `obj` holds
+    something only a real flatten can handle: a module without a record, a dict,
+    a custom pytree node, an array that is not a `jax.Array` (NumPy, a tracer).
+    """
+    typ = type(obj)
+    if typ is ARRAY_TYPE:
+        key.append(ARRAY_TOKEN)
+        dyn.append(obj)
+        return True
+    if typ in MODULE_TYPES:
+        record = obj._boxwood_flat
+        if record is None:
+            return False
+        key.append(record[0])
+        dyn += record[1]
+        return True
+    if obj is None:
+        key.append(NONE_TOKEN)
+        return True
+    if typ in STATIC_TYPES:
+        key.append(typ)
+        key.append(obj)
+        return True
+    if _WALKABLE.get(typ) or (isinstance(obj, tuple) and _walkable(typ)):
+        key.append(typ)
+        key.append(len(obj))
+        for child in obj:
+            if not walk(child, key, dyn):
+                return False
+        return True
+    return False
+
+
+def walk_remembering(
+    obj: Any, key: list, dyn: list, statics: list, seen: set, now: set
+) -> Any:
+    """`walk` for the slow path, which also collects the static leaves in `statics`.
+    A module without a flat form is remembered if its id is in `seen` (seen by the
+    previous slow call); otherwise its id is added to `now` and the walk goes on.
+
+    **Returns** `True`, `None` ("not yet": a module was seen for the first time), or
+    `False` (this structure can never be walked).
+    """
+    typ = type(obj)
+    if typ in MODULE_TYPES and obj._boxwood_flat is None:
+        if id(obj) not in seen:
+            now.add(id(obj))
+            return None
+        if remember(obj) is None:
+            return False
+    elif isinstance(obj, (tuple, list)) and _walkable(typ):
+        key.append(typ)
+        key.append(len(obj))
+        result: Any = True
+        for child in obj:
+            step = walk_remembering(child, key, dyn, statics, seen, now)
+            if step is False:
+                return False
+            if step is None:
+                result = None
+        return result
+    elif typ in STATIC_TYPES:
+        statics.append(obj)
+    return walk(obj, key, dyn)

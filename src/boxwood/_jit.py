@@ -30,7 +30,7 @@ import jax
 
 from ._bound import as_pytree_function
 from ._filters import is_array
-from ._flat_cache import ARRAY_TOKEN, ARRAY_TYPE, RECORDS, lookup, remember
+from ._flat_cache import ARRAY_TOKEN, ARRAY_TYPE, walk, walk_remembering
 from ._jit_cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._jit_diagnostics import (
     _PENDING_FILTER,
@@ -38,7 +38,7 @@ from ._jit_diagnostics import (
     _unhashable_error,
     _warn_undonated,
 )
-from ._module import Module
+from ._module._module import MODULE_TYPES
 
 _flatten = jax.tree_util.tree_flatten
 
@@ -95,31 +95,32 @@ class _JitWrapper:
         has_fun_dyn = bool(store.fun_dyn_idx)
         fast_plans = store.fast_plans
         except_first = self._except_first
-        records = RECORDS
         pos_plans = store.plans
         kw_plans = store.kw_plans
+        module_types = MODULE_TYPES
 
         def call(*args: Any, **kwargs: Any) -> Any:
             entry = None
             if fast_plans and not kwargs:
-                # Every argument an array or a remembered module (`_flat_cache.py`):
-                # no flatten, no treedef hash, no leaf-type check.
+                # Arguments that are arrays, modules carrying their flat form, or
+                # tuples of those (`_flat_cache.py`): no flatten, no treedef hash, no
+                # leaf-type check.
                 key = []
                 dyn = []
                 for a in args:
-                    if type(a) is ARRAY_TYPE:
+                    t = type(a)
+                    if t is ARRAY_TYPE:
                         key.append(ARRAY_TOKEN)
                         dyn.append(a)
-                        continue
-                    record = records.get(id(a))
-                    if record is None or record.ref() is not a:
+                    elif t in module_types and (flat := a._boxwood_flat) is not None:
+                        key.append(flat[0])
+                        dyn += flat[1]
+                    elif not walk(a, key, dyn):
                         break
-                    key.append(record.token)
-                    dyn += record.leaves
                 else:
-                    plan = fast_plans.get(tuple(key))
-                    if plan is not None:
-                        entry = plan.only
+                    found = fast_plans.get(tuple(key))
+                    if found is not None:
+                        plan, entry = found
             if entry is None:
                 if kwargs:
                     leaves, treedef = _flatten((args, kwargs))
@@ -131,10 +132,9 @@ class _JitWrapper:
                 if plan is None or plan.types != types:
                     plan = self._plan(treedef, types, leaves, bool(kwargs))
                 if plan.get_statics is None:
+                    statics = ()
                     entry = plan.only or self._entry(plan, (), args, kwargs)
                     dyn = leaves
-                    if plan.fast is not False and not kwargs:
-                        self._note_fast(args, plan)
                 else:
                     statics = plan.get_statics(leaves)
                     try:
@@ -143,7 +143,9 @@ class _JitWrapper:
                         raise _unhashable_error(args, kwargs, plan) from None
                     if entry is None:
                         entry = self._entry(plan, statics, args, kwargs)
-                    dyn = plan.get_dyn(leaves)
+                    dyn = list(plan.get_dyn(leaves))  # a list, as on the fast path
+                if plan.fast is not False and not kwargs:
+                    self._note_fast(args, plan, entry, dyn, statics)
             if entry.cold or store.tracing:
                 result, traced = self._call_locked(entry, plan, dyn)
             else:
@@ -168,35 +170,37 @@ class _JitWrapper:
         return call
 
     # ------------------------------------------------------------- slow paths
-    def _note_fast(self, args: tuple, plan: _Plan) -> None:
-        """Give `plan` a fast-path key when every argument is an array or a module
-        that can be remembered. A module is remembered the second time it is seen,
-        so that a model that changes every call is not flattened twice."""
+    def _note_fast(
+        self, args: tuple, plan: _Plan, entry: _Entry, dyn: Any, statics: tuple
+    ) -> None:
+        """Give `(plan, entry)` a fast-path key when the arguments can be walked
+        (`_flat_cache.walk`). A module argument without a flat form gets one the
+        second time it is seen, so that a model that changes every call is not
+        flattened twice. The key is trusted only if the walk gives exactly the
+        dynamic and static leaves that the real flatten gave."""
         seen, self._seen = self._seen, set()
-        key: list | None = []
+        key: list = []
+        walked: list = []
+        walked_statics: list = []
+        complete = True
         for a in args:
-            if type(a) is ARRAY_TYPE:
-                token = ARRAY_TOKEN
-            elif not isinstance(a, Module):
+            step = walk_remembering(a, key, walked, walked_statics, seen, self._seen)
+            if step is False:
                 plan.fast = False  # structural: no call with this plan can be fast
                 return
-            elif (record := lookup(a)) is not None:
-                token = record.token
-            elif id(a) not in seen:
-                self._seen.add(id(a))
-                token = None
-            elif (record := remember(a)) is None:
-                plan.fast = False  # holds a list or non-array leaves: structural too
-                return
-            else:
-                token = record.token
-            if token is None:
-                key = None
-            elif key is not None:
-                key.append(token)
-        if key is not None and plan.only is not None:
-            self._store.fast_plans[tuple(key)] = plan
-            plan.fast = True
+            complete = complete and step is not None
+        if not complete:
+            return
+        if (
+            len(walked) != len(dyn)
+            or any(a is not b for a, b in zip(walked, dyn))
+            or len(walked_statics) != len(statics)
+            or any(a is not b for a, b in zip(walked_statics, statics))
+        ):
+            plan.fast = False  # the walk disagrees with jax's flatten for these types
+            return
+        self._store.fast_plans[tuple(key)] = (plan, entry)
+        plan.fast = True
 
     def _call_locked(self, entry: _Entry, plan: _Plan, dyn: Any) -> tuple[Any, int]:
         """Call while holding the store's lock: used until an entry's first call has

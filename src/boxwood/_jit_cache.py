@@ -46,7 +46,9 @@ class _Out:
     def __init__(self, treedef: Any, static_idx: tuple, statics: tuple):
         self.key = (treedef, static_idx, statics)
         # static outputs are built into the builder: it takes the arrays only
-        self.build = compile_builder(treedef, dict(zip(static_idx, statics)))
+        self.build = compile_builder(
+            treedef, dict(zip(static_idx, statics)), remember=True
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Out) and self.key == other.key

@@ -11,6 +11,10 @@ tuples, dicts and NamedTuples as literals, and each module with `object.__new__`
 one assignment of its instance dict (no `__init__`, as in every rebuild). Subtrees of
 any other node type are handed to their own treedef's `unflatten`. The result is
 identical to `treedef.unflatten(leaves)` (tests check both agree).
+
+For `filter_jit`, the outermost modules of an output also get their flat form in
+their instance dict (`remember=True`, see `_flat_cache.py`): a model returned by
+one training step is passed to the next without being flattened again.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from ._module._module import Module, _set_dict
+from ._flat_cache import immutable, token_for
+from ._module._module import FLAT, Module, _set_dict
 from ._module._register import REBUILD_NAME
 
 _MAX_DEPTH = 60  # deeper trees fall back to `unflatten` (Python's parser nests ~200)
@@ -44,8 +49,10 @@ def _is_module(cls: Any) -> bool:
 class _Emitter:
     """Writes the expression that builds one treedef from the leaf list `L`."""
 
-    def __init__(self, leaf_exprs: list[str]) -> None:
-        self.leaf_exprs = leaf_exprs  # the expression for each leaf position
+    def __init__(self, remember: bool) -> None:
+        self.leaf_exprs: list[str] = []  # the expression for each leaf position
+        self.dyn_index: list[int | None] = []  # its index in `L` (None: a constant)
+        self.remember = remember
         self.namespace: dict[str, Any] = {
             "_new": object.__new__, "_set": _set_dict, "_tnew": tuple.__new__,
         }  # fmt: skip
@@ -56,7 +63,9 @@ class _Emitter:
         self.namespace[name] = value
         return name
 
-    def emit(self, td: Any, pos: int, depth: int) -> str:
+    def emit(self, td: Any, pos: int, depth: int, outer: bool = True) -> str:
+        """The expression for the subtree `td` whose first leaf is at `pos`;
+        `outer`: no module encloses it."""
         if td.num_nodes == 1 and td.num_leaves == 1:
             return self.leaf_exprs[pos]
         if depth > _MAX_DEPTH:
@@ -64,15 +73,28 @@ class _Emitter:
         typ, aux = td.node_data()
         if typ is type(None):
             return "None"
-        known = typ in (list, tuple, dict) or _is_namedtuple(typ) or _is_module(typ)
+        module = _is_module(typ)
+        known = typ in (list, tuple, dict) or _is_namedtuple(typ) or module
         if not known:  # any other node type: its own treedef rebuilds the subtree
             leaves = ", ".join(self.leaf_exprs[pos : pos + td.num_leaves])
             return f"{self.const(td)}.unflatten([{leaves}])"
+        record = self._record(td, pos) if module and outer and self.remember else None
         parts = []
         for child in td.children():
-            parts.append(self.emit(child, pos, depth + 1))
+            parts.append(self.emit(child, pos, depth + 1, outer and not module))
             pos += child.num_leaves
+        if module:
+            return self._module(typ, aux, parts, record)
         return self._node(typ, aux, parts)
+
+    def _record(self, td: Any, pos: int) -> str | None:
+        """The flat form to attach to an outermost module (`_flat_cache.py`), when
+        all its leaves are arrays returned by the computation (no constants) and its
+        subtree is immutable."""
+        dyn = self.dyn_index[pos : pos + td.num_leaves]
+        if not dyn or None in dyn or not immutable(td):
+            return None
+        return f"({self.const(token_for(td))}, L[{dyn[0]}:{dyn[-1] + 1}])"
 
     def _node(self, typ: type, aux: Any, parts: list[str]) -> str:
         elements = "".join(p + ", " for p in parts)
@@ -86,11 +108,14 @@ class _Emitter:
                 + ", ".join(f"{self.const(k)}: {p}" for k, p in zip(aux, parts))
                 + "}"
             )
-        if _is_namedtuple(typ):
-            return f"_tnew({self.const(typ)}, ({elements}))"
+        return f"_tnew({self.const(typ)}, ({elements}))"  # a NamedTuple
+
+    def _module(self, typ: type, aux: Any, parts: list[str], record: str | None) -> str:
         items = [f"{self.const(n)}: {p}" for n, p in zip(typ._boxwood_data, parts)]
         names = (*typ._boxwood_static, REBUILD_NAME)
         items += [f"{self.const(n)}: {self.const(v)}" for n, v in zip(names, aux)]
+        if record is not None:
+            items.append(f"{self.const(FLAT)}: {record}")
         obj = f"_o{next(self._names)}"
         return (
             f"(_set({obj} := _new({self.const(typ)}), {{{', '.join(items)}}}) or {obj})"
@@ -98,21 +123,26 @@ class _Emitter:
 
 
 def compile_builder(
-    treedef: Any, constants: dict[int, Any] | None = None
+    treedef: Any, constants: dict[int, Any] | None = None, remember: bool = False
 ) -> Callable[[list], Any]:
     """A function `leaves -> pytree` equivalent to `treedef.unflatten(leaves)`.
 
     With `constants` (leaf position -> value), those leaves are built into the
-    function and it takes only the other leaves, in order.
+    function and it takes only the other leaves, in order. With `remember`, each
+    outermost module whose leaves are all taken from the list (and whose subtree is
+    immutable) also gets its flat form (see `_flat_cache.py`): the list passed in
+    must then hold only arrays.
     """
     constants = constants or {}
-    emitter = _Emitter([])
+    emitter = _Emitter(remember)
     dynamic = 0
     for pos in range(treedef.num_leaves):
         if pos in constants:
             emitter.leaf_exprs.append(emitter.const(constants[pos]))
+            emitter.dyn_index.append(None)
         else:
             emitter.leaf_exprs.append(f"L[{dynamic}]")
+            emitter.dyn_index.append(dynamic)
             dynamic += 1
     try:
         expr = emitter.emit(treedef, 0, 0)

@@ -17,9 +17,14 @@ try:  # Python >= 3.11
 except ImportError:  # pragma: no cover - Python 3.10
     from typing_extensions import dataclass_transform
 
+FLAT = "_boxwood_flat"
+
 # ids of the instances whose `__init__` is running; `__setattr__` only works for those.
 # (Set insertions and removals are atomic under the GIL, so this is thread-safe.)
 _INITIALISING: set[int] = set()
+# Every Module class (registered with JAX, so never freed anyway): `type(x) in
+# MODULE_TYPES` is a much cheaper test than `isinstance(x, Module)` (an ABC check).
+MODULE_TYPES: set[type] = set()
 
 
 def _abstract_names(cls: type, namespace: dict[str, Any], own: set[str]) -> frozenset:
@@ -67,6 +72,7 @@ class _ModuleMeta(abc.ABCMeta):
             meta_fields=list(cls._boxwood_static),
         )
         _wrap_init(cls)
+        MODULE_TYPES.add(cls)
         return cls
 
 
@@ -149,6 +155,17 @@ class Module(metaclass=_ModuleMeta):
 
     _boxwood_fields: ClassVar[tuple]
     _boxwood_field_names: ClassVar[frozenset]
+    # The flat form `(token, leaves)` that `filter_jit` may keep in an instance's
+    # dict (see `boxwood/_flat_cache.py`); this class attribute is the default.
+    _boxwood_flat = None
+
+    def __getstate__(self) -> dict:
+        # pickle and copy: the flat form is a cache, not state
+        state = self.__dict__
+        if FLAT in state:
+            state = dict(state)
+            del state[FLAT]
+        return state
 
     def __setattr__(self, name: str, value: Any) -> None:
         if id(self) not in _INITIALISING:

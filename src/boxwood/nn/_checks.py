@@ -27,7 +27,12 @@ def check_input(
         not isinstance(e, int) or e == s for e, s in zip(expected, shape)
     )
     if not ok:
-        shown = "(" + ", ".join(str(e) for e in expected) + ("," if len(expected) == 1 else "") + ")"
+        shown = (
+            "("
+            + ", ".join(str(e) for e in expected)
+            + ("," if len(expected) == 1 else "")
+            + ")"
+        )
         raise ValueError(f"{name}: expected {what} of shape {shown}, got {shape}.")
 
 
