@@ -150,7 +150,9 @@ def test_training_loop_outputs_are_not_reflattened(count_flattens):
     for _ in range(4):
         m, s, loss = step(m, s, x, 0.1)
     assert count_flattens["n"] == before
-    assert step.cache_info().traces == traces == 1  # the fast path passes what the slow path passed
+    assert (
+        step.cache_info().traces == traces == 1
+    )  # the fast path passes what the slow path passed
     ref = reference(model, state, x, 0.1, 6)
     assert bw.tree_equal(
         jax.tree_util.tree_map(np.asarray, (m, s, loss)),
@@ -260,3 +262,16 @@ def test_donated_fast_path_donates_the_right_buffers():
         model = step(x, model)
         assert all(a.is_deleted() for a in old) and not x.is_deleted()
     assert jnp.allclose(model.layers[0].weight, jnp.eye(3) * 16)
+
+
+def test_dict_arguments_take_the_fast_path_in_sorted_key_order(count_flattens):
+    f = bw.filter_jit(lambda m, batch: m(batch["x"]) - batch["y"])
+    model, _ = bw.filter_jit(lambda m: (m, 0))(net())
+    x, y = jnp.arange(3.0), jnp.ones(3)
+    for _ in range(2):
+        f(model, {"y": y, "x": x})
+    before = count_flattens["n"]
+    for batch in ({"y": y, "x": x}, {"x": x, "y": y}):  # either insertion order
+        assert jnp.allclose(f(model, batch), model(x) - y)
+    assert count_flattens["n"] == before
+    assert f.cache_info().traces == 1

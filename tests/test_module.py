@@ -251,6 +251,46 @@ def test_super_init_inside_custom_init():
         c.a = 3
 
 
+def test_subclass_adding_fields_to_a_custom_init_rebuilds_every_field():
+    class Base(bw.Module):
+        a: jax.Array
+
+        def __init__(self, a):
+            self.a = a
+
+    class Child(Base):
+        b: jax.Array = None
+        tag: str = bw.field(static=True, default="child")
+
+    c = Child(jnp.ones(2))
+    rebuilt = jax.tree_util.tree_map(lambda x: x * 3, c)
+    assert type(rebuilt) is Child and rebuilt.tag == "child" and rebuilt.b is None
+    assert jnp.array_equal(rebuilt.a, jnp.full(2, 3.0))
+    with_b = jax.tree_util.tree_structure(c).unflatten([jnp.zeros(1)])
+    assert jnp.array_equal(with_b.a, jnp.zeros(1))
+
+
+def test_fields_named_like_init_parameters_and_keywords_naming_fields():
+    class Odd(bw.Module):
+        args: jax.Array
+        kw: jax.Array
+        self_: int = bw.field(static=True)
+
+        def __init__(self, args, *, kw, self_=7):
+            self.args = args
+            self.kw = kw * 2
+            self.self_ = self_
+
+    odd = Odd(jnp.ones(1), kw=jnp.ones(1))  # `kw=` names a field: still the user's
+    assert jnp.array_equal(odd.kw, jnp.full(1, 2.0)) and odd.self_ == 7
+    odd = Odd(args=jnp.zeros(1), kw=jnp.ones(1), self_=3)
+    assert odd.self_ == 3 and jnp.array_equal(odd.args, jnp.zeros(1))
+    back = jax.tree_util.tree_map(lambda x: x + 1, odd)  # no `__init__` (no doubling)
+    assert jnp.array_equal(back.kw, jnp.full(1, 3.0)) and back.self_ == 3
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        Odd(jnp.ones(1), kw=jnp.ones(1), nope=1)
+
+
 def test_abstract_var_must_be_resolved():
     class Abstract(bw.Module):
         size: bw.AbstractVar[int]

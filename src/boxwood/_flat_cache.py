@@ -20,7 +20,7 @@ Only modules whose whole subtree is immutable get a record: every node a boxwood
 a list (which could be mutated in place) is always flattened afresh.
 
 `walk` turns call arguments into a key (tokens of modules with records, markers for
-tuples, lists and `None`, static scalars by value) and the list of dynamic leaves,
+tuples, lists, dicts and `None`, static scalars by value) and the list of dynamic leaves,
 in the order `jax.tree_util.tree_flatten` would give them. `filter_jit` checks that
 order against a real flatten before it trusts a key (see `_JitWrapper._note_fast`).
 """
@@ -126,8 +126,8 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
     """Append `obj`'s part of a key to `key` and its dynamic leaves to `dyn`.
 
     **Returns** `False` (leaving `key` and `dyn` partly filled) when `obj` holds
-    something only a real flatten can handle: a module without a record, a dict,
-    a custom pytree node, an array that is not a `jax.Array` (NumPy, a tracer).
+    something only a real flatten can handle: a module without a flat form, a dict
+    whose keys don't sort, a custom pytree node, an array that is not a `jax.Array` (NumPy, a tracer).
     """
     typ = type(obj)
     if typ is ARRAY_TYPE:
@@ -141,6 +141,20 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
         key.append(record[0])
         dyn += record[1]
         return True
+    if _WALKABLE.get(typ) or (isinstance(obj, tuple) and _walkable(typ)):
+        key.append(typ)
+        key.append(len(obj))
+        for child in obj:  # arrays and modules inline: most children are those
+            t = type(child)
+            if t is ARRAY_TYPE:
+                key.append(ARRAY_TOKEN)
+                dyn.append(child)
+            elif t in MODULE_TYPES and (record := child._boxwood_flat) is not None:
+                key.append(record[0])
+                dyn += record[1]
+            elif not walk(child, key, dyn):
+                return False
+        return True
     if obj is None:
         key.append(NONE_TOKEN)
         return True
@@ -148,14 +162,39 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
         key.append(typ)
         key.append(obj)
         return True
-    if _WALKABLE.get(typ) or (isinstance(obj, tuple) and _walkable(typ)):
-        key.append(typ)
-        key.append(len(obj))
-        for child in obj:
-            if not walk(child, key, dyn):
+    if typ is dict:
+        order = _dict_order(obj)
+        if order is None:
+            return False
+        key.append(dict)
+        key.append(order)
+        for k in order:
+            if not walk(obj[k], key, dyn):
                 return False
         return True
     return False
+
+
+# A dict's keys in insertion order -> the same keys sorted, as jax flattens dicts
+# (a tuple of the keys is cheaper to look up here than to sort on every call).
+_ORDERS: dict[tuple, tuple] = {}
+_MAX_ORDERS = 1024
+
+
+def _dict_order(obj: dict) -> tuple | None:
+    keys = tuple(obj)
+    try:
+        order = _ORDERS.get(keys)
+    except TypeError:  # unhashable keys
+        return None
+    if order is None:
+        try:
+            order = tuple(sorted(keys))
+        except TypeError:  # keys that don't sort: leave them to jax
+            return None
+        if len(_ORDERS) < _MAX_ORDERS:
+            _ORDERS[keys] = order
+    return order
 
 
 def walk_remembering(
@@ -181,6 +220,17 @@ def walk_remembering(
         result: Any = True
         for child in obj:
             step = walk_remembering(child, key, dyn, statics, seen, now)
+            if step is False:
+                return False
+            if step is None:
+                result = None
+        return result
+    elif typ is dict and (order := _dict_order(obj)) is not None:
+        key.append(dict)
+        key.append(order)
+        result = True
+        for k in order:
+            step = walk_remembering(obj[k], key, dyn, statics, seen, now)
             if step is False:
                 return False
             if step is None:

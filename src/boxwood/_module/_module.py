@@ -76,22 +76,62 @@ class _ModuleMeta(abc.ABCMeta):
         return cls
 
 
+_NOT_GIVEN = object()  # default of the generated `__init__`'s field parameters
+
+
 def _wrap_init(cls: Any) -> None:
     """Give `cls` an `__init__` that also serves as the pytree rebuild path.
 
     JAX's C++ unflatten calls `cls(_boxwood_rebuild=REBUILD, **fields)`. Checking for
     the sentinel inside `__init__` (rather than in a metaclass `__call__`) keeps the
-    rebuild on CPython's fast `type.__call__` path: measured 2.2 us -> 1.6 us a node (benchmarks/README.md).
+    rebuild on CPython's fast `type.__call__` path. The `__init__` is generated for
+    each class with one keyword parameter per registered field, so that CPython
+    binds the fields to parameters (as for a dataclass's own `__init__`) instead of
+    collecting them into a `**kwargs` dict; the rebuild then builds the instance
+    dict in one literal. A user's call reaches the user's `__init__` with its own
+    arguments: keywords that happen to name fields are passed back as keywords.
     """
-    if "__init__" not in cls.__dict__:
-        return  # inherits a Module base's wrapped `__init__`
-    user_init = cls.__dict__["__init__"]
+    user_init = cls.__dict__.get("__init__")
+    if user_init is None:  # inherited from a Module base: wrap that base's own
+        inherited = cls.__init__
+        user_init = getattr(inherited, "__boxwood_user_init__", inherited)
+    construct = _constructor(user_init)
+    names = [*cls._boxwood_data, *cls._boxwood_static]
+    params = "".join(f"{n}=_NOT_GIVEN, " for n in names)
+    items = "".join(f"{n!r}: {n}, " for n in names)
+    regather = "".join(
+        f"    if {n} is not _NOT_GIVEN:\n        __bw_kw[{n!r}] = {n}\n" for n in names
+    )
+    source = (
+        f"def __init__(__bw_self, *__bw_args, {params}{REBUILD_NAME}=None, **__bw_kw):\n"
+        f"    if {REBUILD_NAME} is _REBUILD:\n"
+        f"        _set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: _REBUILD}})\n"
+        "        return\n"
+        f"{regather}"
+        "    _construct(__bw_self, __bw_args, __bw_kw)\n"
+    )
+    set_dict = globals().get("_set_dict") or _set_dict_slowly  # Module itself: slowly
+    namespace = {
+        "_NOT_GIVEN": _NOT_GIVEN, "_REBUILD": REBUILD, "_set_dict": set_dict,
+        "_construct": construct,
+    }  # fmt: skip
+    exec(
+        compile(source, f"<boxwood __init__ of {cls.__qualname__}>", "exec"), namespace
+    )
+    init = functools.wraps(user_init)(namespace["__init__"])
+    init.__boxwood_user_init__ = user_init
+    cls.__init__ = init
 
-    @functools.wraps(user_init)
-    def __init__(self, *args, **kwargs):
-        if kwargs.get(REBUILD_NAME) is REBUILD:
-            _set_dict(self, kwargs)  # rebuilt by jax.tree_util: no `__init__`
-            return
+
+def _set_dict_slowly(obj: Any, values: dict) -> None:
+    object.__setattr__(obj, "__dict__", values)
+
+
+def _constructor(user_init: Any) -> Any:
+    """A user's construction of a module: run `user_init`, then the defaults,
+    converters and checks (`_finish_init`)."""
+
+    def construct(self: Any, args: tuple, kwargs: dict) -> None:
         key = id(self)
         if key in _INITIALISING:  # `super().__init__(...)` inside a user `__init__`
             user_init(self, *args, **kwargs)
@@ -108,7 +148,7 @@ def _wrap_init(cls: Any) -> None:
             _INITIALISING.discard(key)
         _finish_init(cls, self)
 
-    cls.__init__ = __init__
+    return construct
 
 
 def _finish_init(cls: Any, self: Any) -> None:
