@@ -74,8 +74,8 @@ def _check_equal(outputs: dict) -> None:
 
 
 def run(quick: bool) -> list[dict]:
-    reps = 3 if quick else 9
-    target = 0.02 if quick else 0.1
+    reps = 3 if quick else 15
+    target = 0.02 if quick else 0.05
     rows = []
     for leaves in LEAVES:
         runners, outputs, skipped = _contenders(leaves, quick)

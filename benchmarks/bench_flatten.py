@@ -48,8 +48,8 @@ def _check_roundtrip(kind: str, model) -> None:
 
 
 def run(quick: bool) -> list[dict]:
-    reps = 3 if quick else 9
-    target = 0.02 if quick else 0.1
+    reps = 3 if quick else 15
+    target = 0.02 if quick else 0.05
     weights = make_weights(layers_for(LEAVES))
     models = {kind: build(kind, weights) for kind in CONTENDERS}
     for kind, model in models.items():

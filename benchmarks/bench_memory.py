@@ -118,7 +118,7 @@ def run(quick: bool) -> list[dict]:
         for name, kind, _ in contenders
     }
     results = interleave(
-        runners, reps=3 if quick else 9, target_s=0.03 if quick else 0.15
+        runners, reps=3 if quick else 15, target_s=0.03 if quick else 0.08
     )
     rows += timing_rows(FIGURE, case, results, limit="jax.jit", metric="time per step")
     return rows

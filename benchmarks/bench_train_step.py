@@ -222,8 +222,8 @@ def _check_losses(losses: dict) -> None:
 
 
 def run(quick: bool) -> list[dict]:
-    reps = 3 if quick else 9
-    target = 0.03 if quick else 0.15
+    reps = 3 if quick else 15
+    target = 0.03 if quick else 0.08
     rows = []
     for leaves in LEAVES:
         case = f"{2 * layers_for(leaves)} leaves"
