@@ -1,7 +1,9 @@
 """Modules' remembered flat forms and the argument walk (`boxwood._flat_cache`)."""
 
 import copy
+import dataclasses
 import pickle
+import threading
 from typing import NamedTuple
 
 import jax
@@ -275,3 +277,90 @@ def test_dict_arguments_take_the_fast_path_in_sorted_key_order(count_flattens):
         assert jnp.allclose(f(model, batch), model(x) - y)
     assert count_flattens["n"] == before
     assert f.cache_info().traces == 1
+
+
+@jax.numpy_dtype_promotion("standard")  # optax's Adam mixes int32 counts and floats
+def test_optax_training_step_flattens_nothing_after_the_first_steps(
+    count_flattens, getkey
+):
+    import optax
+
+    model = bw.nn.MLP(3, 2, width_size=8, depth=2, key=getkey())
+    tx = optax.adam(1e-2)
+
+    @bw.filter_jit
+    def step(model, opt_state, batch):
+        def loss(m):
+            return jnp.mean((jax.vmap(m)(batch["x"]) - batch["y"]) ** 2)
+
+        value, grads = bw.filter_value_and_grad(loss)(model)
+        updates, opt_state = tx.update(grads, opt_state, model)
+        return bw.apply_updates(model, updates), opt_state, value
+
+    batch = {"x": jnp.ones((4, 3)), "y": jnp.zeros((4, 2))}
+    opt_state = tx.init(bw.filter(model, bw.is_inexact_array))
+    losses = []
+    for i in range(8):
+        if i == 2:
+            before = count_flattens["n"]
+        model, opt_state, value = step(model, opt_state, batch)
+        losses.append(float(value))
+    assert count_flattens["n"] == before
+    assert step.cache_info().traces == 1
+    assert losses[-1] < losses[0]
+
+
+def test_returned_modules_build_their_fields_on_first_read():
+    """A module returned by filter_jit holds its flat form only; its fields (and
+    nested modules) are built the first time something reads them, once."""
+    f = bw.filter_jit(lambda m: jax.tree_util.tree_map(lambda a: a * 2, m))
+    eager = jax.tree_util.tree_map(lambda a: a * 2, net())
+    out = f(net())
+    assert "layers" not in vars(out) and FLAT in vars(out)
+    layers = out.layers
+    assert "layers" in vars(out) and out.layers is layers  # built once
+    assert out == eager and repr(out) == repr(eager)
+    for other in (f(net()), f(net()), f(net())):  # any reader materialises
+        assert jnp.array_equal(jax.tree_util.tree_leaves(other)[0], jnp.eye(3) * 2)
+        assert copy.copy(other) == eager and pickle.loads(pickle.dumps(other)) == eager
+        assert dataclasses.replace(other).layers[1].bias.shape == (3,)
+
+
+def test_concurrent_first_reads_see_the_same_objects():
+    f = bw.filter_jit(lambda m: m)
+    out = f(net(n=8))
+    barrier = threading.Barrier(6)
+    seen = []
+
+    def read():
+        barrier.wait()
+        seen.append(out.layers)
+
+    threads = [threading.Thread(target=read) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(s is out.layers for s in seen)
+
+
+def test_class_level_field_reads_and_unset_fields():
+    class WithDefault(bw.Module):
+        a: jax.Array
+        b: float = 2.5
+
+        def __init__(self, a, peek=False):
+            if peek:
+                _ = self.a + 1  # read before it is set
+            self.a = a
+
+    assert WithDefault.b == 2.5
+    with pytest.raises(
+        AttributeError, match="type object 'WithDefault' has no attribute 'a'"
+    ):
+        _ = WithDefault.a
+    with pytest.raises(
+        AttributeError, match="'WithDefault' object has no attribute 'a'"
+    ):
+        WithDefault(jnp.ones(1), peek=True)
+    assert WithDefault(jnp.ones(1)).b == 2.5

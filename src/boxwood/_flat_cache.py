@@ -7,7 +7,10 @@ every call. Instead, a module can carry its own flat form in its instance dict, 
 `FLAT`: `(token, leaves)`, where the token stands for its treedef. It is attached
 
 - by `filter_jit`'s output builders (`_rebuild.py`) to every module they return
-  (the outermost ones), so what one step returns is already flat for the next, and
+  (the outermost ones), so what one step returns is already flat for the next.
+  Those modules are built from the flat form alone: their fields, and the nested
+  modules inside, are built when first read (`_module._LazyField`), which a
+  training loop that passes them straight back never does; and
 - by `remember`, to a module argument that `filter_jit` sees a second time.
 
 The record lives and dies with its module (there is no global table), and the

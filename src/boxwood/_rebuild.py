@@ -12,9 +12,12 @@ one assignment of its instance dict (no `__init__`, as in every rebuild). Subtre
 any other node type are handed to their own treedef's `unflatten`. The result is
 identical to `treedef.unflatten(leaves)` (tests check both agree).
 
-For `filter_jit`, the outermost modules of an output also get their flat form in
-their instance dict (`remember=True`, see `_flat_cache.py`): a model returned by
-one training step is passed to the next without being flattened again.
+For `filter_jit` (`remember=True`), the outermost modules of an output are built
+from their flat form alone (see `_flat_cache.py`): a model returned by one training
+step is passed to the next without being flattened again, and its nested modules
+(and those of the optimiser state) are built only if something reads them
+(`_module._LazyField`). A step then creates a handful of objects instead of one per
+module of every copy of the model.
 """
 
 from __future__ import annotations
@@ -79,12 +82,14 @@ class _Emitter:
             leaves = ", ".join(self.leaf_exprs[pos : pos + td.num_leaves])
             return f"{self.const(td)}.unflatten([{leaves}])"
         record = self._record(td, pos) if module and outer and self.remember else None
+        if record is not None:  # built from its flat form; fields on first read
+            return self._module(typ, aux, None, record)
         parts = []
         for child in td.children():
             parts.append(self.emit(child, pos, depth + 1, outer and not module))
             pos += child.num_leaves
         if module:
-            return self._module(typ, aux, parts, record)
+            return self._module(typ, aux, parts, None)
         return self._node(typ, aux, parts)
 
     def _record(self, td: Any, pos: int) -> str | None:
@@ -110,8 +115,15 @@ class _Emitter:
             )
         return f"_tnew({self.const(typ)}, ({elements}))"  # a NamedTuple
 
-    def _module(self, typ: type, aux: Any, parts: list[str], record: str | None) -> str:
-        items = [f"{self.const(n)}: {p}" for n, p in zip(typ._boxwood_data, parts)]
+    def _module(
+        self, typ: type, aux: Any, parts: list[str] | None, record: str | None
+    ) -> str:
+        """A module with its data fields (`parts`), or, given only its flat form
+        (`record`), with its static fields and flat form alone: the data fields are
+        rebuilt from it when first read (`_module._LazyField`)."""
+        items = []
+        if parts is not None:
+            items += [f"{self.const(n)}: {p}" for n, p in zip(typ._boxwood_data, parts)]
         names = (*typ._boxwood_static, REBUILD_NAME)
         items += [f"{self.const(n)}: {self.const(v)}" for n, v in zip(names, aux)]
         if record is not None:
@@ -130,8 +142,8 @@ def compile_builder(
     With `constants` (leaf position -> value), those leaves are built into the
     function and it takes only the other leaves, in order. With `remember`, each
     outermost module whose leaves are all taken from the list (and whose subtree is
-    immutable) also gets its flat form (see `_flat_cache.py`): the list passed in
-    must then hold only arrays.
+    immutable) is built from its flat form alone (see `_flat_cache.py`), its fields
+    filled in when first read: the list passed in must then hold only arrays.
     """
     constants = constants or {}
     emitter = _Emitter(remember)

@@ -72,6 +72,7 @@ class _ModuleMeta(abc.ABCMeta):
             meta_fields=list(cls._boxwood_static),
         )
         _wrap_init(cls)
+        _install_lazy_fields(cls, fields)
         MODULE_TYPES.add(cls)
         return cls
 
@@ -121,6 +122,65 @@ def _wrap_init(cls: Any) -> None:
     init = functools.wraps(user_init)(namespace["__init__"])
     init.__boxwood_user_init__ = user_init
     cls.__init__ = init
+
+
+class _LazyField:
+    """The class attribute of a data field: a non-data descriptor, so that the
+    instance dict wins and reading a field costs what it costs on any object.
+
+    It is reached only when the instance dict lacks the field: either a default
+    read on the class (`Cls.field`), a field not set yet during `__init__`, or a
+    module built by `filter_jit` with its flat form only (`_rebuild.py`: a training
+    step's outputs usually go straight into the next step, so their nested modules
+    are only built when something reads them). Then the fields are rebuilt from the
+    flat form, once.
+    """
+
+    __slots__ = ("name", "default")
+
+    def __init__(self, name: str, default: Any) -> None:
+        self.name = name
+        self.default = default
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:  # `Cls.field`: the default, as on a dataclass
+            if self.default is dataclasses.MISSING:
+                raise AttributeError(
+                    f"type object {owner.__name__!r} has no attribute {self.name!r}"
+                )
+            return self.default
+        values = obj.__dict__
+        record = values.get(FLAT)
+        if record is None:
+            raise AttributeError(
+                f"{type(obj).__name__!r} object has no attribute {self.name!r}",
+                name=self.name,
+                obj=obj,
+            )
+        materialise(obj)
+        return values[self.name]
+
+
+def materialise(obj: Any) -> None:
+    """Fill in the fields of a module built from its flat form alone (see
+    `_LazyField`); a no-op for any other module."""
+    values = obj.__dict__
+    record = values.get(FLAT)
+    if record is None or all(n in values for n in type(obj)._boxwood_data):
+        return
+    token, leaves = record
+    full = token.treedef.unflatten(leaves)
+    for name, value in full.__dict__.items():
+        values.setdefault(name, value)  # another thread may have been first
+
+
+def _install_lazy_fields(cls: Any, fields: tuple) -> None:
+    for f in fields:
+        if is_static(f):
+            continue
+        current = cls.__dict__.get(f.name, dataclasses.MISSING)
+        if current is dataclasses.MISSING or current is f.default:
+            type.__setattr__(cls, f.name, _LazyField(f.name, f.default))
 
 
 def _set_dict_slowly(obj: Any, values: dict) -> None:
@@ -203,6 +263,7 @@ class Module(metaclass=_ModuleMeta):
         # pickle and copy: the flat form is a cache, not state
         state = self.__dict__
         if FLAT in state:
+            materialise(self)
             state = dict(state)
             del state[FLAT]
         return state
