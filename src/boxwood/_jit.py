@@ -98,6 +98,7 @@ class _JitWrapper:
         pos_plans = store.plans
         kw_plans = store.kw_plans
         module_types = MODULE_TYPES
+        plain = not except_first and not has_fun_dyn  # call the inner jit as `(dyn)`
 
         def call(*args: Any, **kwargs: Any) -> Any:
             entry = None
@@ -121,6 +122,20 @@ class _JitWrapper:
                     found = fast_plans.get(tuple(key))
                     if found is not None:
                         plan, entry = found
+                        if plain and not (entry.cold or store.tracing):
+                            # the common case, in as few steps as possible
+                            traces = store.traces
+                            result = entry.jitted(dyn)
+                            if store.traces == traces and entry.fast_build:
+                                self._hits += 1
+                                return entry.fast_build(result)
+                            if store.traces != traces:
+                                self._after_trace(
+                                    store.traces - traces, args, kwargs, plan
+                                )
+                            else:
+                                self._hits += 1
+                            return entry.output(fun_dyn, dyn, result)
             if entry is None:
                 if kwargs:
                     leaves, treedef = _flatten((args, kwargs))

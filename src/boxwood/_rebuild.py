@@ -23,6 +23,7 @@ module of every copy of the model.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -146,6 +147,8 @@ def compile_builder(
     filled in when first read: the list passed in must then hold only arrays.
     """
     constants = constants or {}
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1 and not constants:
+        return operator.itemgetter(0)  # one array: no Python frame at all
     emitter = _Emitter(remember)
     dynamic = 0
     for pos in range(treedef.num_leaves):
