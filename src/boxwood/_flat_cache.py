@@ -80,12 +80,9 @@ def immutable(treedef: Any) -> bool:
         return True
     typ, _ = treedef.node_data()
     ok = (
-        typ is tuple
-        or typ is type(None)
+        typ is type(None)
         or is_module_class(typ)
-        or (
-            isinstance(typ, type) and issubclass(typ, tuple) and hasattr(typ, "_fields")
-        )
+        or (isinstance(typ, type) and issubclass(typ, tuple))  # tuples, NamedTuples
     )
     return ok and all(immutable(child) for child in treedef.children())
 
@@ -130,7 +127,8 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
 
     **Returns** `False` (leaving `key` and `dyn` partly filled) when `obj` holds
     something only a real flatten can handle: a module without a flat form, a dict
-    whose keys don't sort, a custom pytree node, an array that is not a `jax.Array` (NumPy, a tracer).
+    whose keys don't sort, a custom pytree node, an array that is not a `jax.Array`
+    (NumPy, a tracer).
     """
     typ = type(obj)
     if typ is ARRAY_TYPE:
@@ -200,45 +198,37 @@ def _dict_order(obj: dict) -> tuple | None:
     return order
 
 
-def walk_remembering(
-    obj: Any, key: list, dyn: list, statics: list, seen: set, now: set
-) -> Any:
-    """`walk` for the slow path, which also collects the static leaves in `statics`.
-    A module without a flat form is remembered if its id is in `seen` (seen by the
-    previous slow call); otherwise its id is added to `now` and the walk goes on.
+def remember_walkable(obj: Any, statics: list, seen: set, now: set) -> Any:
+    """Prepare `obj` for `walk` on the slow path: give its modules their flat form
+    (a module seen by the previous slow call, its id in `seen`; a module seen for
+    the first time has its id added to `now` instead) and collect its static leaves
+    in `statics`, in flatten order.
 
     **Returns** `True`, `None` ("not yet": a module was seen for the first time), or
-    `False` (this structure can never be walked).
+    `False` (a module here can never carry a flat form).
     """
     typ = type(obj)
-    if typ in MODULE_TYPES and obj._boxwood_flat is None:
+    if typ in MODULE_TYPES:
+        if obj._boxwood_flat is not None:
+            return True
         if id(obj) not in seen:
             now.add(id(obj))
             return None
-        if remember(obj) is None:
-            return False
+        return remember(obj) is not None
+    if typ is dict:
+        order = _dict_order(obj)
+        children = [obj[k] for k in order] if order is not None else ()
     elif isinstance(obj, (tuple, list)) and _walkable(typ):
-        key.append(typ)
-        key.append(len(obj))
-        result: Any = True
-        for child in obj:
-            step = walk_remembering(child, key, dyn, statics, seen, now)
-            if step is False:
-                return False
-            if step is None:
-                result = None
-        return result
-    elif typ is dict and (order := _dict_order(obj)) is not None:
-        key.append(dict)
-        key.append(order)
-        result = True
-        for k in order:
-            step = walk_remembering(obj[k], key, dyn, statics, seen, now)
-            if step is False:
-                return False
-            if step is None:
-                result = None
-        return result
-    elif typ in STATIC_TYPES:
-        statics.append(obj)
-    return walk(obj, key, dyn)
+        children = obj
+    else:
+        if typ in STATIC_TYPES:
+            statics.append(obj)
+        return True  # a leaf, or something `walk` will turn down
+    result: Any = True
+    for child in children:
+        step = remember_walkable(child, statics, seen, now)
+        if step is False:
+            return False
+        if step is None:
+            result = None
+    return result

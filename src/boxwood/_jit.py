@@ -30,7 +30,7 @@ import jax
 
 from ._bound import as_pytree_function
 from ._filters import is_array
-from ._flat_cache import ARRAY_TOKEN, ARRAY_TYPE, walk, walk_remembering
+from ._flat_cache import ARRAY_TOKEN, ARRAY_TYPE, remember_walkable, walk
 from ._jit_cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._jit_diagnostics import (
     _PENDING_FILTER,
@@ -98,7 +98,7 @@ class _JitWrapper:
         pos_plans = store.plans
         kw_plans = store.kw_plans
         module_types = MODULE_TYPES
-        plain = not except_first and not has_fun_dyn  # call the inner jit as `(dyn)`
+        plain = not except_first and not has_fun_dyn  # the inner jit takes `(dyn)`
 
         def call(*args: Any, **kwargs: Any) -> Any:
             entry = None
@@ -122,20 +122,6 @@ class _JitWrapper:
                     found = fast_plans.get(tuple(key))
                     if found is not None:
                         plan, entry = found
-                        if plain and not (entry.cold or store.tracing):
-                            # the common case, in as few steps as possible
-                            traces = store.traces
-                            result = entry.jitted(dyn)
-                            if store.traces == traces and entry.fast_build:
-                                self._hits += 1
-                                return entry.fast_build(result)
-                            if store.traces != traces:
-                                self._after_trace(
-                                    store.traces - traces, args, kwargs, plan
-                                )
-                            else:
-                                self._hits += 1
-                            return entry.output(fun_dyn, dyn, result)
             if entry is None:
                 if kwargs:
                     leaves, treedef = _flatten((args, kwargs))
@@ -163,15 +149,17 @@ class _JitWrapper:
                     self._note_fast(args, plan, entry, dyn, statics)
             if entry.cold or store.tracing:
                 result, traced = self._call_locked(entry, plan, dyn)
+            elif plain:  # the common case first
+                traces = store.traces
+                result = entry.jitted(dyn)
+                traced = store.traces - traces
             else:
                 traces = store.traces
                 if except_first:
                     k = plan.n_first
                     result = entry.jitted(fun_dyn, dyn[:k], dyn[k:])
-                elif has_fun_dyn:
-                    result = entry.jitted(fun_dyn, dyn)
                 else:
-                    result = entry.jitted(dyn)
+                    result = entry.jitted(fun_dyn, dyn)
                 traced = store.traces - traces
             if traced:
                 self._after_trace(traced, args, kwargs, plan)
@@ -194,20 +182,21 @@ class _JitWrapper:
         flattened twice. The key is trusted only if the walk gives exactly the
         dynamic and static leaves that the real flatten gave."""
         seen, self._seen = self._seen, set()
-        key: list = []
-        walked: list = []
         walked_statics: list = []
         complete = True
         for a in args:
-            step = walk_remembering(a, key, walked, walked_statics, seen, self._seen)
+            step = remember_walkable(a, walked_statics, seen, self._seen)
             if step is False:
                 plan.fast = False  # structural: no call with this plan can be fast
                 return
             complete = complete and step is not None
         if not complete:
             return
+        key: list = []
+        walked: list = []
         if (
-            len(walked) != len(dyn)
+            not all(walk(a, key, walked) for a in args)  # the fast path's own walk
+            or len(walked) != len(dyn)
             or any(a is not b for a, b in zip(walked, dyn))
             or len(walked_statics) != len(statics)
             or any(a is not b for a, b in zip(walked_statics, statics))

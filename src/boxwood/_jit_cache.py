@@ -138,7 +138,8 @@ class _Store:
         self.fun_statics = fun_statics
         self.plans: dict[Any, _Plan] = {}  # calls without keyword arguments
         self.kw_plans: dict[Any, _Plan] = {}
-        self.fast_plans: dict[tuple, _Plan] = {}  # keys of `_flat_cache` tokens
+        # `_flat_cache.walk` keys -> (plan, entry): calls that skip flattening
+        self.fast_plans: dict[tuple, tuple[_Plan, _Entry]] = {}
         self.plan_variants: dict[tuple, _Plan] = {}
         self.lock = threading.RLock()
         self.traces = 0

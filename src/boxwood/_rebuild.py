@@ -27,8 +27,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from ._flat_cache import immutable, token_for
-from ._module._module import FLAT, Module, _set_dict
+from ._flat_cache import immutable, is_module_class, token_for
+from ._module._module import FLAT, _set_dict
 from ._module._register import REBUILD_NAME
 
 _MAX_DEPTH = 60  # deeper trees fall back to `unflatten` (Python's parser nests ~200)
@@ -39,14 +39,6 @@ def _is_namedtuple(cls: type) -> bool:
     return (
         issubclass(cls, tuple)
         and getattr(new, "__module__", "") == f"namedtuple_{cls.__name__}"
-    )
-
-
-def _is_module(cls: Any) -> bool:
-    return (
-        isinstance(cls, type)
-        and issubclass(cls, Module)
-        and "_boxwood_data" in cls.__dict__
     )
 
 
@@ -77,7 +69,7 @@ class _Emitter:
         typ, aux = td.node_data()
         if typ is type(None):
             return "None"
-        module = _is_module(typ)
+        module = is_module_class(typ)
         known = typ in (list, tuple, dict) or _is_namedtuple(typ) or module
         if not known:  # any other node type: its own treedef rebuilds the subtree
             leaves = ", ".join(self.leaf_exprs[pos : pos + td.num_leaves])
