@@ -1,3 +1,5 @@
+import os
+
 import jax
 import jax.random as jr
 import pytest
@@ -11,3 +13,24 @@ def getkey():
     """`getkey()` returns a fresh PRNG key each call (deterministic per test)."""
     keys = iter(jr.split(jr.key(0), 10_000))
     return lambda: next(keys)
+
+
+@pytest.fixture(params=["compiled", "python"])
+def call_path(request, monkeypatch):
+    """Run a test on both of `filter_jit`'s warm-call paths: the C extension
+    (`boxwood._speedups`) and the same path written in Python. Wrappers and output
+    builders pick their path when created, so the test creates its own."""
+    from boxwood import _native
+
+    if request.param == "python":
+        monkeypatch.setattr(_native, "FastCall", None)
+        monkeypatch.setattr(_native, "Builder", None)
+        monkeypatch.setattr(_native, "install_init", None)  # classes made in the test
+    elif os.environ.get("BOXWOOD_PURE_PYTHON", "") not in ("", "0"):
+        assert not _native.active()  # the switch is honoured: Python paths only
+    else:
+        assert _native.active(), (
+            "boxwood._speedups is not built (no C compiler at install time?); "
+            "set BOXWOOD_PURE_PYTHON=1 to test the Python path alone"
+        )
+    return request.param

@@ -15,6 +15,9 @@ import boxwood as bw
 import boxwood._jit as jit_module
 from boxwood._flat_cache import FLAT
 
+# every test runs on the compiled and the Python warm-call path (conftest.py)
+pytestmark = pytest.mark.usefixtures("call_path")
+
 
 class Lin(bw.Module):
     weight: jax.Array

@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 
 import boxwood as bw
 
+# every test runs on the compiled and the Python warm-call path (conftest.py)
+pytestmark = pytest.mark.usefixtures("call_path")
+
 
 class Linear(bw.Module):
     weight: jax.Array
@@ -297,7 +300,10 @@ def test_rewrapping_the_same_function_after_its_cache_died_does_not_warn():
             gc.collect()
 
 
-def test_rewrapping_fresh_functions_in_a_loop_warns_once():
+def test_rewrapping_fresh_functions_in_a_loop_warns_once(monkeypatch):
+    from boxwood import _jit_cache
+
+    monkeypatch.setattr(_jit_cache, "_WRAPS_AT_SITE", {})  # count from zero
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(6):

@@ -4,11 +4,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import boxwood as bw
 from boxwood._rebuild import compile_builder
+
+# every test runs on the compiled and the Python warm-call path (conftest.py)
+pytestmark = pytest.mark.usefixtures("call_path")
 
 Point = collections.namedtuple("Point", ["x", "y"])
 

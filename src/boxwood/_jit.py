@@ -28,9 +28,17 @@ from typing import Any, NamedTuple
 
 import jax
 
+from . import _native
 from ._bound import as_pytree_function
 from ._filters import is_array
-from ._flat_cache import ARRAY_TOKEN, ARRAY_TYPE, remember_walkable, walk
+from ._flat_cache import (
+    _WALKABLE,
+    ARRAY_TOKEN,
+    ARRAY_TYPE,
+    NONE_TOKEN,
+    remember_walkable,
+    walk,
+)
 from ._jit_cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._jit_diagnostics import (
     _PENDING_FILTER,
@@ -41,6 +49,7 @@ from ._jit_diagnostics import (
 from ._module._module import MODULE_TYPES
 
 _flatten = jax.tree_util.tree_flatten
+
 
 _DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
 
@@ -78,7 +87,23 @@ class _JitWrapper:
         self._traces = 0
         wrapped = getattr(fun, "__func__", fun)
         self.__qualname__ = getattr(wrapped, "__qualname__", type(wrapped).__name__)
-        call = self._make_call()
+        call = self._python_call = self._make_call()
+        self._fast = None
+        if _native.FastCall is not None and not self._store.fun_dyn_idx:
+            # the same fast path in C; it hands every other call to `call`
+            call = self._fast = _native.FastCall(
+                fallback=call,
+                plans=self._store.fast_plans,
+                store=self._store,
+                walk=walk,
+                after_trace=self._after_fast_trace,
+                array_type=ARRAY_TYPE,
+                array_token=ARRAY_TOKEN,
+                none_token=NONE_TOKEN,
+                module_types=MODULE_TYPES,
+                walkable=_WALKABLE,
+                except_first=self._except_first,
+            )
         functools.update_wrapper(call, wrapped, updated=())
         call.cache_info = self.cache_info
         call.clear_cache = self.clear_cache
@@ -223,6 +248,9 @@ class _JitWrapper:
             entry.cold = False
             return result, store.traces - traces
 
+    def _after_fast_trace(self, n: int, args: tuple, plan: _Plan) -> None:
+        self._after_trace(n, args, {}, plan)
+
     def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
         self._misses += 1
         self._traces += n
@@ -314,12 +342,15 @@ class _JitWrapper:
     # ------------------------------------------------------------- public API
     def cache_info(self) -> CacheInfo:
         """`(hits, misses, traces, size)` for this wrapper (see [`CacheInfo`][])."""
-        return CacheInfo(self._hits, self._misses, self._traces, self._store.size)
+        hits = self._hits + (self._fast.hits if self._fast is not None else 0)
+        return CacheInfo(hits, self._misses, self._traces, self._store.size)
 
     def clear_cache(self) -> None:
         """Forget compiled code and reset the counters."""
         self._store.clear()
         self._hits = self._misses = self._traces = 0
+        if self._fast is not None:
+            self._fast.hits = 0
 
 
 def filter_jit(

@@ -5,12 +5,13 @@ with keyword arguments per module node, about 1.3 us each). A training step retu
 the model and the optimizer state, often several copies of the model's structure, so
 that cost is paid for every module of every copy on every step.
 
-`compile_builder(treedef)` instead generates, once per output structure, one Python
-function whose body is a single expression that builds the whole tree: lists,
-tuples, dicts and NamedTuples as literals, and each module with `object.__new__` plus
-one assignment of its instance dict (no `__init__`, as in every rebuild). Subtrees of
-any other node type are handed to their own treedef's `unflatten`. The result is
-identical to `treedef.unflatten(leaves)` (tests check both agree).
+`compile_builder(treedef)` instead turns each output structure, once, into a small
+program (a tree of tuples: lists, tuples, dicts, NamedTuples, and each module as
+`object.__new__` plus one assignment of its instance dict, with no `__init__`, as in
+every rebuild). Subtrees of any other node type are handed to their own treedef's
+`unflatten`. The C extension runs the program (`_speedups.Builder`); without it, the
+program becomes one generated Python function whose body is a single expression. The
+result is identical to `treedef.unflatten(leaves)` (tests check both agree).
 
 For `filter_jit` (`remember=True`), the outermost modules of an output are built
 from their flat form alone (see `_flat_cache.py`): a model returned by one training
@@ -27,6 +28,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from . import _native
 from ._flat_cache import immutable, is_module_class, token_for
 from ._module._module import FLAT, _set_dict
 from ._module._register import REBUILD_NAME
@@ -42,13 +44,73 @@ def _is_namedtuple(cls: type) -> bool:
     )
 
 
+# Opcodes of a build program (the same numbers as in `_speedups.c`). A program is
+# a tree of tuples, each starting with its opcode.
+LEAF, CONST, LIST, TUPLE, NTUPLE, DICT, MODULE, LAZY, CALL = range(9)
+
+
 class _Emitter:
-    """Writes the expression that builds one treedef from the leaf list `L`."""
+    """Turns one treedef into a build program (see `compile_builder`)."""
 
     def __init__(self, remember: bool) -> None:
-        self.leaf_exprs: list[str] = []  # the expression for each leaf position
-        self.dyn_index: list[int | None] = []  # its index in `L` (None: a constant)
+        self.leaf_nodes: list[tuple] = []  # the node for each leaf position
+        self.dyn_index: list[int | None] = []  # its index in the list (None: constant)
         self.remember = remember
+
+    def emit(self, td: Any, pos: int, depth: int, outer: bool = True) -> tuple:
+        """The node for the subtree `td` whose first leaf is at `pos`; `outer`: no
+        module encloses it."""
+        if td.num_nodes == 1 and td.num_leaves == 1:
+            return self.leaf_nodes[pos]
+        if depth > _MAX_DEPTH:
+            raise RecursionError
+        typ, aux = td.node_data()
+        if typ is type(None):
+            return (CONST, None)
+        module = is_module_class(typ)
+        if module and outer and self.remember:
+            lazy = self._lazy(td, typ, aux, pos)
+            if lazy is not None:  # built from its flat form; fields on first read
+                return lazy
+        parts = []
+        for child in td.children():
+            parts.append(self.emit(child, pos, depth + 1, outer and not module))
+            pos += child.num_leaves
+        parts = tuple(parts)
+        if module:
+            return (MODULE, typ, tuple(typ._boxwood_data), parts, _statics(typ, aux))
+        if typ is list:
+            return (LIST, parts)
+        if typ is tuple:
+            return (TUPLE, parts)
+        if typ is dict:
+            return (DICT, tuple(aux), parts)
+        if _is_namedtuple(typ):
+            return (NTUPLE, typ, parts)
+        return (CALL, td.unflatten, parts)  # any other node type: its own treedef
+
+    def _lazy(self, td: Any, typ: type, aux: Any, pos: int) -> tuple | None:
+        """An outermost module with its static fields and flat form alone
+        (`_flat_cache.py`), when all its leaves are arrays returned by the
+        computation (no constants) and its subtree is immutable."""
+        dyn = self.dyn_index[pos : pos + td.num_leaves]
+        if not dyn or None in dyn or not immutable(td):
+            return None
+        return (LAZY, typ, _statics(typ, aux), token_for(td), dyn[0], dyn[-1] + 1)
+
+
+def _statics(typ: type, aux: Any) -> dict:
+    """A module's static fields (and the rebuild marker) as they go in its dict."""
+    return dict(zip((*typ._boxwood_static, REBUILD_NAME), aux))
+
+
+class _Source:
+    """Turns a build program into one Python expression over the leaf list `L`:
+    the builder where the C extension is not built. Lists, tuples, dicts and
+    NamedTuples are literals; each module is `object.__new__` plus one assignment
+    of its instance dict."""
+
+    def __init__(self) -> None:
         self.namespace: dict[str, Any] = {
             "_new": object.__new__, "_set": _set_dict, "_tnew": tuple.__new__,
         }  # fmt: skip
@@ -59,72 +121,36 @@ class _Emitter:
         self.namespace[name] = value
         return name
 
-    def emit(self, td: Any, pos: int, depth: int, outer: bool = True) -> str:
-        """The expression for the subtree `td` whose first leaf is at `pos`;
-        `outer`: no module encloses it."""
-        if td.num_nodes == 1 and td.num_leaves == 1:
-            return self.leaf_exprs[pos]
-        if depth > _MAX_DEPTH:
-            raise RecursionError
-        typ, aux = td.node_data()
-        if typ is type(None):
-            return "None"
-        module = is_module_class(typ)
-        known = typ in (list, tuple, dict) or _is_namedtuple(typ) or module
-        if not known:  # any other node type: its own treedef rebuilds the subtree
-            leaves = ", ".join(self.leaf_exprs[pos : pos + td.num_leaves])
-            return f"{self.const(td)}.unflatten([{leaves}])"
-        record = self._record(td, pos) if module and outer and self.remember else None
-        if record is not None:  # built from its flat form; fields on first read
-            return self._module(typ, aux, None, record)
-        parts = []
-        for child in td.children():
-            parts.append(self.emit(child, pos, depth + 1, outer and not module))
-            pos += child.num_leaves
-        if module:
-            return self._module(typ, aux, parts, None)
-        return self._node(typ, aux, parts)
-
-    def _record(self, td: Any, pos: int) -> str | None:
-        """The flat form to attach to an outermost module (`_flat_cache.py`), when
-        all its leaves are arrays returned by the computation (no constants) and its
-        subtree is immutable."""
-        dyn = self.dyn_index[pos : pos + td.num_leaves]
-        if not dyn or None in dyn or not immutable(td):
-            return None
-        return f"({self.const(token_for(td))}, L[{dyn[0]}:{dyn[-1] + 1}])"
-
-    def _node(self, typ: type, aux: Any, parts: list[str]) -> str:
-        elements = "".join(p + ", " for p in parts)
-        if typ is list:
+    def expr(self, node: tuple) -> str:
+        op = node[0]
+        if op == LEAF:
+            return f"L[{node[1]}]"
+        if op == CONST:
+            return "None" if node[1] is None else self.const(node[1])
+        if op == LAZY:
+            _, typ, statics, token, start, stop = node
+            values = f"{{**{self.const(statics)}, {FLAT!r}: ({self.const(token)}, L[{start}:{stop}])}}"
+            return self._module(typ, values)
+        children = [self.expr(child) for child in node[-1 if op != MODULE else 3]]
+        elements = "".join(c + ", " for c in children)
+        if op == LIST:
             return f"[{elements}]"
-        if typ is tuple:
+        if op == TUPLE:
             return f"({elements})"
-        if typ is dict:
-            return (
-                "{"
-                + ", ".join(f"{self.const(k)}: {p}" for k, p in zip(aux, parts))
-                + "}"
-            )
-        return f"_tnew({self.const(typ)}, ({elements}))"  # a NamedTuple
+        if op == NTUPLE:
+            return f"_tnew({self.const(node[1])}, ({elements}))"
+        if op == DICT:
+            keys = [self.const(k) for k in node[1]]
+            return "{" + "".join(f"{k}: {c}, " for k, c in zip(keys, children)) + "}"
+        if op == MODULE:
+            _, typ, names, _, statics = node
+            items = "".join(f"{n!r}: {c}, " for n, c in zip(names, children))
+            return self._module(typ, f"{{{items}**{self.const(statics)}}}")
+        return f"{self.const(node[1])}([{elements}])"  # CALL
 
-    def _module(
-        self, typ: type, aux: Any, parts: list[str] | None, record: str | None
-    ) -> str:
-        """A module with its data fields (`parts`), or, given only its flat form
-        (`record`), with its static fields and flat form alone: the data fields are
-        rebuilt from it when first read (`_module._LazyField`)."""
-        items = []
-        if parts is not None:
-            items += [f"{self.const(n)}: {p}" for n, p in zip(typ._boxwood_data, parts)]
-        names = (*typ._boxwood_static, REBUILD_NAME)
-        items += [f"{self.const(n)}: {self.const(v)}" for n, v in zip(names, aux)]
-        if record is not None:
-            items.append(f"{self.const(FLAT)}: {record}")
+    def _module(self, typ: type, values: str) -> str:
         obj = f"_o{next(self._names)}"
-        return (
-            f"(_set({obj} := _new({self.const(typ)}), {{{', '.join(items)}}}) or {obj})"
-        )
+        return f"(_set({obj} := _new({self.const(typ)}), {values}) or {obj})"
 
 
 def compile_builder(
@@ -137,6 +163,9 @@ def compile_builder(
     outermost module whose leaves are all taken from the list (and whose subtree is
     immutable) is built from its flat form alone (see `_flat_cache.py`), its fields
     filled in when first read: the list passed in must then hold only arrays.
+
+    The treedef becomes a program once; the C extension's `Builder` runs it, or,
+    without the extension, it becomes one generated Python function.
     """
     constants = constants or {}
     if treedef.num_nodes == 1 and treedef.num_leaves == 1 and not constants:
@@ -145,20 +174,23 @@ def compile_builder(
     dynamic = 0
     for pos in range(treedef.num_leaves):
         if pos in constants:
-            emitter.leaf_exprs.append(emitter.const(constants[pos]))
+            emitter.leaf_nodes.append((CONST, constants[pos]))
             emitter.dyn_index.append(None)
         else:
-            emitter.leaf_exprs.append(f"L[{dynamic}]")
+            emitter.leaf_nodes.append((LEAF, dynamic))
             emitter.dyn_index.append(dynamic)
             dynamic += 1
     try:
-        expr = emitter.emit(treedef, 0, 0)
+        program = emitter.emit(treedef, 0, 0)
     except RecursionError:
         return _merging_unflatten(treedef, constants)
-    source = f"def build(L):\n    return {expr}\n"
-    code = compile(source, f"<boxwood rebuild of {treedef.num_leaves} leaves>", "exec")
-    exec(code, emitter.namespace)
-    return emitter.namespace["build"]
+    if _native.Builder is not None:
+        return _native.Builder(program)
+    source = _Source()
+    text = f"def build(L):\n    return {source.expr(program)}\n"
+    code = compile(text, f"<boxwood rebuild of {treedef.num_leaves} leaves>", "exec")
+    exec(code, source.namespace)
+    return source.namespace["build"]
 
 
 def _merging_unflatten(

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 from typing import Any, ClassVar
 
+from .. import _native
 from ._abstract import abstract_kind
 from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
 from ._field import converter_of, field, is_static
@@ -122,6 +123,8 @@ def _wrap_init(cls: Any) -> None:
     init = functools.wraps(user_init)(namespace["__init__"])
     init.__boxwood_user_init__ = user_init
     cls.__init__ = init
+    if _native.install_init is not None:  # the rebuild branch in C (`_speedups.c`)
+        _native.install_init(cls, REBUILD_NAME, REBUILD)
 
 
 class _LazyField:

@@ -1,0 +1,30 @@
+"""The optional C extension (`_speedups.c`) and the switch to do without it.
+
+`FastCall` runs `filter_jit`'s warm calls, `Builder` rebuilds its outputs and
+`install_init` rebuilds modules on JAX's unflatten path. All are `None` where the
+extension was not built (no C compiler at install time) or when
+`BOXWOOD_PURE_PYTHON=1` is set. Every user of them has a Python path that does
+the same work with the same data (`_jit.py`, `_rebuild.py`, `_module/_module.py`),
+and reads these names when it creates a wrapper, builder or class, so tests can
+switch paths.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+FastCall: Any = None
+Builder: Any = None
+install_init: Any = None
+
+if os.environ.get("BOXWOOD_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from ._speedups import Builder, FastCall, install_init
+    except ImportError:  # not built: the Python paths serve
+        pass
+
+
+def active() -> bool:
+    """Whether the compiled paths are in use."""
+    return None not in (FastCall, Builder, install_init)

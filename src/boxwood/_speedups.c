@@ -1,0 +1,750 @@
+/* boxwood._speedups: the per-call paths of boxwood, in C: `FastCall` (the argument
+ * walk, key lookup and call of `filter_jit`), `Builder` (rebuilding its outputs)
+ * and `install_init` (a module class's rebuild on JAX's unflatten path).
+ *
+ * `FastCall` is the callable that `filter_jit` returns when this extension is
+ * built. It does what the fast path at the top of `_jit.py`'s `call` does, with
+ * the same key format and the same table (`_Store.fast_plans`):
+ *
+ *   1. walk the positional arguments: arrays, modules carrying their flat form,
+ *      tuples/lists/NamedTuples of those and `None` are handled here; any other
+ *      object is handed to the Python `walk` (`_flat_cache.py`), which appends to
+ *      the same key and leaf lists;
+ *   2. look the key up in `fast_plans`, giving `(plan, entry)`;
+ *   3. call `entry.jitted` on the dynamic leaves (as `([], first, rest)`, split at
+ *      `plan.n_first`, when the first argument is kept out of donation);
+ *   4. notice a retrace (`store.traces` moved) and report it to `after_trace`;
+ *   5. build the output with `entry.fast_build` (or `entry.output`).
+ *
+ * Anything else (keyword arguments, a key not in the table, an entry whose first
+ * call has not finished, another thread tracing) goes to `fallback`: the Python
+ * `call`, which owns every slow path. The C code holds no cache of its own, so
+ * the two paths cannot disagree about what is compiled.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <structmember.h>
+
+/* A dict sized for `n` items up front (an instance dict is filled right away). */
+#if PY_VERSION_HEX < 0x030D0000
+#define new_dict(n) _PyDict_NewPresized(n)
+#else
+#define new_dict(n) PyDict_New()
+#endif
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;        /* function attributes (`__wrapped__`, `cache_info`, ...) */
+    PyObject *weaklist;
+    PyObject *fallback;    /* the Python call: every path not taken here */
+    PyObject *plans;       /* dict: walk key -> (plan, entry) */
+    PyObject *store;       /* `_Store`: `traces`, `tracing` */
+    PyObject *walk;        /* `_flat_cache.walk(obj, key, dyn) -> bool` */
+    PyObject *after_trace; /* `after_trace(n, args, plan)` */
+    PyObject *array_type;
+    PyObject *array_token;
+    PyObject *none_token;
+    PyObject *module_types; /* set of module classes */
+    PyObject *walkable;     /* dict: type -> bool (`_flat_cache._WALKABLE`) */
+    int except_first;
+    Py_ssize_t hits;
+} FastCall;
+
+static PyObject *s_flat, *s_cold, *s_tracing, *s_jitted, *s_traces, *s_n_first,
+    *s_fast_build, *s_output;
+
+/* Walk one object: 1 walked, 0 not walkable (leave it to the slow path), -1 error. */
+static int walk_obj(FastCall *self, PyObject *obj, PyObject *key, PyObject *dyn,
+                    int depth) {
+    PyTypeObject *t = Py_TYPE(obj);
+    if ((PyObject *)t == self->array_type) {
+        if (PyList_Append(key, self->array_token) < 0) return -1;
+        return PyList_Append(dyn, obj) < 0 ? -1 : 1;
+    }
+    if (obj == Py_None) {
+        return PyList_Append(key, self->none_token) < 0 ? -1 : 1;
+    }
+    int is_module = PySet_Contains(self->module_types, (PyObject *)t);
+    if (is_module < 0) return -1;
+    if (is_module) {
+        PyObject *flat = PyObject_GetAttr(obj, s_flat);
+        if (flat == NULL) return -1;
+        if (!PyTuple_CheckExact(flat) || PyTuple_GET_SIZE(flat) != 2 ||
+            !PyList_CheckExact(PyTuple_GET_ITEM(flat, 1))) {
+            Py_DECREF(flat); /* None: no flat form */
+            return 0;
+        }
+        PyObject *leaves = PyTuple_GET_ITEM(flat, 1);
+        Py_ssize_t n = PyList_GET_SIZE(dyn);
+        int err = PyList_Append(key, PyTuple_GET_ITEM(flat, 0)) < 0 ||
+                  PyList_SetSlice(dyn, n, n, leaves) < 0;
+        Py_DECREF(flat);
+        return err ? -1 : 1;
+    }
+    if (depth < 64 && (t == &PyTuple_Type || t == &PyList_Type ||
+                       PyTuple_Check(obj))) {
+        PyObject *ok = PyDict_GetItemWithError(self->walkable, (PyObject *)t);
+        if (ok == NULL && PyErr_Occurred()) return -1;
+        if (ok == Py_True) {
+            PyObject *seq = PySequence_Fast(obj, "walk");
+            if (seq == NULL) return -1;
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+            PyObject *len = PyLong_FromSsize_t(n);
+            int r = 1;
+            if (len == NULL || PyList_Append(key, (PyObject *)t) < 0 ||
+                PyList_Append(key, len) < 0) {
+                r = -1;
+            }
+            Py_XDECREF(len);
+            for (Py_ssize_t i = 0; r == 1 && i < n; i++) {
+                r = walk_obj(self, PySequence_Fast_GET_ITEM(seq, i), key, dyn,
+                             depth + 1);
+            }
+            Py_DECREF(seq);
+            return r;
+        }
+    }
+    /* anything else: the Python walk, which appends the same key format */
+    PyObject *res = PyObject_CallFunctionObjArgs(self->walk, obj, key, dyn, NULL);
+    if (res == NULL) return -1;
+    int r = PyObject_IsTrue(res);
+    Py_DECREF(res);
+    return r;
+}
+
+static PyObject *fall_back(FastCall *self, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames) {
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+/* `obj.name` is truthy: 1, falsy: 0, error: -1 */
+static int attr_true(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
+                                     size_t nargsf, PyObject *kwnames) {
+    FastCall *self = (FastCall *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) ||
+        PyDict_GET_SIZE(self->plans) == 0) {
+        return fall_back(self, args, nargsf, kwnames);
+    }
+    PyObject *key = PyList_New(0);
+    PyObject *dyn = PyList_New(0);
+    PyObject *result = NULL, *keyt = NULL, *jitted = NULL, *before = NULL,
+             *after = NULL, *out = NULL, *build = NULL;
+    if (key == NULL || dyn == NULL) goto done;
+    int r = 1;
+    for (Py_ssize_t i = 0; r == 1 && i < nargs; i++) {
+        r = walk_obj(self, args[i], key, dyn, 0);
+    }
+    if (r < 0) goto done;
+    PyObject *found = NULL;
+    if (r == 1) {
+        keyt = PyList_AsTuple(key);
+        if (keyt == NULL) goto done;
+        found = PyDict_GetItemWithError(self->plans, keyt);
+        if (found == NULL && PyErr_Occurred()) goto done;
+    }
+    if (found == NULL || !PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2) {
+        out = fall_back(self, args, nargsf, kwnames);
+        goto done;
+    }
+    Py_INCREF(found); /* the table may change while Python code runs */
+    PyObject *plan = PyTuple_GET_ITEM(found, 0);
+    PyObject *entry = PyTuple_GET_ITEM(found, 1);
+    int busy = attr_true(entry, s_cold);
+    if (busy == 0) busy = attr_true(self->store, s_tracing);
+    if (busy != 0) {
+        if (busy > 0) out = fall_back(self, args, nargsf, kwnames);
+        Py_DECREF(found);
+        goto done;
+    }
+    jitted = PyObject_GetAttr(entry, s_jitted);
+    before = jitted ? PyObject_GetAttr(self->store, s_traces) : NULL;
+    if (before == NULL) {
+        Py_DECREF(found);
+        goto done;
+    }
+    if (self->except_first) {
+        PyObject *k_obj = PyObject_GetAttr(plan, s_n_first);
+        Py_ssize_t k = k_obj ? PyLong_AsSsize_t(k_obj) : -1;
+        Py_XDECREF(k_obj);
+        if (k < 0 && PyErr_Occurred()) {
+            Py_DECREF(found);
+            goto done;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(dyn);
+        /* the inner jit takes `(fun_dyn, first, rest)`; `fun_dyn` is empty here */
+        PyObject *none = PyList_New(0);
+        PyObject *first = PyList_GetSlice(dyn, 0, k);
+        PyObject *rest = PyList_GetSlice(dyn, k, n);
+        if (none != NULL && first != NULL && rest != NULL) {
+            PyObject *call_args[3] = {none, first, rest};
+            result = PyObject_Vectorcall(jitted, call_args, 3, NULL);
+        }
+        Py_XDECREF(none);
+        Py_XDECREF(first);
+        Py_XDECREF(rest);
+    } else {
+        PyObject *call_args[1] = {dyn};
+        result = PyObject_Vectorcall(jitted, call_args, 1, NULL);
+    }
+    if (result == NULL) {
+        Py_DECREF(found);
+        goto done;
+    }
+    after = PyObject_GetAttr(self->store, s_traces);
+    if (after == NULL) {
+        Py_DECREF(found);
+        goto done;
+    }
+    int same = PyObject_RichCompareBool(before, after, Py_EQ);
+    if (same < 0) {
+        Py_DECREF(found);
+        goto done;
+    }
+    if (same) {
+        self->hits++;
+    } else {
+        PyObject *n = PyNumber_Subtract(after, before);
+        PyObject *argt = n ? PyTuple_New(nargs) : NULL;
+        if (argt != NULL) {
+            for (Py_ssize_t i = 0; i < nargs; i++) {
+                Py_INCREF(args[i]);
+                PyTuple_SET_ITEM(argt, i, args[i]);
+            }
+        }
+        PyObject *res = argt ? PyObject_CallFunctionObjArgs(self->after_trace, n,
+                                                            argt, plan, NULL)
+                             : NULL;
+        Py_XDECREF(n);
+        Py_XDECREF(argt);
+        if (res == NULL) {
+            Py_DECREF(found);
+            goto done;
+        }
+        Py_DECREF(res);
+    }
+    build = PyObject_GetAttr(entry, s_fast_build);
+    if (build == NULL) {
+        Py_DECREF(found);
+        goto done;
+    }
+    if (build != Py_None) {
+        out = PyObject_CallOneArg(build, result);
+    } else {
+        PyObject *empty = PyList_New(0);
+        if (empty != NULL) {
+            out = PyObject_CallMethodObjArgs(entry, s_output, empty, dyn, result,
+                                             NULL);
+            Py_DECREF(empty);
+        }
+    }
+    Py_DECREF(found);
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(dyn);
+    Py_XDECREF(keyt);
+    Py_XDECREF(jitted);
+    Py_XDECREF(before);
+    Py_XDECREF(after);
+    Py_XDECREF(result);
+    Py_XDECREF(build);
+    return out;
+}
+
+static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"fallback", "plans", "store", "walk", "after_trace",
+                            "array_type", "array_token", "none_token",
+                            "module_types", "walkable", "except_first", NULL};
+    PyObject *fallback, *plans, *store, *walk, *after_trace, *array_type,
+        *array_token, *none_token, *module_types, *walkable;
+    int except_first;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "OO!OOOOOOO!O!p:FastCall", names, &fallback, &PyDict_Type,
+            &plans, &store, &walk, &after_trace, &array_type, &array_token,
+            &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
+            &except_first)) {
+        return NULL;
+    }
+    FastCall *self = (FastCall *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = fastcall_vectorcall;
+#define KEEP(field) Py_INCREF(field); self->field = field
+    KEEP(fallback); KEEP(plans); KEEP(store); KEEP(walk); KEEP(after_trace);
+    KEEP(array_type); KEEP(array_token); KEEP(none_token); KEEP(module_types);
+    KEEP(walkable);
+#undef KEEP
+    self->except_first = except_first;
+    self->hits = 0;
+    return (PyObject *)self;
+}
+
+static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
+    Py_VISIT(self->dict);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->plans);
+    Py_VISIT(self->store);
+    Py_VISIT(self->walk);
+    Py_VISIT(self->after_trace);
+    Py_VISIT(self->array_type);
+    Py_VISIT(self->array_token);
+    Py_VISIT(self->none_token);
+    Py_VISIT(self->module_types);
+    Py_VISIT(self->walkable);
+    return 0;
+}
+
+static int fastcall_clear(FastCall *self) {
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->plans);
+    Py_CLEAR(self->store);
+    Py_CLEAR(self->walk);
+    Py_CLEAR(self->after_trace);
+    Py_CLEAR(self->array_type);
+    Py_CLEAR(self->array_token);
+    Py_CLEAR(self->none_token);
+    Py_CLEAR(self->module_types);
+    Py_CLEAR(self->walkable);
+    return 0;
+}
+
+static void fastcall_dealloc(FastCall *self) {
+    PyObject_GC_UnTrack(self);
+    if (self->weaklist != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+    fastcall_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Bind like a function when used as a class attribute. */
+static PyObject *fastcall_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *fastcall_repr(PyObject *self) {
+    PyObject *name = PyObject_GetAttrString(self, "__qualname__");
+    if (name == NULL) {
+        PyErr_Clear();
+        return PyUnicode_FromFormat("<function (filter_jit) at %p>", self);
+    }
+    PyObject *r = PyUnicode_FromFormat("<function %U at %p>", name, self);
+    Py_DECREF(name);
+    return r;
+}
+
+static PyMemberDef fastcall_members[] = {
+    {"hits", T_PYSSIZET, offsetof(FastCall, hits), 0,
+     "calls that ran compiled code on the C path"},
+    {NULL}};
+
+static PyGetSetDef fastcall_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict},
+    {NULL}};
+
+static PyTypeObject FastCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "boxwood._speedups.FastCall",
+    .tp_doc = "A `filter_jit` function whose warm calls run in C.",
+    .tp_basicsize = sizeof(FastCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+                Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_new = fastcall_new,
+    .tp_dealloc = (destructor)fastcall_dealloc,
+    .tp_traverse = (traverseproc)fastcall_traverse,
+    .tp_clear = (inquiry)fastcall_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FastCall, vectorcall),
+    .tp_dictoffset = offsetof(FastCall, dict),
+    .tp_weaklistoffset = offsetof(FastCall, weaklist),
+    .tp_descr_get = fastcall_get,
+    .tp_repr = fastcall_repr,
+    .tp_members = fastcall_members,
+    .tp_getset = fastcall_getset,
+};
+
+/* ------------------------------------------------------------------ Builder
+ *
+ * `Builder(program)(leaves)` builds a `filter_jit` output from its leaf list. The
+ * program is a tree of tuples made by `_rebuild.py` (`_Emitter`), each starting
+ * with an opcode; the same program is turned into Python source where this
+ * extension is not built, so both build exactly the same objects.
+ */
+enum {
+    OP_LEAF = 0,   /* (op, i): leaves[i] */
+    OP_CONST = 1,  /* (op, value) */
+    OP_LIST = 2,   /* (op, children) */
+    OP_TUPLE = 3,  /* (op, children) */
+    OP_NTUPLE = 4, /* (op, cls, children): a NamedTuple (tuple subclass) */
+    OP_DICT = 5,   /* (op, keys, children) */
+    OP_MODULE = 6, /* (op, cls, names, children, statics): instance dict of
+                      {names[i]: child i} then the static fields */
+    OP_LAZY = 7,   /* (op, cls, statics, token, start, stop): static fields and
+                      the flat form (token, leaves[start:stop]) */
+    OP_CALL = 8,   /* (op, fn, children): fn([child, ...]) (other node types) */
+};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *program;
+} Builder;
+
+static PyObject *empty_tuple;
+
+static PyObject *run_node(PyObject *node, PyObject *leaves, int depth);
+
+/* children (a tuple of nodes) -> a new list of built objects */
+static PyObject *run_children(PyObject *children, PyObject *leaves, int depth) {
+    Py_ssize_t n = PyTuple_GET_SIZE(children);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = run_node(PyTuple_GET_ITEM(children, i), leaves, depth + 1);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+/* a new instance of `cls` (as `object.__new__(cls)`) whose `__dict__` is `values` */
+static PyObject *new_with_dict(PyObject *cls, PyObject *values) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "Builder: module class expected");
+        return NULL;
+    }
+    PyObject *obj = PyBaseObject_Type.tp_new((PyTypeObject *)cls, empty_tuple, NULL);
+    if (obj == NULL) return NULL;
+    if (PyObject_GenericSetDict(obj, values, NULL) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    return obj;
+}
+
+static PyObject *run_node(PyObject *node, PyObject *leaves, int depth) {
+    if (depth > 200) {
+        PyErr_SetString(PyExc_RecursionError, "Builder: output tree too deep");
+        return NULL;
+    }
+    if (!PyTuple_Check(node) || PyTuple_GET_SIZE(node) < 2) {
+        PyErr_SetString(PyExc_TypeError, "Builder: malformed program");
+        return NULL;
+    }
+    long op = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
+    Py_ssize_t size = PyTuple_GET_SIZE(node);
+    switch (op) {
+    case OP_LEAF: {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 1));
+        if (i < 0 && PyErr_Occurred()) return NULL;
+        PyObject *v = PyList_GetItem(leaves, i);
+        Py_XINCREF(v);
+        return v;
+    }
+    case OP_CONST: {
+        PyObject *v = PyTuple_GET_ITEM(node, 1);
+        Py_INCREF(v);
+        return v;
+    }
+    case OP_LIST:
+        return run_children(PyTuple_GET_ITEM(node, 1), leaves, depth);
+    case OP_TUPLE: {
+        PyObject *items = run_children(PyTuple_GET_ITEM(node, 1), leaves, depth);
+        if (items == NULL) return NULL;
+        PyObject *t = PyList_AsTuple(items);
+        Py_DECREF(items);
+        return t;
+    }
+    case OP_NTUPLE: {
+        if (size < 3) break;
+        PyObject *items = run_children(PyTuple_GET_ITEM(node, 2), leaves, depth);
+        if (items == NULL) return NULL;
+        PyObject *t = PyList_AsTuple(items);
+        Py_DECREF(items);
+        if (t == NULL) return NULL;
+        PyObject *args = PyTuple_Pack(1, t);
+        Py_DECREF(t);
+        if (args == NULL) return NULL;
+        PyObject *cls = PyTuple_GET_ITEM(node, 1);
+        if (!PyType_Check(cls)) {
+            Py_DECREF(args);
+            break;
+        }
+        PyObject *v = PyTuple_Type.tp_new((PyTypeObject *)cls, args, NULL);
+        Py_DECREF(args);
+        return v;
+    }
+    case OP_DICT: {
+        if (size < 3) break;
+        PyObject *keys = PyTuple_GET_ITEM(node, 1);
+        PyObject *items = run_children(PyTuple_GET_ITEM(node, 2), leaves, depth);
+        if (items == NULL) return NULL;
+        PyObject *d = PyDict_New();
+        for (Py_ssize_t i = 0; d != NULL && i < PyList_GET_SIZE(items); i++) {
+            if (PyDict_SetItem(d, PyTuple_GET_ITEM(keys, i),
+                               PyList_GET_ITEM(items, i)) < 0) {
+                Py_CLEAR(d);
+            }
+        }
+        Py_DECREF(items);
+        return d;
+    }
+    case OP_MODULE: {
+        if (size < 5) break;
+        PyObject *names = PyTuple_GET_ITEM(node, 2);
+        PyObject *statics = PyTuple_GET_ITEM(node, 4);
+        PyObject *items = run_children(PyTuple_GET_ITEM(node, 3), leaves, depth);
+        if (items == NULL) return NULL;
+        PyObject *d = new_dict(PyList_GET_SIZE(items) + PyDict_Size(statics));
+        for (Py_ssize_t i = 0; d != NULL && i < PyList_GET_SIZE(items); i++) {
+            if (PyDict_SetItem(d, PyTuple_GET_ITEM(names, i),
+                               PyList_GET_ITEM(items, i)) < 0) {
+                Py_CLEAR(d);
+            }
+        }
+        Py_DECREF(items);
+        if (d == NULL || PyDict_Update(d, statics) < 0) {
+            Py_XDECREF(d);
+            return NULL;
+        }
+        PyObject *obj = new_with_dict(PyTuple_GET_ITEM(node, 1), d);
+        Py_DECREF(d);
+        return obj;
+    }
+    case OP_LAZY: {
+        if (size < 6) break;
+        Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 4));
+        Py_ssize_t stop = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 5));
+        if ((start < 0 || stop < 0) && PyErr_Occurred()) return NULL;
+        PyObject *d = PyDict_Copy(PyTuple_GET_ITEM(node, 2));
+        if (d == NULL) return NULL;
+        PyObject *part = PyList_GetSlice(leaves, start, stop);
+        PyObject *record = part ? PyTuple_Pack(2, PyTuple_GET_ITEM(node, 3), part)
+                                : NULL;
+        Py_XDECREF(part);
+        if (record == NULL || PyDict_SetItem(d, s_flat, record) < 0) {
+            Py_XDECREF(record);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(record);
+        PyObject *obj = new_with_dict(PyTuple_GET_ITEM(node, 1), d);
+        Py_DECREF(d);
+        return obj;
+    }
+    case OP_CALL: {
+        if (size < 3) break;
+        PyObject *items = run_children(PyTuple_GET_ITEM(node, 2), leaves, depth);
+        if (items == NULL) return NULL;
+        PyObject *v = PyObject_CallOneArg(PyTuple_GET_ITEM(node, 1), items);
+        Py_DECREF(items);
+        return v;
+    }
+    default:
+        if (op == -1 && PyErr_Occurred()) return NULL;
+    }
+    PyErr_Format(PyExc_TypeError, "Builder: malformed program node (opcode %ld)", op);
+    return NULL;
+}
+
+static PyObject *builder_vectorcall(PyObject *callable, PyObject *const *args,
+                                    size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 1 ||
+        (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "Builder takes one argument (the leaves)");
+        return NULL;
+    }
+    if (!PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "Builder: the leaves must be a list");
+        return NULL;
+    }
+    return run_node(((Builder *)callable)->program, args[0], 0);
+}
+
+static PyObject *builder_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"program", NULL};
+    PyObject *program;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!:Builder", names, &PyTuple_Type,
+                                     &program)) {
+        return NULL;
+    }
+    Builder *self = (Builder *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = builder_vectorcall;
+    Py_INCREF(program);
+    self->program = program;
+    return (PyObject *)self;
+}
+
+static int builder_traverse(Builder *self, visitproc visit, void *arg) {
+    Py_VISIT(self->program);
+    return 0;
+}
+
+static int builder_clear(Builder *self) {
+    Py_CLEAR(self->program);
+    return 0;
+}
+
+static void builder_dealloc(Builder *self) {
+    PyObject_GC_UnTrack(self);
+    builder_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef builder_members[] = {
+    {"program", T_OBJECT, offsetof(Builder, program), READONLY,
+     "the program this builder runs"},
+    {NULL}};
+
+static PyTypeObject BuilderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "boxwood._speedups.Builder",
+    .tp_doc = "Builds a `filter_jit` output from its leaves (see `_rebuild.py`).",
+    .tp_basicsize = sizeof(Builder),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = builder_new,
+    .tp_dealloc = (destructor)builder_dealloc,
+    .tp_traverse = (traverseproc)builder_traverse,
+    .tp_clear = (inquiry)builder_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Builder, vectorcall),
+    .tp_members = builder_members,
+};
+
+/* ------------------------------------------------------------ install_init
+ *
+ * JAX's C++ unflatten rebuilds a module with `cls(**fields, _boxwood_rebuild=REBUILD)`.
+ * The class's Python `__init__` (`_module._wrap_init`) recognises the marker and
+ * makes the keywords its instance dict. `install_init(cls, name, marker)` gives the
+ * class a C `tp_init` slot that does the same before any Python runs: it receives
+ * JAX's keyword dict as it is (CPython's generic slot would look `__init__` up and
+ * unpack the dict into a call), and a copy of it becomes the instance dict. Every
+ * other call (a user constructing a module) goes to the class's `__init__`, as the
+ * generic slot would. Assigning `cls.__init__` later resets the slot to CPython's.
+ */
+static PyObject *s_init, *rebuild_name, *rebuild_marker;
+
+static int rebuild_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
+    if (kwds != NULL && PyTuple_GET_SIZE(args) == 0) {
+        PyObject *mark = PyDict_GetItemWithError(kwds, rebuild_name);
+        if (mark == rebuild_marker) {
+            PyObject *values = PyDict_Copy(kwds);
+            if (values == NULL) return -1;
+            int err = PyObject_GenericSetDict(self, values, NULL);
+            Py_DECREF(values);
+            return err;
+        }
+        if (mark == NULL && PyErr_Occurred()) return -1;
+    }
+    PyObject *init = _PyType_Lookup(Py_TYPE(self), s_init); /* borrowed */
+    if (init == NULL) {
+        PyErr_SetString(PyExc_TypeError, "the class has no __init__");
+        return -1;
+    }
+    PyObject *bound = Py_TYPE(init)->tp_descr_get
+                          ? Py_TYPE(init)->tp_descr_get(init, self,
+                                                        (PyObject *)Py_TYPE(self))
+                          : (Py_INCREF(init), init);
+    if (bound == NULL) return -1;
+    PyObject *res = PyObject_Call(bound, args, kwds);
+    Py_DECREF(bound);
+    if (res == NULL) return -1;
+    if (res != Py_None) {
+        PyErr_Format(PyExc_TypeError, "__init__() should return None, not '%.200s'",
+                     Py_TYPE(res)->tp_name);
+        Py_DECREF(res);
+        return -1;
+    }
+    Py_DECREF(res);
+    return 0;
+}
+
+static PyObject *install_init(PyObject *module, PyObject *args) {
+    PyObject *cls, *name, *marker;
+    if (!PyArg_ParseTuple(args, "O!UO:install_init", &PyType_Type, &cls, &name,
+                          &marker)) {
+        return NULL;
+    }
+    if (!PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_HEAPTYPE)) {
+        PyErr_SetString(PyExc_TypeError, "install_init: a class defined in Python expected");
+        return NULL;
+    }
+    if (rebuild_name == NULL) {
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        rebuild_name = name;
+        Py_INCREF(marker);
+        rebuild_marker = marker;
+    } else if (PyUnicode_Compare(name, rebuild_name) != 0 || marker != rebuild_marker) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError,
+                            "install_init: one name and marker for every class");
+        }
+        return NULL;
+    }
+    ((PyTypeObject *)cls)->tp_init = rebuild_tp_init;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"install_init", install_init, METH_VARARGS,
+     "install_init(cls, name, marker): rebuild `cls` from JAX's keywords in C."},
+    {NULL}};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "boxwood._speedups",
+    .m_doc = "The warm-call path of `filter_jit`, in C (see `_jit.py`).",
+    .m_size = -1,
+    .m_methods = speedups_methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_flat, "_boxwood_flat");
+    INTERN(s_cold, "cold");
+    INTERN(s_tracing, "tracing");
+    INTERN(s_jitted, "jitted");
+    INTERN(s_traces, "traces");
+    INTERN(s_n_first, "n_first");
+    INTERN(s_fast_build, "fast_build");
+    INTERN(s_output, "output");
+    INTERN(s_init, "__init__");
+#undef INTERN
+    if ((empty_tuple = PyTuple_New(0)) == NULL) return NULL;
+    if (PyType_Ready(&FastCallType) < 0 || PyType_Ready(&BuilderType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&speedups_module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&FastCallType);
+    if (PyModule_AddObject(m, "FastCall", (PyObject *)&FastCallType) < 0) {
+        Py_DECREF(&FastCallType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&BuilderType);
+    if (PyModule_AddObject(m, "Builder", (PyObject *)&BuilderType) < 0) {
+        Py_DECREF(&BuilderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
