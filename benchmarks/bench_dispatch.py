@@ -15,7 +15,16 @@ import numpy as np
 from flax import nnx
 
 import boxwood
-from _models import WIDTH, build, count_leaves, layers_for, make_weights, raw_apply
+from _models import (
+    PURE,
+    WIDTH,
+    build,
+    count_leaves,
+    layers_for,
+    make_weights,
+    pure_python,
+    raw_apply,
+)
 from _timing import block, interleave, skipped_row, timing_rows
 
 FIGURE = "dispatch"
@@ -58,6 +67,11 @@ def _contenders(leaves: int, quick: bool) -> tuple[dict, dict, list]:
             skipped.append(skipped_row(FIGURE, _case(leaves), name, "skipped (quick)"))
     runners = {k: _batch(f, models[k], x) for k, f in fns.items()}
     outputs = {k: f(models[k], x) for k, f in fns.items()}
+    with pure_python() as compare:
+        if compare:
+            fn = boxwood.filter_jit(_apply)
+            outputs[PURE] = fn(models["boxwood"], x)
+            runners[PURE] = _batch(fn, models["boxwood"], x)
     return runners, outputs, skipped
 
 

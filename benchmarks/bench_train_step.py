@@ -16,7 +16,16 @@ import optax
 from flax import nnx
 
 import boxwood
-from _models import WIDTH, build, layers_for, make_weights, mse, raw_apply
+from _models import (
+    PURE,
+    WIDTH,
+    build,
+    layers_for,
+    make_weights,
+    mse,
+    pure_python,
+    raw_apply,
+)
 from _timing import block, interleave, skipped_row, timing_rows
 
 FIGURE = "train step"
@@ -130,6 +139,13 @@ def _single(leaves: int, skip_nnx: bool) -> tuple[dict, dict]:
         step = make(tx)
         losses[kind] = step(model, opt_state, x, y)[2]
         runners[kind] = _functional_runner(step, [model, opt_state], x, y)
+    with pure_python() as compare:
+        if compare:
+            model = build("boxwood", weights)
+            opt_state = tx.init(eqx.filter(model, eqx.is_inexact_array))
+            step = boxwood_step(tx)
+            losses[PURE] = step(model, opt_state, x, y)[2]
+            runners[PURE] = _functional_runner(step, [model, opt_state], x, y)
 
     if not skip_nnx:
         model = build("nnx", weights)
@@ -228,7 +244,7 @@ def run(quick: bool) -> list[dict]:
     for leaves in LEAVES:
         case = f"{2 * layers_for(leaves)} leaves"
         if quick and leaves >= 1000:
-            for name in ("raw", "boxwood", "equinox", "nnx"):
+            for name in ("raw", "boxwood", "equinox", "nnx", PURE):
                 rows.append(
                     skipped_row(FIGURE, case, name, "skipped (quick)", "time per step")
                 )

@@ -68,9 +68,11 @@ def _versions() -> dict:
     import optax
 
     import boxwood
+    from boxwood import _native
 
     return {
         "boxwood": boxwood.__version__,
+        "boxwood_path": "C extension" if _native.active() else "pure Python",
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "equinox": equinox.__version__,
@@ -161,7 +163,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         if load
         else f"{meta['date']}",
         "",
-        f"boxwood {v['boxwood']}, jax {v['jax']} ({v['backend']}), equinox "
+        f"boxwood {v['boxwood']} ({v.get('boxwood_path', '?')}), jax {v['jax']} "
+        f"({v['backend']}), equinox "
         f"{v['equinox']}, flax {v['flax']}, optax {v['optax']}, Python {v['python']}.",
         "",
         "Each cell: the median over interleaved repetitions (every contender timed "

@@ -124,9 +124,11 @@ def test_embedding(getkey):
 
 def test_embedding_init_is_standard_normal(getkey):
     ours = np.asarray(nn.Embedding(300, 40, key=getkey()).weight)
+    torch.manual_seed(0)  # deterministic: an unseeded draw fails now and then
     theirs = torch.nn.Embedding(300, 40).weight.detach().numpy()
+    # 12,000 draws: the std of the sample std is about 0.0065; 0.03 is ~4.6 of those
     for w in (ours, theirs):
-        assert abs(w.mean()) < 0.02 and abs(w.std() - 1.0) < 0.02
+        assert abs(w.mean()) < 0.03 and abs(w.std() - 1.0) < 0.03
 
 
 def test_prelu_scalar():

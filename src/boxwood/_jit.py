@@ -16,6 +16,13 @@ How a call flows (each step is on the per-call path, so each is kept small):
 
 Tracing happens inside the inner function, so counting traces and explaining
 recompiles (`_explain.py`) costs nothing on calls that do not trace.
+
+Warm calls whose arguments carry their flat form skip steps 1-3 (`_flat_cache.py`):
+a walk of the arguments gives a key for `_Store.fast_plans`. Where the C extension
+is built (`_native.py`), the wrapper returned to the user is a `_speedups.FastCall`
+that runs that walk, the lookup, the call and the output builder in C and hands
+every other call to the Python `call` below; the two share one table and one key
+format.
 """
 
 from __future__ import annotations
