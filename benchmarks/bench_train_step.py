@@ -139,13 +139,6 @@ def _single(leaves: int, skip_nnx: bool) -> tuple[dict, dict]:
         step = make(tx)
         losses[kind] = step(model, opt_state, x, y)[2]
         runners[kind] = _functional_runner(step, [model, opt_state], x, y)
-    with pure_python() as compare:
-        if compare:
-            model = build("boxwood", weights)
-            opt_state = tx.init(eqx.filter(model, eqx.is_inexact_array))
-            step = boxwood_step(tx)
-            losses[PURE] = step(model, opt_state, x, y)[2]
-            runners[PURE] = _functional_runner(step, [model, opt_state], x, y)
 
     if not skip_nnx:
         model = build("nnx", weights)
@@ -153,6 +146,13 @@ def _single(leaves: int, skip_nnx: bool) -> tuple[dict, dict]:
         step = nnx_step()
         losses["nnx"] = step(model, optimizer, x, y)  # the first step, as above
         runners["nnx"] = _nnx_runner(step, model, optimizer, x, y)
+    with pure_python() as compare:
+        if compare:
+            model = build("boxwood", weights)
+            opt_state = tx.init(eqx.filter(model, eqx.is_inexact_array))
+            step = boxwood_step(tx)
+            losses[PURE] = step(model, opt_state, x, y)[2]
+            runners[PURE] = _functional_runner(step, [model, opt_state], x, y)
     return runners, losses
 
 

@@ -86,6 +86,8 @@ class _Emitter:
         if typ is dict:
             return (DICT, tuple(aux), parts)
         if _is_namedtuple(typ):
+            if not parts:  # e.g. optax's `EmptyState()`: immutable, built once
+                return (CONST, tuple.__new__(typ, ()))
             return (NTUPLE, typ, parts)
         return (CALL, td.unflatten, parts)  # any other node type: its own treedef
 

@@ -422,6 +422,24 @@ static PyObject *run_children(PyObject *children, PyObject *leaves, int depth) {
     return out;
 }
 
+/* children -> a new tuple of type `type` (a NamedTuple is a tuple subclass: its
+ * instances are allocated the same way, as `tuple.__new__(cls, items)` does) */
+static PyObject *run_tuple(PyTypeObject *type, PyObject *children, PyObject *leaves,
+                           int depth) {
+    Py_ssize_t n = PyTuple_GET_SIZE(children);
+    PyObject *out = type == &PyTuple_Type ? PyTuple_New(n) : type->tp_alloc(type, n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = run_node(PyTuple_GET_ITEM(children, i), leaves, depth + 1);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
 /* a new instance of `cls` (as `object.__new__(cls)`) whose `__dict__` is `values` */
 static PyObject *new_with_dict(PyObject *cls, PyObject *values) {
     if (!PyType_Check(cls)) {
@@ -463,31 +481,15 @@ static PyObject *run_node(PyObject *node, PyObject *leaves, int depth) {
     }
     case OP_LIST:
         return run_children(PyTuple_GET_ITEM(node, 1), leaves, depth);
-    case OP_TUPLE: {
-        PyObject *items = run_children(PyTuple_GET_ITEM(node, 1), leaves, depth);
-        if (items == NULL) return NULL;
-        PyObject *t = PyList_AsTuple(items);
-        Py_DECREF(items);
-        return t;
-    }
+    case OP_TUPLE:
+        return run_tuple(&PyTuple_Type, PyTuple_GET_ITEM(node, 1), leaves, depth);
     case OP_NTUPLE: {
         if (size < 3) break;
-        PyObject *items = run_children(PyTuple_GET_ITEM(node, 2), leaves, depth);
-        if (items == NULL) return NULL;
-        PyObject *t = PyList_AsTuple(items);
-        Py_DECREF(items);
-        if (t == NULL) return NULL;
-        PyObject *args = PyTuple_Pack(1, t);
-        Py_DECREF(t);
-        if (args == NULL) return NULL;
         PyObject *cls = PyTuple_GET_ITEM(node, 1);
-        if (!PyType_Check(cls)) {
-            Py_DECREF(args);
+        if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
             break;
         }
-        PyObject *v = PyTuple_Type.tp_new((PyTypeObject *)cls, args, NULL);
-        Py_DECREF(args);
-        return v;
+        return run_tuple((PyTypeObject *)cls, PyTuple_GET_ITEM(node, 2), leaves, depth);
     }
     case OP_DICT: {
         if (size < 3) break;
