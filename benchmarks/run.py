@@ -19,6 +19,7 @@ import platform
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -29,6 +30,10 @@ except ImportError:  # not installed: use the source tree
     sys.path.insert(1, str(HERE.parent / "src"))
 
 from _timing import row  # noqa: E402
+
+# The figures wrap a fresh step function for each case on purpose; boxwood's warning
+# about wrapping new function objects in a loop is meant for user code.
+warnings.filterwarnings("ignore", message="This line has wrapped")
 
 BENCHES = {
     "dispatch": "bench_dispatch",
