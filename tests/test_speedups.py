@@ -198,3 +198,20 @@ def test_builder_rejects_malformed_programs():
         Builder((0, 0))((1,))
     with pytest.raises(IndexError):
         Builder((0, 5))([1])
+
+
+def test_lists_and_dicts_inside_arguments_take_the_fast_path():
+    traces = []
+
+    @bw.filter_jit
+    def fun(items, scale):
+        traces.append(1)
+        return items[0] * scale + items[1]["b"] * items[2]
+
+    args = ([jnp.ones(2), {"b": jnp.full(2, 3.0)}, 2.0], 4.0)
+    for _ in range(4):
+        out = fun(*args)
+    assert jnp.allclose(out, 10.0)
+    assert len(traces) == 1 and fun.cache_info().hits == 3
+    assert jnp.allclose(fun([jnp.ones(2), {"b": jnp.ones(2)}, 1.0], 1.0), 2.0)
+    assert len(traces) == 2  # a new static value (2.0 -> 1.0) traces again

@@ -88,7 +88,10 @@ static int walk_obj(FastCall *self, PyObject *obj, PyObject *key, PyObject *dyn,
         PyObject *ok = PyDict_GetItemWithError(self->walkable, (PyObject *)t);
         if (ok == NULL && PyErr_Occurred()) return -1;
         if (ok == Py_True) {
-            PyObject *seq = PySequence_Fast(obj, "walk");
+            /* a list is copied first: Python code run by the walk below (the
+               Python `walk`) must not be able to shrink it under the loop */
+            PyObject *seq = t == &PyList_Type ? PyList_AsTuple(obj)
+                                              : PySequence_Fast(obj, "walk");
             if (seq == NULL) return -1;
             Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
             PyObject *len = PyLong_FromSsize_t(n);
@@ -288,33 +291,22 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     return (PyObject *)self;
 }
 
+/* every object a FastCall holds, for the garbage collector */
+#define FASTCALL_OBJECTS(X)                                                        \
+    X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(array_type)     \
+    X(array_token) X(none_token) X(module_types) X(walkable)
+
 static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
-    Py_VISIT(self->dict);
-    Py_VISIT(self->fallback);
-    Py_VISIT(self->plans);
-    Py_VISIT(self->store);
-    Py_VISIT(self->walk);
-    Py_VISIT(self->after_trace);
-    Py_VISIT(self->array_type);
-    Py_VISIT(self->array_token);
-    Py_VISIT(self->none_token);
-    Py_VISIT(self->module_types);
-    Py_VISIT(self->walkable);
+#define VISIT(field) Py_VISIT(self->field);
+    FASTCALL_OBJECTS(VISIT)
+#undef VISIT
     return 0;
 }
 
 static int fastcall_clear(FastCall *self) {
-    Py_CLEAR(self->dict);
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->plans);
-    Py_CLEAR(self->store);
-    Py_CLEAR(self->walk);
-    Py_CLEAR(self->after_trace);
-    Py_CLEAR(self->array_type);
-    Py_CLEAR(self->array_token);
-    Py_CLEAR(self->none_token);
-    Py_CLEAR(self->module_types);
-    Py_CLEAR(self->walkable);
+#define CLEAR(field) Py_CLEAR(self->field);
+    FASTCALL_OBJECTS(CLEAR)
+#undef CLEAR
     return 0;
 }
 
@@ -406,20 +398,25 @@ static PyObject *empty_tuple;
 
 static PyObject *run_node(PyObject *node, PyObject *leaves, int depth);
 
-/* children (a tuple of nodes) -> a new list of built objects */
-static PyObject *run_children(PyObject *children, PyObject *leaves, int depth) {
-    Py_ssize_t n = PyTuple_GET_SIZE(children);
-    PyObject *out = PyList_New(n);
+/* Build each child node (a tuple of nodes) into the new list or tuple `out`, of the
+ * same length; `out` is released on error. */
+static PyObject *fill(PyObject *out, PyObject *children, PyObject *leaves, int depth) {
     if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject **items = PySequence_Fast_ITEMS(out); /* a list's or a tuple's */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(children); i++) {
         PyObject *v = run_node(PyTuple_GET_ITEM(children, i), leaves, depth + 1);
         if (v == NULL) {
             Py_DECREF(out);
             return NULL;
         }
-        PyList_SET_ITEM(out, i, v);
+        items[i] = v;
     }
     return out;
+}
+
+/* children -> a new list of built objects */
+static PyObject *run_children(PyObject *children, PyObject *leaves, int depth) {
+    return fill(PyList_New(PyTuple_GET_SIZE(children)), children, leaves, depth);
 }
 
 /* children -> a new tuple of type `type` (a NamedTuple is a tuple subclass: its
@@ -428,16 +425,7 @@ static PyObject *run_tuple(PyTypeObject *type, PyObject *children, PyObject *lea
                            int depth) {
     Py_ssize_t n = PyTuple_GET_SIZE(children);
     PyObject *out = type == &PyTuple_Type ? PyTuple_New(n) : type->tp_alloc(type, n);
-    if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = run_node(PyTuple_GET_ITEM(children, i), leaves, depth + 1);
-        if (v == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, i, v);
-    }
-    return out;
+    return fill(out, children, leaves, depth);
 }
 
 /* a new instance of `cls` (as `object.__new__(cls)`) whose `__dict__` is `values` */
