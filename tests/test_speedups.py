@@ -200,7 +200,12 @@ def test_builder_rejects_malformed_programs():
         Builder((0, 5))([1])
 
 
-def test_lists_and_dicts_inside_arguments_take_the_fast_path():
+def test_lists_and_dicts_inside_arguments_take_the_fast_path(monkeypatch):
+    from boxwood import _jit
+
+    flattens = []
+    real = _jit._flatten
+    monkeypatch.setattr(_jit, "_flatten", lambda t: flattens.append(1) or real(t))
     traces = []
 
     @bw.filter_jit
@@ -209,9 +214,12 @@ def test_lists_and_dicts_inside_arguments_take_the_fast_path():
         return items[0] * scale + items[1]["b"] * items[2]
 
     args = ([jnp.ones(2), {"b": jnp.full(2, 3.0)}, 2.0], 4.0)
-    for _ in range(4):
+    for i in range(5):
+        if i == 2:
+            before = len(flattens)
         out = fun(*args)
     assert jnp.allclose(out, 10.0)
-    assert len(traces) == 1 and fun.cache_info().hits == 3
+    assert len(traces) == 1 and fun.cache_info().hits == 4
+    assert len(flattens) == before  # no flatten once the key is known
     assert jnp.allclose(fun([jnp.ones(2), {"b": jnp.ones(2)}, 1.0], 1.0), 2.0)
     assert len(traces) == 2  # a new static value (2.0 -> 1.0) traces again
