@@ -223,3 +223,14 @@ def test_lists_and_dicts_inside_arguments_take_the_fast_path(monkeypatch):
     assert len(flattens) == before  # no flatten once the key is known
     assert jnp.allclose(fun([jnp.ones(2), {"b": jnp.ones(2)}, 1.0], 1.0), 2.0)
     assert len(traces) == 2  # a new static value (2.0 -> 1.0) traces again
+
+
+def test_tree_pformat_prints_a_jitted_function_like_a_function():
+    def h(x):
+        return x
+
+    class Holds(bw.Module):
+        fn: object = bw.field(static=True)
+
+    text = bw.tree_pformat(Holds(bw.filter_jit(h)), width=1000)
+    assert text == f"Holds(fn=<function {h.__qualname__}>)"

@@ -38,6 +38,8 @@ def _leaf_text(x: Any, short_arrays: bool) -> str:
         return f"partial({_leaf_text(x.func, short_arrays)}, ...)"
     if isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
         return f"<function {getattr(x, '__qualname__', x.__name__)}>"
+    if hasattr(x, "_boxwood_jit"):  # a `filter_jit` function (a C callable, or not)
+        return f"<function {x.__qualname__}>"
     if isinstance(x, jax.custom_jvp) or isinstance(x, jax.custom_vjp):
         return f"<function {getattr(x.fun, '__name__', repr(x.fun))}>"
     return repr(x)
