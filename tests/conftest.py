@@ -1,5 +1,3 @@
-import os
-
 import jax
 import jax.random as jr
 import pytest
@@ -21,12 +19,13 @@ def call_path(request, monkeypatch):
     (`boxwood._speedups`) and the same path written in Python. Wrappers and output
     builders pick their path when created, so the test creates its own."""
     from boxwood import _native
+    from boxwood._config import _env_flag
 
     if request.param == "python":
         monkeypatch.setattr(_native, "FastCall", None)
         monkeypatch.setattr(_native, "Builder", None)
         monkeypatch.setattr(_native, "install_init", None)  # classes made in the test
-    elif os.environ.get("BOXWOOD_PURE_PYTHON", "") not in ("", "0"):
+    elif _env_flag("BOXWOOD_PURE_PYTHON"):
         assert not _native.active()  # the switch is honoured: Python paths only
     else:
         assert _native.active(), (

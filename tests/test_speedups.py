@@ -19,6 +19,7 @@ import optax
 import pytest
 
 import boxwood as bw
+from boxwood._config import _env_flag
 
 pytestmark = pytest.mark.usefixtures("call_path")
 
@@ -38,7 +39,7 @@ def _lin(seed=0):
 
 
 def test_extension_is_built_unless_switched_off():
-    pure = os.environ.get("BOXWOOD_PURE_PYTHON", "") not in ("", "0")
+    pure = _env_flag("BOXWOOD_PURE_PYTHON")
     code = "from boxwood import _native; print(_native.active())"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -57,7 +57,6 @@ from ._module._module import MODULE_TYPES
 
 _flatten = jax.tree_util.tree_flatten
 
-
 _DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
 
 
@@ -94,16 +93,16 @@ class _JitWrapper:
         self._traces = 0
         wrapped = getattr(fun, "__func__", fun)
         self.__qualname__ = getattr(wrapped, "__qualname__", type(wrapped).__name__)
-        call = self._python_call = self._make_call()
         self._fast = None
         if _native.FastCall is not None and not self._store.fun_dyn_idx:
-            # the same fast path in C; it hands every other call to `call`
+            # The fast path in C. It hands every other call to the Python path,
+            # which need not walk the arguments again.
             call = self._fast = _native.FastCall(
-                fallback=call,
+                fallback=self._make_call(walk_first=False),
                 plans=self._store.fast_plans,
                 store=self._store,
                 walk=walk,
-                after_trace=self._after_fast_trace,
+                after_trace=self._after_trace,
                 array_type=ARRAY_TYPE,
                 array_token=ARRAY_TOKEN,
                 none_token=NONE_TOKEN,
@@ -111,6 +110,8 @@ class _JitWrapper:
                 walkable=_WALKABLE,
                 except_first=self._except_first,
             )
+        else:
+            call = self._make_call(walk_first=True)
         functools.update_wrapper(call, wrapped, updated=())
         call.cache_info = self.cache_info
         call.clear_cache = self.clear_cache
@@ -118,39 +119,30 @@ class _JitWrapper:
         self.call = call
 
     # ------------------------------------------------------------------ per call
-    def _make_call(self) -> Callable:
+    def _make_call(self, walk_first: bool) -> Callable:
         """The per-call path, as a closure: a plain function is called through
         CPython's vectorcall, which is cheaper than an object's `__call__`, and it
-        binds like a method when used as a class attribute."""
+        binds like a method when used as a class attribute. `walk_first`: try the
+        fast path (`_flat_cache.walk`) before flattening (`False` behind the C
+        fast path, which has just tried it)."""
         store = self._store
         fun_dyn = self._fun_dyn
         has_fun_dyn = bool(store.fun_dyn_idx)
-        fast_plans = store.fast_plans
+        fast_plans = store.fast_plans if walk_first else {}
         except_first = self._except_first
         pos_plans = store.plans
         kw_plans = store.kw_plans
-        module_types = MODULE_TYPES
         plain = not except_first and not has_fun_dyn  # the inner jit takes `(dyn)`
 
         def call(*args: Any, **kwargs: Any) -> Any:
             entry = None
             if fast_plans and not kwargs:
                 # Arguments that are arrays, modules carrying their flat form, or
-                # tuples of those (`_flat_cache.py`): no flatten, no treedef hash, no
-                # leaf-type check.
+                # containers of those (`_flat_cache.py`): no flatten, no treedef
+                # hash, no leaf-type check.
                 key = []
                 dyn = []
-                for a in args:
-                    t = type(a)
-                    if t is ARRAY_TYPE:
-                        key.append(ARRAY_TOKEN)
-                        dyn.append(a)
-                    elif t in module_types and (flat := a._boxwood_flat) is not None:
-                        key.append(flat[0])
-                        dyn += flat[1]
-                    elif not walk(a, key, dyn):
-                        break
-                else:
+                if walk(args, key, dyn):
                     found = fast_plans.get(tuple(key))
                     if found is not None:
                         plan, entry = found
@@ -227,7 +219,7 @@ class _JitWrapper:
         key: list = []
         walked: list = []
         if (
-            not all(walk(a, key, walked) for a in args)  # the fast path's own walk
+            not walk(args, key, walked)  # the fast path's own walk
             or len(walked) != len(dyn)
             or any(a is not b for a, b in zip(walked, dyn))
             or len(walked_statics) != len(statics)
@@ -254,9 +246,6 @@ class _JitWrapper:
                 result = entry.jitted(dyn)
             entry.cold = False
             return result, store.traces - traces
-
-    def _after_fast_trace(self, n: int, args: tuple, plan: _Plan) -> None:
-        self._after_trace(n, args, {}, plan)
 
     def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
         self._misses += 1

@@ -11,14 +11,15 @@ switch paths.
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from ._config import _env_flag
 
 FastCall: Any = None
 Builder: Any = None
 install_init: Any = None
 
-if os.environ.get("BOXWOOD_PURE_PYTHON", "") in ("", "0"):
+if not _env_flag("BOXWOOD_PURE_PYTHON"):
     try:
         from ._speedups import Builder, FastCall, install_init
     except ImportError:  # not built: the Python paths serve

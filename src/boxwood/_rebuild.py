@@ -47,6 +47,8 @@ def _is_namedtuple(cls: type) -> bool:
 # Opcodes of a build program (the same numbers as in `_speedups.c`). A program is
 # a tree of tuples, each starting with its opcode.
 LEAF, CONST, LIST, TUPLE, NTUPLE, DICT, MODULE, LAZY, CALL = range(9)
+# where a node keeps its children (the tuple of child nodes)
+_CHILDREN_AT = {LIST: 1, TUPLE: 1, NTUPLE: 2, DICT: 2, MODULE: 3, CALL: 2}
 
 
 class _Emitter:
@@ -133,7 +135,7 @@ class _Source:
             _, typ, statics, token, start, stop = node
             values = f"{{**{self.const(statics)}, {FLAT!r}: ({self.const(token)}, L[{start}:{stop}])}}"
             return self._module(typ, values)
-        children = [self.expr(child) for child in node[-1 if op != MODULE else 3]]
+        children = [self.expr(child) for child in node[_CHILDREN_AT[op]]]
         elements = "".join(c + ", " for c in children)
         if op == LIST:
             return f"[{elements}]"

@@ -6,7 +6,7 @@
  * built. It does what the fast path at the top of `_jit.py`'s `call` does, with
  * the same key format and the same table (`_Store.fast_plans`):
  *
- *   1. walk the positional arguments: arrays, modules carrying their flat form,
+ *   1. walk the positional arguments (as one tuple, as the Python path does): arrays, modules carrying their flat form,
  *      tuples/lists/NamedTuples of those and `None` are handled here; any other
  *      object is handed to the Python `walk` (`_flat_cache.py`), which appends to
  *      the same key and leaf lists;
@@ -42,7 +42,7 @@ typedef struct {
     PyObject *plans;       /* dict: walk key -> (plan, entry) */
     PyObject *store;       /* `_Store`: `traces`, `tracing` */
     PyObject *walk;        /* `_flat_cache.walk(obj, key, dyn) -> bool` */
-    PyObject *after_trace; /* `after_trace(n, args, plan)` */
+    PyObject *after_trace; /* `after_trace(n, args, kwargs, plan)` */
     PyObject *array_type;
     PyObject *array_token;
     PyObject *none_token;
@@ -144,7 +144,13 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
     PyObject *result = NULL, *keyt = NULL, *jitted = NULL, *before = NULL,
              *after = NULL, *out = NULL, *build = NULL;
     if (key == NULL || dyn == NULL) goto done;
-    int r = 1;
+    /* the key of the argument tuple, as the Python `walk(args, ...)` gives it */
+    PyObject *n_args = PyLong_FromSsize_t(nargs);
+    int r = n_args != NULL && PyList_Append(key, (PyObject *)&PyTuple_Type) == 0 &&
+                    PyList_Append(key, n_args) == 0
+                ? 1
+                : -1;
+    Py_XDECREF(n_args);
     for (Py_ssize_t i = 0; r == 1 && i < nargs; i++) {
         r = walk_obj(self, args[i], key, dyn, 0);
     }
@@ -218,7 +224,8 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         self->hits++;
     } else {
         PyObject *n = PyNumber_Subtract(after, before);
-        PyObject *argt = n ? PyTuple_New(nargs) : NULL;
+        PyObject *kwargs = n ? PyDict_New() : NULL;
+        PyObject *argt = kwargs ? PyTuple_New(nargs) : NULL;
         if (argt != NULL) {
             for (Py_ssize_t i = 0; i < nargs; i++) {
                 Py_INCREF(args[i]);
@@ -226,9 +233,10 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
             }
         }
         PyObject *res = argt ? PyObject_CallFunctionObjArgs(self->after_trace, n,
-                                                            argt, plan, NULL)
+                                                            argt, kwargs, plan, NULL)
                              : NULL;
         Py_XDECREF(n);
+        Py_XDECREF(kwargs);
         Py_XDECREF(argt);
         if (res == NULL) {
             Py_DECREF(found);
