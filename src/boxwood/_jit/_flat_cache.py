@@ -36,8 +36,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._module import Module
-from ._module._module import FLAT, MODULE_TYPES
+from .._module import Module
+from .._module._module import FLAT, MODULE_TYPES
 
 ARRAY_TYPE = type(jnp.zeros(()))  # the concrete jax.Array class
 ARRAY_TOKEN = object()  # stands for "a jax.Array" in a key
