@@ -43,6 +43,7 @@ typedef struct {
     PyObject *store;       /* `_Store`: `traces`, `tracing` */
     PyObject *walk;        /* `_flat_cache.walk(obj, key, dyn) -> bool` */
     PyObject *after_trace; /* `after_trace(n, args, kwargs, plan)` */
+    PyObject *on_error;    /* `on_error()`: called when the compiled call raised */
     PyObject *array_type;
     PyObject *array_token;
     PyObject *none_token;
@@ -207,6 +208,18 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         result = PyObject_Vectorcall(jitted, call_args, 1, NULL);
     }
     if (result == NULL) {
+        /* undo what a failed trace left behind, keeping its exception */
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        PyObject *res = PyObject_CallNoArgs(self->on_error);
+        Py_XDECREF(res);
+        if (res == NULL) {
+            Py_XDECREF(exc_type);
+            Py_XDECREF(exc_value);
+            Py_XDECREF(exc_tb);
+        } else {
+            PyErr_Restore(exc_type, exc_value, exc_tb);
+        }
         Py_DECREF(found);
         goto done;
     }
@@ -274,14 +287,14 @@ done:
 
 static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"fallback", "plans", "store", "walk", "after_trace",
-                            "array_type", "array_token", "none_token",
+                            "on_error", "array_type", "array_token", "none_token",
                             "module_types", "walkable", "except_first", NULL};
-    PyObject *fallback, *plans, *store, *walk, *after_trace, *array_type,
+    PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
         *array_token, *none_token, *module_types, *walkable;
     int except_first;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOO!O!p:FastCall", names, &fallback, &PyDict_Type,
-            &plans, &store, &walk, &after_trace, &array_type, &array_token,
+            args, kw, "OO!OOOOOOOO!O!p:FastCall", names, &fallback, &PyDict_Type,
+            &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
             &except_first)) {
         return NULL;
@@ -291,6 +304,7 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     self->vectorcall = fastcall_vectorcall;
 #define KEEP(field) Py_INCREF(field); self->field = field
     KEEP(fallback); KEEP(plans); KEEP(store); KEEP(walk); KEEP(after_trace);
+    KEEP(on_error);
     KEEP(array_type); KEEP(array_token); KEEP(none_token); KEEP(module_types);
     KEEP(walkable);
 #undef KEEP
@@ -301,7 +315,8 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
 
 /* every object a FastCall holds, for the garbage collector */
 #define FASTCALL_OBJECTS(X)                                                        \
-    X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(array_type)     \
+    X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(on_error)       \
+    X(array_type)                                                                  \
     X(array_token) X(none_token) X(module_types) X(walkable)
 
 static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
