@@ -518,3 +518,34 @@ def test_donated_training_loop_keeps_live_buffers_constant(getkey):
     assert first_weight.is_deleted() and not batch.is_deleted()
     assert counts[0] == counts[1]
     assert step.cache_info().traces == 1
+
+
+def test_bound_methods_as_arguments_are_traced_once(getkey):
+    m1, m2 = linear(getkey(), 3), linear(getkey(), 3)
+    fn, count = counting(lambda method, x: method(x))
+    f = bw.filter_jit(fn)
+    x = jnp.ones(3)
+    assert jnp.allclose(f(m1.__call__, x), m1(x))
+    assert jnp.allclose(f(m2.__call__, x), m2(x))  # the arrays are inputs
+    assert count["n"] == 1
+
+
+@pytest.mark.parametrize("how", ["module", "bound_method"])
+def test_jitted_module_and_bound_method_take_the_fast_path(getkey, monkeypatch, how):
+    from boxwood._jit import _filter_jit
+
+    flattens = []
+    real = _filter_jit._flatten
+    monkeypatch.setattr(
+        _filter_jit, "_flatten", lambda t: flattens.append(1) or real(t)
+    )
+    model = linear(getkey(), 3)
+    f = bw.filter_jit(model if how == "module" else model.__call__)
+    f.clear_cache()  # the store may be shared with an earlier test's wrapper
+    x = jnp.ones(3)
+    for i in range(4):
+        if i == 2:
+            before = len(flattens)
+        assert jnp.allclose(f(x), model(x))
+    assert len(flattens) == before  # warm calls walk, never flatten
+    assert f.cache_info() == bw.CacheInfo(hits=3, misses=1, traces=1, size=1)

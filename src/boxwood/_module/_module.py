@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import types
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -78,6 +79,7 @@ class _ModuleMeta(abc.ABCMeta):
         )
         _wrap_init(cls)
         _install_lazy_fields(cls, fields)
+        _install_methods(cls, namespace)
         MODULE_TYPES.add(cls)
         return cls
 
@@ -188,6 +190,50 @@ def _install_lazy_fields(cls: Any, fields: tuple) -> None:
         current = cls.__dict__.get(f.name, dataclasses.MISSING)
         if current is dataclasses.MISSING or current is f.default:
             type.__setattr__(cls, f.name, _LazyField(f.name, f.default))
+
+
+class _Method:
+    """A method of a module class. Read on an instance it gives a `BoundMethod`
+    (`_bound.py`): a module whose child is the instance, so `model.method` is a
+    pytree with the model's leaves (as in Equinox). Read on the class it gives the
+    plain function. A non-data descriptor: an instance dict entry of the same name
+    wins."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable) -> None:
+        self.func = func
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self.func
+        return bind_method(self.func, obj)
+
+    def __getattr__(self, name: str) -> Any:  # `__doc__`, `__isabstractmethod__`, ...
+        return getattr(self.func, name)
+
+
+def bind_method(func: Callable, obj: Any) -> Any:
+    """`obj.func` as a `BoundMethod` module (replaced when `_bound.py` is imported)."""
+    return types.MethodType(func, obj)
+
+
+def _is_magic(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+def _install_methods(cls: Any, namespace: dict) -> None:
+    """Make the plain functions of a class body (`__call__` and every method whose
+    name is not a dunder) `_Method`s, so that bound methods are pytrees."""
+    if namespace.get("_boxwood_plain_methods"):
+        return
+    for name, value in namespace.items():
+        if (
+            isinstance(value, types.FunctionType)
+            and (name == "__call__" or not _is_magic(name))
+            and name not in cls._boxwood_field_names
+        ):
+            type.__setattr__(cls, name, _Method(value))
 
 
 def _set_dict_slowly(obj: Any, values: dict) -> None:
