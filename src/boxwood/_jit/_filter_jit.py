@@ -28,6 +28,7 @@ format.
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 import weakref
 from collections.abc import Callable
@@ -84,6 +85,9 @@ class _JitWrapper:
         self._options = options
         self._store, self._fun_dyn = _store_for(self._fun, options)
         self._except_first = options.except_first
+        # donate="...-except-first": the first parameter's name, so that passing it
+        # by keyword keeps it out of donation too
+        self._first_name = _first_parameter(self._fun) if options.except_first else None
         self._seen: set[int] = set()  # module arguments of the last slow call
         self._hits = 0
         self._misses = 0
@@ -134,11 +138,15 @@ class _JitWrapper:
         pos_plans = store.plans
         kw_plans = store.kw_plans
         conv = self._convention
+        first_name = self._first_name
         plain = conv == _convention.PLAIN  # the inner jit takes `(dyn)`
         call_inner = _convention.call
 
         def call(*args: Any, **kwargs: Any) -> Any:
             entry = None
+            if kwargs and first_name is not None and not args and first_name in kwargs:
+                kwargs = dict(kwargs)  # the first argument, by keyword: positional
+                args = (kwargs.pop(first_name),)
             if fast_plans and not kwargs:
                 # Arguments that are arrays, modules carrying their flat form, or
                 # containers of those (`_flat_cache.py`): no flatten, no treedef
@@ -338,6 +346,17 @@ class _JitWrapper:
         self._hits = self._misses = self._traces = 0
         if self._fast is not None:
             self._fast.hits = 0
+
+
+def _first_parameter(fun: Callable) -> str | None:
+    """The name of `fun`'s first parameter, if it can be passed by keyword too."""
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if params and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+        return params[0].name
+    return None
 
 
 def filter_jit(

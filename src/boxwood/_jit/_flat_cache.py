@@ -86,16 +86,23 @@ def is_module_class(typ: Any) -> bool:
 
 
 def immutable(treedef: Any) -> bool:
-    """Whether every node of `treedef` is a Module, tuple, NamedTuple or None."""
-    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-        return True
-    typ, _ = treedef.node_data()
-    ok = (
-        typ is type(None)
-        or is_module_class(typ)
-        or (isinstance(typ, type) and issubclass(typ, tuple))  # tuples, NamedTuples
-    )
-    return ok and all(immutable(child) for child in treedef.children())
+    """Whether every node of `treedef` is a Module, tuple, NamedTuple or None (a
+    loop, not a recursion: modules may nest deeper than Python's recursion limit)."""
+    stack = [treedef]
+    while stack:
+        td = stack.pop()
+        if td.num_nodes == 1 and td.num_leaves == 1:
+            continue
+        typ, _ = td.node_data()
+        ok = (
+            typ is type(None)
+            or is_module_class(typ)
+            or (isinstance(typ, type) and issubclass(typ, tuple))  # NamedTuples too
+        )
+        if not ok:
+            return False
+        stack.extend(td.children())
+    return True
 
 
 def remember(obj: Module) -> tuple | None:
