@@ -1,3 +1,4 @@
+import collections
 import dataclasses
 import gc
 import threading
@@ -303,7 +304,7 @@ def test_rewrapping_the_same_function_after_its_cache_died_does_not_warn():
 def test_rewrapping_fresh_functions_in_a_loop_warns_once(monkeypatch):
     from boxwood._jit import _cache as _jit_cache
 
-    monkeypatch.setattr(_jit_cache, "_WRAPS_AT_SITE", {})  # count from zero
+    monkeypatch.setattr(_jit_cache, "_WRAPS_AT_SITE", collections.OrderedDict())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(6):
@@ -598,3 +599,30 @@ def test_reserved_field_names_are_rejected_at_class_creation():
 
         class Bad(bw.Module):
             _boxwood_flat: jax.Array
+
+
+def test_threads_tracing_distinct_structures_count_one_trace_each():
+    n = 8
+    barrier = threading.Barrier(n)
+    fn, count = counting(lambda x: jnp.sin(x) * 2)
+    f = bw.filter_jit(fn)
+    errors = []
+
+    def work(i):
+        try:
+            x = jnp.ones((i + 1,))
+            barrier.wait()
+            for _ in range(5):
+                assert jnp.allclose(f(x), jnp.sin(x) * 2)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    info = f.cache_info()
+    assert count["n"] == n and info.traces == n and info.misses == n
+    assert info.hits + info.misses == 5 * n

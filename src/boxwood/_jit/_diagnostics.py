@@ -111,6 +111,7 @@ def _on_trace(
     with store.lock:
         store.traces += 1
         store.size += 1
+        store.pending.n = getattr(store.pending, "n", 0) + 1
         record = describe_call(args, kwargs)
         previous = list(store.records)
         store.records.append(record)

@@ -108,7 +108,7 @@ class _JitWrapper:
                 store=self._store,
                 walk=walk,
                 after_trace=self._after_trace,
-                on_error=restore_warnings,
+                on_error=self._on_error,
                 array_type=ARRAY_TYPE,
                 array_token=ARRAY_TOKEN,
                 none_token=NONE_TOKEN,
@@ -194,7 +194,7 @@ class _JitWrapper:
                     result = call_inner(conv, entry.jitted, fun_dyn, dyn, plan.n_first)
                     traced = store.traces - traces
             except BaseException:
-                restore_warnings()  # a trace that failed while lowering
+                self._on_error()
                 raise
             if traced:
                 self._after_trace(traced, args, kwargs, plan)
@@ -254,10 +254,19 @@ class _JitWrapper:
             entry.cold = False
             return result, store.traces - traces
 
-    def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
-        self._misses += 1
-        self._traces += n
+    def _on_error(self) -> None:
+        """After a call that raised: undo what a failed trace left behind."""
         restore_warnings()
+        self._store.pending.__dict__.pop("n", None)
+
+    def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
+        restore_warnings()
+        mine = self._store.pending.__dict__.pop("n", 0)
+        if not mine:  # `traces` moved because another thread traced meanwhile
+            self._hits += 1
+            return
+        self._misses += 1
+        self._traces += mine
         if self._options.warns_undonated:
             _warn_undonated(self, args, kwargs, plan)
 
