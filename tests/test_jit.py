@@ -626,3 +626,31 @@ def test_threads_tracing_distinct_structures_count_one_trace_each():
     info = f.cache_info()
     assert count["n"] == n and info.traces == n and info.misses == n
     assert info.hits + info.misses == 5 * n
+
+
+def _branch_on_weight(model, x):
+    if model.weight.sum() > 0:
+        return x
+    return -x
+
+
+def test_tracer_errors_name_the_users_function_and_paths(getkey):
+    model = linear(getkey(), 3)
+    where = f"_branch_on_weight at {__file__}"
+    cases = [
+        (bw.filter_jit(_branch_on_weight), (model, jnp.ones(3)), {}, "args[0].weight"),
+        (bw.filter_jit(_branch_on_weight), (), {"model": model, "x": jnp.ones(3)},
+         "kwargs['model'].weight"),
+        (bw.filter_jit(_branch_on_weight, donate="all-except-first"),
+         (model, jnp.ones(3)), {}, "args[0].weight"),
+        (bw.filter_jit(bw.Partial(_branch_on_weight, model)), (jnp.ones(3),), {},
+         "self.args[0].weight"),  # the function's own arrays
+    ]
+    for f, args, kwargs, path in cases:
+        with pytest.raises(jax.errors.TracerBoolConversionError) as info:
+            f(*args, **kwargs)
+        text = str(info.value)
+        assert f"depends on the value of the argument {path}." in text
+        assert "groups[" not in text and "_filter_jit.py" not in text
+        if not isinstance(f.__wrapped__, bw.Partial):
+            assert where in text

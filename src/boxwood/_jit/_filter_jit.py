@@ -51,6 +51,7 @@ from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._options import DONATE_MODES, JitOptions
 from ._diagnostics import (
     _on_trace,
+    rename_arguments,
     restore_warnings,
     silence_donation_warning,
     _unhashable_error,
@@ -310,8 +311,12 @@ class _JitWrapper:
                 args, kwargs = plan.treedef.unflatten(leaves), {}
             _on_trace(options, name, store, args, kwargs)
             store.tracing += 1
+            fun = store.function(fun_dyn)
             try:
-                out = store.function(fun_dyn)(*args, **kwargs)
+                out = fun(*args, **kwargs)
+            except Exception as error:  # name the caller's paths, not `groups[0][3]`
+                rename_arguments(error, conv, plan, args, kwargs, fun)
+                raise
             finally:
                 store.tracing -= 1
             out_leaves, out_def = _flatten(out)
@@ -328,6 +333,12 @@ class _JitWrapper:
 
         inner.__qualname__ = self.__qualname__
         inner.__name__ = self.__qualname__.rsplit(".", 1)[-1]
+        # JAX names the traced function by its code's location: the user's, with
+        # the inner signature kept for JAX's argument names
+        inner.__signature__ = inspect.signature(inner)  # type: ignore[attr-defined]
+        source = _source_function(self._fun)
+        if source is not None:
+            inner.__wrapped__ = source  # type: ignore[attr-defined]
         return jax.jit(inner, **self._jit_options(store, plan))
 
     def _jit_options(self, store: _Store, plan: _Plan) -> dict[str, Any]:
@@ -355,6 +366,14 @@ class _JitWrapper:
         self._hits = self._misses = self._traces = 0
         if self._fast is not None:
             self._fast.hits = 0
+
+
+def _source_function(fun: Any) -> Any:
+    """The Python function whose code `fun` runs (for JAX's messages), or None."""
+    for candidate in (getattr(fun, "__func__", fun), getattr(type(fun), "__call__", None)):
+        if hasattr(candidate, "__code__"):
+            return candidate
+    return None
 
 
 def _first_parameter(fun: Callable) -> str | None:
