@@ -136,6 +136,7 @@ class _JitWrapper:
         store = self._store
         fun_dyn = self._fun_dyn
         fast_plans = store.fast_plans if walk_first else {}
+        kw_fast_plans = store.fast_plans  # the C path hands keyword calls over
         pos_plans = store.plans
         kw_plans = store.kw_plans
         conv = self._convention
@@ -148,7 +149,17 @@ class _JitWrapper:
             if kwargs and first_name is not None and not args and first_name in kwargs:
                 kwargs = dict(kwargs)  # the first argument, by keyword: positional
                 args = (kwargs.pop(first_name),)
-            if fast_plans and not kwargs:
+            if kwargs:
+                if kw_fast_plans:
+                    # the key of `(args, kwargs)`: the keywords walk as a dict does
+                    # (sorted names, as jax flattens them), after the arguments
+                    key = []
+                    dyn = []
+                    if walk(args, key, dyn) and walk(kwargs, key, dyn):
+                        found = kw_fast_plans.get(tuple(key))
+                        if found is not None:
+                            plan, entry = found
+            elif fast_plans:
                 # Arguments that are arrays, modules carrying their flat form, or
                 # containers of those (`_flat_cache.py`): no flatten, no treedef
                 # hash, no leaf-type check.
@@ -181,8 +192,8 @@ class _JitWrapper:
                     if entry is None:
                         entry = self._entry(plan, statics, args, kwargs)
                     dyn = list(plan.get_dyn(leaves))  # a list, as on the fast path
-                if plan.fast is not False and not kwargs:
-                    self._note_fast(args, plan, entry, dyn, statics)
+                if plan.fast is not False:
+                    self._note_fast(args, kwargs, plan, entry, dyn, statics)
             try:
                 if entry.cold or store.tracing:
                     result, traced = self._call_locked(entry, plan, dyn)
@@ -210,7 +221,13 @@ class _JitWrapper:
 
     # ------------------------------------------------------------- slow paths
     def _note_fast(
-        self, args: tuple, plan: _Plan, entry: _Entry, dyn: Any, statics: tuple
+        self,
+        args: tuple,
+        kwargs: dict,
+        plan: _Plan,
+        entry: _Entry,
+        dyn: Any,
+        statics: tuple,
     ) -> None:
         """Give `(plan, entry)` a fast-path key when the arguments can be walked
         (`_flat_cache.walk`). A module argument without a flat form gets one the
@@ -220,7 +237,7 @@ class _JitWrapper:
         seen, self._seen = self._seen, set()
         walked_statics: list = []
         complete = True
-        for a in args:
+        for a in (*args, kwargs) if kwargs else args:
             step = remember_walkable(a, walked_statics, seen, self._seen)
             if step is False:
                 plan.fast = False  # structural: no call with this plan can be fast
@@ -232,6 +249,7 @@ class _JitWrapper:
         walked: list = []
         if (
             not walk(args, key, walked)  # the fast path's own walk
+            or (kwargs and not walk(kwargs, key, walked))
             or len(walked) != len(dyn)
             or any(a is not b for a, b in zip(walked, dyn))
             or len(walked_statics) != len(statics)
