@@ -32,7 +32,7 @@ import inspect
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
 import jax
 
@@ -403,6 +403,30 @@ def _first_parameter(fun: Callable) -> str | None:
     if params and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
         return params[0].name
     return None
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+@overload
+def filter_jit(
+    fun: Callable[_P, _T],
+    *,
+    donate: str = "none",
+    explain: bool | None = None,
+    **jit_kwargs: Any,
+) -> Callable[_P, _T]: ...
+
+
+@overload
+def filter_jit(
+    fun: None = None,
+    *,
+    donate: str = "none",
+    explain: bool | None = None,
+    **jit_kwargs: Any,
+) -> Callable[[Callable[_P, _T]], Callable[_P, _T]]: ...
 
 
 def filter_jit(
