@@ -48,7 +48,7 @@ from ._flat_cache import (
     walk,
 )
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
-from ._options import DONATE_MODES, JitOptions
+from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
 from ._diagnostics import (
     _on_trace,
     rename_arguments,
@@ -123,6 +123,7 @@ class _JitWrapper:
         functools.update_wrapper(call, wrapped, updated=())
         call.cache_info = self.cache_info
         call.clear_cache = self.clear_cache
+        call.lower = self.lower
         call._boxwood_jit = self
         self.call = call
 
@@ -378,12 +379,52 @@ class _JitWrapper:
         hits = self._hits + (self._fast.hits if self._fast is not None else 0)
         return CacheInfo(hits, self._misses, self._traces, self._store.size)
 
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """Lower for these arguments without running: JAX's `Lowered`, so that
+        `.lower(*args).compile()` gives a `Compiled` that takes the same arguments'
+        arrays (`compiled(*args)` returns the inner function's flat outputs).
+
+        **Arguments:** the arguments of a call.
+
+        **Returns:** a `jax.stages.Lowered`.
+        """
+        if kwargs and self._first_name is not None and not args:
+            if self._first_name in kwargs:
+                kwargs = dict(kwargs)
+                args = (kwargs.pop(self._first_name),)
+        if kwargs:
+            leaves, treedef = _flatten((args, kwargs))
+        else:
+            leaves, treedef = _flatten(args)
+        plan = self._plan(treedef, tuple(map(type, leaves)), leaves, bool(kwargs))
+        statics = plan.get_statics(leaves) if plan.get_statics is not None else ()
+        entry = self._entry(plan, statics, args, kwargs)
+        dyn = list(plan.get_dyn(leaves))
+        lowerer = _Lowerer(entry.jitted)
+        try:
+            return _convention.call(
+                self._convention, lowerer, self._fun_dyn, dyn, plan.n_first
+            )
+        finally:
+            restore_warnings()
+            self._traces += self._store.pending.__dict__.pop("n", 0)
+
     def clear_cache(self) -> None:
         """Forget compiled code and reset the counters."""
         self._store.clear()
         self._hits = self._misses = self._traces = 0
         if self._fast is not None:
             self._fast.hits = 0
+
+
+class _Lowerer:
+    """Calls `jitted.lower` with the arguments of a call of `jitted`."""
+
+    def __init__(self, jitted: Any) -> None:
+        self.jitted = jitted
+
+    def __call__(self, *args: Any) -> Any:
+        return self.jitted.lower(*args)
 
 
 def _source_function(fun: Any) -> Any:
@@ -470,12 +511,7 @@ def filter_jit(
             f"`filter_jit(donate=...)` must be one of {', '.join(map(repr, DONATE_MODES))}; "
             f"got {donate!r}."
         )
-    unknown = set(jit_kwargs) - _EXTENSION_KWARGS
-    if unknown:
-        raise TypeError(
-            f"`filter_jit` got unexpected keyword argument(s) {sorted(unknown)}. "
-            "There is no `static_argnums`: non-array arguments are static automatically."
-        )
+    check_jit_kwargs(jit_kwargs)
     if fun is None:
         return lambda f: filter_jit(f, donate=donate, explain=explain, **jit_kwargs)
     if not callable(fun):
@@ -483,6 +519,3 @@ def filter_jit(
     return _JitWrapper(fun, JitOptions(donate, explain, jit_kwargs)).call
 
 
-# Keyword arguments passed through to the inner `jax.jit` (the extension point for
-# sharding, which needs them translated from pytree prefixes first).
-_EXTENSION_KWARGS: set[str] = {"keep_unused", "inline", "compiler_options"}
