@@ -45,9 +45,8 @@ NO_SLOT = "boxwood, no C rebuild slot"
 def _without_rebuild_slot(weights):
     """The boxwood model, its classes made without the C extension's `tp_init`
     rebuild slot (`install_init`): what that slot buys on JAX's unflatten path."""
-    from boxwood._jit import _native
-
     from _models import BwLinear, BwMLP
+    from boxwood._jit import _native
 
     saved = _native.install_init
     _native.install_init = None

@@ -178,7 +178,9 @@ def _single(leaves: int, skip_nnx: bool) -> tuple[dict, dict]:
             model = build("boxwood", weights)
             opt_state = tx.init(eqx.filter(model, eqx.is_inexact_array))
             step = boxwood_step(tx)
-            losses[PURE + KEYWORDS] = step(model=model, opt_state=opt_state, x=x, y=y)[2]
+            losses[PURE + KEYWORDS] = step(model=model, opt_state=opt_state, x=x, y=y)[
+                2
+            ]
             runners[PURE + KEYWORDS] = _keyword_runner(step, [model, opt_state], x, y)
     return runners, losses
 

@@ -553,7 +553,9 @@ def test_jitted_module_and_bound_method_take_the_fast_path(getkey, monkeypatch, 
 
 
 def test_donate_except_first_keeps_the_first_argument_passed_by_keyword():
-    f = bw.filter_jit(lambda model, x: (model["w"] + 1, x * 2), donate="all-except-first")
+    f = bw.filter_jit(
+        lambda model, x: (model["w"] + 1, x * 2), donate="all-except-first"
+    )
     for _ in range(2):
         model, x = {"w": jnp.ones(3)}, jnp.ones(3)
         f(model=model, x=x)
@@ -586,7 +588,10 @@ def test_fields_named_like_generated_code_work(name):
     cls = type(
         "Odd",
         (bw.Module,),
-        {"__annotations__": {name: jax.Array, "b": int}, "b": bw.field(static=True, default=1)},
+        {
+            "__annotations__": {name: jax.Array, "b": int},
+            "b": bw.field(static=True, default=1),
+        },
     )
     obj = cls(**{name: jnp.ones(2)})
     for _ in range(3):
@@ -595,7 +600,9 @@ def test_fields_named_like_generated_code_work(name):
 
 
 def test_reserved_field_names_are_rejected_at_class_creation():
-    with pytest.raises(TypeError, match=r"`Bad._boxwood_flat`: field names starting with"):
+    with pytest.raises(
+        TypeError, match=r"`Bad._boxwood_flat`: field names starting with"
+    ):
 
         class Bad(bw.Module):
             _boxwood_flat: jax.Array
@@ -639,12 +646,24 @@ def test_tracer_errors_name_the_users_function_and_paths(getkey):
     where = f"_branch_on_weight at {__file__}"
     cases = [
         (bw.filter_jit(_branch_on_weight), (model, jnp.ones(3)), {}, "args[0].weight"),
-        (bw.filter_jit(_branch_on_weight), (), {"model": model, "x": jnp.ones(3)},
-         "kwargs['model'].weight"),
-        (bw.filter_jit(_branch_on_weight, donate="all-except-first"),
-         (model, jnp.ones(3)), {}, "args[0].weight"),
-        (bw.filter_jit(bw.Partial(_branch_on_weight, model)), (jnp.ones(3),), {},
-         "self.args[0].weight"),  # the function's own arrays
+        (
+            bw.filter_jit(_branch_on_weight),
+            (),
+            {"model": model, "x": jnp.ones(3)},
+            "kwargs['model'].weight",
+        ),
+        (
+            bw.filter_jit(_branch_on_weight, donate="all-except-first"),
+            (model, jnp.ones(3)),
+            {},
+            "args[0].weight",
+        ),
+        (
+            bw.filter_jit(bw.Partial(_branch_on_weight, model)),
+            (jnp.ones(3),),
+            {},
+            "self.args[0].weight",
+        ),  # the function's own arrays
     ]
     for f, args, kwargs, path in cases:
         with pytest.raises(jax.errors.TracerBoolConversionError) as info:

@@ -114,8 +114,9 @@ def test_stateful_model_returned_from_a_step(getkey):
 
     @bw.filter_jit
     def step(model, state, x):
-        y, state = jax.vmap(model, axis_name="batch", in_axes=(0, None),
-                            out_axes=(0, None))(x, state)
+        y, state = jax.vmap(
+            model, axis_name="batch", in_axes=(0, None), out_axes=(0, None)
+        )(x, state)
         return y, model, state
 
     x = jnp.arange(12.0).reshape(4, 3)

@@ -425,9 +425,13 @@ def test_bound_methods_are_pytrees_with_the_modules_leaves():
     method = lin.__call__
     assert isinstance(method, bw.Module) and method.__self__ is lin
     leaves = jax.tree_util.tree_leaves(method)
-    assert all(a is b for a, b in zip(leaves, jax.tree_util.tree_leaves(lin), strict=True))
+    assert all(
+        a is b for a, b in zip(leaves, jax.tree_util.tree_leaves(lin), strict=True)
+    )
     assert jnp.array_equal(method(jnp.ones(2)), lin(jnp.ones(2)))
-    assert jnp.array_equal(jax.jit(lambda m, x: m(x))(method, jnp.ones(2)), lin(jnp.ones(2)))
+    assert jnp.array_equal(
+        jax.jit(lambda m, x: m(x))(method, jnp.ones(2)), lin(jnp.ones(2))
+    )
     assert Linear.__call__ is method.__func__  # on the class: the plain function
     assert "__call__" not in lin.__dict__
     assert type(lin.weight) is not type(method)  # fields are read as they are

@@ -14,11 +14,11 @@ from typing import Any, cast
 
 import jax
 
+from .._filters import is_array
+from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
 from ._options import JitOptions
-from .._filters import is_array
 from ._rebuild import compile_builder
-from .._warnings import PerformanceWarning, user_stacklevel
 
 _flatten = jax.tree_util.tree_flatten
 _CHURN_THRESHOLD = 5

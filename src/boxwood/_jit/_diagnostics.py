@@ -12,14 +12,14 @@ import jax
 
 from .._config import config
 from .._filters import is_array
-from . import _convention
-from ._explain import describe_call, explain
 from .._pretty import array_summary
 from .._warnings import RecompileWarning, user_stacklevel
+from . import _convention
+from ._explain import describe_call, explain
 
 if TYPE_CHECKING:
-    from ._filter_jit import _JitWrapper
     from ._cache import _Plan, _Store
+    from ._filter_jit import _JitWrapper
     from ._options import JitOptions
 
 _DONATION_MESSAGE = "Some donated buffers were not usable"
@@ -54,7 +54,11 @@ _TRACER_ERRORS = (
 
 
 def rename_arguments(
-    error: BaseException, conv: str, plan: _Plan, args: tuple, kwargs: dict,
+    error: BaseException,
+    conv: str,
+    plan: _Plan,
+    args: tuple,
+    kwargs: dict,
     fun: Any,
 ) -> None:
     """Rewrite the inner function's argument names in a JAX tracer error

@@ -29,16 +29,25 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
 import jax
 
+from .._filters import is_array
+from .._module._module import MODULE_TYPES
 from . import _convention, _native
 from ._bound import as_pytree_function
-from .._filters import is_array
+from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
+from ._diagnostics import (
+    _on_trace,
+    _unhashable_error,
+    _warn_undonated,
+    rename_arguments,
+    restore_warnings,
+    silence_donation_warning,
+)
 from ._flat_cache import (
     _WALKABLE,
     ARRAY_TOKEN,
@@ -47,20 +56,9 @@ from ._flat_cache import (
     remember_walkable,
     walk,
 )
-from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
-from ._diagnostics import (
-    _on_trace,
-    rename_arguments,
-    restore_warnings,
-    silence_donation_warning,
-    _unhashable_error,
-    _warn_undonated,
-)
-from .._module._module import MODULE_TYPES
 
 _flatten = jax.tree_util.tree_flatten
-
 
 
 class CacheInfo(NamedTuple):
@@ -429,7 +427,8 @@ class _Lowerer:
 
 def _source_function(fun: Any) -> Any:
     """The Python function whose code `fun` runs (for JAX's messages), or None."""
-    for candidate in (getattr(fun, "__func__", fun), getattr(type(fun), "__call__", None)):
+    own_call = type(fun).__call__ if callable(fun) else None
+    for candidate in (getattr(fun, "__func__", fun), own_call):
         if hasattr(candidate, "__code__"):
             return candidate
     return None
@@ -517,5 +516,3 @@ def filter_jit(
     if not callable(fun):
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
     return _JitWrapper(fun, JitOptions(donate, explain, jit_kwargs)).call
-
-

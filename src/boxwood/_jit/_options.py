@@ -61,7 +61,10 @@ def _freeze(value: Any) -> Any:
     hashable values as they are, anything else by identity (the options keep the
     value alive, so the identity stays valid)."""
     if isinstance(value, Mapping):
-        return ("mapping", tuple(sorted((repr(k), _freeze(v)) for k, v in value.items())))
+        return (
+            "mapping",
+            tuple(sorted((repr(k), _freeze(v)) for k, v in value.items())),
+        )
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(_freeze(v) for v in value))
     try:

@@ -30,10 +30,10 @@ from typing import Any, cast
 
 import jax
 
-from . import _native
-from ._flat_cache import immutable, is_module_class, token_for
 from .._module._module import FLAT, _set_dict
 from .._module._register import REBUILD_NAME
+from . import _native
+from ._flat_cache import immutable, is_module_class, token_for
 
 _MAX_DEPTH = 60  # deeper trees fall back to `unflatten` (Python's parser nests ~200)
 
@@ -103,7 +103,14 @@ class _Emitter:
         dyn = self.dyn_index[pos : pos + td.num_leaves]
         if not dyn or None in dyn or not immutable(td):
             return None
-        return (LAZY, typ, _statics(typ, aux), token_for(td), dyn[0], cast(int, dyn[-1]) + 1)
+        return (
+            LAZY,
+            typ,
+            _statics(typ, aux),
+            token_for(td),
+            dyn[0],
+            cast(int, dyn[-1]) + 1,
+        )
 
 
 def _one_level(td: Any) -> Any:
