@@ -128,7 +128,8 @@ def _walkable(typ: type) -> bool:
     if ok is None:
         ok = False
         if issubclass(typ, tuple) and hasattr(typ, "_fields"):
-            probe = tuple.__new__(typ, [object() for _ in typ._fields])
+            named: Any = typ  # a NamedTuple class
+            probe = tuple.__new__(typ, [object() for _ in named._fields])
             try:
                 leaves, treedef = jax.tree_util.tree_flatten(probe)
                 ok = treedef.node_data()[0] is typ and all(
