@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from . import _native
+from . import _capture, _native
 from ._bound import as_pytree_function
 from ._filters import is_array
 from ._flat_cache import (
@@ -58,6 +58,7 @@ from ._module._module import MODULE_TYPES
 _flatten = jax.tree_util.tree_flatten
 
 _DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
+_CAPTURE_MODES = ("inputs", "constants")
 
 
 class CacheInfo(NamedTuple):
@@ -79,14 +80,23 @@ class _JitWrapper:
     """The callable returned by [`boxwood.filter_jit`][]."""
 
     def __init__(
-        self, fun: Callable, donate: str, explain: bool | None, jit_kwargs: dict
+        self,
+        fun: Callable,
+        donate: str,
+        explain: bool | None,
+        jit_kwargs: dict,
+        hidden: bool = False,
     ):
         self._fun = as_pytree_function(fun)
         self._store, self._fun_dyn = _store_for(self._fun)
         self._donate = donate
         self._explain = explain
         self._jit_kwargs = jit_kwargs
-        self._except_first = donate.endswith("except-first")
+        # `hidden`: `args[0]` is the dict of captured values (`_capture.py`), which
+        # is never donated; the user's arguments follow it.
+        self._hidden = hidden
+        self._first_args = hidden + donate.endswith("except-first")
+        self._except_first = donate != "none" and self._first_args > 0
         self._seen: set[int] = set()  # module arguments of the last slow call
         self._hits = 0
         self._misses = 0
@@ -112,11 +122,16 @@ class _JitWrapper:
             )
         else:
             call = self._make_call(walk_first=True)
+        self.call = self.decorate(call, wrapped, self.clear_cache)
+
+    def decorate(self, call: Any, wrapped: Any, clear_cache: Callable) -> Any:
+        """`call` as the user sees it: `fun`'s name and doc, `cache_info()`,
+        `clear_cache()`."""
         functools.update_wrapper(call, wrapped, updated=())
         call.cache_info = self.cache_info
-        call.clear_cache = self.clear_cache
+        call.clear_cache = clear_cache
         call._boxwood_jit = self
-        self.call = call
+        return call
 
     # ------------------------------------------------------------------ per call
     def _make_call(self, walk_first: bool) -> Callable:
@@ -165,7 +180,9 @@ class _JitWrapper:
                     try:
                         entry = plan.entries.get(statics)
                     except TypeError:
-                        raise _unhashable_error(args, kwargs, plan) from None
+                        raise _unhashable_error(
+                            args, kwargs, plan, self._hidden
+                        ) from None
                     if entry is None:
                         entry = self._entry(plan, statics, args, kwargs)
                     dyn = list(plan.get_dyn(leaves))  # a list, as on the fast path
@@ -264,7 +281,7 @@ class _JitWrapper:
         with store.lock:
             plan = store.plan_variants.get((kw, treedef, types))
             if plan is None:
-                plan = _Plan(treedef, types, leaves, kw)
+                plan = _Plan(treedef, types, leaves, kw, self._first_args)
                 store.plan_variants[(kw, treedef, types)] = plan
             (store.kw_plans if kw else store.plans)[treedef] = plan
         return plan
@@ -354,6 +371,7 @@ def filter_jit(
     *,
     donate: str = "none",
     explain: bool | None = None,
+    capture: str = "inputs",
     **jit_kwargs: Any,
 ) -> Any:
     """Compile `fun` with `jax.jit`, tracing every array and keeping everything else
@@ -371,6 +389,13 @@ def filter_jit(
     - `explain`: `True` warns with a [`boxwood.RecompileWarning`][] on every retrace
       after the first, naming what changed; `None` follows
       `boxwood.config.explain_recompiles`.
+    - `capture`: `"inputs"` (default): arrays, modules and pytrees of arrays that
+      `fun` reads from its globals or closure are inputs, like arguments, so
+      rebinding them is seen on the next call (their arrays are never donated);
+      other values read there are fixed at trace time, with a
+      [`boxwood.CapturedValueWarning`][] when one changes. `"constants"`: everything
+      `fun` reads is fixed at trace time, as with `jax.jit`. See the docs' section
+      on captured values for what is followed.
 
     **Returns:** a wrapped function. Array leaves of the output are `jax.Array`s;
     non-array leaves come back as the same Python objects. The call returns as
@@ -396,10 +421,31 @@ def filter_jit(
             f"`filter_jit` got unexpected keyword argument(s) {sorted(unknown)}. "
             "There is no `static_argnums`: non-array arguments are static automatically."
         )
+    if capture not in _CAPTURE_MODES:
+        raise ValueError(
+            f"`filter_jit(capture=...)` must be one of "
+            f"{', '.join(map(repr, _CAPTURE_MODES))}; got {capture!r}."
+        )
     if fun is None:
-        return lambda f: filter_jit(f, donate=donate, explain=explain, **jit_kwargs)
+        return lambda f: filter_jit(
+            f, donate=donate, explain=explain, capture=capture, **jit_kwargs
+        )
     if not callable(fun):
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
+    if capture == "inputs":
+        captured = _capture.wrap(
+            fun,
+            (donate, explain, repr(jit_kwargs)),  # what the core is compiled with
+            lambda traced: _JitWrapper(traced, donate, explain, jit_kwargs, True),
+        )
+        if captured is not None:
+            call, core, state = captured
+
+            def clear_cache() -> None:
+                core.clear_cache()
+                state.forget()
+
+            return core.decorate(call, fun, clear_cache)
     return _JitWrapper(fun, donate, explain, jit_kwargs).call
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
+from ._capture import captured_path, describe_captures
 from ._config import config
 from ._explain import describe_call, explain
 from ._pretty import array_summary
@@ -22,14 +23,16 @@ _DONATION_MESSAGE = "Some donated buffers were not usable"
 _MAX_EXPLAIN_RECORDS = 32
 
 
-def _unhashable_error(args: tuple, kwargs: dict, plan: _Plan) -> TypeError:
+def _unhashable_error(
+    args: tuple, kwargs: dict, plan: _Plan, hidden: bool = False
+) -> TypeError:
     keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
     for i in plan.static_idx:
         keys, leaf = keyed[i]
         try:
             hash(leaf)
         except TypeError:
-            path, leaf = _deepest_unhashable(_user_path(keys), leaf)
+            path, leaf = _deepest_unhashable(_user_path(keys, hidden), leaf)
             return TypeError(
                 f"`filter_jit`: the non-array value at `{path}` (of type "
                 f"{type(leaf).__name__}) is not hashable. Non-array leaves are static: "
@@ -50,8 +53,12 @@ def _deepest_unhashable(path: str, obj: Any) -> tuple[str, Any]:
     return path, obj
 
 
-def _user_path(keys: tuple) -> str:
+def _user_path(keys: tuple, hidden: bool = False) -> str:
     first, second, *rest = keys
+    if hidden and first.idx == 0:  # `args[0]` holds the captured values
+        if second.idx == 0:
+            return captured_path(rest)
+        second = jax.tree_util.SequenceKey(second.idx - 1)
     head = "args" if first.idx == 0 else "kwargs"
     return head + jax.tree_util.keystr((second, *rest))
 
@@ -63,7 +70,7 @@ def _warn_undonated(
     keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
     start = plan.n_first if wrapper._except_first else 0
     kept = [
-        f"{_user_path(keyed[i][0])} {array_summary(keyed[i][1])}"
+        f"{_user_path(keyed[i][0], wrapper._hidden)} {array_summary(keyed[i][1])}"
         for i in plan.dyn_idx[start:]
         if not (isinstance(keyed[i][1], jax.Array) and keyed[i][1].is_deleted())
     ]
@@ -91,7 +98,10 @@ def _on_trace(
     with store.lock:
         store.traces += 1
         store.size += 1
-        record = describe_call(args, kwargs)
+        if wrapper is not None and wrapper._hidden:
+            record = describe_captures(args[0]) | describe_call(args[1:], kwargs)
+        else:
+            record = describe_call(args, kwargs)
         previous = list(store.records)
         store.records.append(record)
         del store.records[:-_MAX_EXPLAIN_RECORDS]

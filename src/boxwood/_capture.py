@@ -1,0 +1,441 @@
+"""What a `filter_jit` function reads from its closure and globals, treated as input.
+
+`jax.jit` bakes whatever a function reads from its closure cells and globals into
+the compiled code at the first trace: rebinding `model` in a notebook cell leaves a
+jitted `predict` silently using the old model, and a large captured array is embedded
+in the executable as a constant. `filter_jit` instead finds, once, the names a
+function reads (`scan`): its own globals and closure cells, those of the functions
+defined inside it (nested code objects), and the globals of same-module helper
+functions it calls by name. On every call it reads their current values (a generated
+function: one dict lookup or cell read and one identity test per name) and
+
+- passes the values that hold arrays (arrays, modules, pytrees with array leaves) to
+  the compiled function as one extra, hidden argument: a dict from labels such as
+  `"global 'model'"` to values. They are traced like arguments, so rebinding the name
+  is seen on the next call and a new structure retraces;
+- leaves every other value (numbers, strings, functions, config objects) to be read
+  at trace time, as JAX does, and warns once per name when one has changed since the
+  function was traced (`CapturedValueWarning`).
+
+At trace time the function is rebuilt around the traced values: a copy of its globals
+with the captured names replaced (helpers are rebuilt on the same copy), and fresh
+cells for captured closure variables (`Capture.rebuild`). Names the function assigns
+(`global x; x = ...`, `nonlocal n; n += 1`) are its own state, not inputs: they are
+not watched, and global assignments made while tracing are written back.
+
+Not followed: attributes of objects (`self.w`, `config.table`), default argument
+values, the closures of helpers, functions from other modules, and names bound to
+Python modules (`jnp`, `np`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import dis
+import os
+import threading
+import types
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from ._explain import describe_call
+from ._filters import is_array
+from ._warnings import user_stacklevel
+
+_MAX_HELPERS = 32  # helper functions followed per wrapped function
+_MISSING = object()  # a name not (yet) bound
+_PLAIN = frozenset(
+    {int, float, bool, complex, str, bytes, type(None), type, types.FunctionType,
+     types.BuiltinFunctionType, types.MethodType, types.ModuleType}
+)  # fmt: skip
+
+
+class CapturedValueWarning(UserWarning):
+    """A non-array value read by a `filter_jit` function from its globals or closure
+    has changed since the function was traced; the compiled code still uses the old
+    value."""
+
+
+MSG_CHANGED = (
+    "{label} changed from {old} to {new} since {name} was compiled; it is baked in "
+    "at trace time. Pass it as an argument (or as an array, to trace it), or call "
+    "`{name}.clear_cache()` to trace again with the new value."
+)
+
+
+# ------------------------------------------------------------------ what is read
+def _instructions(code: types.CodeType):
+    yield from dis.get_instructions(code)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):  # functions defined inside
+            yield from _instructions(const)
+
+
+def _scan_code(code: types.CodeType) -> tuple[list[str], set[str], set[str]]:
+    """Global names read, global names assigned, free variables assigned."""
+    loads: dict[str, None] = {}
+    stores: set[str] = set()
+    deref_stores: set[str] = set()
+    for ins in _instructions(code):
+        if ins.opname == "LOAD_GLOBAL":
+            loads[ins.argval] = None
+        elif ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+            stores.add(ins.argval)
+        elif ins.opname in ("STORE_DEREF", "DELETE_DEREF"):
+            deref_stores.add(ins.argval)
+    return list(loads), stores, deref_stores
+
+
+class Reads:
+    """The names a function reads, found once from its code (see the module doc).
+
+    - `globals`: global names to watch, in first-read order.
+    - `cells`: `(name, cell)` of closure variables to watch.
+    - `helpers`: global names bound to same-module functions that are rebuilt on the
+      traced globals too.
+    - `stored`: global names the function (or a helper) assigns.
+    """
+
+    def __init__(self, fun: types.FunctionType) -> None:
+        g = fun.__globals__
+        loads, self.stored, deref_stores = _scan_code(fun.__code__)
+        self.helpers: list[str] = []
+        seen = set(loads)
+        queue = list(loads)
+        while queue:  # helpers: same-module functions read by name, transitively
+            name = queue.pop(0)
+            value = g.get(name)
+            if (
+                type(value) is types.FunctionType
+                and value.__globals__ is g
+                and value is not fun
+                and len(self.helpers) < _MAX_HELPERS
+            ):
+                self.helpers.append(name)
+                more, stored, _ = _scan_code(value.__code__)
+                self.stored |= stored
+                for m in more:
+                    if m not in seen:
+                        seen.add(m)
+                        loads.append(m)
+                        queue.append(m)
+        self.globals = [n for n in loads if _watched_global(g, n, self.stored)]
+        names = fun.__code__.co_freevars
+        self.cells = [
+            (n, c)
+            for n, c in zip(names, fun.__closure__ or ())
+            if n not in deref_stores
+            and not _is_module(_contents(c))
+            and _contents(c) is not fun  # a recursive inner function
+        ]
+
+
+def _contents(cell: types.CellType) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # not assigned yet
+        return _MISSING
+
+
+def _is_module(value: Any) -> bool:
+    return isinstance(value, types.ModuleType)
+
+
+def _watched_global(g: dict, name: str, stored: set[str]) -> bool:
+    if name in stored:
+        return False
+    if name not in g:  # a builtin, or a name defined later
+        return not hasattr(builtins, name)
+    return not _is_module(g[name])
+
+
+def has_arrays(value: Any) -> bool:
+    """Whether a captured value is an input (it holds arrays) rather than a
+    trace-time constant."""
+    if type(value) in _PLAIN:
+        return False
+    if is_array(value):
+        return True
+    return any(map(is_array, jax.tree_util.tree_leaves(value)))
+
+
+# ------------------------------------------------------------------ at trace time
+def _copy_function(
+    fun: types.FunctionType, g: dict, closure: tuple | None
+) -> types.FunctionType:
+    new = types.FunctionType(fun.__code__, g, fun.__name__, fun.__defaults__, closure)
+    new.__kwdefaults__ = fun.__kwdefaults__
+    new.__qualname__ = fun.__qualname__
+    new.__dict__.update(fun.__dict__)
+    return new
+
+
+def global_label(name: str) -> str:
+    return f"global {name!r}"
+
+
+def closure_label(name: str) -> str:
+    return f"closure {name!r}"
+
+
+class Capture:
+    """The captured names of one function and how to rebuild it around new values.
+
+    **Arguments:**
+
+    - `fun`: a plain Python function.
+    """
+
+    def __init__(self, fun: types.FunctionType) -> None:
+        # weakly: wrappers hold `fun`, and `traced_for` caches by it
+        self._fun = weakref.ref(fun)
+        self.name = fun.__qualname__
+        self.reads = Reads(fun)
+        g = fun.__globals__
+        self.g = g
+        self.labels = [global_label(n) for n in self.reads.globals] + [
+            closure_label(n) for n, _ in self.reads.cells
+        ]
+        self.cells = [c for _, c in self.reads.cells]
+        self._global = {global_label(n): n for n in self.reads.globals}
+        self._slot = {
+            closure_label(n): i for i, n in enumerate(fun.__code__.co_freevars)
+        }
+        self.baseline: dict[str, Any] = {}  # label -> value read at the last trace
+        self.lock = threading.Lock()
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to watch: the function can be compiled as it is."""
+        return not self.labels
+
+    def read(self) -> list[Any]:
+        """The current value of every watched name (`_MISSING` where unbound)."""
+        g = self.g
+        values = [g.get(n, _MISSING) for n in self.reads.globals]
+        return values + [_contents(c) for c in self.cells]
+
+    def rebuild(self, hidden: dict[str, Any]) -> types.FunctionType:
+        """The function with the values in `hidden` (label -> value) substituted for
+        the names they were read from; every other name is read as it is now."""
+        fun, g = self._fun(), self.g
+        assert fun is not None, "the wrappers of a function hold it"
+        new_g = dict(g)
+        closure = list(fun.__closure__ or ())
+        for label, value in hidden.items():
+            if label in self._global:
+                new_g[self._global[label]] = value
+            else:
+                closure[self._slot[label]] = types.CellType(value)
+        self.baseline = {
+            label: value
+            for label, value in zip(self.labels, self._read_from(new_g, closure))
+            if label not in hidden
+        }
+        for name in self.reads.helpers:
+            helper = g.get(name)
+            if type(helper) is types.FunctionType:
+                new_g[name] = _copy_function(helper, new_g, helper.__closure__)
+        rebuilt = _copy_function(fun, new_g, tuple(closure) if closure else None)
+        return rebuilt
+
+    def _read_from(self, g: dict, closure: list) -> list[Any]:
+        values = [g.get(n, _MISSING) for n in self.reads.globals]
+        return values + [_contents(closure[self._slot[label]]) for label in self.labels[len(values):]]
+
+    def write_back(self, traced_globals: dict) -> None:
+        """Global assignments made while tracing go to the real globals."""
+        for name in self.reads.stored:
+            value = traced_globals.get(name, _MISSING)
+            if value is not _MISSING and value is not self.g.get(name, _MISSING):
+                self.g[name] = value
+
+    def changed(self, values: list[Any], warned: set[str]) -> list[str]:
+        """Messages for trace-time constants that differ from the traced ones (each
+        label once; the labels are added to `warned`)."""
+        out = []
+        for label, value in zip(self.labels, values):
+            if label in warned or label not in self.baseline:
+                continue
+            old = self.baseline[label]
+            if old is value or has_arrays(value) or _equal(old, value):
+                continue
+            warned.add(label)
+            out.append((label, old, value))
+        return out
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. an ambiguous truth value: treat as changed
+        return False
+
+
+def _short(x: Any) -> str:
+    text = "unbound" if x is _MISSING else repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Traced:
+    """`fun` as the compiled core sees it: `(hidden, *args, **kwargs)`, rebuilt
+    around the hidden captured values on each trace. It carries `fun`'s name and code
+    so that diagnostics about the wrapped function name the user's function."""
+
+    def __init__(self, fun: types.FunctionType, capture: Capture | None) -> None:
+        self.capture = capture or Capture(fun)
+        self.__code__ = fun.__code__
+        self.__name__ = fun.__name__
+        self.__qualname__ = fun.__qualname__
+        self.__module__ = fun.__module__
+        self.__doc__ = fun.__doc__
+
+    def __call__(self, hidden: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        capture = self.capture
+        rebuilt = capture.rebuild(hidden)
+        try:
+            return rebuilt(*args, **kwargs)
+        finally:
+            capture.write_back(rebuilt.__globals__)
+
+
+_TRACED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TRACED_LOCK = threading.Lock()
+
+
+def traced_for(fun: types.FunctionType, variant: Any = None) -> Traced:
+    """The `Traced` of `fun` for one calling convention `variant` (its code is
+    scanned once; wrappers of the same function with the same convention share
+    compiled code, as they do without captures). Held weakly by `fun`: it goes
+    when the function does."""
+    with _TRACED_LOCK:
+        variants = _TRACED.get(fun)
+        if variants is None:
+            variants = _TRACED[fun] = {}
+        traced = variants.get(variant)
+        if traced is None:
+            first = next(iter(variants.values()), None)
+            traced = variants[variant] = Traced(fun, first and first.capture)
+        return traced
+
+
+# ------------------------------------------------------------------ diagnostics
+def captured_path(keys: tuple) -> str:
+    """`global 'model'.layers[0].weight` for the key path below the hidden dict."""
+    label, *rest = keys
+    return label.key + jax.tree_util.keystr(tuple(rest))
+
+
+def describe_captures(hidden: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """`_explain.describe_call` for the captured values, under their labels."""
+    out = {}
+    for label, value in hidden.items():
+        for path, text in describe_call((value,), {}).items():
+            out[label + path.removeprefix("args[0]")] = text
+    return out
+
+
+# ------------------------------------------------------------------ per call
+_CALL_TEMPLATE = """
+def make(g, cells, state, core, slow):
+    {unpack}
+    def call(*args, **kwargs):
+        s = state.snap
+        try:
+            {reads}
+        except (KeyError, ValueError):
+            return slow(args, kwargs)
+        if {tests}:
+            return slow(args, kwargs)
+        if kwargs:
+            return core(s[{n}], *args, **kwargs)
+        return core(s[{n}], *args)  # no empty dict to unpack: measurably cheaper
+    return call
+"""
+
+
+class CallState:
+    """One wrapper's view of its captures: the last values read, and the names
+    already warned about (cleared by `clear_cache`)."""
+
+    __slots__ = ("snap", "warned")
+
+    def __init__(self, n: int) -> None:
+        self.snap = (_MISSING,) * n + (None,)  # (value of each name..., hidden dict)
+        self.warned: set[str] = set()
+
+    def forget(self) -> None:
+        self.warned.clear()
+
+
+def make_call(
+    capture: Capture, core: Callable, name: str, state: CallState
+) -> Callable:
+    """The per-call function: read the watched names, and call
+    `core(hidden, *args, **kwargs)` with the dict of those that hold arrays.
+
+    A generated function, so that a warm call costs one lookup and one identity test
+    per name (no loop, no tuple of values): when every name is bound to the same
+    object as on the previous call, the previous hidden dict is passed again.
+    Otherwise (`slow`) the values are classified again, changed trace-time constants
+    are warned about, and a new snapshot replaces the old one in one assignment, so
+    that concurrent calls see either snapshot whole.
+    """
+    n_globals = len(capture.reads.globals)
+    n = len(capture.labels)
+    reads = [f"v{i} = g[{name!r}]" for i, name in enumerate(capture.reads.globals)]
+    reads += [f"v{i + n_globals} = c{i}.cell_contents" for i in range(len(capture.cells))]
+    tests = " or ".join(f"v{i} is not s[{i}]" for i in range(n))
+    unpack = "".join(f"c{i}, " for i in range(len(capture.cells)))
+    source = _CALL_TEMPLATE.format(
+        unpack=f"{unpack} = cells" if unpack else "pass",
+        reads="\n            ".join(reads),
+        tests=tests,
+        n=n,
+    )
+    namespace: dict[str, Any] = {}
+    # named inside this package, so that warnings skip the frame (`user_stacklevel`)
+    where = os.path.join(os.path.dirname(__file__), f"<captures of {name}>")
+    exec(compile(source, where, "exec"), namespace)
+
+    def slow(args: tuple, kwargs: dict) -> Any:
+        values = capture.read()
+        hidden = {
+            label: v
+            for label, v in zip(capture.labels, values)
+            if v is not _MISSING and has_arrays(v)
+        }
+        with capture.lock:
+            changed = capture.changed(values, state.warned)
+        state.snap = (*values, hidden)
+        for label, old, new in changed:
+            warnings.warn(
+                MSG_CHANGED.format(label=label, old=_short(old), new=_short(new), name=name),
+                CapturedValueWarning,
+                stacklevel=user_stacklevel(),
+            )
+        return core(hidden, *args, **kwargs)
+
+    return namespace["make"](capture.g, capture.cells, state, core, slow)
+
+
+def wrap(
+    fun: Any, variant: Any, make_core: Callable[[Traced], Any]
+) -> tuple[Callable, Any, CallState] | None:
+    """`filter_jit`'s wrapper for a function that reads values from its closure or
+    globals: `(call, core, state)`, where `core = make_core(traced)` compiles
+    `traced(hidden, *args, **kwargs)` and `call(*args, **kwargs)` feeds it. `None`
+    when `fun` is not a plain Python function or reads nothing that is watched."""
+    if type(fun) is not types.FunctionType:
+        return None
+    traced = traced_for(fun, variant)
+    capture = traced.capture
+    if capture.empty:
+        return None
+    core = make_core(traced)
+    state = CallState(len(capture.labels))
+    return make_call(capture, core.call, fun.__qualname__, state), core, state
