@@ -4,7 +4,6 @@ from . import nn as nn
 from ._ad import filter_grad as filter_grad
 from ._ad import filter_value_and_grad as filter_value_and_grad
 from ._callback import filter_pure_callback as filter_pure_callback
-from ._capture import CapturedValueWarning as CapturedValueWarning
 from ._config import config as config
 from ._custom_ad import filter_custom_jvp as filter_custom_jvp
 from ._custom_ad import filter_custom_vjp as filter_custom_vjp
@@ -17,6 +16,7 @@ from ._filters import is_inexact_array as is_inexact_array
 from ._filters import is_inexact_array_like as is_inexact_array_like
 from ._filters import partition as partition
 from ._jit import CacheInfo as CacheInfo
+from ._jit import CapturedValueWarning as CapturedValueWarning
 from ._jit import filter_jit as filter_jit
 from ._make_jaxpr import filter_make_jaxpr as filter_make_jaxpr
 from ._module import AbstractClassVar as AbstractClassVar

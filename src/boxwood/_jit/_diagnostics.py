@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
+from .._config import config
+from .._pretty import array_summary
+from .._warnings import RecompileWarning, user_stacklevel
 from ._capture import captured_path, describe_captures
-from ._config import config
 from ._explain import describe_call, explain
-from ._pretty import array_summary
-from ._warnings import RecompileWarning, user_stacklevel
 
 if TYPE_CHECKING:
-    from ._jit import _JitWrapper
-    from ._jit_cache import _Plan, _Store
+    from ._filter_jit import _JitWrapper
+    from ._cache import _Plan, _Store
 
 _DONATION_MESSAGE = "Some donated buffers were not usable"
 _MAX_EXPLAIN_RECORDS = 32

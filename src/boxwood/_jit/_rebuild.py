@@ -30,8 +30,8 @@ from typing import Any
 
 from . import _native
 from ._flat_cache import immutable, is_module_class, token_for
-from ._module._module import FLAT, _set_dict
-from ._module._register import REBUILD_NAME
+from .._module._module import FLAT, _set_dict
+from .._module._register import REBUILD_NAME
 
 _MAX_DEPTH = 60  # deeper trees fall back to `unflatten` (Python's parser nests ~200)
 

@@ -37,7 +37,7 @@ import jax
 
 from . import _capture, _native
 from ._bound import as_pytree_function
-from ._filters import is_array
+from .._filters import is_array
 from ._flat_cache import (
     _WALKABLE,
     ARRAY_TOKEN,
@@ -46,14 +46,14 @@ from ._flat_cache import (
     remember_walkable,
     walk,
 )
-from ._jit_cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
-from ._jit_diagnostics import (
+from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
+from ._diagnostics import (
     _PENDING_FILTER,
     _on_trace,
     _unhashable_error,
     _warn_undonated,
 )
-from ._module._module import MODULE_TYPES
+from .._module._module import MODULE_TYPES
 
 _flatten = jax.tree_util.tree_flatten
 

@@ -1,9 +1,9 @@
-/* boxwood._speedups: the per-call paths of boxwood, in C: `FastCall` (the argument
+/* boxwood._jit._speedups: the per-call paths of boxwood, in C: `FastCall` (the argument
  * walk, key lookup and call of `filter_jit`), `Builder` (rebuilding its outputs)
  * and `install_init` (a module class's rebuild on JAX's unflatten path).
  *
  * `FastCall` is the callable that `filter_jit` returns when this extension is
- * built. It does what the fast path at the top of `_jit.py`'s `call` does, with
+ * built. It does what the fast path at the top of `_filter_jit.py`'s `call` does, with
  * the same key format and the same table (`_Store.fast_plans`):
  *
  *   1. walk the positional arguments (as one tuple, as the Python path does): arrays, modules carrying their flat form,
@@ -356,7 +356,7 @@ static PyGetSetDef fastcall_getset[] = {
 
 static PyTypeObject FastCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "boxwood._speedups.FastCall",
+    .tp_name = "boxwood._jit._speedups.FastCall",
     .tp_doc = "A `filter_jit` function whose warm calls run in C.",
     .tp_basicsize = sizeof(FastCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
@@ -612,7 +612,7 @@ static PyMemberDef builder_members[] = {
 
 static PyTypeObject BuilderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "boxwood._speedups.Builder",
+    .tp_name = "boxwood._jit._speedups.Builder",
     .tp_doc = "Builds a `filter_jit` output from its leaves (see `_rebuild.py`).",
     .tp_basicsize = sizeof(Builder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -707,8 +707,8 @@ static PyMethodDef speedups_methods[] = {
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "boxwood._speedups",
-    .m_doc = "The warm-call path of `filter_jit`, in C (see `_jit.py`).",
+    .m_name = "boxwood._jit._speedups",
+    .m_doc = "The warm-call path of `filter_jit`, in C (see `_filter_jit.py`).",
     .m_size = -1,
     .m_methods = speedups_methods,
 };

@@ -43,8 +43,8 @@ from typing import Any
 import jax
 
 from ._explain import describe_call
-from ._filters import is_array
-from ._warnings import user_stacklevel
+from .._filters import is_array
+from .._warnings import user_stacklevel
 
 _MAX_HELPERS = 32  # helper functions followed per wrapped function
 _MISSING = object()  # a name not (yet) bound

@@ -14,9 +14,9 @@ from typing import Any
 import jax
 
 from ._bound import BoundMethod
-from ._filters import is_array
+from .._filters import is_array
 from ._rebuild import compile_builder
-from ._warnings import PerformanceWarning, user_stacklevel
+from .._warnings import PerformanceWarning, user_stacklevel
 
 _flatten = jax.tree_util.tree_flatten
 _CHURN_THRESHOLD = 5
