@@ -14,6 +14,7 @@ from typing import Any
 import jax
 
 from ._bound import BoundMethod
+from ._capture import Traced
 from .._filters import is_array
 from ._rebuild import compile_builder
 from .._warnings import PerformanceWarning, user_stacklevel
@@ -183,6 +184,8 @@ def _note_wrap(fun: Callable) -> None:
     """Warn once when one line of user code keeps wrapping new function objects of
     the same code: `filter_jit(lambda ...)` inside a loop."""
     func = fun.func if isinstance(fun, BoundMethod) else fun
+    if isinstance(func, Traced):  # a function that captures values: the user's own
+        func = func.function
     code = getattr(func, "__code__", None)
     if code is None:
         return

@@ -68,6 +68,14 @@ MSG_CHANGED = (
 
 
 # ------------------------------------------------------------------ what is read
+def global_label(name: str) -> str:
+    return f"global {name!r}"
+
+
+def closure_label(name: str) -> str:
+    return f"closure {name!r}"
+
+
 def _instructions(code: types.CodeType):
     yield from dis.get_instructions(code)
     for const in code.co_consts:
@@ -93,44 +101,62 @@ def _scan_code(code: types.CodeType) -> tuple[list[str], set[str], set[str]]:
 class Reads:
     """The names a function reads, found once from its code (see the module doc).
 
+    Followed: `fun`, the functions defined inside it, and helper functions it reads
+    by name (plain functions in its globals, if from the same module, or in its
+    closure cells), transitively, up to `_MAX_HELPERS` functions.
+
     - `globals`: global names to watch, in first-read order.
-    - `cells`: `(name, cell)` of closure variables to watch.
-    - `helpers`: global names bound to same-module functions that are rebuilt on the
-      traced globals too.
-    - `stored`: global names the function (or a helper) assigns.
+    - `cells`: `(label, cell)` of closure cells to watch.
+    - `global_helpers`: global names of helpers, rebuilt on the traced globals.
+    - `cell_helpers`: ids of cells holding helpers, rebuilt around traced cells.
+    - `stored`: global names the followed functions assign.
     """
 
     def __init__(self, fun: types.FunctionType) -> None:
         g = fun.__globals__
-        loads, self.stored, deref_stores = _scan_code(fun.__code__)
-        self.helpers: list[str] = []
-        seen = set(loads)
-        queue = list(loads)
-        while queue:  # helpers: same-module functions read by name, transitively
-            name = queue.pop(0)
-            value = g.get(name)
-            if (
-                type(value) is types.FunctionType
-                and value.__globals__ is g
-                and value is not fun
-                and len(self.helpers) < _MAX_HELPERS
-            ):
-                self.helpers.append(name)
-                more, stored, _ = _scan_code(value.__code__)
-                self.stored |= stored
-                for m in more:
-                    if m not in seen:
-                        seen.add(m)
-                        loads.append(m)
-                        queue.append(m)
-        self.globals = [n for n in loads if _watched_global(g, n, self.stored)]
-        names = fun.__code__.co_freevars
+        names: dict[str, None] = {}
+        self.stored: set[str] = set()
+        self.global_helpers: list[str] = []
+        self.cell_helpers: set[int] = set()
+        cells: dict[int, tuple[str, types.CellType]] = {}
+        stored_cells: set[int] = set()
+        functions, seen = [fun], {id(fun)}
+
+        def follow(value: Any) -> bool:
+            if type(value) is not types.FunctionType or id(value) in seen:
+                return False
+            if len(functions) >= _MAX_HELPERS:
+                return False
+            seen.add(id(value))
+            functions.append(value)
+            return True
+
+        for h in functions:  # grows while it is walked
+            loads, stores, deref_stores = _scan_code(h.__code__)
+            if h.__globals__ is g:
+                self.stored |= stores
+                for name in loads:
+                    names[name] = None
+                    if follow(g.get(name)):
+                        self.global_helpers.append(name)
+            for name, cell in zip(h.__code__.co_freevars, h.__closure__ or ()):
+                if name in deref_stores:
+                    stored_cells.add(id(cell))
+                if id(cell) in cells:
+                    continue
+                label = closure_label(name)
+                if any(label == other for other, _ in cells.values()):
+                    label = closure_label(f"{h.__name__}.{name}")
+                cells[id(cell)] = (label, cell)
+                if follow(_contents(cell)):
+                    self.cell_helpers.add(id(cell))
+        self.globals = [n for n in names if _watched_global(g, n, self.stored)]
         self.cells = [
-            (n, c)
-            for n, c in zip(names, fun.__closure__ or ())
-            if n not in deref_stores
-            and not _is_module(_contents(c))
-            and _contents(c) is not fun  # a recursive inner function
+            (label, cell)
+            for key, (label, cell) in cells.items()
+            if key not in stored_cells
+            and not _is_module(_contents(cell))
+            and _contents(cell) is not fun  # a recursive inner function
         ]
 
 
@@ -174,14 +200,6 @@ def _copy_function(
     return new
 
 
-def global_label(name: str) -> str:
-    return f"global {name!r}"
-
-
-def closure_label(name: str) -> str:
-    return f"closure {name!r}"
-
-
 class Capture:
     """The captured names of one function and how to rebuild it around new values.
 
@@ -193,18 +211,12 @@ class Capture:
     def __init__(self, fun: types.FunctionType) -> None:
         # weakly: wrappers hold `fun`, and `traced_for` caches by it
         self._fun = weakref.ref(fun)
-        self.name = fun.__qualname__
         self.reads = Reads(fun)
-        g = fun.__globals__
-        self.g = g
-        self.labels = [global_label(n) for n in self.reads.globals] + [
-            closure_label(n) for n, _ in self.reads.cells
-        ]
-        self.cells = [c for _, c in self.reads.cells]
+        self.g = fun.__globals__
         self._global = {global_label(n): n for n in self.reads.globals}
-        self._slot = {
-            closure_label(n): i for i, n in enumerate(fun.__code__.co_freevars)
-        }
+        self.labels = [*self._global, *(label for label, _ in self.reads.cells)]
+        self.cells = [cell for _, cell in self.reads.cells]
+        self._cell_label = {id(cell): label for label, cell in self.reads.cells}
         self.baseline: dict[str, Any] = {}  # label -> value read at the last trace
         self.lock = threading.Lock()
 
@@ -224,28 +236,19 @@ class Capture:
         the names they were read from; every other name is read as it is now."""
         fun, g = self._fun(), self.g
         assert fun is not None, "the wrappers of a function hold it"
+        self.baseline = {
+            label: value
+            for label, value in zip(self.labels, self.read())
+            if label not in hidden
+        }
         new_g = dict(g)
-        closure = list(fun.__closure__ or ())
         for label, value in hidden.items():
             if label in self._global:
                 new_g[self._global[label]] = value
-            else:
-                closure[self._slot[label]] = types.CellType(value)
-        self.baseline = {
-            label: value
-            for label, value in zip(self.labels, self._read_from(new_g, closure))
-            if label not in hidden
-        }
-        for name in self.reads.helpers:
-            helper = g.get(name)
-            if type(helper) is types.FunctionType:
-                new_g[name] = _copy_function(helper, new_g, helper.__closure__)
-        rebuilt = _copy_function(fun, new_g, tuple(closure) if closure else None)
-        return rebuilt
-
-    def _read_from(self, g: dict, closure: list) -> list[Any]:
-        values = [g.get(n, _MISSING) for n in self.reads.globals]
-        return values + [_contents(closure[self._slot[label]]) for label in self.labels[len(values):]]
+        rebuilder = _Rebuilder(self, hidden, new_g)
+        for name in self.reads.global_helpers:
+            new_g[name] = rebuilder.function(g.get(name))
+        return rebuilder.function(fun)
 
     def write_back(self, traced_globals: dict) -> None:
         """Global assignments made while tracing go to the real globals."""
@@ -267,6 +270,44 @@ class Capture:
             warned.add(label)
             out.append((label, old, value))
         return out
+
+
+class _Rebuilder:
+    """Copies of the followed functions around the traced values of one trace."""
+
+    def __init__(self, capture: Capture, hidden: dict[str, Any], new_g: dict):
+        self.capture, self.hidden, self.new_g = capture, hidden, new_g
+        self.cells: dict[int, types.CellType] = {}
+        self.functions: dict[int, Any] = {}
+
+    def function(self, h: Any) -> Any:
+        if type(h) is not types.FunctionType:
+            return h  # rebound to something else since the scan: used as it is
+        new = self.functions.get(id(h))
+        if new is None:
+            g = self.new_g if h.__globals__ is self.capture.g else h.__globals__
+            closure = h.__closure__ and tuple(map(self.cell, h.__closure__))
+            new = self.functions[id(h)] = _copy_function(h, g, closure)
+        return new
+
+    def cell(self, c: types.CellType) -> types.CellType:
+        new = self.cells.get(id(c))
+        if new is not None:
+            return new
+        label = self.capture._cell_label.get(id(c))
+        if label in self.hidden:
+            new = types.CellType(self.hidden[label])
+        elif (
+            id(c) in self.capture.reads.cell_helpers
+            and type(_contents(c)) is types.FunctionType
+        ):
+            new = types.CellType()  # before the helper: it may read itself
+            self.cells[id(c)] = new
+            new.cell_contents = self.function(_contents(c))
+        else:
+            new = c
+        self.cells[id(c)] = new
+        return new
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -293,6 +334,11 @@ class Traced:
         self.__qualname__ = fun.__qualname__
         self.__module__ = fun.__module__
         self.__doc__ = fun.__doc__
+
+    @property
+    def function(self) -> types.FunctionType | None:
+        """The user's function (`None` once it is gone)."""
+        return self.capture._fun()
 
     def __call__(self, hidden: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         capture = self.capture
@@ -438,4 +484,4 @@ def wrap(
         return None
     core = make_core(traced)
     state = CallState(len(capture.labels))
-    return make_call(capture, core.call, fun.__qualname__, state), core, state
+    return make_call(capture, core.call, fun.__name__, state), core, state
