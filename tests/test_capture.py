@@ -307,3 +307,15 @@ def test_keyword_arguments_and_unbound_names():
         assert f(jnp.ones(()), y=jnp.asarray(1.0)) == 3.0
     finally:
         del globals()["later"]
+
+
+def test_wrong_arguments_name_the_function():
+    w = jnp.ones(2)
+
+    def predict(x):
+        return w * x
+
+    f = bw.filter_jit(predict)
+    with pytest.raises(TypeError, match=r"predict\(\) takes 1 positional argument"):
+        f(jnp.ones(2), jnp.ones(2))
+    np.testing.assert_allclose(f(x=jnp.ones(2)), [1.0, 1.0])  # keywords still work

@@ -24,7 +24,7 @@ _MAX_EXPLAIN_RECORDS = 32
 
 
 def _unhashable_error(
-    args: tuple, kwargs: dict, plan: _Plan, hidden: bool = False
+    args: tuple, kwargs: dict, plan: _Plan, hidden: list[str] | None = None
 ) -> TypeError:
     keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
     for i in plan.static_idx:
@@ -53,11 +53,11 @@ def _deepest_unhashable(path: str, obj: Any) -> tuple[str, Any]:
     return path, obj
 
 
-def _user_path(keys: tuple, hidden: bool = False) -> str:
+def _user_path(keys: tuple, hidden: list[str] | None = None) -> str:
     first, second, *rest = keys
     if hidden and first.idx == 0:  # `args[0]` holds the captured values
         if second.idx == 0:
-            return captured_path(rest)
+            return captured_path(rest, hidden)
         second = jax.tree_util.SequenceKey(second.idx - 1)
     head = "args" if first.idx == 0 else "kwargs"
     return head + jax.tree_util.keystr((second, *rest))
@@ -99,7 +99,9 @@ def _on_trace(
         store.traces += 1
         store.size += 1
         if wrapper is not None and wrapper._hidden:
-            record = describe_captures(args[0]) | describe_call(args[1:], kwargs)
+            record = describe_captures(args[0], wrapper._hidden) | describe_call(
+                args[1:], kwargs
+            )
         else:
             record = describe_call(args, kwargs)
         previous = list(store.records)

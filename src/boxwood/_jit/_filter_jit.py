@@ -85,17 +85,17 @@ class _JitWrapper:
         donate: str,
         explain: bool | None,
         jit_kwargs: dict,
-        hidden: bool = False,
+        hidden: list[str] | None = None,
     ):
         self._fun = as_pytree_function(fun)
         self._store, self._fun_dyn = _store_for(self._fun)
         self._donate = donate
         self._explain = explain
         self._jit_kwargs = jit_kwargs
-        # `hidden`: `args[0]` is the dict of captured values (`_capture.py`), which
-        # is never donated; the user's arguments follow it.
+        # `hidden` (their labels): `args[0]` is the tuple of captured values
+        # (`_capture.py`), never donated; the user's arguments follow it.
         self._hidden = hidden
-        self._first_args = hidden + donate.endswith("except-first")
+        self._first_args = bool(hidden) + donate.endswith("except-first")
         self._except_first = donate != "none" and self._first_args > 0
         self._seen: set[int] = set()  # module arguments of the last slow call
         self._hits = 0
@@ -436,7 +436,9 @@ def filter_jit(
         captured = _capture.wrap(
             fun,
             (donate, explain, repr(jit_kwargs)),  # what the core is compiled with
-            lambda traced: _JitWrapper(traced, donate, explain, jit_kwargs, True),
+            lambda traced: _JitWrapper(
+                traced, donate, explain, jit_kwargs, traced.capture.labels
+            ),
         )
         if captured is not None:
             call, core, state = captured
