@@ -319,3 +319,18 @@ def test_wrong_arguments_name_the_function():
     with pytest.raises(TypeError, match=r"predict\(\) takes 1 positional argument"):
         f(jnp.ones(2), jnp.ones(2))
     np.testing.assert_allclose(f(x=jnp.ones(2)), [1.0, 1.0])  # keywords still work
+
+
+def test_numpy_array_mutated_in_place_is_read_each_call():
+    table = np.ones(3, np.float32)
+    f = bw.filter_jit(lambda x: jnp.sum(table) * x)
+    assert f(jnp.ones(())) == 3.0
+    table[0] = 5.0
+    assert f(jnp.ones(())) == 7.0
+
+
+def test_nothing_watched_means_no_layer():
+    f = bw.filter_jit(lambda m, x: jnp.sin(m(x)) + len(x))  # jnp, len: not watched
+    assert f._boxwood_jit.call is f
+    g = bw.filter_jit(lambda x: W * x)
+    assert g._boxwood_jit.call is not g

@@ -67,7 +67,7 @@ class CapturedValueWarning(UserWarning):
 MSG_CHANGED = (
     "{label} changed from {old} to {new} since {name} was compiled; it is baked in "
     "at trace time. Pass it as an argument (or as an array, to trace it), or call "
-    "`{name}.clear_cache()` to trace again with the new value."
+    "`clear_cache()` on the compiled function to trace again with the new value."
 )
 
 
