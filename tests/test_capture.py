@@ -334,3 +334,19 @@ def test_nothing_watched_means_no_layer():
     assert f._boxwood_jit.call is f
     g = bw.filter_jit(lambda x: W * x)
     assert g._boxwood_jit.call is not g
+
+
+def test_jitted_helper_is_inlined_so_its_captures_are_seen(getkey):
+    model = nn.Linear(2, 1, key=getkey())
+    predict = bw.filter_jit(lambda x: model(x))
+
+    @bw.filter_jit
+    def evaluate(x):
+        return predict(x) * 2
+
+    x = jnp.ones(2)
+    np.testing.assert_allclose(evaluate(x), model(x) * 2, rtol=1e-6)
+    model = nn.Linear(2, 1, key=getkey())
+    np.testing.assert_allclose(evaluate(x), model(x) * 2, rtol=1e-6)
+    np.testing.assert_allclose(predict(x), model(x), rtol=1e-6)
+    assert evaluate.cache_info().traces == 1

@@ -127,6 +127,7 @@ class Reads:
         functions, seen = [fun], {id(fun)}
 
         def follow(value: Any) -> bool:
+            value = unwrap_jitted(value)
             if type(value) is not types.FunctionType or id(value) in seen:
                 return False
             if len(functions) >= _MAX_HELPERS:
@@ -162,6 +163,17 @@ class Reads:
             and not _is_module(_contents(cell))
             and _contents(cell) is not fun  # a recursive inner function
         ]
+
+
+def unwrap_jitted(value: Any) -> Any:
+    """The function inside a `filter_jit` wrapper (it is inlined into the trace of a
+    function that calls it, so that the values it captures are traced there too);
+    any other value as it is."""
+    if hasattr(value, "_boxwood_jit"):
+        inner = getattr(value, "__wrapped__", None)
+        if type(inner) is types.FunctionType:
+            return inner
+    return value
 
 
 def _contents(cell: types.CellType) -> Any:
@@ -291,6 +303,7 @@ class _Rebuilder:
         self.functions: dict[int, Any] = {}
 
     def function(self, h: Any) -> Any:
+        h = unwrap_jitted(h)
         if type(h) is not types.FunctionType:
             return h  # rebound to something else since the scan: used as it is
         new = self.functions.get(id(h))
