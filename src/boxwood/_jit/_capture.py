@@ -47,6 +47,7 @@ from typing import Any
 import jax
 
 from .._filters import is_array
+from .._module import Module
 from .._warnings import user_stacklevel
 from ._explain import describe_call
 
@@ -105,9 +106,9 @@ def _scan_code(code: types.CodeType) -> tuple[list[str], set[str], set[str]]:
 class Reads:
     """The names a function reads, found once from its code (see the module doc).
 
-    Followed: `fun`, the functions defined inside it, and helper functions it reads
-    by name (plain functions in its globals, if from the same module, or in its
-    closure cells), transitively, up to `_MAX_HELPERS` functions.
+    Followed: `fun`, the functions defined inside it, and helper functions from the
+    same module that it reads by name (from its globals or its closure cells),
+    transitively, up to `_MAX_HELPERS` functions.
 
     - `globals`: global names to watch, in first-read order.
     - `cells`: `(label, cell)` of closure cells to watch.
@@ -128,7 +129,11 @@ class Reads:
 
         def follow(value: Any) -> bool:
             value = unwrap_jitted(value)
-            if type(value) is not types.FunctionType or id(value) in seen:
+            if (
+                type(value) is not types.FunctionType
+                or value.__globals__ is not g  # library code is not followed
+                or id(value) in seen
+            ):
                 return False
             if len(functions) >= _MAX_HELPERS:
                 return False
@@ -138,12 +143,11 @@ class Reads:
 
         for h in functions:  # grows while it is walked
             loads, stores, deref_stores = _scan_code(h.__code__)
-            if h.__globals__ is g:
-                self.stored |= stores
-                for name in loads:
-                    names[name] = None
-                    if follow(g.get(name)):
-                        self.global_helpers.append(name)
+            self.stored |= stores
+            for name in loads:
+                names[name] = None
+                if follow(g.get(name)):
+                    self.global_helpers.append(name)
             for name, cell in zip(h.__code__.co_freevars, h.__closure__ or ()):
                 if name in deref_stores:
                     stored_cells.add(id(cell))
@@ -200,7 +204,7 @@ def has_arrays(value: Any) -> bool:
     trace-time constant."""
     if type(value) in _PLAIN:
         return False
-    if is_array(value):
+    if is_array(value) or isinstance(value, Module):  # a module: no walk needed
         return True
     return any(map(is_array, jax.tree_util.tree_leaves(value)))
 
@@ -304,13 +308,12 @@ class _Rebuilder:
 
     def function(self, h: Any) -> Any:
         h = unwrap_jitted(h)
-        if type(h) is not types.FunctionType:
+        if type(h) is not types.FunctionType or h.__globals__ is not self.capture.g:
             return h  # rebound to something else since the scan: used as it is
         new = self.functions.get(id(h))
         if new is None:
-            g = self.new_g if h.__globals__ is self.capture.g else h.__globals__
             closure = h.__closure__ and tuple(map(self.cell, h.__closure__))
-            new = self.functions[id(h)] = _copy_function(h, g, closure)
+            new = self.functions[id(h)] = _copy_function(h, self.new_g, closure)
         return new
 
     def cell(self, c: types.CellType) -> types.CellType:
