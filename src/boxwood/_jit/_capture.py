@@ -4,9 +4,9 @@
 the compiled code at the first trace: rebinding `model` in a notebook cell leaves a
 jitted `predict` silently using the old model, and a large captured array is embedded
 in the executable as a constant. `filter_jit` instead finds, once, the names a
-function reads (`scan`): its own globals and closure cells, those of the functions
-defined inside it (nested code objects), and the globals of same-module helper
-functions it calls by name. On every call it reads their current values (a generated
+function reads (`Reads`): its own globals and closure cells, those of the functions
+defined inside it (nested code objects), and those of the same-module helper
+functions it calls by name (`filter_jit` helpers are inlined). On every call it reads their current values (a generated
 function: one dict lookup or cell read and one identity test per name) and
 
 - passes the values that hold arrays (arrays, modules, pytrees with array leaves) to
@@ -27,8 +27,8 @@ cells for captured closure variables (`Capture.rebuild`). Names the function ass
 not watched, and global assignments made while tracing are written back.
 
 Not followed: attributes of objects (`self.w`, `config.table`), default argument
-values, the closures of helpers, functions from other modules, and names bound to
-Python modules (`jnp`, `np`).
+values, functions from other modules, and names bound to Python modules (`jnp`,
+`np`).
 """
 
 from __future__ import annotations
@@ -283,9 +283,9 @@ class Capture:
             if value is not _MISSING and value is not self.g.get(name, _MISSING):
                 self.g[name] = value
 
-    def changed(self, values: list[Any], warned: set[str]) -> list[str]:
-        """Messages for trace-time constants that differ from the traced ones (each
-        label once; the labels are added to `warned`)."""
+    def changed(self, values: list[Any], warned: set[str]) -> list[tuple]:
+        """`(label, old, new)` for trace-time constants that differ from the traced
+        ones (each label once; the labels are added to `warned`)."""
         out = []
         for label, value in zip(self.labels, values):
             if label in warned or label not in self.baseline:
@@ -325,7 +325,7 @@ class _Rebuilder:
             new = types.CellType(self.hidden[label])
         elif (
             id(c) in self.capture.reads.cell_helpers
-            and type(_contents(c)) is types.FunctionType
+            and type(unwrap_jitted(_contents(c))) is types.FunctionType
         ):
             new = types.CellType()  # before the helper: it may read itself
             self.cells[id(c)] = new
