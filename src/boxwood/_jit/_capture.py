@@ -201,7 +201,18 @@ def _watched_global(g: dict, name: str, stored: set[str]) -> bool:
 
 def has_arrays(value: Any) -> bool:
     """Whether a captured value is an input (it holds arrays) rather than a
-    trace-time constant."""
+    trace-time constant.
+
+    **Arguments:**
+
+    - `value`: what a watched name is bound to.
+
+    **Returns:** `True` for arrays, modules and pytrees with an array leaf.
+
+    >>> import jax.numpy as jnp
+    >>> has_arrays({"w": jnp.ones(2), "name": "a"}), has_arrays((0.1, "a"))
+    (True, False)
+    """
     if type(value) in _PLAIN:
         return False
     if is_array(value) or isinstance(value, Module):  # a module: no walk needed
