@@ -350,3 +350,19 @@ def test_jitted_helper_is_inlined_so_its_captures_are_seen(getkey):
     np.testing.assert_allclose(evaluate(x), model(x) * 2, rtol=1e-6)
     np.testing.assert_allclose(predict(x), model(x), rtol=1e-6)
     assert evaluate.cache_info().traces == 1
+
+
+def test_method_using_super_is_not_watching_its_class():
+    class Base(bw.Module):
+        def scale(self):
+            return 2.0
+
+    class Scaled(Base):
+        k: jax.Array
+
+        @bw.filter_jit
+        def __call__(self, x):
+            return super().scale() * self.k * W[0] * x
+
+    assert Reads(Scaled.__call__.__wrapped__).cells == []
+    assert Scaled(jnp.asarray(3.0))(jnp.asarray(1.0)) == 6.0

@@ -164,6 +164,7 @@ class Reads:
             (label, cell)
             for key, (label, cell) in cells.items()
             if key not in stored_cells
+            and label != "closure '__class__'"  # `super()`'s cell in a method
             and not _is_module(_contents(cell))
             and _contents(cell) is not fun  # a recursive inner function
         ]
