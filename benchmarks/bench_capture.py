@@ -112,7 +112,7 @@ def _layer_rows(reps: int) -> list[dict]:
     def core(hidden, *args, **kwargs):
         return hidden
 
-    state = CallState(len(capture.labels))
+    state = CallState(capture)
     params = plain_parameters(_reads_helper)
     call = make_call(capture, core, "_reads_helper", state, params)
     hidden = call(1.0)

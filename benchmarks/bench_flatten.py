@@ -39,6 +39,31 @@ def _unflattener(model):
     return run
 
 
+NO_SLOT = "boxwood, no C rebuild slot"
+
+
+def _without_rebuild_slot(weights):
+    """The boxwood model, its classes made without the C extension's `tp_init`
+    rebuild slot (`install_init`): what that slot buys on JAX's unflatten path."""
+    from _models import BwLinear, BwMLP
+    from boxwood._jit import _native
+
+    saved = _native.install_init
+    _native.install_init = None
+    try:
+
+        class PyLinear(BwLinear):
+            pass
+
+        class PyMLP(BwMLP):
+            pass
+
+    finally:
+        _native.install_init = saved
+    model = build("boxwood", weights)
+    return PyMLP(tuple(PyLinear(layer.weight, layer.bias) for layer in model.layers))
+
+
 def _check_roundtrip(kind: str, model) -> None:
     leaves, treedef = jax.tree_util.tree_flatten(model)
     again = treedef.unflatten(leaves)
@@ -54,6 +79,11 @@ def run(quick: bool) -> list[dict]:
     models = {kind: build(kind, weights) for kind in CONTENDERS}
     for kind, model in models.items():
         _check_roundtrip(kind, model)
+    from boxwood._jit import _native
+
+    if _native.install_init is not None:
+        models[NO_SLOT] = _without_rebuild_slot(weights)
+        _check_roundtrip("boxwood", models[NO_SLOT])
     case = f"{layers_for(LEAVES)}-layer MLP, {LEAVES} leaves"
     rows = []
     for op, make in (("flatten", _flattener), ("unflatten", _unflattener)):

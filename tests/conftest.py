@@ -18,8 +18,8 @@ def call_path(request, monkeypatch):
     """Run a test on both of `filter_jit`'s warm-call paths: the C extension
     (`boxwood._jit._speedups`) and the same path written in Python. Wrappers and output
     builders pick their path when created, so the test creates its own."""
-    from boxwood._jit import _native
     from boxwood._config import _env_flag
+    from boxwood._jit import _native
 
     if request.param == "python":
         monkeypatch.setattr(_native, "FastCall", None)

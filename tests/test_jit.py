@@ -1,3 +1,4 @@
+import collections
 import dataclasses
 import gc
 import threading
@@ -303,7 +304,7 @@ def test_rewrapping_the_same_function_after_its_cache_died_does_not_warn():
 def test_rewrapping_fresh_functions_in_a_loop_warns_once(monkeypatch):
     from boxwood._jit import _cache as _jit_cache
 
-    monkeypatch.setattr(_jit_cache, "_WRAPS_AT_SITE", {})  # count from zero
+    monkeypatch.setattr(_jit_cache, "_WRAPS_AT_SITE", collections.OrderedDict())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(6):
@@ -518,3 +519,179 @@ def test_donated_training_loop_keeps_live_buffers_constant(getkey):
     assert first_weight.is_deleted() and not batch.is_deleted()
     assert counts[0] == counts[1]
     assert step.cache_info().traces == 1
+
+
+def test_bound_methods_as_arguments_are_traced_once(getkey):
+    m1, m2 = linear(getkey(), 3), linear(getkey(), 3)
+    fn, count = counting(lambda method, x: method(x))
+    f = bw.filter_jit(fn)
+    x = jnp.ones(3)
+    assert jnp.allclose(f(m1.__call__, x), m1(x))
+    assert jnp.allclose(f(m2.__call__, x), m2(x))  # the arrays are inputs
+    assert count["n"] == 1
+
+
+@pytest.mark.parametrize("how", ["module", "bound_method"])
+def test_jitted_module_and_bound_method_take_the_fast_path(getkey, monkeypatch, how):
+    from boxwood._jit import _filter_jit
+
+    flattens = []
+    real = _filter_jit._flatten
+    monkeypatch.setattr(
+        _filter_jit, "_flatten", lambda t: flattens.append(1) or real(t)
+    )
+    model = linear(getkey(), 3)
+    f = bw.filter_jit(model if how == "module" else model.__call__)
+    f.clear_cache()  # the store may be shared with an earlier test's wrapper
+    x = jnp.ones(3)
+    for i in range(4):
+        if i == 2:
+            before = len(flattens)
+        assert jnp.allclose(f(x), model(x))
+    assert len(flattens) == before  # warm calls walk, never flatten
+    assert f.cache_info() == bw.CacheInfo(hits=3, misses=1, traces=1, size=1)
+
+
+def test_donate_except_first_keeps_the_first_argument_passed_by_keyword():
+    f = bw.filter_jit(
+        lambda model, x: (model["w"] + 1, x * 2), donate="all-except-first"
+    )
+    for _ in range(2):
+        model, x = {"w": jnp.ones(3)}, jnp.ones(3)
+        f(model=model, x=x)
+        assert not model["w"].is_deleted()
+        assert x.is_deleted()
+
+
+def test_deeply_nested_modules_on_every_call():
+    class Wrap(bw.Module):
+        inner: object
+
+    model = jnp.ones(2)
+    for _ in range(350):  # deeper than Python's recursion limit allows recursing
+        model = Wrap(model)
+    f = bw.filter_jit(lambda m: m)
+    for _ in range(3):  # cold, second call (flat form remembered), fast path
+        model = f(model)
+    assert f.cache_info().traces == 1
+    leaf = model
+    for _ in range(350):
+        leaf = leaf.inner
+    assert jnp.array_equal(leaf, jnp.ones(2))
+
+
+_identity = bw.filter_jit(lambda m: m)
+
+
+@pytest.mark.parametrize("name", ["_NOT_GIVEN", "_construct", "_set_dict", "_REBUILD"])
+def test_fields_named_like_generated_code_work(name):
+    cls = type(
+        "Odd",
+        (bw.Module,),
+        {
+            "__annotations__": {name: jax.Array, "b": int},
+            "b": bw.field(static=True, default=1),
+        },
+    )
+    obj = cls(**{name: jnp.ones(2)})
+    for _ in range(3):
+        obj = _identity(obj)
+    assert jnp.array_equal(getattr(obj, name), jnp.ones(2)) and obj.b == 1
+
+
+def test_reserved_field_names_are_rejected_at_class_creation():
+    with pytest.raises(
+        TypeError, match=r"`Bad._boxwood_flat`: field names starting with"
+    ):
+
+        class Bad(bw.Module):
+            _boxwood_flat: jax.Array
+
+
+def test_threads_tracing_distinct_structures_count_one_trace_each():
+    n = 8
+    barrier = threading.Barrier(n)
+    fn, count = counting(lambda x: jnp.sin(x) * 2)
+    f = bw.filter_jit(fn)
+    errors = []
+
+    def work(i):
+        try:
+            x = jnp.ones((i + 1,))
+            barrier.wait()
+            for _ in range(5):
+                assert jnp.allclose(f(x), jnp.sin(x) * 2)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    info = f.cache_info()
+    assert count["n"] == n and info.traces == n and info.misses == n
+    assert info.hits + info.misses == 5 * n
+
+
+def _branch_on_weight(model, x):
+    if model.weight.sum() > 0:
+        return x
+    return -x
+
+
+def test_tracer_errors_name_the_users_function_and_paths(getkey):
+    model = linear(getkey(), 3)
+    where = f"_branch_on_weight at {__file__}"
+    cases = [
+        (bw.filter_jit(_branch_on_weight), (model, jnp.ones(3)), {}, "args[0].weight"),
+        (
+            bw.filter_jit(_branch_on_weight),
+            (),
+            {"model": model, "x": jnp.ones(3)},
+            "kwargs['model'].weight",
+        ),
+        (
+            bw.filter_jit(_branch_on_weight, donate="all-except-first"),
+            (model, jnp.ones(3)),
+            {},
+            "args[0].weight",
+        ),
+        (
+            bw.filter_jit(bw.Partial(_branch_on_weight, model)),
+            (jnp.ones(3),),
+            {},
+            "self.args[0].weight",
+        ),  # the function's own arrays
+    ]
+    for f, args, kwargs, path in cases:
+        with pytest.raises(jax.errors.TracerBoolConversionError) as info:
+            f(*args, **kwargs)
+        text = str(info.value)
+        assert f"depends on the value of the argument {path}." in text
+        assert "groups[" not in text and "_filter_jit.py" not in text
+        if not isinstance(f.__wrapped__, bw.Partial):
+            assert where in text
+
+
+def test_keyword_arguments_take_the_fast_path(getkey, monkeypatch):
+    from boxwood._jit import _filter_jit
+
+    flattens = []
+    real = _filter_jit._flatten
+    monkeypatch.setattr(
+        _filter_jit, "_flatten", lambda t: flattens.append(1) or real(t)
+    )
+    fn, count = counting(lambda m, *, x, scale: (m, m(x) * scale))
+    f = bw.filter_jit(fn)
+    model = linear(getkey(), 3)
+    for i in range(5):
+        if i == 2:
+            before = len(flattens)
+        model, y = f(model, scale=2.0, x=jnp.ones(3))  # keyword order does not matter
+    assert len(flattens) == before  # warm keyword calls walk, never flatten
+    assert count["n"] == 1 and f.cache_info().hits == 4
+    assert jnp.allclose(y, model(jnp.ones(3)) * 2.0)
+    f(model, x=jnp.ones(3), scale=3.0)  # a new static value: traced again
+    assert count["n"] == 2

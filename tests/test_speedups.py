@@ -21,6 +21,11 @@ import pytest
 import boxwood as bw
 from boxwood._config import _env_flag
 
+# the C extension's own tests: skipped where it was not built (no C compiler)
+pytest.importorskip(
+    "boxwood._jit._speedups", reason="boxwood's C extension is not built"
+)
+
 pytestmark = pytest.mark.usefixtures("call_path")
 
 
@@ -191,7 +196,9 @@ def test_rebuilt_modules_have_the_fields_and_keep_user_construction():
 
 
 def test_builder_rejects_malformed_programs():
-    from boxwood._jit._speedups import Builder  # built (test above), whatever the switch
+    from boxwood._jit._speedups import (
+        Builder,  # built (test above), whatever the switch
+    )
 
     with pytest.raises(TypeError, match="malformed program"):
         Builder((99, 0))([])

@@ -17,8 +17,8 @@ from typing import Any
 
 import jax
 
-from ._jit._bound import BoundMethod
 from ._filters import is_array, partition
+from ._jit._bound import BoundMethod
 from ._module import Module
 
 _EMPTY = object()

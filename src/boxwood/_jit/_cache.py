@@ -3,21 +3,23 @@ per-function stores shared by wrappers (see `_jit.py` for how a call flows)."""
 
 from __future__ import annotations
 
+import collections
 import operator
 import sys
 import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 
+from .._filters import is_array
+from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
 from ._capture import Traced
-from .._filters import is_array
+from ._options import JitOptions
 from ._rebuild import compile_builder
-from .._warnings import PerformanceWarning, user_stacklevel
 
 _flatten = jax.tree_util.tree_flatten
 _CHURN_THRESHOLD = 5
@@ -91,7 +93,7 @@ class _Entry:
     def output(self, fun_dyn: list, dyn: list, result: list) -> Any:
         if self.shape_sensitive:
             return self.outs[_signature([*fun_dyn, *dyn])].build(result)
-        return self.out.build(result)
+        return cast(_Out, self.out).build(result)
 
 
 class _Plan:
@@ -142,8 +144,11 @@ class _Store:
         self.fast_plans: dict[tuple, tuple[_Plan, _Entry]] = {}
         self.plan_variants: dict[tuple, _Plan] = {}
         self.lock = threading.RLock()
-        self.traces = 0
+        self.traces = 0  # every thread's: a call compares it before and after
         self.tracing = 0  # traces in progress (any thread)
+        # this thread's traces not yet reported (`pending.n`): a call that saw
+        # `traces` move while another thread traced is a hit, not a miss
+        self.pending = threading.local()
         self.size = 0
         self.records: list[dict] = []
 
@@ -168,8 +173,13 @@ class _Store:
 # function's compiled code dies with the last wrapper that uses it.
 _STORES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _STORES_LOCK = threading.Lock()
-# call site -> (wraps of distinct function objects, weakref to the last function)
-_WRAPS_AT_SITE: dict[tuple, tuple[int, Any]] = {}
+# call site -> (wraps of distinct function objects, weakref to the last function),
+# for the most recent `_MAX_SITES` sites; a site is named by file, line and the
+# code's name and first line, so no code object is kept alive.
+_WRAPS_AT_SITE: collections.OrderedDict[tuple, tuple[int, Any]] = (
+    collections.OrderedDict()
+)
+_MAX_SITES = 256
 
 MSG_CHURN = (
     "This line has wrapped {n} different function objects created from the same "
@@ -190,7 +200,9 @@ def _note_wrap(fun: Callable) -> None:
     if code is None:
         return
     frame = sys._getframe(user_stacklevel() - 1)
-    site = (frame.f_code.co_filename, frame.f_lineno, code)
+    site = (
+        frame.f_code.co_filename, frame.f_lineno, code.co_name, code.co_firstlineno
+    )  # fmt: skip
     try:
         ref = weakref.ref(func)
     except TypeError:
@@ -201,6 +213,9 @@ def _note_wrap(fun: Callable) -> None:
             return  # the same function again (its compiled code had been freed)
         n += 1
         _WRAPS_AT_SITE[site] = (n, ref)
+        _WRAPS_AT_SITE.move_to_end(site)
+        if len(_WRAPS_AT_SITE) > _MAX_SITES:
+            _WRAPS_AT_SITE.popitem(last=False)
     if n == _CHURN_THRESHOLD:
         where = f"{code.co_filename}:{code.co_firstlineno}"
         warnings.warn(
@@ -210,12 +225,14 @@ def _note_wrap(fun: Callable) -> None:
         )
 
 
-def _store_for(fun: Callable) -> tuple[_Store, list]:
+def _store_for(fun: Callable, options: JitOptions) -> tuple[_Store, list]:
+    """The store of compiled code for `fun` with `options` (shared with every other
+    wrapper of the same function structure and options), and `fun`'s own arrays."""
     leaves, fun_def = _flatten(fun)
     dyn_idx = tuple(i for i, x in enumerate(leaves) if is_array(x))
     static_idx = tuple(i for i, x in enumerate(leaves) if not is_array(x))
     statics = tuple(leaves[i] for i in static_idx)
-    key = (fun_def, statics)
+    key = (fun_def, statics, options.key)
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:

@@ -470,14 +470,24 @@ class CallState:
     """One wrapper's view of its captures: the last values read, and the names
     already warned about (cleared by `clear_cache`)."""
 
-    __slots__ = ("snap", "warned")
+    __slots__ = ("snap", "warned", "capture")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, capture: Capture) -> None:
+        n = len(capture.labels)
         self.snap = (_MISSING,) * n + (None,)  # (value of each name..., hidden)
         self.warned: set[str] = set()
+        self.capture = capture
 
     def forget(self) -> None:
         self.warned.clear()
+
+    def hidden_now(self) -> tuple:
+        """The hidden argument for the names' current values."""
+        return _hidden(self.capture.read())
+
+
+def _hidden(values: list[Any]) -> tuple:
+    return tuple(v if v is not _MISSING and has_arrays(v) else None for v in values)
 
 
 def make_call(
@@ -530,9 +540,7 @@ def make_call(
 
     def slow(args: tuple, kwargs: dict) -> Any:
         values = capture.read()
-        hidden = tuple(
-            v if v is not _MISSING and has_arrays(v) else None for v in values
-        )
+        hidden = _hidden(values)
         with capture.lock:
             changed = capture.changed(values, state.warned)
         state.snap = (*values, hidden)
@@ -566,7 +574,7 @@ def wrap(
     if capture.empty:
         return None
     core = make_core(traced)
-    state = CallState(len(capture.labels))
+    state = CallState(capture)
     call = make_call(
         capture, core.call, fun.__name__, state, plain_parameters(fun), fun.__qualname__
     )

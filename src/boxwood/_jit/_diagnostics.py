@@ -3,21 +3,25 @@ that name the offending argument path."""
 
 from __future__ import annotations
 
+import re
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 
 from .._config import config
+from .._filters import is_array
 from .._pretty import array_summary
 from .._warnings import RecompileWarning, user_stacklevel
+from . import _convention
 from ._capture import captured_path, describe_captures
 from ._explain import describe_call, explain
 
 if TYPE_CHECKING:
-    from ._filter_jit import _JitWrapper
     from ._cache import _Plan, _Store
+    from ._filter_jit import _JitWrapper
+    from ._options import JitOptions
 
 _DONATION_MESSAGE = "Some donated buffers were not usable"
 _MAX_EXPLAIN_RECORDS = 32
@@ -42,6 +46,49 @@ def _unhashable_error(
                 "class a pytree (subclass `boxwood.Module`)."
             )
     return TypeError("`filter_jit`: a non-array argument is not hashable.")
+
+
+_GROUP_REF = re.compile(r"groups\[(\d+)\]\[(\d+)\]")
+_TRACER_ERRORS = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+def rename_arguments(
+    error: BaseException,
+    conv: str,
+    plan: _Plan,
+    args: tuple,
+    kwargs: dict,
+    fun: Any,
+) -> None:
+    """Rewrite the inner function's argument names in a JAX tracer error
+    (`groups[0][3]`) as the caller's paths (`args[0].layers[1].weight`)."""
+    if not isinstance(error, _TRACER_ERRORS) or not error.args:
+        return
+    message = error.args[0]
+    if not isinstance(message, str) or "groups[" not in message:
+        return
+    keyed = jax.tree_util.tree_flatten_with_path((args, kwargs))[0]
+    own = jax.tree_util.tree_flatten_with_path(fun)[0]
+    own = [k for k, leaf in own if is_array(leaf)]
+
+    def name(match: re.Match) -> str:
+        is_fun, i = _convention.position(
+            conv, int(match.group(1)), int(match.group(2)), plan.n_first
+        )
+        try:
+            if is_fun:
+                keys = own[i]
+                text = jax.tree_util.keystr(keys)
+                return "self" + text.removeprefix(".instance")  # a bound method's
+            return _user_path(keyed[plan.dyn_idx[i]][0])
+        except IndexError:
+            return match.group(0)
+
+    error.args = (_GROUP_REF.sub(name, message), *error.args[1:])
 
 
 def _deepest_unhashable(path: str, obj: Any) -> tuple[str, Any]:
@@ -77,7 +124,7 @@ def _warn_undonated(
     if kept:
         warnings.warn(
             f"filter_jit({getattr(wrapper, '__qualname__', 'function')}, "
-            f"donate={wrapper._donate!r}): {len(kept)} input buffer(s) could not be "
+            f"donate={wrapper._options.donate!r}): {len(kept)} input buffer(s) could not be "
             f"donated (no output of the same shape and dtype could reuse them): "
             f"{', '.join(kept)}. Use donate='all' to donate without this warning, or "
             "donate='none'.",
@@ -86,20 +133,45 @@ def _warn_undonated(
         )
 
 
-# A warnings filter pushed while tracing with donate="all" and removed right after
-# the call that traced: JAX warns about undonatable buffers while compiling, and
-# "all" means "don't warn" (while "warn" keeps JAX's warning).
+# A warnings filter pushed at the end of a successful trace with donate="all" and
+# removed right after the call that traced, or when that call fails: JAX warns about
+# undonatable buffers while lowering, just after the trace, and "all" means "don't
+# warn" (while "warn" keeps JAX's warning). Per thread; never left installed.
 _PENDING_FILTER = threading.local()
 
 
+def silence_donation_warning() -> None:
+    """Ignore JAX's "donated buffers were not usable" until `restore_warnings`."""
+    if getattr(_PENDING_FILTER, "filter", None) is None:
+        warnings.filterwarnings("ignore", message=_DONATION_MESSAGE)
+        _PENDING_FILTER.filter = warnings.filters[0]
+
+
+def restore_warnings() -> None:
+    """Remove the filter of `silence_donation_warning`, if this thread pushed one."""
+    pending = _PENDING_FILTER.__dict__.pop("filter", None)
+    if pending is not None:
+        try:
+            cast(list, warnings.filters).remove(pending)
+        except ValueError:  # already removed (e.g. by `warnings.resetwarnings`)
+            pass
+        warnings._filters_mutated()  # type: ignore[attr-defined]
+
+
 def _on_trace(
-    wrapper: _JitWrapper | None, store: _Store, args: tuple, kwargs: dict
+    options: JitOptions,
+    name: str,
+    store: _Store,
+    args: tuple,
+    kwargs: dict,
+    hidden: list[str] | None = None,
 ) -> None:
     with store.lock:
         store.traces += 1
         store.size += 1
-        if wrapper is not None and wrapper._hidden:
-            record = describe_captures(args[0], wrapper._hidden) | describe_call(
+        store.pending.n = getattr(store.pending, "n", 0) + 1
+        if hidden:  # `args[0]` holds the captured values (`_capture.py`)
+            record = describe_captures(args[0], hidden) | describe_call(
                 args[1:], kwargs
             )
         else:
@@ -107,20 +179,12 @@ def _on_trace(
         previous = list(store.records)
         store.records.append(record)
         del store.records[:-_MAX_EXPLAIN_RECORDS]
-    if wrapper is None:
-        return
-    if wrapper._donate in ("all", "all-except-first"):
-        warnings.filterwarnings("ignore", message=_DONATION_MESSAGE)
-        _PENDING_FILTER.filter = warnings.filters[0]
-    enabled = (
-        config.explain_recompiles if wrapper._explain is None else wrapper._explain
-    )
+    enabled = config.explain_recompiles if options.explain is None else options.explain
     if enabled and previous:
         lines = explain(previous, record) or [
             "no difference in the arguments' structure, static values, shapes or "
             "dtypes (JAX retraced for another reason, e.g. cleared caches)"
         ]
-        name = getattr(wrapper, "__qualname__", "function")
         text = "\n".join("  " + line for line in lines)
         warnings.warn(
             f"filter_jit({name}) is recompiling (trace {store.traces}; "

@@ -28,16 +28,26 @@ format.
 from __future__ import annotations
 
 import functools
-import warnings
+import inspect
 import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
 import jax
 
-from . import _capture, _native
-from ._bound import as_pytree_function
 from .._filters import is_array
+from .._module._module import MODULE_TYPES
+from . import _capture, _convention, _native
+from ._bound import as_pytree_function
+from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
+from ._diagnostics import (
+    _on_trace,
+    _unhashable_error,
+    _warn_undonated,
+    rename_arguments,
+    restore_warnings,
+    silence_donation_warning,
+)
 from ._flat_cache import (
     _WALKABLE,
     ARRAY_TOKEN,
@@ -46,18 +56,10 @@ from ._flat_cache import (
     remember_walkable,
     walk,
 )
-from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
-from ._diagnostics import (
-    _PENDING_FILTER,
-    _on_trace,
-    _unhashable_error,
-    _warn_undonated,
-)
-from .._module._module import MODULE_TYPES
+from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
 
 _flatten = jax.tree_util.tree_flatten
 
-_DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
 _CAPTURE_MODES = ("inputs", "constants")
 
 
@@ -80,23 +82,21 @@ class _JitWrapper:
     """The callable returned by [`boxwood.filter_jit`][]."""
 
     def __init__(
-        self,
-        fun: Callable,
-        donate: str,
-        explain: bool | None,
-        jit_kwargs: dict,
-        hidden: list[str] | None = None,
+        self, fun: Callable, options: JitOptions, hidden: list[str] | None = None
     ):
         self._fun = as_pytree_function(fun)
-        self._store, self._fun_dyn = _store_for(self._fun)
-        self._donate = donate
-        self._explain = explain
-        self._jit_kwargs = jit_kwargs
+        self._options = options
+        self._store, self._fun_dyn = _store_for(self._fun, options)
         # `hidden` (their labels): `args[0]` is the tuple of captured values
         # (`_capture.py`), never donated; the user's arguments follow it.
         self._hidden = hidden
-        self._first_args = bool(hidden) + donate.endswith("except-first")
-        self._except_first = donate != "none" and self._first_args > 0
+        self._first_args = bool(hidden) + options.except_first
+        self._except_first = options.donates and self._first_args > 0
+        # donate="...-except-first": the first parameter's name, so that passing it
+        # by keyword keeps it out of donation too
+        self._first_name = (
+            _first_parameter(self._fun) if options.except_first and not hidden else None
+        )
         self._seen: set[int] = set()  # module arguments of the last slow call
         self._hits = 0
         self._misses = 0
@@ -104,32 +104,41 @@ class _JitWrapper:
         wrapped = getattr(fun, "__func__", fun)
         self.__qualname__ = getattr(wrapped, "__qualname__", type(wrapped).__name__)
         self._fast = None
-        if _native.FastCall is not None and not self._store.fun_dyn_idx:
+        self._convention = _convention.convention(
+            bool(self._store.fun_dyn_idx), self._except_first
+        )
+        if _native.FastCall is not None:
             # The fast path in C. It hands every other call to the Python path,
             # which need not walk the arguments again.
+            plain = self._convention == _convention.PLAIN
             call = self._fast = _native.FastCall(
                 fallback=self._make_call(walk_first=False),
                 plans=self._store.fast_plans,
                 store=self._store,
                 walk=walk,
                 after_trace=self._after_trace,
+                on_error=self._on_error,
                 array_type=ARRAY_TYPE,
                 array_token=ARRAY_TOKEN,
                 none_token=NONE_TOKEN,
                 module_types=MODULE_TYPES,
                 walkable=_WALKABLE,
-                except_first=self._except_first,
+                fun_dyn=None if plain else self._fun_dyn,
+                split_first=self._convention == _convention.SPLIT_FIRST,
             )
         else:
             call = self._make_call(walk_first=True)
         self.call = self.decorate(call, wrapped, self.clear_cache)
 
-    def decorate(self, call: Any, wrapped: Any, clear_cache: Callable) -> Any:
+    def decorate(
+        self, call: Any, wrapped: Any, clear_cache: Callable, lower: Any = None
+    ) -> Any:
         """`call` as the user sees it: `fun`'s name and doc, `cache_info()`,
         `clear_cache()`."""
         functools.update_wrapper(call, wrapped, updated=())
         call.cache_info = self.cache_info
         call.clear_cache = clear_cache
+        call.lower = lower or self.lower
         call._boxwood_jit = self
         return call
 
@@ -142,16 +151,31 @@ class _JitWrapper:
         fast path, which has just tried it)."""
         store = self._store
         fun_dyn = self._fun_dyn
-        has_fun_dyn = bool(store.fun_dyn_idx)
         fast_plans = store.fast_plans if walk_first else {}
-        except_first = self._except_first
+        kw_fast_plans = store.fast_plans  # the C path hands keyword calls over
         pos_plans = store.plans
         kw_plans = store.kw_plans
-        plain = not except_first and not has_fun_dyn  # the inner jit takes `(dyn)`
+        conv = self._convention
+        first_name = self._first_name
+        plain = conv == _convention.PLAIN  # the inner jit takes `(dyn)`
+        call_inner = _convention.call
 
         def call(*args: Any, **kwargs: Any) -> Any:
             entry = None
-            if fast_plans and not kwargs:
+            if kwargs and first_name is not None and not args and first_name in kwargs:
+                kwargs = dict(kwargs)  # the first argument, by keyword: positional
+                args = (kwargs.pop(first_name),)
+            if kwargs:
+                if kw_fast_plans:
+                    # the key of `(args, kwargs)`: the keywords walk as a dict does
+                    # (sorted names, as jax flattens them), after the arguments
+                    key = []
+                    dyn = []
+                    if walk(args, key, dyn) and walk(kwargs, key, dyn):
+                        found = kw_fast_plans.get(tuple(key))
+                        if found is not None:
+                            plan, entry = found
+            elif fast_plans:
                 # Arguments that are arrays, modules carrying their flat form, or
                 # containers of those (`_flat_cache.py`): no flatten, no treedef
                 # hash, no leaf-type check.
@@ -186,22 +210,22 @@ class _JitWrapper:
                     if entry is None:
                         entry = self._entry(plan, statics, args, kwargs)
                     dyn = list(plan.get_dyn(leaves))  # a list, as on the fast path
-                if plan.fast is not False and not kwargs:
-                    self._note_fast(args, plan, entry, dyn, statics)
-            if entry.cold or store.tracing:
-                result, traced = self._call_locked(entry, plan, dyn)
-            elif plain:  # the common case first
-                traces = store.traces
-                result = entry.jitted(dyn)
-                traced = store.traces - traces
-            else:
-                traces = store.traces
-                if except_first:
-                    k = plan.n_first
-                    result = entry.jitted(fun_dyn, dyn[:k], dyn[k:])
+                if plan.fast is not False:
+                    self._note_fast(args, kwargs, plan, entry, dyn, statics)
+            try:
+                if entry.cold or store.tracing:
+                    result, traced = self._call_locked(entry, plan, dyn)
+                elif plain:  # the common case first
+                    traces = store.traces
+                    result = entry.jitted(dyn)
+                    traced = store.traces - traces
                 else:
-                    result = entry.jitted(fun_dyn, dyn)
-                traced = store.traces - traces
+                    traces = store.traces
+                    result = call_inner(conv, entry.jitted, fun_dyn, dyn, plan.n_first)
+                    traced = store.traces - traces
+            except BaseException:
+                self._on_error()
+                raise
             if traced:
                 self._after_trace(traced, args, kwargs, plan)
             else:
@@ -215,7 +239,13 @@ class _JitWrapper:
 
     # ------------------------------------------------------------- slow paths
     def _note_fast(
-        self, args: tuple, plan: _Plan, entry: _Entry, dyn: Any, statics: tuple
+        self,
+        args: tuple,
+        kwargs: dict,
+        plan: _Plan,
+        entry: _Entry,
+        dyn: Any,
+        statics: tuple,
     ) -> None:
         """Give `(plan, entry)` a fast-path key when the arguments can be walked
         (`_flat_cache.walk`). A module argument without a flat form gets one the
@@ -225,7 +255,7 @@ class _JitWrapper:
         seen, self._seen = self._seen, set()
         walked_statics: list = []
         complete = True
-        for a in args:
+        for a in (*args, kwargs) if kwargs else args:
             step = remember_walkable(a, walked_statics, seen, self._seen)
             if step is False:
                 plan.fast = False  # structural: no call with this plan can be fast
@@ -237,6 +267,7 @@ class _JitWrapper:
         walked: list = []
         if (
             not walk(args, key, walked)  # the fast path's own walk
+            or (kwargs and not walk(kwargs, key, walked))
             or len(walked) != len(dyn)
             or any(a is not b for a, b in zip(walked, dyn))
             or len(walked_statics) != len(statics)
@@ -254,26 +285,26 @@ class _JitWrapper:
         store = self._store
         with store.lock:
             traces = store.traces
-            if self._except_first:
-                k = plan.n_first
-                result = entry.jitted(self._fun_dyn, dyn[:k], dyn[k:])
-            elif store.fun_dyn_idx:
-                result = entry.jitted(self._fun_dyn, dyn)
-            else:
-                result = entry.jitted(dyn)
+            result = _convention.call(
+                self._convention, entry.jitted, self._fun_dyn, dyn, plan.n_first
+            )
             entry.cold = False
             return result, store.traces - traces
 
+    def _on_error(self) -> None:
+        """After a call that raised: undo what a failed trace left behind."""
+        restore_warnings()
+        self._store.pending.__dict__.pop("n", None)
+
     def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
+        restore_warnings()
+        mine = self._store.pending.__dict__.pop("n", 0)
+        if not mine:  # `traces` moved because another thread traced meanwhile
+            self._hits += 1
+            return
         self._misses += 1
-        self._traces += n
-        pending = _PENDING_FILTER.__dict__.pop("filter", None)
-        if pending is not None:
-            try:
-                warnings.filters.remove(pending)
-            except ValueError:
-                pass
-        if self._donate.startswith("warn"):
+        self._traces += mine
+        if self._options.warns_undonated:
             _warn_undonated(self, args, kwargs, plan)
 
     def _plan(self, treedef: Any, types: tuple, leaves: list, kw: bool) -> _Plan:
@@ -301,24 +332,28 @@ class _JitWrapper:
         return entry
 
     def _jit(self, store: _Store, plan: _Plan, statics: tuple, entry: _Entry) -> Any:
-        wrapper = weakref.ref(self)
+        options = self._options
+        name = self.__qualname__
+        silence = options.donate in ("all", "all-except-first")
         entry_ref = weakref.ref(entry)
+        conv = self._convention
+        hidden = self._hidden
 
         def inner(*groups):
-            if self._except_first or store.fun_dyn_idx:
-                fun_dyn, *groups = groups
-            else:
-                fun_dyn = ()
-            dyn = groups[0] if len(groups) == 1 else [*groups[0], *groups[1]]
+            fun_dyn, dyn = _convention.unpack(conv, groups)
             leaves = _merge(plan.n, plan.dyn_idx, dyn, plan.static_idx, statics)
             if plan.kw:
                 args, kwargs = plan.treedef.unflatten(leaves)
             else:
                 args, kwargs = plan.treedef.unflatten(leaves), {}
-            _on_trace(wrapper(), store, args, kwargs)
+            _on_trace(options, name, store, args, kwargs, hidden)
             store.tracing += 1
+            fun = store.function(fun_dyn)
             try:
-                out = store.function(fun_dyn)(*args, **kwargs)
+                out = fun(*args, **kwargs)
+            except Exception as error:  # name the caller's paths, not `groups[0][3]`
+                rename_arguments(error, conv, plan, args, kwargs, fun)
+                raise
             finally:
                 store.tracing -= 1
             out_leaves, out_def = _flatten(out)
@@ -329,10 +364,18 @@ class _JitWrapper:
             target = entry_ref()
             if target is not None:
                 target.record(_signature([*fun_dyn, *dyn]), record)
+            if silence:  # JAX warns while lowering, right after this returns
+                silence_donation_warning()
             return [out_leaves[i] for i in dyn_idx]
 
         inner.__qualname__ = self.__qualname__
         inner.__name__ = self.__qualname__.rsplit(".", 1)[-1]
+        # JAX names the traced function by its code's location: the user's, with
+        # the inner signature kept for JAX's argument names
+        inner.__signature__ = inspect.signature(inner)  # type: ignore[attr-defined]
+        source = _source_function(self._fun)
+        if source is not None:
+            inner.__wrapped__ = source  # type: ignore[attr-defined]
         return jax.jit(inner, **self._jit_options(store, plan))
 
     def _jit_options(self, store: _Store, plan: _Plan) -> dict[str, Any]:
@@ -343,13 +386,9 @@ class _JitWrapper:
         pytree prefix of the arguments (e.g. `in_shardings`) is broadcast over the
         arguments' leaves and picked at `plan.dyn_idx` here.
         """
-        options = dict(self._jit_kwargs)
-        if self._donate != "none":
-            # argument positions: (fun_dyn, first, rest) / (fun_dyn, dyn) / (dyn,)
-            if self._except_first:
-                options["donate_argnums"] = (2,)
-            else:
-                options["donate_argnums"] = (1,) if store.fun_dyn_idx else (0,)
+        options = self._options.jit_kwargs()
+        if self._options.donates:
+            options["donate_argnums"] = _convention.donate_argnums(self._convention)
         return options
 
     # ------------------------------------------------------------- public API
@@ -358,12 +397,98 @@ class _JitWrapper:
         hits = self._hits + (self._fast.hits if self._fast is not None else 0)
         return CacheInfo(hits, self._misses, self._traces, self._store.size)
 
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """Lower for these arguments without running: JAX's `Lowered`, so that
+        `.lower(*args).compile()` gives a `Compiled` that takes the same arguments'
+        arrays (`compiled(*args)` returns the inner function's flat outputs).
+
+        **Arguments:** the arguments of a call.
+
+        **Returns:** a `jax.stages.Lowered`.
+        """
+        if kwargs and self._first_name is not None and not args:
+            if self._first_name in kwargs:
+                kwargs = dict(kwargs)
+                args = (kwargs.pop(self._first_name),)
+        if kwargs:
+            leaves, treedef = _flatten((args, kwargs))
+        else:
+            leaves, treedef = _flatten(args)
+        plan = self._plan(treedef, tuple(map(type, leaves)), leaves, bool(kwargs))
+        statics = plan.get_statics(leaves) if plan.get_statics is not None else ()
+        entry = self._entry(plan, statics, args, kwargs)
+        dyn = list(plan.get_dyn(leaves))
+        lowerer = _Lowerer(entry.jitted)
+        try:
+            return _convention.call(
+                self._convention, lowerer, self._fun_dyn, dyn, plan.n_first
+            )
+        finally:
+            restore_warnings()
+            self._traces += self._store.pending.__dict__.pop("n", 0)
+
     def clear_cache(self) -> None:
         """Forget compiled code and reset the counters."""
         self._store.clear()
         self._hits = self._misses = self._traces = 0
         if self._fast is not None:
             self._fast.hits = 0
+
+
+class _Lowerer:
+    """Calls `jitted.lower` with the arguments of a call of `jitted`."""
+
+    def __init__(self, jitted: Any) -> None:
+        self.jitted = jitted
+
+    def __call__(self, *args: Any) -> Any:
+        return self.jitted.lower(*args)
+
+
+def _source_function(fun: Any) -> Any:
+    """The Python function whose code `fun` runs (for JAX's messages), or None."""
+    own_call = type(fun).__call__ if callable(fun) else None
+    for candidate in (getattr(fun, "__func__", fun), own_call):
+        if hasattr(candidate, "__code__"):
+            return candidate
+    return None
+
+
+def _first_parameter(fun: Callable) -> str | None:
+    """The name of `fun`'s first parameter, if it can be passed by keyword too."""
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if params and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+        return params[0].name
+    return None
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+@overload
+def filter_jit(
+    fun: Callable[_P, _T],
+    *,
+    donate: str = "none",
+    explain: bool | None = None,
+    capture: str = "inputs",
+    **jit_kwargs: Any,
+) -> Callable[_P, _T]: ...
+
+
+@overload
+def filter_jit(
+    fun: None = None,
+    *,
+    donate: str = "none",
+    explain: bool | None = None,
+    capture: str = "inputs",
+    **jit_kwargs: Any,
+) -> Callable[[Callable[_P, _T]], Callable[_P, _T]]: ...
 
 
 def filter_jit(
@@ -410,17 +535,12 @@ def filter_jit(
     train_step(model, opt_state, x, y)  # compiles once, for these shapes
     ```
     """
-    if donate not in _DONATE_MODES:
+    if donate not in DONATE_MODES:
         raise ValueError(
-            f"`filter_jit(donate=...)` must be one of {', '.join(map(repr, _DONATE_MODES))}; "
+            f"`filter_jit(donate=...)` must be one of {', '.join(map(repr, DONATE_MODES))}; "
             f"got {donate!r}."
         )
-    unknown = set(jit_kwargs) - _EXTENSION_KWARGS
-    if unknown:
-        raise TypeError(
-            f"`filter_jit` got unexpected keyword argument(s) {sorted(unknown)}. "
-            "There is no `static_argnums`: non-array arguments are static automatically."
-        )
+    check_jit_kwargs(jit_kwargs)
     if capture not in _CAPTURE_MODES:
         raise ValueError(
             f"`filter_jit(capture=...)` must be one of "
@@ -432,13 +552,12 @@ def filter_jit(
         )
     if not callable(fun):
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
+    options = JitOptions(donate, explain, jit_kwargs)
     if capture == "inputs":
         captured = _capture.wrap(
             fun,
-            (donate, explain, repr(jit_kwargs)),  # what the core is compiled with
-            lambda traced: _JitWrapper(
-                traced, donate, explain, jit_kwargs, traced.capture.labels
-            ),
+            options.key,  # what the core is compiled with
+            lambda traced: _JitWrapper(traced, options, traced.capture.labels),
         )
         if captured is not None:
             call, core, state = captured
@@ -447,10 +566,8 @@ def filter_jit(
                 core.clear_cache()
                 state.forget()
 
-            return core.decorate(call, fun, clear_cache)
-    return _JitWrapper(fun, donate, explain, jit_kwargs).call
+            def lower(*args: Any, **kwargs: Any) -> Any:
+                return core.lower(state.hidden_now(), *args, **kwargs)
 
-
-# Keyword arguments passed through to the inner `jax.jit` (the extension point for
-# sharding, which needs them translated from pytree prefixes first).
-_EXTENSION_KWARGS: set[str] = {"keep_unused", "inline", "compiler_options"}
+            return core.decorate(call, fun, clear_cache, lower)
+    return _JitWrapper(fun, options).call

@@ -43,12 +43,14 @@ typedef struct {
     PyObject *store;       /* `_Store`: `traces`, `tracing` */
     PyObject *walk;        /* `_flat_cache.walk(obj, key, dyn) -> bool` */
     PyObject *after_trace; /* `after_trace(n, args, kwargs, plan)` */
+    PyObject *on_error;    /* `on_error()`: called when the compiled call raised */
     PyObject *array_type;
     PyObject *array_token;
     PyObject *none_token;
     PyObject *module_types; /* set of module classes */
     PyObject *walkable;     /* dict: type -> bool (`_flat_cache._WALKABLE`) */
-    int except_first;
+    PyObject *fun_dyn;      /* the function's own arrays, or None: call `jitted(dyn)` */
+    int split_first;        /* call `jitted(fun_dyn, first, rest)` */
     Py_ssize_t hits;
 } FastCall;
 
@@ -182,7 +184,13 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         Py_DECREF(found);
         goto done;
     }
-    if (self->except_first) {
+    if (self->fun_dyn == Py_None) {
+        PyObject *call_args[1] = {dyn};
+        result = PyObject_Vectorcall(jitted, call_args, 1, NULL);
+    } else if (!self->split_first) {
+        PyObject *call_args[2] = {self->fun_dyn, dyn};
+        result = PyObject_Vectorcall(jitted, call_args, 2, NULL);
+    } else {
         PyObject *k_obj = PyObject_GetAttr(plan, s_n_first);
         Py_ssize_t k = k_obj ? PyLong_AsSsize_t(k_obj) : -1;
         Py_XDECREF(k_obj);
@@ -191,22 +199,29 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
             goto done;
         }
         Py_ssize_t n = PyList_GET_SIZE(dyn);
-        /* the inner jit takes `(fun_dyn, first, rest)`; `fun_dyn` is empty here */
-        PyObject *none = PyList_New(0);
+        /* the convention of `_convention.py`: `(fun_dyn, first, rest)` */
         PyObject *first = PyList_GetSlice(dyn, 0, k);
         PyObject *rest = PyList_GetSlice(dyn, k, n);
-        if (none != NULL && first != NULL && rest != NULL) {
-            PyObject *call_args[3] = {none, first, rest};
+        if (first != NULL && rest != NULL) {
+            PyObject *call_args[3] = {self->fun_dyn, first, rest};
             result = PyObject_Vectorcall(jitted, call_args, 3, NULL);
         }
-        Py_XDECREF(none);
         Py_XDECREF(first);
         Py_XDECREF(rest);
-    } else {
-        PyObject *call_args[1] = {dyn};
-        result = PyObject_Vectorcall(jitted, call_args, 1, NULL);
     }
     if (result == NULL) {
+        /* undo what a failed trace left behind, keeping its exception */
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        PyObject *res = PyObject_CallNoArgs(self->on_error);
+        Py_XDECREF(res);
+        if (res == NULL) {
+            Py_XDECREF(exc_type);
+            Py_XDECREF(exc_value);
+            Py_XDECREF(exc_tb);
+        } else {
+            PyErr_Restore(exc_type, exc_value, exc_tb);
+        }
         Py_DECREF(found);
         goto done;
     }
@@ -252,11 +267,12 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
     if (build != Py_None) {
         out = PyObject_CallOneArg(build, result);
     } else {
-        PyObject *empty = PyList_New(0);
-        if (empty != NULL) {
-            out = PyObject_CallMethodObjArgs(entry, s_output, empty, dyn, result,
+        PyObject *fun_dyn = self->fun_dyn == Py_None ? PyList_New(0) : self->fun_dyn;
+        if (self->fun_dyn != Py_None) Py_INCREF(fun_dyn);
+        if (fun_dyn != NULL) {
+            out = PyObject_CallMethodObjArgs(entry, s_output, fun_dyn, dyn, result,
                                              NULL);
-            Py_DECREF(empty);
+            Py_DECREF(fun_dyn);
         }
     }
     Py_DECREF(found);
@@ -274,16 +290,21 @@ done:
 
 static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"fallback", "plans", "store", "walk", "after_trace",
-                            "array_type", "array_token", "none_token",
-                            "module_types", "walkable", "except_first", NULL};
-    PyObject *fallback, *plans, *store, *walk, *after_trace, *array_type,
-        *array_token, *none_token, *module_types, *walkable;
-    int except_first;
+                            "on_error", "array_type", "array_token", "none_token",
+                            "module_types", "walkable", "fun_dyn", "split_first",
+                            NULL};
+    PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
+        *array_token, *none_token, *module_types, *walkable, *fun_dyn;
+    int split_first;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOO!O!p:FastCall", names, &fallback, &PyDict_Type,
-            &plans, &store, &walk, &after_trace, &array_type, &array_token,
+            args, kw, "OO!OOOOOOOO!O!Op:FastCall", names, &fallback, &PyDict_Type,
+            &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
-            &except_first)) {
+            &fun_dyn, &split_first)) {
+        return NULL;
+    }
+    if (fun_dyn != Py_None && !PyList_CheckExact(fun_dyn)) {
+        PyErr_SetString(PyExc_TypeError, "FastCall: fun_dyn must be a list or None");
         return NULL;
     }
     FastCall *self = (FastCall *)type->tp_alloc(type, 0);
@@ -291,18 +312,20 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     self->vectorcall = fastcall_vectorcall;
 #define KEEP(field) Py_INCREF(field); self->field = field
     KEEP(fallback); KEEP(plans); KEEP(store); KEEP(walk); KEEP(after_trace);
+    KEEP(on_error);
     KEEP(array_type); KEEP(array_token); KEEP(none_token); KEEP(module_types);
-    KEEP(walkable);
+    KEEP(walkable); KEEP(fun_dyn);
 #undef KEEP
-    self->except_first = except_first;
+    self->split_first = split_first;
     self->hits = 0;
     return (PyObject *)self;
 }
 
 /* every object a FastCall holds, for the garbage collector */
 #define FASTCALL_OBJECTS(X)                                                        \
-    X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(array_type)     \
-    X(array_token) X(none_token) X(module_types) X(walkable)
+    X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(on_error)       \
+    X(array_type)                                                                  \
+    X(array_token) X(none_token) X(module_types) X(walkable) X(fun_dyn)
 
 static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
 #define VISIT(field) Py_VISIT(self->field);
