@@ -366,3 +366,12 @@ def test_method_using_super_is_not_watching_its_class():
 
     assert Reads(Scaled.__call__.__wrapped__).cells == []
     assert Scaled(jnp.asarray(3.0))(jnp.asarray(1.0)) == 6.0
+
+
+def test_lower_passes_the_captured_values():
+    w = jnp.ones((2, 3))
+    f = bw.filter_jit(lambda x: w @ x)
+    main = "func.func public @main(%arg0: tensor<2x3xf32>, %arg1: tensor<3xf32>)"
+    assert main in f.lower(jnp.ones(3)).as_text()  # an input, not a constant
+    g = bw.filter_jit(lambda x: w @ x, capture="constants")
+    assert "@main(%arg0: tensor<3xf32>)" in g.lower(jnp.ones(3)).as_text()
