@@ -30,3 +30,7 @@ def test_notebook_runs(path):
     if path.name == "quickstart.ipynb":
         assert "CacheInfo(hits=199, misses=1, traces=1, size=1)" in text
         assert "args[2]: Python float 0.5 -> Python float 2.0" in text
+    if path.name == "captured_globals.ipynb":
+        assert "global 'model'.weight: f32[1,2] -> f32[1,4]" in text
+        assert "global 'lr' changed from 0.1 to 0.01 since step was compiled" in text
+        assert "CacheInfo(hits=2, misses=1, traces=1, size=1)" in text

@@ -16,6 +16,7 @@ from ._filters import is_inexact_array as is_inexact_array
 from ._filters import is_inexact_array_like as is_inexact_array_like
 from ._filters import partition as partition
 from ._jit import CacheInfo as CacheInfo
+from ._jit import CapturedValueWarning as CapturedValueWarning
 from ._jit import filter_jit as filter_jit
 from ._make_jaxpr import filter_make_jaxpr as filter_make_jaxpr
 from ._module import AbstractClassVar as AbstractClassVar

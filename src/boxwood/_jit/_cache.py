@@ -17,6 +17,7 @@ import jax
 from .._filters import is_array
 from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
+from ._capture import Traced
 from ._options import JitOptions
 from ._rebuild import compile_builder
 
@@ -103,7 +104,9 @@ class _Plan:
         "n_first", "entries", "only", "kw", "fast",
     )  # fmt: skip
 
-    def __init__(self, treedef: Any, types: tuple, leaves: list, kw: bool) -> None:
+    def __init__(
+        self, treedef: Any, types: tuple, leaves: list, kw: bool, first_args: int = 1
+    ) -> None:
         # `kw`: the leaves are those of `(args, kwargs)`; otherwise of `args` alone
         # (calls without keyword arguments skip flattening an empty dict).
         self.kw = kw
@@ -115,13 +118,10 @@ class _Plan:
         self.static_idx = tuple(i for i, d in enumerate(dyn_mask) if not d)
         self.get_dyn = _picker(self.dyn_idx) if self.dyn_idx else lambda leaves: ()
         self.get_statics = _picker(self.static_idx) if self.static_idx else None
-        # Dynamic leaves of `args[0]` come first: how many there are (for donation).
+        # Dynamic leaves of the first `first_args` arguments come first: how many
+        # there are (for donation; 2 when `args[0]` is the captured values).
         args_def = treedef.children()[0] if kw else treedef
-        first = (
-            args_def.children()[0].num_leaves
-            if args_def.num_leaves and args_def.children()
-            else 0
-        )
+        first = sum(c.num_leaves for c in args_def.children()[:first_args])
         self.n_first = sum(dyn_mask[:first])
         self.entries: dict[tuple, _Entry] = {}
         self.only: _Entry | None = None
@@ -194,6 +194,8 @@ def _note_wrap(fun: Callable) -> None:
     """Warn once when one line of user code keeps wrapping new function objects of
     the same code: `filter_jit(lambda ...)` inside a loop."""
     func = fun.func if isinstance(fun, BoundMethod) else fun
+    if isinstance(func, Traced):  # a function that captures values: the user's own
+        func = func.function
     code = getattr(func, "__code__", None)
     if code is None:
         return

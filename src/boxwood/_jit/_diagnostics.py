@@ -15,6 +15,7 @@ from .._filters import is_array
 from .._pretty import array_summary
 from .._warnings import RecompileWarning, user_stacklevel
 from . import _convention
+from ._capture import captured_path, describe_captures
 from ._explain import describe_call, explain
 
 if TYPE_CHECKING:
@@ -26,14 +27,16 @@ _DONATION_MESSAGE = "Some donated buffers were not usable"
 _MAX_EXPLAIN_RECORDS = 32
 
 
-def _unhashable_error(args: tuple, kwargs: dict, plan: _Plan) -> TypeError:
+def _unhashable_error(
+    args: tuple, kwargs: dict, plan: _Plan, hidden: list[str] | None = None
+) -> TypeError:
     keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
     for i in plan.static_idx:
         keys, leaf = keyed[i]
         try:
             hash(leaf)
         except TypeError:
-            path, leaf = _deepest_unhashable(_user_path(keys), leaf)
+            path, leaf = _deepest_unhashable(_user_path(keys, hidden), leaf)
             return TypeError(
                 f"`filter_jit`: the non-array value at `{path}` (of type "
                 f"{type(leaf).__name__}) is not hashable. Non-array leaves are static: "
@@ -97,8 +100,12 @@ def _deepest_unhashable(path: str, obj: Any) -> tuple[str, Any]:
     return path, obj
 
 
-def _user_path(keys: tuple) -> str:
+def _user_path(keys: tuple, hidden: list[str] | None = None) -> str:
     first, second, *rest = keys
+    if hidden and first.idx == 0:  # `args[0]` holds the captured values
+        if second.idx == 0:
+            return captured_path(rest, hidden)
+        second = jax.tree_util.SequenceKey(second.idx - 1)
     head = "args" if first.idx == 0 else "kwargs"
     return head + jax.tree_util.keystr((second, *rest))
 
@@ -110,7 +117,7 @@ def _warn_undonated(
     keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
     start = plan.n_first if wrapper._except_first else 0
     kept = [
-        f"{_user_path(keyed[i][0])} {array_summary(keyed[i][1])}"
+        f"{_user_path(keyed[i][0], wrapper._hidden)} {array_summary(keyed[i][1])}"
         for i in plan.dyn_idx[start:]
         if not (isinstance(keyed[i][1], jax.Array) and keyed[i][1].is_deleted())
     ]
@@ -152,13 +159,23 @@ def restore_warnings() -> None:
 
 
 def _on_trace(
-    options: JitOptions, name: str, store: _Store, args: tuple, kwargs: dict
+    options: JitOptions,
+    name: str,
+    store: _Store,
+    args: tuple,
+    kwargs: dict,
+    hidden: list[str] | None = None,
 ) -> None:
     with store.lock:
         store.traces += 1
         store.size += 1
         store.pending.n = getattr(store.pending, "n", 0) + 1
-        record = describe_call(args, kwargs)
+        if hidden:  # `args[0]` holds the captured values (`_capture.py`)
+            record = describe_captures(args[0], hidden) | describe_call(
+                args[1:], kwargs
+            )
+        else:
+            record = describe_call(args, kwargs)
         previous = list(store.records)
         store.records.append(record)
         del store.records[:-_MAX_EXPLAIN_RECORDS]

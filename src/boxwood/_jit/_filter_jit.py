@@ -37,7 +37,7 @@ import jax
 
 from .._filters import is_array
 from .._module._module import MODULE_TYPES
-from . import _convention, _native
+from . import _capture, _convention, _native
 from ._bound import as_pytree_function
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._diagnostics import (
@@ -60,6 +60,8 @@ from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
 
 _flatten = jax.tree_util.tree_flatten
 
+_CAPTURE_MODES = ("inputs", "constants")
+
 
 class CacheInfo(NamedTuple):
     """What `filter_jit(f).cache_info()` returns.
@@ -79,14 +81,22 @@ class CacheInfo(NamedTuple):
 class _JitWrapper:
     """The callable returned by [`boxwood.filter_jit`][]."""
 
-    def __init__(self, fun: Callable, options: JitOptions):
+    def __init__(
+        self, fun: Callable, options: JitOptions, hidden: list[str] | None = None
+    ):
         self._fun = as_pytree_function(fun)
         self._options = options
         self._store, self._fun_dyn = _store_for(self._fun, options)
-        self._except_first = options.except_first
+        # `hidden` (their labels): `args[0]` is the tuple of captured values
+        # (`_capture.py`), never donated; the user's arguments follow it.
+        self._hidden = hidden
+        self._first_args = bool(hidden) + options.except_first
+        self._except_first = options.donates and self._first_args > 0
         # donate="...-except-first": the first parameter's name, so that passing it
         # by keyword keeps it out of donation too
-        self._first_name = _first_parameter(self._fun) if options.except_first else None
+        self._first_name = (
+            _first_parameter(self._fun) if options.except_first and not hidden else None
+        )
         self._seen: set[int] = set()  # module arguments of the last slow call
         self._hits = 0
         self._misses = 0
@@ -95,7 +105,7 @@ class _JitWrapper:
         self.__qualname__ = getattr(wrapped, "__qualname__", type(wrapped).__name__)
         self._fast = None
         self._convention = _convention.convention(
-            bool(self._store.fun_dyn_idx), options.except_first
+            bool(self._store.fun_dyn_idx), self._except_first
         )
         if _native.FastCall is not None:
             # The fast path in C. It hands every other call to the Python path,
@@ -118,12 +128,19 @@ class _JitWrapper:
             )
         else:
             call = self._make_call(walk_first=True)
+        self.call = self.decorate(call, wrapped, self.clear_cache)
+
+    def decorate(
+        self, call: Any, wrapped: Any, clear_cache: Callable, lower: Any = None
+    ) -> Any:
+        """`call` as the user sees it: `fun`'s name and doc, `cache_info()`,
+        `clear_cache()`."""
         functools.update_wrapper(call, wrapped, updated=())
         call.cache_info = self.cache_info
-        call.clear_cache = self.clear_cache
-        call.lower = self.lower
+        call.clear_cache = clear_cache
+        call.lower = lower or self.lower
         call._boxwood_jit = self
-        self.call = call
+        return call
 
     # ------------------------------------------------------------------ per call
     def _make_call(self, walk_first: bool) -> Callable:
@@ -187,7 +204,9 @@ class _JitWrapper:
                     try:
                         entry = plan.entries.get(statics)
                     except TypeError:
-                        raise _unhashable_error(args, kwargs, plan) from None
+                        raise _unhashable_error(
+                            args, kwargs, plan, self._hidden
+                        ) from None
                     if entry is None:
                         entry = self._entry(plan, statics, args, kwargs)
                     dyn = list(plan.get_dyn(leaves))  # a list, as on the fast path
@@ -293,7 +312,7 @@ class _JitWrapper:
         with store.lock:
             plan = store.plan_variants.get((kw, treedef, types))
             if plan is None:
-                plan = _Plan(treedef, types, leaves, kw)
+                plan = _Plan(treedef, types, leaves, kw, self._first_args)
                 store.plan_variants[(kw, treedef, types)] = plan
             (store.kw_plans if kw else store.plans)[treedef] = plan
         return plan
@@ -318,6 +337,7 @@ class _JitWrapper:
         silence = options.donate in ("all", "all-except-first")
         entry_ref = weakref.ref(entry)
         conv = self._convention
+        hidden = self._hidden
 
         def inner(*groups):
             fun_dyn, dyn = _convention.unpack(conv, groups)
@@ -326,7 +346,7 @@ class _JitWrapper:
                 args, kwargs = plan.treedef.unflatten(leaves)
             else:
                 args, kwargs = plan.treedef.unflatten(leaves), {}
-            _on_trace(options, name, store, args, kwargs)
+            _on_trace(options, name, store, args, kwargs, hidden)
             store.tracing += 1
             fun = store.function(fun_dyn)
             try:
@@ -455,6 +475,7 @@ def filter_jit(
     *,
     donate: str = "none",
     explain: bool | None = None,
+    capture: str = "inputs",
     **jit_kwargs: Any,
 ) -> Callable[_P, _T]: ...
 
@@ -465,6 +486,7 @@ def filter_jit(
     *,
     donate: str = "none",
     explain: bool | None = None,
+    capture: str = "inputs",
     **jit_kwargs: Any,
 ) -> Callable[[Callable[_P, _T]], Callable[_P, _T]]: ...
 
@@ -474,6 +496,7 @@ def filter_jit(
     *,
     donate: str = "none",
     explain: bool | None = None,
+    capture: str = "inputs",
     **jit_kwargs: Any,
 ) -> Any:
     """Compile `fun` with `jax.jit`, tracing every array and keeping everything else
@@ -491,6 +514,13 @@ def filter_jit(
     - `explain`: `True` warns with a [`boxwood.RecompileWarning`][] on every retrace
       after the first, naming what changed; `None` follows
       `boxwood.config.explain_recompiles`.
+    - `capture`: `"inputs"` (default): arrays, modules and pytrees of arrays that
+      `fun` reads from its globals or closure are inputs, like arguments, so
+      rebinding them is seen on the next call (their arrays are never donated);
+      other values read there are fixed at trace time, with a
+      [`boxwood.CapturedValueWarning`][] when one changes. `"constants"`: everything
+      `fun` reads is fixed at trace time, as with `jax.jit`. See the docs' section
+      on captured values for what is followed.
 
     **Returns:** a wrapped function. Array leaves of the output are `jax.Array`s;
     non-array leaves come back as the same Python objects. The call returns as
@@ -511,8 +541,33 @@ def filter_jit(
             f"got {donate!r}."
         )
     check_jit_kwargs(jit_kwargs)
+    if capture not in _CAPTURE_MODES:
+        raise ValueError(
+            f"`filter_jit(capture=...)` must be one of "
+            f"{', '.join(map(repr, _CAPTURE_MODES))}; got {capture!r}."
+        )
     if fun is None:
-        return lambda f: filter_jit(f, donate=donate, explain=explain, **jit_kwargs)
+        return lambda f: filter_jit(
+            f, donate=donate, explain=explain, capture=capture, **jit_kwargs
+        )
     if not callable(fun):
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
-    return _JitWrapper(fun, JitOptions(donate, explain, jit_kwargs)).call
+    options = JitOptions(donate, explain, jit_kwargs)
+    if capture == "inputs":
+        captured = _capture.wrap(
+            fun,
+            options.key,  # what the core is compiled with
+            lambda traced: _JitWrapper(traced, options, traced.capture.labels),
+        )
+        if captured is not None:
+            call, core, state = captured
+
+            def clear_cache() -> None:
+                core.clear_cache()
+                state.forget()
+
+            def lower(*args: Any, **kwargs: Any) -> Any:
+                return core.lower(state.hidden_now(), *args, **kwargs)
+
+            return core.decorate(call, fun, clear_cache, lower)
+    return _JitWrapper(fun, options).call
