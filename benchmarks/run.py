@@ -73,7 +73,7 @@ def _versions() -> dict:
     import optax
 
     import boxwood
-    from boxwood import _native
+    from boxwood._jit import _native
 
     return {
         "boxwood": boxwood.__version__,

@@ -16,9 +16,9 @@ def getkey():
 @pytest.fixture(params=["compiled", "python"])
 def call_path(request, monkeypatch):
     """Run a test on both of `filter_jit`'s warm-call paths: the C extension
-    (`boxwood._speedups`) and the same path written in Python. Wrappers and output
+    (`boxwood._jit._speedups`) and the same path written in Python. Wrappers and output
     builders pick their path when created, so the test creates its own."""
-    from boxwood import _native
+    from boxwood._jit import _native
     from boxwood._config import _env_flag
 
     if request.param == "python":
@@ -29,7 +29,7 @@ def call_path(request, monkeypatch):
         assert not _native.active()  # the switch is honoured: Python paths only
     else:
         assert _native.active(), (
-            "boxwood._speedups is not built (no C compiler at install time?); "
+            "boxwood._jit._speedups is not built (no C compiler at install time?); "
             "set BOXWOOD_PURE_PYTHON=1 to test the Python path alone"
         )
     return request.param

@@ -1,4 +1,4 @@
-"""Modules' remembered flat forms and the argument walk (`boxwood._flat_cache`)."""
+"""Modules' remembered flat forms and the argument walk (`boxwood._jit._flat_cache`)."""
 
 import copy
 import dataclasses
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-import boxwood._jit as jit_module
-from boxwood._flat_cache import FLAT
+import boxwood._jit._filter_jit as jit_module
+from boxwood._jit._flat_cache import FLAT
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
 pytestmark = pytest.mark.usefixtures("call_path")

@@ -301,7 +301,7 @@ def test_rewrapping_the_same_function_after_its_cache_died_does_not_warn():
 
 
 def test_rewrapping_fresh_functions_in_a_loop_warns_once(monkeypatch):
-    from boxwood import _jit_cache
+    from boxwood._jit import _cache as _jit_cache
 
     monkeypatch.setattr(_jit_cache, "_WRAPS_AT_SITE", {})  # count from zero
     with warnings.catch_warnings(record=True) as caught:

@@ -1,4 +1,4 @@
-"""The C extension (`boxwood._speedups`): built, switchable, and safe with references.
+"""The C extension (`boxwood._jit._speedups`): built, switchable, and safe with references.
 
 Behaviour is tested on both paths by the `call_path` fixture (conftest.py) in the
 jit, rebuild and flat-cache tests; this file checks what only the C side can get
@@ -40,7 +40,7 @@ def _lin(seed=0):
 
 def test_extension_is_built_unless_switched_off():
     pure = _env_flag("BOXWOOD_PURE_PYTHON")
-    code = "from boxwood import _native; print(_native.active())"
+    code = "from boxwood._jit import _native; print(_native.active())"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -191,7 +191,7 @@ def test_rebuilt_modules_have_the_fields_and_keep_user_construction():
 
 
 def test_builder_rejects_malformed_programs():
-    from boxwood._speedups import Builder  # built (test above), whatever the switch
+    from boxwood._jit._speedups import Builder  # built (test above), whatever the switch
 
     with pytest.raises(TypeError, match="malformed program"):
         Builder((99, 0))([])
@@ -202,7 +202,7 @@ def test_builder_rejects_malformed_programs():
 
 
 def test_lists_and_dicts_inside_arguments_take_the_fast_path(monkeypatch):
-    from boxwood import _jit
+    from boxwood._jit import _filter_jit as _jit
 
     flattens = []
     real = _jit._flatten

@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from ._bound import as_pytree_function
+from ._jit._bound import as_pytree_function
 from ._eval_shape import is_struct
 from ._filters import combine, partition
 from ._partition import OutBox, Wrapped, split_out

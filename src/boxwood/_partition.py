@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 
-from ._bound import BoundMethod
+from ._jit._bound import BoundMethod
 from ._filters import is_array, partition
 from ._module import Module
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from ._bound import as_pytree_function
+from ._jit._bound import as_pytree_function
 from ._filters import combine, is_array, partition
 from ._partition import OutBox, describe, keystr, split_out, static_equal
 

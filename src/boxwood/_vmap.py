@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._bound import as_pytree_function
+from ._jit._bound import as_pytree_function
 from ._filters import is_array
 from ._module import field
 from ._partition import OutBox, Wrapped, describe, keystr

@@ -5,9 +5,9 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-from .. import _native
 from ._abstract import abstract_kind
 from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
 from ._field import converter_of, field, is_static
@@ -26,6 +26,10 @@ _INITIALISING: set[int] = set()
 # Every Module class (registered with JAX, so never freed anyway): `type(x) in
 # MODULE_TYPES` is a much cheaper test than `isinstance(x, Module)` (an ABC check).
 MODULE_TYPES: set[type] = set()
+# Called with every new Module class once its `__init__` is in place: the C
+# extension's rebuild slot is installed this way (`boxwood/_jit/_native.py`), so that
+# this package imports nothing from `_jit`.
+CLASS_HOOKS: list[Callable[[type], None]] = []
 
 
 def _abstract_names(cls: type, namespace: dict[str, Any], own: set[str]) -> frozenset:
@@ -123,8 +127,8 @@ def _wrap_init(cls: Any) -> None:
     init = functools.wraps(user_init)(namespace["__init__"])
     init.__boxwood_user_init__ = user_init
     cls.__init__ = init
-    if _native.install_init is not None:  # the rebuild branch in C (`_speedups.c`)
-        _native.install_init(cls, REBUILD_NAME, REBUILD)
+    for hook in CLASS_HOOKS:
+        hook(cls)
 
 
 class _LazyField:

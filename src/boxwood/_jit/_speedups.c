@@ -1,9 +1,9 @@
-/* boxwood._speedups: the per-call paths of boxwood, in C: `FastCall` (the argument
+/* boxwood._jit._speedups: the per-call paths of boxwood, in C: `FastCall` (the argument
  * walk, key lookup and call of `filter_jit`), `Builder` (rebuilding its outputs)
  * and `install_init` (a module class's rebuild on JAX's unflatten path).
  *
  * `FastCall` is the callable that `filter_jit` returns when this extension is
- * built. It does what the fast path at the top of `_jit.py`'s `call` does, with
+ * built. It does what the fast path at the top of `_filter_jit.py`'s `call` does, with
  * the same key format and the same table (`_Store.fast_plans`):
  *
  *   1. walk the positional arguments (as one tuple, as the Python path does): arrays, modules carrying their flat form,
@@ -43,6 +43,7 @@ typedef struct {
     PyObject *store;       /* `_Store`: `traces`, `tracing` */
     PyObject *walk;        /* `_flat_cache.walk(obj, key, dyn) -> bool` */
     PyObject *after_trace; /* `after_trace(n, args, kwargs, plan)` */
+    PyObject *on_error;    /* `on_error()`: called when the compiled call raised */
     PyObject *array_type;
     PyObject *array_token;
     PyObject *none_token;
@@ -207,6 +208,18 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         result = PyObject_Vectorcall(jitted, call_args, 1, NULL);
     }
     if (result == NULL) {
+        /* undo what a failed trace left behind, keeping its exception */
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        PyObject *res = PyObject_CallNoArgs(self->on_error);
+        Py_XDECREF(res);
+        if (res == NULL) {
+            Py_XDECREF(exc_type);
+            Py_XDECREF(exc_value);
+            Py_XDECREF(exc_tb);
+        } else {
+            PyErr_Restore(exc_type, exc_value, exc_tb);
+        }
         Py_DECREF(found);
         goto done;
     }
@@ -274,14 +287,14 @@ done:
 
 static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"fallback", "plans", "store", "walk", "after_trace",
-                            "array_type", "array_token", "none_token",
+                            "on_error", "array_type", "array_token", "none_token",
                             "module_types", "walkable", "except_first", NULL};
-    PyObject *fallback, *plans, *store, *walk, *after_trace, *array_type,
+    PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
         *array_token, *none_token, *module_types, *walkable;
     int except_first;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOO!O!p:FastCall", names, &fallback, &PyDict_Type,
-            &plans, &store, &walk, &after_trace, &array_type, &array_token,
+            args, kw, "OO!OOOOOOOO!O!p:FastCall", names, &fallback, &PyDict_Type,
+            &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
             &except_first)) {
         return NULL;
@@ -291,6 +304,7 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     self->vectorcall = fastcall_vectorcall;
 #define KEEP(field) Py_INCREF(field); self->field = field
     KEEP(fallback); KEEP(plans); KEEP(store); KEEP(walk); KEEP(after_trace);
+    KEEP(on_error);
     KEEP(array_type); KEEP(array_token); KEEP(none_token); KEEP(module_types);
     KEEP(walkable);
 #undef KEEP
@@ -301,7 +315,8 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
 
 /* every object a FastCall holds, for the garbage collector */
 #define FASTCALL_OBJECTS(X)                                                        \
-    X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(array_type)     \
+    X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(on_error)       \
+    X(array_type)                                                                  \
     X(array_token) X(none_token) X(module_types) X(walkable)
 
 static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
@@ -356,7 +371,7 @@ static PyGetSetDef fastcall_getset[] = {
 
 static PyTypeObject FastCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "boxwood._speedups.FastCall",
+    .tp_name = "boxwood._jit._speedups.FastCall",
     .tp_doc = "A `filter_jit` function whose warm calls run in C.",
     .tp_basicsize = sizeof(FastCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
@@ -612,7 +627,7 @@ static PyMemberDef builder_members[] = {
 
 static PyTypeObject BuilderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "boxwood._speedups.Builder",
+    .tp_name = "boxwood._jit._speedups.Builder",
     .tp_doc = "Builds a `filter_jit` output from its leaves (see `_rebuild.py`).",
     .tp_basicsize = sizeof(Builder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -707,8 +722,8 @@ static PyMethodDef speedups_methods[] = {
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "boxwood._speedups",
-    .m_doc = "The warm-call path of `filter_jit`, in C (see `_jit.py`).",
+    .m_name = "boxwood._jit._speedups",
+    .m_doc = "The warm-call path of `filter_jit`, in C (see `_filter_jit.py`).",
     .m_size = -1,
     .m_methods = speedups_methods,
 };

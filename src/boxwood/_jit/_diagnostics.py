@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from ._config import config
+from .._config import config
 from ._explain import describe_call, explain
-from ._pretty import array_summary
-from ._warnings import RecompileWarning, user_stacklevel
+from .._pretty import array_summary
+from .._warnings import RecompileWarning, user_stacklevel
 
 if TYPE_CHECKING:
-    from ._jit import _JitWrapper
-    from ._jit_cache import _Plan, _Store
+    from ._filter_jit import _JitWrapper
+    from ._cache import _Plan, _Store
+    from ._options import JitOptions
 
 _DONATION_MESSAGE = "Some donated buffers were not usable"
 _MAX_EXPLAIN_RECORDS = 32
@@ -70,7 +71,7 @@ def _warn_undonated(
     if kept:
         warnings.warn(
             f"filter_jit({getattr(wrapper, '__qualname__', 'function')}, "
-            f"donate={wrapper._donate!r}): {len(kept)} input buffer(s) could not be "
+            f"donate={wrapper._options.donate!r}): {len(kept)} input buffer(s) could not be "
             f"donated (no output of the same shape and dtype could reuse them): "
             f"{', '.join(kept)}. Use donate='all' to donate without this warning, or "
             "donate='none'.",
@@ -79,14 +80,33 @@ def _warn_undonated(
         )
 
 
-# A warnings filter pushed while tracing with donate="all" and removed right after
-# the call that traced: JAX warns about undonatable buffers while compiling, and
-# "all" means "don't warn" (while "warn" keeps JAX's warning).
+# A warnings filter pushed at the end of a successful trace with donate="all" and
+# removed right after the call that traced, or when that call fails: JAX warns about
+# undonatable buffers while lowering, just after the trace, and "all" means "don't
+# warn" (while "warn" keeps JAX's warning). Per thread; never left installed.
 _PENDING_FILTER = threading.local()
 
 
+def silence_donation_warning() -> None:
+    """Ignore JAX's "donated buffers were not usable" until `restore_warnings`."""
+    if getattr(_PENDING_FILTER, "filter", None) is None:
+        warnings.filterwarnings("ignore", message=_DONATION_MESSAGE)
+        _PENDING_FILTER.filter = warnings.filters[0]
+
+
+def restore_warnings() -> None:
+    """Remove the filter of `silence_donation_warning`, if this thread pushed one."""
+    pending = _PENDING_FILTER.__dict__.pop("filter", None)
+    if pending is not None:
+        try:
+            warnings.filters.remove(pending)
+        except ValueError:  # already removed (e.g. by `warnings.resetwarnings`)
+            pass
+        warnings._filters_mutated()  # type: ignore[attr-defined]
+
+
 def _on_trace(
-    wrapper: _JitWrapper | None, store: _Store, args: tuple, kwargs: dict
+    options: JitOptions, name: str, store: _Store, args: tuple, kwargs: dict
 ) -> None:
     with store.lock:
         store.traces += 1
@@ -95,20 +115,12 @@ def _on_trace(
         previous = list(store.records)
         store.records.append(record)
         del store.records[:-_MAX_EXPLAIN_RECORDS]
-    if wrapper is None:
-        return
-    if wrapper._donate in ("all", "all-except-first"):
-        warnings.filterwarnings("ignore", message=_DONATION_MESSAGE)
-        _PENDING_FILTER.filter = warnings.filters[0]
-    enabled = (
-        config.explain_recompiles if wrapper._explain is None else wrapper._explain
-    )
+    enabled = config.explain_recompiles if options.explain is None else options.explain
     if enabled and previous:
         lines = explain(previous, record) or [
             "no difference in the arguments' structure, static values, shapes or "
             "dtypes (JAX retraced for another reason, e.g. cleared caches)"
         ]
-        name = getattr(wrapper, "__qualname__", "function")
         text = "\n".join("  " + line for line in lines)
         warnings.warn(
             f"filter_jit({name}) is recompiling (trace {store.traces}; "

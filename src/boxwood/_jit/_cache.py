@@ -14,9 +14,10 @@ from typing import Any
 import jax
 
 from ._bound import BoundMethod
-from ._filters import is_array
+from ._options import JitOptions
+from .._filters import is_array
 from ._rebuild import compile_builder
-from ._warnings import PerformanceWarning, user_stacklevel
+from .._warnings import PerformanceWarning, user_stacklevel
 
 _flatten = jax.tree_util.tree_flatten
 _CHURN_THRESHOLD = 5
@@ -208,12 +209,14 @@ def _note_wrap(fun: Callable) -> None:
         )
 
 
-def _store_for(fun: Callable) -> tuple[_Store, list]:
+def _store_for(fun: Callable, options: JitOptions) -> tuple[_Store, list]:
+    """The store of compiled code for `fun` with `options` (shared with every other
+    wrapper of the same function structure and options), and `fun`'s own arrays."""
     leaves, fun_def = _flatten(fun)
     dyn_idx = tuple(i for i, x in enumerate(leaves) if is_array(x))
     static_idx = tuple(i for i, x in enumerate(leaves) if not is_array(x))
     statics = tuple(leaves[i] for i in static_idx)
-    key = (fun_def, statics)
+    key = (fun_def, statics, options.key)
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:

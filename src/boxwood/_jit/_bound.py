@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from ._module import Module, field
+from .._module import Module, field
 
 
 class BoundMethod(Module):

@@ -28,10 +28,12 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from . import _native
 from ._flat_cache import immutable, is_module_class, token_for
-from ._module._module import FLAT, _set_dict
-from ._module._register import REBUILD_NAME
+from .._module._module import FLAT, _set_dict
+from .._module._register import REBUILD_NAME
 
 _MAX_DEPTH = 60  # deeper trees fall back to `unflatten` (Python's parser nests ~200)
 
@@ -91,7 +93,8 @@ class _Emitter:
             if not parts:  # e.g. optax's `EmptyState()`: immutable, built once
                 return (CONST, tuple.__new__(typ, ()))
             return (NTUPLE, typ, parts)
-        return (CALL, td.unflatten, parts)  # any other node type: its own treedef
+        # any other node type: its registered unflatten, over its built children
+        return (CALL, _one_level(td).unflatten, parts)
 
     def _lazy(self, td: Any, typ: type, aux: Any, pos: int) -> tuple | None:
         """An outermost module with its static fields and flat form alone
@@ -101,6 +104,15 @@ class _Emitter:
         if not dyn or None in dyn or not immutable(td):
             return None
         return (LAZY, typ, _statics(typ, aux), token_for(td), dyn[0], dyn[-1] + 1)
+
+
+def _one_level(td: Any) -> Any:
+    """The treedef of `td`'s root node whose children are leaves: its `unflatten`
+    takes the already-built children."""
+    leaf = jax.tree_util.tree_structure(0)
+    return jax.tree_util.PyTreeDef.from_node_data_and_children(
+        jax.tree_util.default_registry, td.node_data(), [leaf] * len(td.children())
+    )
 
 
 def _statics(typ: type, aux: Any) -> dict:

@@ -14,9 +14,9 @@ from typing import Any
 
 import jax
 
-from ._filters import is_array
-from ._module import Module
-from ._pretty import array_summary
+from .._filters import is_array
+from .._module import Module
+from .._pretty import array_summary
 
 _PY_SCALARS = (bool, int, float, complex)
 _MAX_REPR = 60

@@ -37,7 +37,7 @@ import jax
 
 from . import _native
 from ._bound import as_pytree_function
-from ._filters import is_array
+from .._filters import is_array
 from ._flat_cache import (
     _WALKABLE,
     ARRAY_TOKEN,
@@ -46,18 +46,19 @@ from ._flat_cache import (
     remember_walkable,
     walk,
 )
-from ._jit_cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
-from ._jit_diagnostics import (
-    _PENDING_FILTER,
+from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
+from ._options import DONATE_MODES, JitOptions
+from ._diagnostics import (
     _on_trace,
+    restore_warnings,
+    silence_donation_warning,
     _unhashable_error,
     _warn_undonated,
 )
-from ._module._module import MODULE_TYPES
+from .._module._module import MODULE_TYPES
 
 _flatten = jax.tree_util.tree_flatten
 
-_DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
 
 
 class CacheInfo(NamedTuple):
@@ -78,15 +79,11 @@ class CacheInfo(NamedTuple):
 class _JitWrapper:
     """The callable returned by [`boxwood.filter_jit`][]."""
 
-    def __init__(
-        self, fun: Callable, donate: str, explain: bool | None, jit_kwargs: dict
-    ):
+    def __init__(self, fun: Callable, options: JitOptions):
         self._fun = as_pytree_function(fun)
-        self._store, self._fun_dyn = _store_for(self._fun)
-        self._donate = donate
-        self._explain = explain
-        self._jit_kwargs = jit_kwargs
-        self._except_first = donate.endswith("except-first")
+        self._options = options
+        self._store, self._fun_dyn = _store_for(self._fun, options)
+        self._except_first = options.except_first
         self._seen: set[int] = set()  # module arguments of the last slow call
         self._hits = 0
         self._misses = 0
@@ -103,6 +100,7 @@ class _JitWrapper:
                 store=self._store,
                 walk=walk,
                 after_trace=self._after_trace,
+                on_error=restore_warnings,
                 array_type=ARRAY_TYPE,
                 array_token=ARRAY_TOKEN,
                 none_token=NONE_TOKEN,
@@ -171,20 +169,24 @@ class _JitWrapper:
                     dyn = list(plan.get_dyn(leaves))  # a list, as on the fast path
                 if plan.fast is not False and not kwargs:
                     self._note_fast(args, plan, entry, dyn, statics)
-            if entry.cold or store.tracing:
-                result, traced = self._call_locked(entry, plan, dyn)
-            elif plain:  # the common case first
-                traces = store.traces
-                result = entry.jitted(dyn)
-                traced = store.traces - traces
-            else:
-                traces = store.traces
-                if except_first:
-                    k = plan.n_first
-                    result = entry.jitted(fun_dyn, dyn[:k], dyn[k:])
+            try:
+                if entry.cold or store.tracing:
+                    result, traced = self._call_locked(entry, plan, dyn)
+                elif plain:  # the common case first
+                    traces = store.traces
+                    result = entry.jitted(dyn)
+                    traced = store.traces - traces
                 else:
-                    result = entry.jitted(fun_dyn, dyn)
-                traced = store.traces - traces
+                    traces = store.traces
+                    if except_first:
+                        k = plan.n_first
+                        result = entry.jitted(fun_dyn, dyn[:k], dyn[k:])
+                    else:
+                        result = entry.jitted(fun_dyn, dyn)
+                    traced = store.traces - traces
+            except BaseException:
+                restore_warnings()  # a trace that failed while lowering
+                raise
             if traced:
                 self._after_trace(traced, args, kwargs, plan)
             else:
@@ -250,13 +252,8 @@ class _JitWrapper:
     def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
         self._misses += 1
         self._traces += n
-        pending = _PENDING_FILTER.__dict__.pop("filter", None)
-        if pending is not None:
-            try:
-                warnings.filters.remove(pending)
-            except ValueError:
-                pass
-        if self._donate.startswith("warn"):
+        restore_warnings()
+        if self._options.warns_undonated:
             _warn_undonated(self, args, kwargs, plan)
 
     def _plan(self, treedef: Any, types: tuple, leaves: list, kw: bool) -> _Plan:
@@ -284,11 +281,13 @@ class _JitWrapper:
         return entry
 
     def _jit(self, store: _Store, plan: _Plan, statics: tuple, entry: _Entry) -> Any:
-        wrapper = weakref.ref(self)
+        options = self._options
+        name = self.__qualname__
+        silence = options.donate in ("all", "all-except-first")
         entry_ref = weakref.ref(entry)
 
         def inner(*groups):
-            if self._except_first or store.fun_dyn_idx:
+            if options.except_first or store.fun_dyn_idx:
                 fun_dyn, *groups = groups
             else:
                 fun_dyn = ()
@@ -298,7 +297,7 @@ class _JitWrapper:
                 args, kwargs = plan.treedef.unflatten(leaves)
             else:
                 args, kwargs = plan.treedef.unflatten(leaves), {}
-            _on_trace(wrapper(), store, args, kwargs)
+            _on_trace(options, name, store, args, kwargs)
             store.tracing += 1
             try:
                 out = store.function(fun_dyn)(*args, **kwargs)
@@ -312,6 +311,8 @@ class _JitWrapper:
             target = entry_ref()
             if target is not None:
                 target.record(_signature([*fun_dyn, *dyn]), record)
+            if silence:  # JAX warns while lowering, right after this returns
+                silence_donation_warning()
             return [out_leaves[i] for i in dyn_idx]
 
         inner.__qualname__ = self.__qualname__
@@ -326,8 +327,8 @@ class _JitWrapper:
         pytree prefix of the arguments (e.g. `in_shardings`) is broadcast over the
         arguments' leaves and picked at `plan.dyn_idx` here.
         """
-        options = dict(self._jit_kwargs)
-        if self._donate != "none":
+        options = self._options.jit_kwargs()
+        if self._options.donates:
             # argument positions: (fun_dyn, first, rest) / (fun_dyn, dyn) / (dyn,)
             if self._except_first:
                 options["donate_argnums"] = (2,)
@@ -385,9 +386,9 @@ def filter_jit(
     train_step(model, opt_state, x, y)  # compiles once, for these shapes
     ```
     """
-    if donate not in _DONATE_MODES:
+    if donate not in DONATE_MODES:
         raise ValueError(
-            f"`filter_jit(donate=...)` must be one of {', '.join(map(repr, _DONATE_MODES))}; "
+            f"`filter_jit(donate=...)` must be one of {', '.join(map(repr, DONATE_MODES))}; "
             f"got {donate!r}."
         )
     unknown = set(jit_kwargs) - _EXTENSION_KWARGS
@@ -400,7 +401,7 @@ def filter_jit(
         return lambda f: filter_jit(f, donate=donate, explain=explain, **jit_kwargs)
     if not callable(fun):
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
-    return _JitWrapper(fun, donate, explain, jit_kwargs).call
+    return _JitWrapper(fun, JitOptions(donate, explain, jit_kwargs)).call
 
 
 # Keyword arguments passed through to the inner `jax.jit` (the extension point for

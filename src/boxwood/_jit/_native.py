@@ -4,16 +4,18 @@
 `install_init` rebuilds modules on JAX's unflatten path. All are `None` where the
 extension was not built (no C compiler at install time) or when
 `BOXWOOD_PURE_PYTHON=1` is set. Every user of them has a Python path that does
-the same work with the same data (`_jit.py`, `_rebuild.py`, `_module/_module.py`),
-and reads these names when it creates a wrapper, builder or class, so tests can
-switch paths.
+the same work with the same data (`_filter_jit.py`, `_rebuild.py`,
+`_module/_module.py`), and reads these names when it creates a wrapper, builder or
+class, so tests can switch paths.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._config import _env_flag
+from .._config import _env_flag
+from .._module._module import CLASS_HOOKS, MODULE_TYPES
+from .._module._register import REBUILD, REBUILD_NAME
 
 FastCall: Any = None
 Builder: Any = None
@@ -29,3 +31,16 @@ if not _env_flag("BOXWOOD_PURE_PYTHON"):
 def active() -> bool:
     """Whether the compiled paths are in use."""
     return None not in (FastCall, Builder, install_init)
+
+
+def _install_rebuild_init(cls: type) -> None:
+    """Give a Module class the C rebuild slot (read at class creation)."""
+    if install_init is not None:
+        install_init(cls, REBUILD_NAME, REBUILD)
+
+
+# classes created before this import (the Module core's own), then every new one
+for _cls in list(MODULE_TYPES):
+    if hasattr(_cls.__dict__.get("__init__"), "__boxwood_user_init__"):
+        _install_rebuild_init(_cls)
+CLASS_HOOKS.append(_install_rebuild_init)

@@ -34,12 +34,14 @@ import types
 from typing import Any
 
 import jax
-import jax.numpy as jnp
+from jax._src.array import ArrayImpl
 
-from ._module import Module
-from ._module._module import FLAT, MODULE_TYPES
+from .._module import Module
+from .._module._module import FLAT, MODULE_TYPES
 
-ARRAY_TYPE = type(jnp.zeros(()))  # the concrete jax.Array class
+# The concrete `jax.Array` class, named without creating an array: importing
+# boxwood must not start JAX's backend.
+ARRAY_TYPE: type = ArrayImpl
 ARRAY_TOKEN = object()  # stands for "a jax.Array" in a key
 NONE_TOKEN = object()  # stands for `None` (an empty pytree node)
 # Leaf types whose values go into a key as they are (hashed by value, as filter_jit

@@ -1,0 +1,4 @@
+"""`filter_jit` and its parts: see README.md in this folder for how a call flows."""
+
+from ._filter_jit import CacheInfo as CacheInfo
+from ._filter_jit import filter_jit as filter_jit

@@ -1,0 +1,65 @@
+"""`JitOptions`: every option of a `filter_jit` wrapper that changes its compiled
+code, its calling convention or what its traces do (donation, recompile
+explanations, the keywords passed to the inner `jax.jit`).
+
+It is the one place where such options are collected: `filter_jit` validates them
+into a `JitOptions`, its `key` is part of the key of the compiled-code store
+(`_cache._store_for`), so two wrappers of one function with different options
+never share compiled code, and `jit_kwargs()` is what the inner `jax.jit` receives
+(`_filter_jit._JitWrapper._jit`). A new option goes here (and, if it is a pytree
+prefix of the arguments such as a sharding, into `_JitWrapper._jit_options`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable stand-in for an option value: containers by content, other
+    hashable values as they are, anything else by identity (the options keep the
+    value alive, so the identity stays valid)."""
+    if isinstance(value, Mapping):
+        return ("mapping", tuple(sorted((repr(k), _freeze(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_freeze(v) for v in value))
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return value
+
+
+class JitOptions:
+    """The validated options of one `filter_jit` wrapper (see the module docstring).
+
+    **Arguments:**
+
+    - `donate`: one of `DONATE_MODES`.
+    - `explain`: `True`/`False`, or `None` for `boxwood.config.explain_recompiles`.
+    - `jit_kwargs`: keyword arguments for the inner `jax.jit`.
+    """
+
+    __slots__ = ("donate", "explain", "_jit_kwargs", "key", "except_first")
+
+    def __init__(self, donate: str, explain: bool | None, jit_kwargs: dict) -> None:
+        self.donate = donate
+        self.explain = explain
+        self._jit_kwargs = dict(jit_kwargs)
+        self.except_first = donate.endswith("except-first")
+        self.key = (donate, explain, _freeze(self._jit_kwargs))
+
+    def jit_kwargs(self) -> dict[str, Any]:
+        """A fresh dict of the keyword arguments for the inner `jax.jit`."""
+        return dict(self._jit_kwargs)
+
+    @property
+    def donates(self) -> bool:
+        return self.donate != "none"
+
+    @property
+    def warns_undonated(self) -> bool:
+        return self.donate.startswith("warn")
