@@ -231,6 +231,67 @@ def case_errors():
         raise AssertionError("no error for a batch of 12 on 8 devices")
 
 
+def case_jit_shardings():
+    """`filter_jit(in_shardings=..., out_shardings=...)` as pytree prefixes, with
+    donation: outputs keep their shardings step after step, buffers are reused."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    import boxwood as bw
+
+    warnings.simplefilter("error")  # a donated buffer that is not reused warns
+    mesh = bw.make_mesh((8,), ("data",))
+    rules = bw.fsdp(min_size=64)
+    model, tx, x, y = build()
+    opt_state = bw.filter_jit(tx.init)(model)
+    model_sh, opt_sh = bw.named_shardings((model, opt_state), mesh, rules)
+    batch_sh = NamedSharding(mesh, PartitionSpec("data"))
+
+    def loss_fn(model, x, y):
+        return jnp.mean((jax.vmap(model)(x) - y) ** 2)
+
+    @bw.filter_jit(
+        donate="warn-except-first",
+        in_shardings=(batch_sh, model_sh, opt_sh),
+        out_shardings=(model_sh, opt_sh, None),
+    )
+    def step(batch, model, opt_state):
+        loss, grads = bw.filter_value_and_grad(loss_fn)(model, *batch)
+        updates, opt_state = tx.update(grads, opt_state)
+        return bw.apply_updates(model, updates), opt_state, loss
+
+    model, opt_state = bw.shard((model, opt_state), mesh, rules)
+    batch = bw.shard_batch((x, y), mesh)
+    losses = []
+    for _ in range(STEPS):
+        old = model.mlp.layers[1].weight
+        model, opt_state, loss = step(batch, model, opt_state)
+        losses.append(float(loss))
+        assert old.is_deleted()  # donated, and its buffer reused
+        _kept((model, opt_state), (model_sh, opt_sh))
+    assert step.cache_info().traces == 1
+    assert _shard_shapes(model.mlp.layers[1].weight) == {(4, 32)}
+    _compare(model, losses)
+
+    # prefixes decide placements that propagation alone would not choose
+    @bw.filter_jit(out_shardings={"a": batch_sh, "b": None})
+    def double(tree):
+        return {"a": tree["a"] * 2, "b": tree["b"]}
+
+    out = double({"a": jnp.ones((8, 4)), "b": "label"})
+    assert out["b"] == "label" and _shard_shapes(out["a"]) == {(1, 4)}
+
+    @bw.filter_jit(in_shardings=({"a": batch_sh, "b": None}, None))
+    def add(tree, scale):
+        return tree["a"] + scale
+
+    out = add({"a": jnp.ones((8, 4)), "b": "label"}, jnp.ones(4))
+    assert _shard_shapes(out) == {(1, 4)}
+
+
 def worker(process_id: int, port: int, out: str) -> None:
     """One of two processes: 4 CPU devices each, one 8-device mesh, DP training."""
     import jax

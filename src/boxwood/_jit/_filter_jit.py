@@ -48,6 +48,7 @@ from ._flat_cache import (
 )
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._options import DONATE_MODES, JitOptions
+from . import _shardings
 from ._diagnostics import (
     _on_trace,
     restore_warnings,
@@ -285,6 +286,7 @@ class _JitWrapper:
         name = self.__qualname__
         silence = options.donate in ("all", "all-except-first")
         entry_ref = weakref.ref(entry)
+        out_shardings = options.jit_kwargs().get("out_shardings")
 
         def inner(*groups):
             if options.except_first or store.fun_dyn_idx:
@@ -303,6 +305,8 @@ class _JitWrapper:
                 out = store.function(fun_dyn)(*args, **kwargs)
             finally:
                 store.tracing -= 1
+            if out_shardings is not None:
+                out = _shardings.constrain_output(out_shardings, out)
             out_leaves, out_def = _flatten(out)
             mask = [is_array(x) for x in out_leaves]
             dyn_idx = tuple(i for i, m in enumerate(mask) if m)
@@ -328,6 +332,11 @@ class _JitWrapper:
         arguments' leaves and picked at `plan.dyn_idx` here.
         """
         options = self._options.jit_kwargs()
+        options.pop("out_shardings", None)  # applied inside `inner` (_shardings.py)
+        if options.get("in_shardings") is not None:
+            options["in_shardings"] = _shardings.in_shardings(
+                options["in_shardings"], plan, bool(store.fun_dyn_idx), self._except_first
+            )
         if self._options.donates:
             # argument positions: (fun_dyn, first, rest) / (fun_dyn, dyn) / (dyn,)
             if self._except_first:
@@ -372,6 +381,11 @@ def filter_jit(
     - `explain`: `True` warns with a [`boxwood.RecompileWarning`][] on every retrace
       after the first, naming what changed; `None` follows
       `boxwood.config.explain_recompiles`.
+    - `in_shardings`, `out_shardings`: pytree prefixes of the positional arguments
+      (a tuple, one entry per argument) and of the output, with a
+      `jax.sharding.Sharding`, a `jax.Device` or `None` (unspecified) at each
+      leaf, e.g. `boxwood.named_shardings(model, mesh, rules)`. Outputs keep
+      their sharding step after step, so donated buffers are reused.
 
     **Returns:** a wrapped function. Array leaves of the output are `jax.Array`s;
     non-array leaves come back as the same Python objects. The call returns as
@@ -397,6 +411,8 @@ def filter_jit(
             f"`filter_jit` got unexpected keyword argument(s) {sorted(unknown)}. "
             "There is no `static_argnums`: non-array arguments are static automatically."
         )
+    for name in _shardings.SHARDING_KWARGS:
+        _shardings.check(name, jit_kwargs.get(name))
     if fun is None:
         return lambda f: filter_jit(f, donate=donate, explain=explain, **jit_kwargs)
     if not callable(fun):
@@ -406,4 +422,6 @@ def filter_jit(
 
 # Keyword arguments passed through to the inner `jax.jit` (the extension point for
 # sharding, which needs them translated from pytree prefixes first).
-_EXTENSION_KWARGS: set[str] = {"keep_unused", "inline", "compiler_options"}
+_EXTENSION_KWARGS: set[str] = {
+    "keep_unused", "inline", "compiler_options", *_shardings.SHARDING_KWARGS
+}
