@@ -140,7 +140,9 @@ def _child(quick: bool) -> list[dict]:
         np.testing.assert_allclose(first["boxwood"], first["jax.jit"], rtol=1e-5)
         results = interleave(runners, reps=reps, target_s=target, min_calls=3)
         case = f"{2 * layers_for(leaves)} leaves"
-        rows += timing_rows(FIGURE, case, results, limit="jax.jit", metric="time per step")
+        rows += timing_rows(
+            FIGURE, case, results, limit="jax.jit", metric="time per step"
+        )
     return rows
 
 

@@ -151,14 +151,11 @@ def _kept(tree, shardings) -> None:
 
 
 def case_data_parallel():
-    import jax
 
     import boxwood as bw
 
     mesh = bw.make_mesh((8,), ("data",))
-    model, opt_state, losses, shardings = _sharded_run(
-        mesh, bw.data_parallel(), "data"
-    )
+    model, opt_state, losses, shardings = _sharded_run(mesh, bw.data_parallel(), "data")
     _compare(model, losses)
     assert _shard_shapes(model.mlp.layers[1].weight) == {(32, 32)}  # replicated
     assert len(model.mlp.layers[1].weight.addressable_shards) == 8
@@ -166,7 +163,6 @@ def case_data_parallel():
 
 
 def case_fsdp():
-    import jax
 
     import boxwood as bw
 
@@ -184,7 +180,6 @@ def case_fsdp():
 
 
 def case_tensor_parallel():
-    import jax
 
     import boxwood as bw
 
@@ -204,7 +199,6 @@ def case_tensor_parallel():
 
 
 def case_errors():
-    import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
 

@@ -70,7 +70,9 @@ def test_two_processes_data_parallel(tmp_path):
         for i in range(2):
             args = [sys.executable, str(CASES), "worker", str(i), str(port), outs[i]]
             procs.append(
-                subprocess.Popen(args, env=env, stdout=logs[i], stderr=subprocess.STDOUT)
+                subprocess.Popen(
+                    args, env=env, stdout=logs[i], stderr=subprocess.STDOUT
+                )
             )
         codes = [p.wait(timeout=420) for p in procs]
     finally:
@@ -211,9 +213,7 @@ def test_patterns_match_whole_paths():
     rules = [("layers.0", P("data"))]  # not `layers.0.weight`: fullmatch
     plan = bw.sharding_plan({"layers": [jnp.ones(8)]}, MESH8, rules, show=False)
     assert plan.rows[0].spec == P("data")
-    plan = bw.sharding_plan(
-        {"layers": [{"w": jnp.ones(8)}]}, MESH8, rules, show=False
-    )
+    plan = bw.sharding_plan({"layers": [{"w": jnp.ones(8)}]}, MESH8, rules, show=False)
     assert plan.rows[0].spec == P()
 
 

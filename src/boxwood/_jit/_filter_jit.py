@@ -335,7 +335,10 @@ class _JitWrapper:
         options.pop("out_shardings", None)  # applied inside `inner` (_shardings.py)
         if options.get("in_shardings") is not None:
             options["in_shardings"] = _shardings.in_shardings(
-                options["in_shardings"], plan, bool(store.fun_dyn_idx), self._except_first
+                options["in_shardings"],
+                plan,
+                bool(store.fun_dyn_idx),
+                self._except_first,
             )
         if self._options.donates:
             # argument positions: (fun_dyn, first, rest) / (fun_dyn, dyn) / (dyn,)
@@ -423,5 +426,8 @@ def filter_jit(
 # Keyword arguments passed through to the inner `jax.jit` (the extension point for
 # sharding, which needs them translated from pytree prefixes first).
 _EXTENSION_KWARGS: set[str] = {
-    "keep_unused", "inline", "compiler_options", *_shardings.SHARDING_KWARGS
+    "keep_unused",
+    "inline",
+    "compiler_options",
+    *_shardings.SHARDING_KWARGS,
 }

@@ -94,7 +94,9 @@ def _row(p: Placement, sizes: dict) -> PlanRow:
     parts += [1] * (len(p.shape) - len(parts))
     shard = tuple(d // k for d, k in zip(p.shape, parts))
     item = np.dtype(p.dtype).itemsize
-    rule = "-" if p.rule is None else f"rules[{p.rule.index}] {p.rule.pattern.pattern!r}"
+    rule = (
+        "-" if p.rule is None else f"rules[{p.rule.index}] {p.rule.pattern.pattern!r}"
+    )
     return PlanRow(
         p.path, p.shape, p.dtype, p.spec, rule, shard,
         math.prod(p.shape) * item, math.prod(shard) * item,

@@ -41,7 +41,9 @@ class Rule(NamedTuple):
     spec: Spec
 
     def describe(self) -> str:
-        return f"rules[{self.index}] = ({self.pattern.pattern!r}, {_spec_text(self.spec)})"
+        return (
+            f"rules[{self.index}] = ({self.pattern.pattern!r}, {_spec_text(self.spec)})"
+        )
 
 
 class Placement(NamedTuple):
@@ -179,7 +181,9 @@ def resolve(tree: Any, mesh: Any, rules: Any) -> tuple[list, Any, list]:
         if not _is_placeable(leaf):
             placements.append(None)
             continue
-        placements.append(_place_leaf(dotted_path(key_path), leaf, checked, mesh, sizes))
+        placements.append(
+            _place_leaf(dotted_path(key_path), leaf, checked, mesh, sizes)
+        )
     return [leaf for _, leaf in flat], treedef, placements
 
 
@@ -196,7 +200,8 @@ def _place_leaf(path: str, leaf: Any, rules: list, mesh: Any, sizes: dict) -> Pl
     if problem is not None:
         raise ValueError(
             f"Sharding rule {rule.describe()} does not fit leaf `{path or '<root>'}` "
-            f"of shape {shape}" + (f" (spec {spec})" if spec is not None else "")
+            f"of shape {shape}"
+            + (f" (spec {spec})" if spec is not None else "")
             + f": {problem}."
         )
     return Placement(path, shape, leaf.dtype, spec, rule)

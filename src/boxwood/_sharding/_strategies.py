@@ -131,7 +131,9 @@ def tensor_parallel(model: Any, axis: str = "model") -> list:
         elif isinstance(node, MultiheadAttention):
             for name in ("query_proj", "key_proj", "value_proj"):
                 rules += _linear(_join(prefix, name), getattr(node, name), axis, True)
-            rules += _linear(_join(prefix, "output_proj"), node.output_proj, axis, False)
+            rules += _linear(
+                _join(prefix, "output_proj"), node.output_proj, axis, False
+            )
         elif isinstance(node, Linear):
             rules += _linear(prefix, node, axis, True)
     return rules
