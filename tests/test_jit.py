@@ -518,3 +518,83 @@ def test_donated_training_loop_keeps_live_buffers_constant(getkey):
     assert first_weight.is_deleted() and not batch.is_deleted()
     assert counts[0] == counts[1]
     assert step.cache_info().traces == 1
+
+
+def test_bound_methods_as_arguments_are_traced_once(getkey):
+    m1, m2 = linear(getkey(), 3), linear(getkey(), 3)
+    fn, count = counting(lambda method, x: method(x))
+    f = bw.filter_jit(fn)
+    x = jnp.ones(3)
+    assert jnp.allclose(f(m1.__call__, x), m1(x))
+    assert jnp.allclose(f(m2.__call__, x), m2(x))  # the arrays are inputs
+    assert count["n"] == 1
+
+
+@pytest.mark.parametrize("how", ["module", "bound_method"])
+def test_jitted_module_and_bound_method_take_the_fast_path(getkey, monkeypatch, how):
+    from boxwood._jit import _filter_jit
+
+    flattens = []
+    real = _filter_jit._flatten
+    monkeypatch.setattr(
+        _filter_jit, "_flatten", lambda t: flattens.append(1) or real(t)
+    )
+    model = linear(getkey(), 3)
+    f = bw.filter_jit(model if how == "module" else model.__call__)
+    f.clear_cache()  # the store may be shared with an earlier test's wrapper
+    x = jnp.ones(3)
+    for i in range(4):
+        if i == 2:
+            before = len(flattens)
+        assert jnp.allclose(f(x), model(x))
+    assert len(flattens) == before  # warm calls walk, never flatten
+    assert f.cache_info() == bw.CacheInfo(hits=3, misses=1, traces=1, size=1)
+
+
+def test_donate_except_first_keeps_the_first_argument_passed_by_keyword():
+    f = bw.filter_jit(lambda model, x: (model["w"] + 1, x * 2), donate="all-except-first")
+    for _ in range(2):
+        model, x = {"w": jnp.ones(3)}, jnp.ones(3)
+        f(model=model, x=x)
+        assert not model["w"].is_deleted()
+        assert x.is_deleted()
+
+
+def test_deeply_nested_modules_on_every_call():
+    class Wrap(bw.Module):
+        inner: object
+
+    model = jnp.ones(2)
+    for _ in range(350):  # deeper than Python's recursion limit allows recursing
+        model = Wrap(model)
+    f = bw.filter_jit(lambda m: m)
+    for _ in range(3):  # cold, second call (flat form remembered), fast path
+        model = f(model)
+    assert f.cache_info().traces == 1
+    leaf = model
+    for _ in range(350):
+        leaf = leaf.inner
+    assert jnp.array_equal(leaf, jnp.ones(2))
+
+
+_identity = bw.filter_jit(lambda m: m)
+
+
+@pytest.mark.parametrize("name", ["_NOT_GIVEN", "_construct", "_set_dict", "_REBUILD"])
+def test_fields_named_like_generated_code_work(name):
+    cls = type(
+        "Odd",
+        (bw.Module,),
+        {"__annotations__": {name: jax.Array, "b": int}, "b": bw.field(static=True, default=1)},
+    )
+    obj = cls(**{name: jnp.ones(2)})
+    for _ in range(3):
+        obj = _identity(obj)
+    assert jnp.array_equal(getattr(obj, name), jnp.ones(2)) and obj.b == 1
+
+
+def test_reserved_field_names_are_rejected_at_class_creation():
+    with pytest.raises(TypeError, match=r"`Bad._boxwood_flat`: field names starting with"):
+
+        class Bad(bw.Module):
+            _boxwood_flat: jax.Array

@@ -420,10 +420,17 @@ def test_module_with_arrays_rejected_in_static_field():
     assert Holder(Static(1)).inner == Static(1)
 
 
-def test_attribute_and_method_access_are_plain():
+def test_bound_methods_are_pytrees_with_the_modules_leaves():
     lin = Linear(jnp.ones((2, 2)), jnp.zeros(2))
-    assert type(lin.__call__).__name__ == "method"
+    method = lin.__call__
+    assert isinstance(method, bw.Module) and method.__self__ is lin
+    leaves = jax.tree_util.tree_leaves(method)
+    assert all(a is b for a, b in zip(leaves, jax.tree_util.tree_leaves(lin), strict=True))
+    assert jnp.array_equal(method(jnp.ones(2)), lin(jnp.ones(2)))
+    assert jnp.array_equal(jax.jit(lambda m, x: m(x))(method, jnp.ones(2)), lin(jnp.ones(2)))
+    assert Linear.__call__ is method.__func__  # on the class: the plain function
     assert "__call__" not in lin.__dict__
+    assert type(lin.weight) is not type(method)  # fields are read as they are
 
 
 def _double(x):

@@ -1,11 +1,9 @@
-"""Bound methods of modules, as pytrees.
+"""Bound methods of pytrees, as pytrees, for the transformations.
 
-Module methods are plain functions (attribute access stays as cheap as on any
-object), so `model.__call__` is an ordinary `types.MethodType`. The transformations
-call `as_pytree_function` on the function they wrap: a bound method of a pytree
-becomes a `BoundMethod` module whose `instance` is a dynamic field, so the module's
-arrays are traced (not baked in as constants) and the bound methods of two modules
-with the same structure share compiled code.
+A method read on a boxwood module is already a pytree (`_module/_bound.py`). The
+transformations call `as_pytree_function` on the function they wrap so that the
+bound method of any other pytree node (an Equinox module, a registered class) is
+one too: its arrays are traced, not baked in as constants.
 """
 
 from __future__ import annotations
@@ -16,25 +14,9 @@ from typing import Any
 
 import jax
 
-from .._module import Module, field
+from .._module import BoundMethod, Module
 
-
-class BoundMethod(Module):
-    """`instance.func` as a pytree: `instance` is a child, `func` is static."""
-
-    func: Callable = field(static=True)
-    instance: Any
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.func(self.instance, *args, **kwargs)
-
-    @property
-    def __self__(self) -> Any:
-        return self.instance
-
-    @property
-    def __func__(self) -> Callable:
-        return self.func
+__all__ = ["BoundMethod", "as_pytree_function"]
 
 
 def _is_pytree_node(x: Any) -> bool:

@@ -3,6 +3,7 @@ per-function stores shared by wrappers (see `_jit.py` for how a call flows)."""
 
 from __future__ import annotations
 
+import collections
 import operator
 import sys
 import threading
@@ -169,8 +170,13 @@ class _Store:
 # function's compiled code dies with the last wrapper that uses it.
 _STORES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _STORES_LOCK = threading.Lock()
-# call site -> (wraps of distinct function objects, weakref to the last function)
-_WRAPS_AT_SITE: dict[tuple, tuple[int, Any]] = {}
+# call site -> (wraps of distinct function objects, weakref to the last function),
+# for the most recent `_MAX_SITES` sites; a site is named by file, line and the
+# code's name and first line, so no code object is kept alive.
+_WRAPS_AT_SITE: collections.OrderedDict[tuple, tuple[int, Any]] = (
+    collections.OrderedDict()
+)
+_MAX_SITES = 256
 
 MSG_CHURN = (
     "This line has wrapped {n} different function objects created from the same "
@@ -189,7 +195,9 @@ def _note_wrap(fun: Callable) -> None:
     if code is None:
         return
     frame = sys._getframe(user_stacklevel() - 1)
-    site = (frame.f_code.co_filename, frame.f_lineno, code)
+    site = (
+        frame.f_code.co_filename, frame.f_lineno, code.co_name, code.co_firstlineno
+    )  # fmt: skip
     try:
         ref = weakref.ref(func)
     except TypeError:
@@ -200,6 +208,9 @@ def _note_wrap(fun: Callable) -> None:
             return  # the same function again (its compiled code had been freed)
         n += 1
         _WRAPS_AT_SITE[site] = (n, ref)
+        _WRAPS_AT_SITE.move_to_end(site)
+        if len(_WRAPS_AT_SITE) > _MAX_SITES:
+            _WRAPS_AT_SITE.popitem(last=False)
     if n == _CHURN_THRESHOLD:
         where = f"{code.co_filename}:{code.co_firstlineno}"
         warnings.warn(

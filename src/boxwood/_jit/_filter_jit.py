@@ -28,6 +28,7 @@ format.
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 import weakref
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from . import _native
+from . import _convention, _native
 from ._bound import as_pytree_function
 from .._filters import is_array
 from ._flat_cache import (
@@ -85,6 +86,9 @@ class _JitWrapper:
         self._options = options
         self._store, self._fun_dyn = _store_for(self._fun, options)
         self._except_first = options.except_first
+        # donate="...-except-first": the first parameter's name, so that passing it
+        # by keyword keeps it out of donation too
+        self._first_name = _first_parameter(self._fun) if options.except_first else None
         self._seen: set[int] = set()  # module arguments of the last slow call
         self._hits = 0
         self._misses = 0
@@ -92,9 +96,13 @@ class _JitWrapper:
         wrapped = getattr(fun, "__func__", fun)
         self.__qualname__ = getattr(wrapped, "__qualname__", type(wrapped).__name__)
         self._fast = None
-        if _native.FastCall is not None and not self._store.fun_dyn_idx:
+        self._convention = _convention.convention(
+            bool(self._store.fun_dyn_idx), options.except_first
+        )
+        if _native.FastCall is not None:
             # The fast path in C. It hands every other call to the Python path,
             # which need not walk the arguments again.
+            plain = self._convention == _convention.PLAIN
             call = self._fast = _native.FastCall(
                 fallback=self._make_call(walk_first=False),
                 plans=self._store.fast_plans,
@@ -107,7 +115,8 @@ class _JitWrapper:
                 none_token=NONE_TOKEN,
                 module_types=MODULE_TYPES,
                 walkable=_WALKABLE,
-                except_first=self._except_first,
+                fun_dyn=None if plain else self._fun_dyn,
+                split_first=self._convention == _convention.SPLIT_FIRST,
             )
         else:
             call = self._make_call(walk_first=True)
@@ -126,15 +135,19 @@ class _JitWrapper:
         fast path, which has just tried it)."""
         store = self._store
         fun_dyn = self._fun_dyn
-        has_fun_dyn = bool(store.fun_dyn_idx)
         fast_plans = store.fast_plans if walk_first else {}
-        except_first = self._except_first
         pos_plans = store.plans
         kw_plans = store.kw_plans
-        plain = not except_first and not has_fun_dyn  # the inner jit takes `(dyn)`
+        conv = self._convention
+        first_name = self._first_name
+        plain = conv == _convention.PLAIN  # the inner jit takes `(dyn)`
+        call_inner = _convention.call
 
         def call(*args: Any, **kwargs: Any) -> Any:
             entry = None
+            if kwargs and first_name is not None and not args and first_name in kwargs:
+                kwargs = dict(kwargs)  # the first argument, by keyword: positional
+                args = (kwargs.pop(first_name),)
             if fast_plans and not kwargs:
                 # Arguments that are arrays, modules carrying their flat form, or
                 # containers of those (`_flat_cache.py`): no flatten, no treedef
@@ -179,11 +192,7 @@ class _JitWrapper:
                     traced = store.traces - traces
                 else:
                     traces = store.traces
-                    if except_first:
-                        k = plan.n_first
-                        result = entry.jitted(fun_dyn, dyn[:k], dyn[k:])
-                    else:
-                        result = entry.jitted(fun_dyn, dyn)
+                    result = call_inner(conv, entry.jitted, fun_dyn, dyn, plan.n_first)
                     traced = store.traces - traces
             except BaseException:
                 restore_warnings()  # a trace that failed while lowering
@@ -240,13 +249,9 @@ class _JitWrapper:
         store = self._store
         with store.lock:
             traces = store.traces
-            if self._except_first:
-                k = plan.n_first
-                result = entry.jitted(self._fun_dyn, dyn[:k], dyn[k:])
-            elif store.fun_dyn_idx:
-                result = entry.jitted(self._fun_dyn, dyn)
-            else:
-                result = entry.jitted(dyn)
+            result = _convention.call(
+                self._convention, entry.jitted, self._fun_dyn, dyn, plan.n_first
+            )
             entry.cold = False
             return result, store.traces - traces
 
@@ -286,14 +291,11 @@ class _JitWrapper:
         name = self.__qualname__
         silence = options.donate in ("all", "all-except-first")
         entry_ref = weakref.ref(entry)
+        conv = self._convention
         out_shardings = options.jit_kwargs().get("out_shardings")
 
         def inner(*groups):
-            if options.except_first or store.fun_dyn_idx:
-                fun_dyn, *groups = groups
-            else:
-                fun_dyn = ()
-            dyn = groups[0] if len(groups) == 1 else [*groups[0], *groups[1]]
+            fun_dyn, dyn = _convention.unpack(conv, groups)
             leaves = _merge(plan.n, plan.dyn_idx, dyn, plan.static_idx, statics)
             if plan.kw:
                 args, kwargs = plan.treedef.unflatten(leaves)
@@ -335,17 +337,10 @@ class _JitWrapper:
         options.pop("out_shardings", None)  # applied inside `inner` (_shardings.py)
         if options.get("in_shardings") is not None:
             options["in_shardings"] = _shardings.in_shardings(
-                options["in_shardings"],
-                plan,
-                bool(store.fun_dyn_idx),
-                self._except_first,
+                options["in_shardings"], plan, self._convention
             )
         if self._options.donates:
-            # argument positions: (fun_dyn, first, rest) / (fun_dyn, dyn) / (dyn,)
-            if self._except_first:
-                options["donate_argnums"] = (2,)
-            else:
-                options["donate_argnums"] = (1,) if store.fun_dyn_idx else (0,)
+            options["donate_argnums"] = _convention.donate_argnums(self._convention)
         return options
 
     # ------------------------------------------------------------- public API
@@ -360,6 +355,17 @@ class _JitWrapper:
         self._hits = self._misses = self._traces = 0
         if self._fast is not None:
             self._fast.hits = 0
+
+
+def _first_parameter(fun: Callable) -> str | None:
+    """The name of `fun`'s first parameter, if it can be passed by keyword too."""
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if params and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+        return params[0].name
+    return None
 
 
 def filter_jit(

@@ -30,7 +30,9 @@ order against a real flatten before it trusts a key (see `_JitWrapper._note_fast
 
 from __future__ import annotations
 
+import threading
 import types
+import weakref
 from typing import Any
 
 import jax
@@ -52,19 +54,26 @@ STATIC_TYPES = frozenset({int, float, bool, str, types.FunctionType})
 class _Token:
     """Stands for one module structure (treedef) in keys."""
 
-    __slots__ = ("treedef",)
+    __slots__ = ("treedef", "__weakref__")
 
     def __init__(self, treedef: Any) -> None:
         self.treedef = treedef
 
 
-_TOKENS: dict[Any, _Token] = {}
+# treedef -> its token, held weakly: a token lives as long as something uses it (a
+# module's flat form, a fast-path key, an output builder), and the treedef, with
+# the static field values inside it, is not kept alive after that.
+_TOKENS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_TOKENS_LOCK = threading.Lock()
 
 
 def token_for(treedef: Any) -> _Token:
     token = _TOKENS.get(treedef)
     if token is None:
-        token = _TOKENS.setdefault(treedef, _Token(treedef))
+        with _TOKENS_LOCK:
+            token = _TOKENS.get(treedef)
+            if token is None:
+                token = _TOKENS[treedef] = _Token(treedef)
     return token
 
 
@@ -77,16 +86,23 @@ def is_module_class(typ: Any) -> bool:
 
 
 def immutable(treedef: Any) -> bool:
-    """Whether every node of `treedef` is a Module, tuple, NamedTuple or None."""
-    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-        return True
-    typ, _ = treedef.node_data()
-    ok = (
-        typ is type(None)
-        or is_module_class(typ)
-        or (isinstance(typ, type) and issubclass(typ, tuple))  # tuples, NamedTuples
-    )
-    return ok and all(immutable(child) for child in treedef.children())
+    """Whether every node of `treedef` is a Module, tuple, NamedTuple or None (a
+    loop, not a recursion: modules may nest deeper than Python's recursion limit)."""
+    stack = [treedef]
+    while stack:
+        td = stack.pop()
+        if td.num_nodes == 1 and td.num_leaves == 1:
+            continue
+        typ, _ = td.node_data()
+        ok = (
+            typ is type(None)
+            or is_module_class(typ)
+            or (isinstance(typ, type) and issubclass(typ, tuple))  # NamedTuples too
+        )
+        if not ok:
+            return False
+        stack.extend(td.children())
+    return True
 
 
 def remember(obj: Module) -> tuple | None:

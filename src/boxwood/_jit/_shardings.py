@@ -24,6 +24,7 @@ import jax.tree_util as jtu
 from jax.sharding import Sharding
 
 from .._filters import is_array
+from . import _convention
 
 SHARDING_KWARGS = ("in_shardings", "out_shardings")
 
@@ -69,9 +70,9 @@ def broadcast(name: str, prefix: Any, tree: Any) -> list:
     return out
 
 
-def in_shardings(prefix: Any, plan: Any, fun_dyn: bool, except_first: bool) -> tuple:
-    """`jax.jit`'s `in_shardings` for the inner function of `plan`, whose arguments
-    are `(fun_dyn?, dyn)` or `(fun_dyn, first, rest)` (flat lists)."""
+def in_shardings(prefix: Any, plan: Any, conv: str) -> tuple:
+    """`jax.jit`'s `in_shardings` for the inner function of `plan`, whose positional
+    arguments follow the calling convention `conv` (`_convention.py`)."""
     placeholders = plan.treedef.unflatten(range(plan.n))  # leaf i -> i
     args = placeholders[0] if plan.kw else placeholders
     per_leaf: list = [None] * plan.n
@@ -79,9 +80,9 @@ def in_shardings(prefix: Any, plan: Any, fun_dyn: bool, except_first: bool) -> t
     for i, sharding in zip(arg_leaves, broadcast("in_shardings", prefix, args)):
         per_leaf[i] = sharding
     dyn = [per_leaf[i] for i in plan.dyn_idx]
-    if except_first:
+    if conv == _convention.SPLIT_FIRST:  # the function's own arrays: unspecified
         return (None, dyn[: plan.n_first], dyn[plan.n_first :])
-    return (None, dyn) if fun_dyn else (dyn,)
+    return (None, dyn) if conv == _convention.WITH_FUN else (dyn,)
 
 
 def constrain_output(prefix: Any, out: Any) -> Any:

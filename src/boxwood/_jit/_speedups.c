@@ -49,7 +49,8 @@ typedef struct {
     PyObject *none_token;
     PyObject *module_types; /* set of module classes */
     PyObject *walkable;     /* dict: type -> bool (`_flat_cache._WALKABLE`) */
-    int except_first;
+    PyObject *fun_dyn;      /* the function's own arrays, or None: call `jitted(dyn)` */
+    int split_first;        /* call `jitted(fun_dyn, first, rest)` */
     Py_ssize_t hits;
 } FastCall;
 
@@ -183,7 +184,13 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         Py_DECREF(found);
         goto done;
     }
-    if (self->except_first) {
+    if (self->fun_dyn == Py_None) {
+        PyObject *call_args[1] = {dyn};
+        result = PyObject_Vectorcall(jitted, call_args, 1, NULL);
+    } else if (!self->split_first) {
+        PyObject *call_args[2] = {self->fun_dyn, dyn};
+        result = PyObject_Vectorcall(jitted, call_args, 2, NULL);
+    } else {
         PyObject *k_obj = PyObject_GetAttr(plan, s_n_first);
         Py_ssize_t k = k_obj ? PyLong_AsSsize_t(k_obj) : -1;
         Py_XDECREF(k_obj);
@@ -192,20 +199,15 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
             goto done;
         }
         Py_ssize_t n = PyList_GET_SIZE(dyn);
-        /* the inner jit takes `(fun_dyn, first, rest)`; `fun_dyn` is empty here */
-        PyObject *none = PyList_New(0);
+        /* the convention of `_convention.py`: `(fun_dyn, first, rest)` */
         PyObject *first = PyList_GetSlice(dyn, 0, k);
         PyObject *rest = PyList_GetSlice(dyn, k, n);
-        if (none != NULL && first != NULL && rest != NULL) {
-            PyObject *call_args[3] = {none, first, rest};
+        if (first != NULL && rest != NULL) {
+            PyObject *call_args[3] = {self->fun_dyn, first, rest};
             result = PyObject_Vectorcall(jitted, call_args, 3, NULL);
         }
-        Py_XDECREF(none);
         Py_XDECREF(first);
         Py_XDECREF(rest);
-    } else {
-        PyObject *call_args[1] = {dyn};
-        result = PyObject_Vectorcall(jitted, call_args, 1, NULL);
     }
     if (result == NULL) {
         /* undo what a failed trace left behind, keeping its exception */
@@ -265,11 +267,12 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
     if (build != Py_None) {
         out = PyObject_CallOneArg(build, result);
     } else {
-        PyObject *empty = PyList_New(0);
-        if (empty != NULL) {
-            out = PyObject_CallMethodObjArgs(entry, s_output, empty, dyn, result,
+        PyObject *fun_dyn = self->fun_dyn == Py_None ? PyList_New(0) : self->fun_dyn;
+        if (self->fun_dyn != Py_None) Py_INCREF(fun_dyn);
+        if (fun_dyn != NULL) {
+            out = PyObject_CallMethodObjArgs(entry, s_output, fun_dyn, dyn, result,
                                              NULL);
-            Py_DECREF(empty);
+            Py_DECREF(fun_dyn);
         }
     }
     Py_DECREF(found);
@@ -288,15 +291,20 @@ done:
 static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"fallback", "plans", "store", "walk", "after_trace",
                             "on_error", "array_type", "array_token", "none_token",
-                            "module_types", "walkable", "except_first", NULL};
+                            "module_types", "walkable", "fun_dyn", "split_first",
+                            NULL};
     PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
-        *array_token, *none_token, *module_types, *walkable;
-    int except_first;
+        *array_token, *none_token, *module_types, *walkable, *fun_dyn;
+    int split_first;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOOO!O!p:FastCall", names, &fallback, &PyDict_Type,
+            args, kw, "OO!OOOOOOOO!O!Op:FastCall", names, &fallback, &PyDict_Type,
             &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
-            &except_first)) {
+            &fun_dyn, &split_first)) {
+        return NULL;
+    }
+    if (fun_dyn != Py_None && !PyList_CheckExact(fun_dyn)) {
+        PyErr_SetString(PyExc_TypeError, "FastCall: fun_dyn must be a list or None");
         return NULL;
     }
     FastCall *self = (FastCall *)type->tp_alloc(type, 0);
@@ -306,9 +314,9 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     KEEP(fallback); KEEP(plans); KEEP(store); KEEP(walk); KEEP(after_trace);
     KEEP(on_error);
     KEEP(array_type); KEEP(array_token); KEEP(none_token); KEEP(module_types);
-    KEEP(walkable);
+    KEEP(walkable); KEEP(fun_dyn);
 #undef KEEP
-    self->except_first = except_first;
+    self->split_first = split_first;
     self->hits = 0;
     return (PyObject *)self;
 }
@@ -317,7 +325,7 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
 #define FASTCALL_OBJECTS(X)                                                        \
     X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(on_error)       \
     X(array_type)                                                                  \
-    X(array_token) X(none_token) X(module_types) X(walkable)
+    X(array_token) X(none_token) X(module_types) X(walkable) X(fun_dyn)
 
 static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
 #define VISIT(field) Py_VISIT(self->field);

@@ -2,5 +2,6 @@
 
 from ._abstract import AbstractClassVar as AbstractClassVar
 from ._abstract import AbstractVar as AbstractVar
+from ._bound import BoundMethod as BoundMethod
 from ._field import field as field
 from ._module import Module as Module

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import types
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -59,6 +60,7 @@ class _ModuleMeta(abc.ABCMeta):
         cls.__boxwood_abstract__ = _abstract_names(cls, namespace, own_abstract)
         dataclasses.dataclass(cls, init=not custom_init, repr=False, eq=False)
         fields = dataclasses.fields(cls)
+        _check_field_names(name, fields)
         cls._boxwood_fields = fields
         cls._boxwood_field_names = frozenset(f.name for f in fields)
         cls._boxwood_static = tuple(f.name for f in fields if is_static(f))
@@ -78,8 +80,23 @@ class _ModuleMeta(abc.ABCMeta):
         )
         _wrap_init(cls)
         _install_lazy_fields(cls, fields)
+        _install_methods(cls, namespace)
         MODULE_TYPES.add(cls)
         return cls
+
+
+RESERVED_PREFIX = "_boxwood_"
+
+
+def _check_field_names(cls_name: str, fields: tuple) -> None:
+    """Reject field names that boxwood uses itself (`_boxwood_flat`, ...)."""
+    for f in fields:
+        if f.name.startswith(RESERVED_PREFIX):
+            raise TypeError(
+                f"`{cls_name}.{f.name}`: field names starting with "
+                f"{RESERVED_PREFIX!r} are reserved for boxwood's own bookkeeping. "
+                "Rename the field."
+            )
 
 
 _NOT_GIVEN = object()  # default of the generated `__init__`'s field parameters
@@ -103,23 +120,26 @@ def _wrap_init(cls: Any) -> None:
         user_init = getattr(inherited, "__boxwood_user_init__", inherited)
     construct = _constructor(user_init)
     names = [*cls._boxwood_data, *cls._boxwood_static]
-    params = "".join(f"{n}=_NOT_GIVEN, " for n in names)
+    # the generated code's own names start with `__bw_`: a field cannot (a class
+    # body mangles `__name` to `_Class__name`), so no field shadows them
+    params = "".join(f"{n}=__bw_NOT_GIVEN, " for n in names)
     items = "".join(f"{n!r}: {n}, " for n in names)
     regather = "".join(
-        f"    if {n} is not _NOT_GIVEN:\n        __bw_kw[{n!r}] = {n}\n" for n in names
+        f"    if {n} is not __bw_NOT_GIVEN:\n        __bw_kw[{n!r}] = {n}\n"
+        for n in names
     )
     source = (
         f"def __init__(__bw_self, *__bw_args, {params}{REBUILD_NAME}=None, **__bw_kw):\n"
-        f"    if {REBUILD_NAME} is _REBUILD:\n"
-        f"        _set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: _REBUILD}})\n"
+        f"    if {REBUILD_NAME} is __bw_REBUILD:\n"
+        f"        __bw_set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: __bw_REBUILD}})\n"
         "        return\n"
         f"{regather}"
-        "    _construct(__bw_self, __bw_args, __bw_kw)\n"
+        "    __bw_construct(__bw_self, __bw_args, __bw_kw)\n"
     )
     set_dict = globals().get("_set_dict") or _set_dict_slowly  # Module itself: slowly
     namespace = {
-        "_NOT_GIVEN": _NOT_GIVEN, "_REBUILD": REBUILD, "_set_dict": set_dict,
-        "_construct": construct,
+        "__bw_NOT_GIVEN": _NOT_GIVEN, "__bw_REBUILD": REBUILD,
+        "__bw_set_dict": set_dict, "__bw_construct": construct,
     }  # fmt: skip
     exec(
         compile(source, f"<boxwood __init__ of {cls.__qualname__}>", "exec"), namespace
@@ -188,6 +208,50 @@ def _install_lazy_fields(cls: Any, fields: tuple) -> None:
         current = cls.__dict__.get(f.name, dataclasses.MISSING)
         if current is dataclasses.MISSING or current is f.default:
             type.__setattr__(cls, f.name, _LazyField(f.name, f.default))
+
+
+class _Method:
+    """A method of a module class. Read on an instance it gives a `BoundMethod`
+    (`_bound.py`): a module whose child is the instance, so `model.method` is a
+    pytree with the model's leaves (as in Equinox). Read on the class it gives the
+    plain function. A non-data descriptor: an instance dict entry of the same name
+    wins."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable) -> None:
+        self.func = func
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self.func
+        return bind_method(self.func, obj)
+
+    def __getattr__(self, name: str) -> Any:  # `__doc__`, `__isabstractmethod__`, ...
+        return getattr(self.func, name)
+
+
+def bind_method(func: Callable, obj: Any) -> Any:
+    """`obj.func` as a `BoundMethod` module (replaced when `_bound.py` is imported)."""
+    return types.MethodType(func, obj)
+
+
+def _is_magic(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+def _install_methods(cls: Any, namespace: dict) -> None:
+    """Make the plain functions of a class body (`__call__` and every method whose
+    name is not a dunder) `_Method`s, so that bound methods are pytrees."""
+    if namespace.get("_boxwood_plain_methods"):
+        return
+    for name, value in namespace.items():
+        if (
+            isinstance(value, types.FunctionType)
+            and (name == "__call__" or not _is_magic(name))
+            and name not in cls._boxwood_field_names
+        ):
+            type.__setattr__(cls, name, _Method(value))
 
 
 def _set_dict_slowly(obj: Any, values: dict) -> None:
