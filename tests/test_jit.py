@@ -1,3 +1,4 @@
+import collections
 import dataclasses
 import gc
 import threading
@@ -303,7 +304,7 @@ def test_rewrapping_the_same_function_after_its_cache_died_does_not_warn():
 def test_rewrapping_fresh_functions_in_a_loop_warns_once(monkeypatch):
     from boxwood._jit import _cache as _jit_cache
 
-    monkeypatch.setattr(_jit_cache, "_WRAPS_AT_SITE", {})  # count from zero
+    monkeypatch.setattr(_jit_cache, "_WRAPS_AT_SITE", collections.OrderedDict())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(6):
@@ -598,3 +599,58 @@ def test_reserved_field_names_are_rejected_at_class_creation():
 
         class Bad(bw.Module):
             _boxwood_flat: jax.Array
+
+
+def test_threads_tracing_distinct_structures_count_one_trace_each():
+    n = 8
+    barrier = threading.Barrier(n)
+    fn, count = counting(lambda x: jnp.sin(x) * 2)
+    f = bw.filter_jit(fn)
+    errors = []
+
+    def work(i):
+        try:
+            x = jnp.ones((i + 1,))
+            barrier.wait()
+            for _ in range(5):
+                assert jnp.allclose(f(x), jnp.sin(x) * 2)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    info = f.cache_info()
+    assert count["n"] == n and info.traces == n and info.misses == n
+    assert info.hits + info.misses == 5 * n
+
+
+def _branch_on_weight(model, x):
+    if model.weight.sum() > 0:
+        return x
+    return -x
+
+
+def test_tracer_errors_name_the_users_function_and_paths(getkey):
+    model = linear(getkey(), 3)
+    where = f"_branch_on_weight at {__file__}"
+    cases = [
+        (bw.filter_jit(_branch_on_weight), (model, jnp.ones(3)), {}, "args[0].weight"),
+        (bw.filter_jit(_branch_on_weight), (), {"model": model, "x": jnp.ones(3)},
+         "kwargs['model'].weight"),
+        (bw.filter_jit(_branch_on_weight, donate="all-except-first"),
+         (model, jnp.ones(3)), {}, "args[0].weight"),
+        (bw.filter_jit(bw.Partial(_branch_on_weight, model)), (jnp.ones(3),), {},
+         "self.args[0].weight"),  # the function's own arrays
+    ]
+    for f, args, kwargs, path in cases:
+        with pytest.raises(jax.errors.TracerBoolConversionError) as info:
+            f(*args, **kwargs)
+        text = str(info.value)
+        assert f"depends on the value of the argument {path}." in text
+        assert "groups[" not in text and "_filter_jit.py" not in text
+        if not isinstance(f.__wrapped__, bw.Partial):
+            assert where in text

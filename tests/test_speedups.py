@@ -21,6 +21,9 @@ import pytest
 import boxwood as bw
 from boxwood._config import _env_flag
 
+# the C extension's own tests: skipped where it was not built (no C compiler)
+pytest.importorskip("boxwood._jit._speedups", reason="boxwood's C extension is not built")
+
 pytestmark = pytest.mark.usefixtures("call_path")
 
 

@@ -144,8 +144,11 @@ class _Store:
         self.fast_plans: dict[tuple, tuple[_Plan, _Entry]] = {}
         self.plan_variants: dict[tuple, _Plan] = {}
         self.lock = threading.RLock()
-        self.traces = 0
+        self.traces = 0  # every thread's: a call compares it before and after
         self.tracing = 0  # traces in progress (any thread)
+        # this thread's traces not yet reported (`pending.n`): a call that saw
+        # `traces` move while another thread traced is a hit, not a miss
+        self.pending = threading.local()
         self.size = 0
         self.records: list[dict] = []
 

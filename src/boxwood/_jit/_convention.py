@@ -44,3 +44,15 @@ def unpack(conv: str, groups: tuple) -> tuple[Any, list]:
     if conv == WITH_FUN:
         return groups[0], groups[1]
     return groups[0], [*groups[1], *groups[2]]
+
+
+def position(conv: str, group: int, index: int, n_first: int) -> tuple[bool, int]:
+    """Where `groups[group][index]` of the inner function's arguments comes from:
+    `(True, i)` for `fun_dyn[i]`, `(False, i)` for `dyn[i]`."""
+    if conv == PLAIN:
+        return False, index
+    if group == 0:
+        return True, index
+    if conv == WITH_FUN or group == 1:
+        return False, index
+    return False, n_first + index

@@ -3,6 +3,7 @@ that name the offending argument path."""
 
 from __future__ import annotations
 
+import re
 import threading
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from .._config import config
+from .._filters import is_array
+from . import _convention
 from ._explain import describe_call, explain
 from .._pretty import array_summary
 from .._warnings import RecompileWarning, user_stacklevel
@@ -40,6 +43,45 @@ def _unhashable_error(args: tuple, kwargs: dict, plan: _Plan) -> TypeError:
                 "class a pytree (subclass `boxwood.Module`)."
             )
     return TypeError("`filter_jit`: a non-array argument is not hashable.")
+
+
+_GROUP_REF = re.compile(r"groups\[(\d+)\]\[(\d+)\]")
+_TRACER_ERRORS = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+def rename_arguments(
+    error: BaseException, conv: str, plan: _Plan, args: tuple, kwargs: dict,
+    fun: Any,
+) -> None:
+    """Rewrite the inner function's argument names in a JAX tracer error
+    (`groups[0][3]`) as the caller's paths (`args[0].layers[1].weight`)."""
+    if not isinstance(error, _TRACER_ERRORS) or not error.args:
+        return
+    message = error.args[0]
+    if not isinstance(message, str) or "groups[" not in message:
+        return
+    keyed = jax.tree_util.tree_flatten_with_path((args, kwargs))[0]
+    own = jax.tree_util.tree_flatten_with_path(fun)[0]
+    own = [k for k, leaf in own if is_array(leaf)]
+
+    def name(match: re.Match) -> str:
+        is_fun, i = _convention.position(
+            conv, int(match.group(1)), int(match.group(2)), plan.n_first
+        )
+        try:
+            if is_fun:
+                keys = own[i]
+                text = jax.tree_util.keystr(keys)
+                return "self" + text.removeprefix(".instance")  # a bound method's
+            return _user_path(keyed[plan.dyn_idx[i]][0])
+        except IndexError:
+            return match.group(0)
+
+    error.args = (_GROUP_REF.sub(name, message), *error.args[1:])
 
 
 def _deepest_unhashable(path: str, obj: Any) -> tuple[str, Any]:
@@ -111,6 +153,7 @@ def _on_trace(
     with store.lock:
         store.traces += 1
         store.size += 1
+        store.pending.n = getattr(store.pending, "n", 0) + 1
         record = describe_call(args, kwargs)
         previous = list(store.records)
         store.records.append(record)

@@ -52,6 +52,7 @@ from ._options import DONATE_MODES, JitOptions
 from . import _shardings
 from ._diagnostics import (
     _on_trace,
+    rename_arguments,
     restore_warnings,
     silence_donation_warning,
     _unhashable_error,
@@ -109,7 +110,7 @@ class _JitWrapper:
                 store=self._store,
                 walk=walk,
                 after_trace=self._after_trace,
-                on_error=restore_warnings,
+                on_error=self._on_error,
                 array_type=ARRAY_TYPE,
                 array_token=ARRAY_TOKEN,
                 none_token=NONE_TOKEN,
@@ -195,7 +196,7 @@ class _JitWrapper:
                     result = call_inner(conv, entry.jitted, fun_dyn, dyn, plan.n_first)
                     traced = store.traces - traces
             except BaseException:
-                restore_warnings()  # a trace that failed while lowering
+                self._on_error()
                 raise
             if traced:
                 self._after_trace(traced, args, kwargs, plan)
@@ -255,10 +256,19 @@ class _JitWrapper:
             entry.cold = False
             return result, store.traces - traces
 
-    def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
-        self._misses += 1
-        self._traces += n
+    def _on_error(self) -> None:
+        """After a call that raised: undo what a failed trace left behind."""
         restore_warnings()
+        self._store.pending.__dict__.pop("n", None)
+
+    def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
+        restore_warnings()
+        mine = self._store.pending.__dict__.pop("n", 0)
+        if not mine:  # `traces` moved because another thread traced meanwhile
+            self._hits += 1
+            return
+        self._misses += 1
+        self._traces += mine
         if self._options.warns_undonated:
             _warn_undonated(self, args, kwargs, plan)
 
@@ -303,8 +313,12 @@ class _JitWrapper:
                 args, kwargs = plan.treedef.unflatten(leaves), {}
             _on_trace(options, name, store, args, kwargs)
             store.tracing += 1
+            fun = store.function(fun_dyn)
             try:
-                out = store.function(fun_dyn)(*args, **kwargs)
+                out = fun(*args, **kwargs)
+            except Exception as error:  # name the caller's paths, not `groups[0][3]`
+                rename_arguments(error, conv, plan, args, kwargs, fun)
+                raise
             finally:
                 store.tracing -= 1
             if out_shardings is not None:
@@ -323,6 +337,12 @@ class _JitWrapper:
 
         inner.__qualname__ = self.__qualname__
         inner.__name__ = self.__qualname__.rsplit(".", 1)[-1]
+        # JAX names the traced function by its code's location: the user's, with
+        # the inner signature kept for JAX's argument names
+        inner.__signature__ = inspect.signature(inner)  # type: ignore[attr-defined]
+        source = _source_function(self._fun)
+        if source is not None:
+            inner.__wrapped__ = source  # type: ignore[attr-defined]
         return jax.jit(inner, **self._jit_options(store, plan))
 
     def _jit_options(self, store: _Store, plan: _Plan) -> dict[str, Any]:
@@ -355,6 +375,14 @@ class _JitWrapper:
         self._hits = self._misses = self._traces = 0
         if self._fast is not None:
             self._fast.hits = 0
+
+
+def _source_function(fun: Any) -> Any:
+    """The Python function whose code `fun` runs (for JAX's messages), or None."""
+    for candidate in (getattr(fun, "__func__", fun), getattr(type(fun), "__call__", None)):
+        if hasattr(candidate, "__code__"):
+            return candidate
+    return None
 
 
 def _first_parameter(fun: Callable) -> str | None:
