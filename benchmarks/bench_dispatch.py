@@ -36,6 +36,10 @@ def _apply(model, x):
     return model(x)
 
 
+def _raw_kw(model, x):
+    return raw_apply(model, x)
+
+
 def _batch(fn, *args):
     def run(n: int) -> None:
         out = None
@@ -44,6 +48,21 @@ def _batch(fn, *args):
         block(out)
 
     return run
+
+
+def _kw_batch(fn, model, x):
+    """The same calls with keyword arguments (`fn(model=model, x=x)`)."""
+
+    def run(n: int) -> None:
+        out = None
+        for _ in range(n):
+            out = fn(model=model, x=x)
+        block(out)
+
+    return run
+
+
+KEYWORDS = ", keywords"
 
 
 def _contenders(leaves: int, quick: bool) -> tuple[dict, dict, list]:
@@ -67,11 +86,18 @@ def _contenders(leaves: int, quick: bool) -> tuple[dict, dict, list]:
             skipped.append(skipped_row(FIGURE, _case(leaves), name, "skipped (quick)"))
     runners = {k: _batch(f, models[k], x) for k, f in fns.items()}
     outputs = {k: f(models[k], x) for k, f in fns.items()}
+    for k in ("raw", "boxwood"):  # keyword arguments, ratio to raw positional calls
+        fn = jax.jit(_raw_kw) if k == "raw" else boxwood.filter_jit(_apply)
+        outputs[k + KEYWORDS] = fn(model=models[k], x=x)
+        runners[k + KEYWORDS] = _kw_batch(fn, models[k], x)
     with pure_python() as compare:
         if compare:
             fn = boxwood.filter_jit(_apply)
             outputs[PURE] = fn(models["boxwood"], x)
             runners[PURE] = _batch(fn, models["boxwood"], x)
+            fn = boxwood.filter_jit(_apply)
+            outputs[PURE + KEYWORDS] = fn(model=models["boxwood"], x=x)
+            runners[PURE + KEYWORDS] = _kw_batch(fn, models["boxwood"], x)
     return runners, outputs, skipped
 
 

@@ -109,6 +109,23 @@ def _functional_runner(step, state: list, x, y):
     return run
 
 
+KEYWORDS = ", keywords"
+
+
+def _keyword_runner(step, state: list, x, y):
+    """`_functional_runner` with every argument passed by keyword."""
+
+    def run(n: int) -> None:
+        model, opt_state = state
+        loss = None
+        for _ in range(n):
+            model, opt_state, loss = step(model=model, opt_state=opt_state, x=x, y=y)
+        block(loss)
+        state[:] = [model, opt_state]
+
+    return run
+
+
 def _nnx_runner(step, model, optimizer, x, y):
     def run(n: int) -> None:
         loss = None
@@ -139,6 +156,11 @@ def _single(leaves: int, skip_nnx: bool) -> tuple[dict, dict]:
         step = make(tx)
         losses[kind] = step(model, opt_state, x, y)[2]
         runners[kind] = _functional_runner(step, [model, opt_state], x, y)
+    model = build("boxwood", weights)
+    opt_state = tx.init(eqx.filter(model, eqx.is_inexact_array))
+    step = boxwood_step(tx)
+    losses["boxwood" + KEYWORDS] = step(model=model, opt_state=opt_state, x=x, y=y)[2]
+    runners["boxwood" + KEYWORDS] = _keyword_runner(step, [model, opt_state], x, y)
 
     if not skip_nnx:
         model = build("nnx", weights)
@@ -153,6 +175,11 @@ def _single(leaves: int, skip_nnx: bool) -> tuple[dict, dict]:
             step = boxwood_step(tx)
             losses[PURE] = step(model, opt_state, x, y)[2]
             runners[PURE] = _functional_runner(step, [model, opt_state], x, y)
+            model = build("boxwood", weights)
+            opt_state = tx.init(eqx.filter(model, eqx.is_inexact_array))
+            step = boxwood_step(tx)
+            losses[PURE + KEYWORDS] = step(model=model, opt_state=opt_state, x=x, y=y)[2]
+            runners[PURE + KEYWORDS] = _keyword_runner(step, [model, opt_state], x, y)
     return runners, losses
 
 

@@ -654,3 +654,25 @@ def test_tracer_errors_name_the_users_function_and_paths(getkey):
         assert "groups[" not in text and "_filter_jit.py" not in text
         if not isinstance(f.__wrapped__, bw.Partial):
             assert where in text
+
+
+def test_keyword_arguments_take_the_fast_path(getkey, monkeypatch):
+    from boxwood._jit import _filter_jit
+
+    flattens = []
+    real = _filter_jit._flatten
+    monkeypatch.setattr(
+        _filter_jit, "_flatten", lambda t: flattens.append(1) or real(t)
+    )
+    fn, count = counting(lambda m, *, x, scale: (m, m(x) * scale))
+    f = bw.filter_jit(fn)
+    model = linear(getkey(), 3)
+    for i in range(5):
+        if i == 2:
+            before = len(flattens)
+        model, y = f(model, scale=2.0, x=jnp.ones(3))  # keyword order does not matter
+    assert len(flattens) == before  # warm keyword calls walk, never flatten
+    assert count["n"] == 1 and f.cache_info().hits == 4
+    assert jnp.allclose(y, model(jnp.ones(3)) * 2.0)
+    f(model, x=jnp.ones(3), scale=3.0)  # a new static value: traced again
+    assert count["n"] == 2

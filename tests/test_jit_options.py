@@ -5,6 +5,7 @@ orders), and a failed trace leaves no warnings filter behind."""
 import itertools
 import warnings
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -90,3 +91,38 @@ def test_a_compile_that_raises_leaves_no_warnings_filter():
     g = bw.filter_jit(lambda x, y: x + 1, donate="all")
     g(jnp.ones(2), jnp.ones(5))  # an undonatable buffer: JAX's warning is silenced
     assert _filters() == before
+
+
+def test_jit_keywords_pass_through_or_say_why_not():
+    f = bw.filter_jit(lambda x, unused: x + 1, keep_unused=True, inline=False)
+    assert jnp.array_equal(f(jnp.ones(2), jnp.ones(3)), jnp.full(2, 2.0))
+    for name, hint in [
+        ("static_argnums", "non-array arguments are static automatically"),
+        ("donate_argnums", "use `donate=`"),
+        ("no_such_option", "not a `jax.jit` keyword"),
+    ]:
+        with pytest.raises(TypeError, match=rf"`{name}`: .*{hint}"):
+            bw.filter_jit(lambda x: x, **{name: 0})
+
+
+def test_lower_and_compile_ahead_of_time(getkey):
+    class Scale(bw.Module):
+        w: jax.Array
+
+        def __call__(self, x):
+            return self.w * x
+
+    model = Scale(jnp.full(2, 3.0))
+    fn = lambda m, x, s: m(x) * s
+    f = bw.filter_jit(fn, compiler_options={"xla_embed_ir_in_executable": True})
+    lowered = f.lower(model, jnp.ones(2), 2.0)
+    assert isinstance(lowered, jax.stages.Lowered)
+    assert "multiply" in lowered.as_text()
+    compiled = lowered.compile()
+    assert isinstance(compiled, jax.stages.Compiled)
+    (out,) = compiled([model.w, jnp.ones(2)])  # the inner function's flat arrays
+    assert jnp.array_equal(out, jnp.full(2, 6.0))
+    assert jnp.array_equal(f(model, jnp.ones(2), 2.0), jnp.full(2, 6.0))
+    assert f.cache_info().traces == 1  # the call reused the lowering's trace
+    bound = bw.filter_jit(model.__call__).lower(jnp.ones(2))
+    assert isinstance(bound.compile(), jax.stages.Compiled)

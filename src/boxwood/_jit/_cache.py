@@ -10,7 +10,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 
@@ -92,7 +92,7 @@ class _Entry:
     def output(self, fun_dyn: list, dyn: list, result: list) -> Any:
         if self.shape_sensitive:
             return self.outs[_signature([*fun_dyn, *dyn])].build(result)
-        return self.out.build(result)
+        return cast(_Out, self.out).build(result)
 
 
 class _Plan:

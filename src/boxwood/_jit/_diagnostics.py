@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 
@@ -141,7 +141,7 @@ def restore_warnings() -> None:
     pending = _PENDING_FILTER.__dict__.pop("filter", None)
     if pending is not None:
         try:
-            warnings.filters.remove(pending)
+            cast(list, warnings.filters).remove(pending)
         except ValueError:  # already removed (e.g. by `warnings.resetwarnings`)
             pass
         warnings._filters_mutated()  # type: ignore[attr-defined]

@@ -45,7 +45,7 @@ def _array_text(x: Any) -> str:
 
 def _describe(x: Any, path: str, out: dict[str, tuple[str, str]]) -> None:
     if isinstance(x, Module):
-        cls = type(x)
+        cls: Any = type(x)
         out[path] = ("node", cls.__qualname__)
         for f in cls._boxwood_fields:
             if f.name in cls._boxwood_static:
@@ -82,7 +82,7 @@ _STATIC_HINT = " (non-array leaves are static; pass jnp.asarray(...) to trace it
 
 def _line(path: str, old: tuple[str, str] | None, new: tuple[str, str] | None) -> str:
     if old is None:
-        return f"{path}: new argument {new[1]}"
+        return f"{path}: new argument {new[1] if new else ''}"
     if new is None:
         return f"{path}: argument removed (was {old[1]})"
     if old[0] == "node" or new[0] == "node":

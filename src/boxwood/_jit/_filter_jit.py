@@ -32,7 +32,7 @@ import inspect
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
 import jax
 
@@ -48,7 +48,7 @@ from ._flat_cache import (
     walk,
 )
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
-from ._options import DONATE_MODES, JitOptions
+from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
 from . import _shardings
 from ._diagnostics import (
     _on_trace,
@@ -124,6 +124,7 @@ class _JitWrapper:
         functools.update_wrapper(call, wrapped, updated=())
         call.cache_info = self.cache_info
         call.clear_cache = self.clear_cache
+        call.lower = self.lower
         call._boxwood_jit = self
         self.call = call
 
@@ -137,6 +138,7 @@ class _JitWrapper:
         store = self._store
         fun_dyn = self._fun_dyn
         fast_plans = store.fast_plans if walk_first else {}
+        kw_fast_plans = store.fast_plans  # the C path hands keyword calls over
         pos_plans = store.plans
         kw_plans = store.kw_plans
         conv = self._convention
@@ -149,7 +151,17 @@ class _JitWrapper:
             if kwargs and first_name is not None and not args and first_name in kwargs:
                 kwargs = dict(kwargs)  # the first argument, by keyword: positional
                 args = (kwargs.pop(first_name),)
-            if fast_plans and not kwargs:
+            if kwargs:
+                if kw_fast_plans:
+                    # the key of `(args, kwargs)`: the keywords walk as a dict does
+                    # (sorted names, as jax flattens them), after the arguments
+                    key = []
+                    dyn = []
+                    if walk(args, key, dyn) and walk(kwargs, key, dyn):
+                        found = kw_fast_plans.get(tuple(key))
+                        if found is not None:
+                            plan, entry = found
+            elif fast_plans:
                 # Arguments that are arrays, modules carrying their flat form, or
                 # containers of those (`_flat_cache.py`): no flatten, no treedef
                 # hash, no leaf-type check.
@@ -182,8 +194,8 @@ class _JitWrapper:
                     if entry is None:
                         entry = self._entry(plan, statics, args, kwargs)
                     dyn = list(plan.get_dyn(leaves))  # a list, as on the fast path
-                if plan.fast is not False and not kwargs:
-                    self._note_fast(args, plan, entry, dyn, statics)
+                if plan.fast is not False:
+                    self._note_fast(args, kwargs, plan, entry, dyn, statics)
             try:
                 if entry.cold or store.tracing:
                     result, traced = self._call_locked(entry, plan, dyn)
@@ -211,7 +223,13 @@ class _JitWrapper:
 
     # ------------------------------------------------------------- slow paths
     def _note_fast(
-        self, args: tuple, plan: _Plan, entry: _Entry, dyn: Any, statics: tuple
+        self,
+        args: tuple,
+        kwargs: dict,
+        plan: _Plan,
+        entry: _Entry,
+        dyn: Any,
+        statics: tuple,
     ) -> None:
         """Give `(plan, entry)` a fast-path key when the arguments can be walked
         (`_flat_cache.walk`). A module argument without a flat form gets one the
@@ -221,7 +239,7 @@ class _JitWrapper:
         seen, self._seen = self._seen, set()
         walked_statics: list = []
         complete = True
-        for a in args:
+        for a in (*args, kwargs) if kwargs else args:
             step = remember_walkable(a, walked_statics, seen, self._seen)
             if step is False:
                 plan.fast = False  # structural: no call with this plan can be fast
@@ -233,6 +251,7 @@ class _JitWrapper:
         walked: list = []
         if (
             not walk(args, key, walked)  # the fast path's own walk
+            or (kwargs and not walk(kwargs, key, walked))
             or len(walked) != len(dyn)
             or any(a is not b for a, b in zip(walked, dyn))
             or len(walked_statics) != len(statics)
@@ -369,12 +388,52 @@ class _JitWrapper:
         hits = self._hits + (self._fast.hits if self._fast is not None else 0)
         return CacheInfo(hits, self._misses, self._traces, self._store.size)
 
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """Lower for these arguments without running: JAX's `Lowered`, so that
+        `.lower(*args).compile()` gives a `Compiled` that takes the same arguments'
+        arrays (`compiled(*args)` returns the inner function's flat outputs).
+
+        **Arguments:** the arguments of a call.
+
+        **Returns:** a `jax.stages.Lowered`.
+        """
+        if kwargs and self._first_name is not None and not args:
+            if self._first_name in kwargs:
+                kwargs = dict(kwargs)
+                args = (kwargs.pop(self._first_name),)
+        if kwargs:
+            leaves, treedef = _flatten((args, kwargs))
+        else:
+            leaves, treedef = _flatten(args)
+        plan = self._plan(treedef, tuple(map(type, leaves)), leaves, bool(kwargs))
+        statics = plan.get_statics(leaves) if plan.get_statics is not None else ()
+        entry = self._entry(plan, statics, args, kwargs)
+        dyn = list(plan.get_dyn(leaves))
+        lowerer = _Lowerer(entry.jitted)
+        try:
+            return _convention.call(
+                self._convention, lowerer, self._fun_dyn, dyn, plan.n_first
+            )
+        finally:
+            restore_warnings()
+            self._traces += self._store.pending.__dict__.pop("n", 0)
+
     def clear_cache(self) -> None:
         """Forget compiled code and reset the counters."""
         self._store.clear()
         self._hits = self._misses = self._traces = 0
         if self._fast is not None:
             self._fast.hits = 0
+
+
+class _Lowerer:
+    """Calls `jitted.lower` with the arguments of a call of `jitted`."""
+
+    def __init__(self, jitted: Any) -> None:
+        self.jitted = jitted
+
+    def __call__(self, *args: Any) -> Any:
+        return self.jitted.lower(*args)
 
 
 def _source_function(fun: Any) -> Any:
@@ -394,6 +453,30 @@ def _first_parameter(fun: Callable) -> str | None:
     if params and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
         return params[0].name
     return None
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+@overload
+def filter_jit(
+    fun: Callable[_P, _T],
+    *,
+    donate: str = "none",
+    explain: bool | None = None,
+    **jit_kwargs: Any,
+) -> Callable[_P, _T]: ...
+
+
+@overload
+def filter_jit(
+    fun: None = None,
+    *,
+    donate: str = "none",
+    explain: bool | None = None,
+    **jit_kwargs: Any,
+) -> Callable[[Callable[_P, _T]], Callable[_P, _T]]: ...
 
 
 def filter_jit(
@@ -442,12 +525,7 @@ def filter_jit(
             f"`filter_jit(donate=...)` must be one of {', '.join(map(repr, DONATE_MODES))}; "
             f"got {donate!r}."
         )
-    unknown = set(jit_kwargs) - _EXTENSION_KWARGS
-    if unknown:
-        raise TypeError(
-            f"`filter_jit` got unexpected keyword argument(s) {sorted(unknown)}. "
-            "There is no `static_argnums`: non-array arguments are static automatically."
-        )
+    check_jit_kwargs(jit_kwargs)
     for name in _shardings.SHARDING_KWARGS:
         _shardings.check(name, jit_kwargs.get(name))
     if fun is None:
@@ -455,13 +533,3 @@ def filter_jit(
     if not callable(fun):
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
     return _JitWrapper(fun, JitOptions(donate, explain, jit_kwargs)).call
-
-
-# Keyword arguments passed through to the inner `jax.jit` (the extension point for
-# sharding, which needs them translated from pytree prefixes first).
-_EXTENSION_KWARGS: set[str] = {
-    "keep_unused",
-    "inline",
-    "compiler_options",
-    *_shardings.SHARDING_KWARGS,
-}

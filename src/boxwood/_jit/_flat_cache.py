@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 import types
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import jax
 from jax._src.array import ArrayImpl
@@ -114,7 +114,7 @@ def remember(obj: Module) -> tuple | None:
     if not immutable(treedef):
         return None
     record = (token_for(treedef), leaves)
-    obj.__dict__[FLAT] = record
+    vars(obj)[FLAT] = record
     return record
 
 
@@ -128,7 +128,7 @@ def _walkable(typ: type) -> bool:
     if ok is None:
         ok = False
         if issubclass(typ, tuple) and hasattr(typ, "_fields"):
-            probe = tuple.__new__(typ, [object() for _ in typ._fields])
+            probe = tuple.__new__(typ, [object() for _ in getattr(typ, "_fields")])
             try:
                 leaves, treedef = jax.tree_util.tree_flatten(probe)
                 ok = treedef.node_data()[0] is typ and all(
@@ -182,7 +182,7 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
         key.append(obj)
         return True
     if typ is dict:
-        order = _dict_order(obj)
+        order = _dict_order(cast(dict, obj))
         if order is None:
             return False
         key.append(dict)

@@ -18,6 +18,42 @@ from typing import Any
 DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
 
 
+# `jax.jit` keywords passed through to the inner `jax.jit` as they are
+PASSED_THROUGH = frozenset(
+    {"keep_unused", "inline", "compiler_options", "device", "backend"}
+)
+# `jax.jit` keywords given as pytree prefixes, translated first (`_shardings.py`)
+TRANSLATED = frozenset({"in_shardings", "out_shardings"})
+# `jax.jit` keywords that do not apply to `filter_jit`, and what to do instead
+NOT_APPLICABLE = {
+    "static_argnums": "there is no `static_argnums`: non-array arguments are static "
+    "automatically (pass `jnp.asarray(...)` to trace a number)",
+    "static_argnames": "there is no `static_argnames`: non-array arguments are static "
+    "automatically (pass `jnp.asarray(...)` to trace a number)",
+    "donate_argnums": "use `donate=` ('all', 'all-except-first', 'warn', ...)",
+    "donate_argnames": "use `donate=` ('all', 'all-except-first', 'warn', ...)",
+}
+
+
+def check_jit_kwargs(jit_kwargs: dict) -> None:
+    """Raise a `TypeError` naming each keyword that `filter_jit` cannot pass on."""
+    problems = []
+    for name in sorted(set(jit_kwargs) - PASSED_THROUGH - TRANSLATED):
+        fix = NOT_APPLICABLE.get(name)
+        if fix is None:
+            fix = (
+                "not a `jax.jit` keyword that filter_jit accepts (it passes on "
+                f"{', '.join(sorted(PASSED_THROUGH))})"
+            )
+        problems.append(f"`{name}`: {fix}")
+    if problems:
+        raise TypeError(
+            f"`filter_jit` got unexpected keyword argument(s) {sorted(set(jit_kwargs) - PASSED_THROUGH - TRANSLATED)}. "
+            + "; ".join(problems)
+            + "."
+        )
+
+
 def _freeze(value: Any) -> Any:
     """A hashable stand-in for an option value: containers by content, other
     hashable values as they are, anything else by identity (the options keep the

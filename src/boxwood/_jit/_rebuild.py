@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 
@@ -103,7 +103,7 @@ class _Emitter:
         dyn = self.dyn_index[pos : pos + td.num_leaves]
         if not dyn or None in dyn or not immutable(td):
             return None
-        return (LAZY, typ, _statics(typ, aux), token_for(td), dyn[0], dyn[-1] + 1)
+        return (LAZY, typ, _statics(typ, aux), token_for(td), dyn[0], cast(int, dyn[-1]) + 1)
 
 
 def _one_level(td: Any) -> Any:

@@ -52,7 +52,7 @@ class _ModuleMeta(abc.ABCMeta):
         own_abstract = {n for n, a in list(annotations.items()) if abstract_kind(a)}
         for n in own_abstract:
             del annotations[n]
-        cls = super().__new__(mcs, name, bases, namespace, **kwargs)
+        cls: Any = super().__new__(mcs, name, bases, namespace, **kwargs)
         custom_init = "__init__" in namespace or getattr(
             cls, "_boxwood_custom_init", False
         )
@@ -144,7 +144,7 @@ def _wrap_init(cls: Any) -> None:
     exec(
         compile(source, f"<boxwood __init__ of {cls.__qualname__}>", "exec"), namespace
     )
-    init = functools.wraps(user_init)(namespace["__init__"])
+    init: Any = functools.wraps(user_init)(namespace["__init__"])
     init.__boxwood_user_init__ = user_init
     cls.__init__ = init
     for hook in CLASS_HOOKS:
@@ -332,7 +332,7 @@ class Module(metaclass=_ModuleMeta):
 
     def __getstate__(self) -> dict:
         # pickle and copy: the flat form is a cache, not state
-        state = self.__dict__
+        state: dict = vars(self)
         if FLAT in state:
             materialise(self)
             state = dict(state)

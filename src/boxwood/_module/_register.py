@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Any
 
 import jax
 
@@ -51,7 +52,7 @@ def register(cls: type, data_fields: list[str], meta_fields: list[str]) -> None:
             f = copy.copy(f)
             f.init = True
         shown[name] = f
-    sentinel_field = dataclasses.field(default=None)
+    sentinel_field: Any = dataclasses.field(default=None)
     sentinel_field.name = REBUILD_NAME
     sentinel_field._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
     shown[REBUILD_NAME] = sentinel_field
