@@ -43,6 +43,7 @@ BENCHES = {
     "compile": "bench_compile",
     "memory": "bench_memory",
     "capture": "bench_capture",
+    "sharding": "bench_sharding",
 }
 
 EXPLAIN = {
@@ -61,6 +62,12 @@ EXPLAIN = {
     "running) and to finish. Ratio: return time to `jax.jit`'s.",
     "compile time vs depth": "Trace + compile time of the first call (fresh "
     "wrapper, caches cleared). Ratio: to the same form at depth 4.",
+    "data parallel, 8 devices": "Time per step of a data-parallel training step "
+    "(MLP of width 32, batch 64 split over 8 simulated CPU devices, adam, parameters "
+    "and optimiser state donated), run in a child process started with 8 devices. "
+    "boxwood: `filter_jit(in_shardings=..., out_shardings=...)` with prefixes from "
+    "`named_shardings(..., data_parallel())`. Ratio: to `jax.jit` over flat lists "
+    "with the same `NamedSharding`s.",
     "memory (donation)": "A training loop with the model and optimiser state "
     'donated (`filter_jit(donate="all-except-first")`, batch first and kept).',
     "captured values": "Arrays and modules read from globals or closures are "

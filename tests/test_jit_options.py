@@ -99,7 +99,6 @@ def test_jit_keywords_pass_through_or_say_why_not():
     for name, hint in [
         ("static_argnums", "non-array arguments are static automatically"),
         ("donate_argnums", "use `donate=`"),
-        ("in_shardings", "jax.device_put"),
         ("no_such_option", "not a `jax.jit` keyword"),
     ]:
         with pytest.raises(TypeError, match=rf"`{name}`: .*{hint}"):

@@ -34,3 +34,11 @@ def test_notebook_runs(path):
         assert "global 'model'.weight: f32[1,2] -> f32[1,4]" in text
         assert "global 'lr' changed from 0.1 to 0.01 since step was compiled" in text
         assert "CacheInfo(hits=2, misses=1, traces=1, size=1)" in text
+    if path.name == "scaling_out.ipynb":
+        assert "devices: 8" in text
+        assert text.count("matches single device: True") == 3
+        assert "mlp.layers.1.weight, one shard: [(8, 64)]" in text  # FSDP
+        assert "mlp.layers.1.weight (row):    [(64, 16)]" in text
+        assert "rules[0] = ('mlp\\\\..*', P('model',)) does not fit leaf" in text
+        assert "the batch size 12 is not divisible by 8" in text
+        assert "CacheInfo(hits=4, misses=1, traces=1, size=1)" in text

@@ -28,6 +28,16 @@ from ._pretty import tree_pformat as tree_pformat
 from ._pretty import tree_pprint as tree_pprint
 from ._remat import filter_checkpoint as filter_checkpoint
 from ._scan import filter_scan as filter_scan
+from ._sharding import ShardingPlan as ShardingPlan
+from ._sharding import data_parallel as data_parallel
+from ._sharding import filter_shard as filter_shard
+from ._sharding import fsdp as fsdp
+from ._sharding import make_mesh as make_mesh
+from ._sharding import named_shardings as named_shardings
+from ._sharding import shard as shard
+from ._sharding import shard_batch as shard_batch
+from ._sharding import sharding_plan as sharding_plan
+from ._sharding import tensor_parallel as tensor_parallel
 from ._tree import apply_updates as apply_updates
 from ._tree import tree_at as tree_at
 from ._tree import tree_equal as tree_equal

@@ -57,6 +57,7 @@ from ._flat_cache import (
     walk,
 )
 from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
+from . import _shardings
 
 _flatten = jax.tree_util.tree_flatten
 
@@ -338,6 +339,7 @@ class _JitWrapper:
         entry_ref = weakref.ref(entry)
         conv = self._convention
         hidden = self._hidden
+        out_shardings = options.jit_kwargs().get("out_shardings")
 
         def inner(*groups):
             fun_dyn, dyn = _convention.unpack(conv, groups)
@@ -356,6 +358,8 @@ class _JitWrapper:
                 raise
             finally:
                 store.tracing -= 1
+            if out_shardings is not None:
+                out = _shardings.constrain_output(out_shardings, out)
             out_leaves, out_def = _flatten(out)
             mask = [is_array(x) for x in out_leaves]
             dyn_idx = tuple(i for i, m in enumerate(mask) if m)
@@ -387,6 +391,11 @@ class _JitWrapper:
         arguments' leaves and picked at `plan.dyn_idx` here.
         """
         options = self._options.jit_kwargs()
+        options.pop("out_shardings", None)  # applied inside `inner` (_shardings.py)
+        if options.get("in_shardings") is not None:
+            options["in_shardings"] = _shardings.in_shardings(
+                options["in_shardings"], plan, self._convention, bool(self._hidden)
+            )
         if self._options.donates:
             options["donate_argnums"] = _convention.donate_argnums(self._convention)
         return options
@@ -521,6 +530,11 @@ def filter_jit(
       [`boxwood.CapturedValueWarning`][] when one changes. `"constants"`: everything
       `fun` reads is fixed at trace time, as with `jax.jit`. See the docs' section
       on captured values for what is followed.
+    - `in_shardings`, `out_shardings`: pytree prefixes of the positional arguments
+      (a tuple, one entry per argument) and of the output, with a
+      `jax.sharding.Sharding`, a `jax.Device` or `None` (unspecified) at each
+      leaf, e.g. `boxwood.named_shardings(model, mesh, rules)`. Outputs keep
+      their sharding step after step, so donated buffers are reused.
 
     **Returns:** a wrapped function. Array leaves of the output are `jax.Array`s;
     non-array leaves come back as the same Python objects. The call returns as
@@ -546,6 +560,8 @@ def filter_jit(
             f"`filter_jit(capture=...)` must be one of "
             f"{', '.join(map(repr, _CAPTURE_MODES))}; got {capture!r}."
         )
+    for name in _shardings.SHARDING_KWARGS:
+        _shardings.check(name, jit_kwargs.get(name))
     if fun is None:
         return lambda f: filter_jit(
             f, donate=donate, explain=explain, capture=capture, **jit_kwargs

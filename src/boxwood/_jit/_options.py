@@ -22,6 +22,8 @@ DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
 PASSED_THROUGH = frozenset(
     {"keep_unused", "inline", "compiler_options", "device", "backend"}
 )
+# `jax.jit` keywords given as pytree prefixes, translated first (`_shardings.py`)
+TRANSLATED = frozenset({"in_shardings", "out_shardings"})
 # `jax.jit` keywords that do not apply to `filter_jit`, and what to do instead
 NOT_APPLICABLE = {
     "static_argnums": "there is no `static_argnums`: non-array arguments are static "
@@ -30,17 +32,13 @@ NOT_APPLICABLE = {
     "automatically (pass `jnp.asarray(...)` to trace a number)",
     "donate_argnums": "use `donate=` ('all', 'all-except-first', 'warn', ...)",
     "donate_argnames": "use `donate=` ('all', 'all-except-first', 'warn', ...)",
-    "in_shardings": "place the arguments with `jax.device_put` (their shardings are "
-    "kept), or constrain inside the function with `jax.lax.with_sharding_constraint`",
-    "out_shardings": "constrain the outputs inside the function with "
-    "`jax.lax.with_sharding_constraint`",
 }
 
 
 def check_jit_kwargs(jit_kwargs: dict) -> None:
     """Raise a `TypeError` naming each keyword that `filter_jit` cannot pass on."""
     problems = []
-    for name in sorted(set(jit_kwargs) - PASSED_THROUGH):
+    for name in sorted(set(jit_kwargs) - PASSED_THROUGH - TRANSLATED):
         fix = NOT_APPLICABLE.get(name)
         if fix is None:
             fix = (
@@ -50,7 +48,7 @@ def check_jit_kwargs(jit_kwargs: dict) -> None:
         problems.append(f"`{name}`: {fix}")
     if problems:
         raise TypeError(
-            f"`filter_jit` got unexpected keyword argument(s) {sorted(set(jit_kwargs) - PASSED_THROUGH)}. "
+            f"`filter_jit` got unexpected keyword argument(s) {sorted(set(jit_kwargs) - PASSED_THROUGH - TRANSLATED)}. "
             + "; ".join(problems)
             + "."
         )
