@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from . import _background
@@ -72,13 +73,30 @@ def save(
         from ._orbax import save_orbax
 
         return save_orbax(path, tree, metadata=metadata, blocking=blocking)
+    return save_file(path, tree, metadata, blocking)
+
+
+def save_file(
+    path: Any,
+    tree: Any,
+    metadata: dict | None,
+    blocking: bool,
+    then: Callable[[], None] | None = None,
+) -> _background.SaveHandle | None:
+    """Write `tree` to the safetensors file `path`, then call `then` (if given)."""
     leaves = check_savable(tree)
     meta = encode_metadata(leaves, metadata)
-    arrays = to_host(leaves, copy=not blocking)
-    if blocking:
+    arrays = to_host(leaves, copy=not blocking)  # background: host copies first
+
+    def write() -> None:
         write_file(path, arrays, meta)
+        if then is not None:
+            then()
+
+    if blocking:
+        write()
         return None
-    return _background.start(path, lambda: write_file(path, arrays, meta))
+    return _background.start(path, write)
 
 
 def load(
@@ -122,8 +140,8 @@ def load(
     >>> boxwood.load(path, {"w": jnp.zeros(4), "b": jnp.zeros(2)})
     Traceback (most recent call last):
     ...
-    boxwood...CheckpointError: Cannot load the checkpoint ... (2 problems):
-      - b: missing from the checkpoint ...
+    boxwood.CheckpointError: Cannot load the checkpoint ... (2 problems):
+      - b: missing from the file
       - w: file has f32[3], model expects f32[4]
     ...
     """

@@ -15,3 +15,6 @@ class CheckpointError(ValueError):
     def __init__(self, message: str, problems: list[str] | None = None):
         super().__init__(message)
         self.problems = list(problems or [])
+
+
+CheckpointError.__module__ = "boxwood"  # tracebacks show the public name
