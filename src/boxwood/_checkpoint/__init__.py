@@ -12,3 +12,7 @@ from ._assemble import LoadReport as LoadReport
 from ._state_dict import load_state_dict as load_state_dict
 from ._state_dict import state_dict as state_dict
 from ._checkpointer import Checkpointer as Checkpointer
+from ._equinox import default_deserialise_filter_spec as default_deserialise_filter_spec
+from ._equinox import default_serialise_filter_spec as default_serialise_filter_spec
+from ._equinox import tree_deserialise_leaves as tree_deserialise_leaves
+from ._equinox import tree_serialise_leaves as tree_serialise_leaves
