@@ -71,5 +71,5 @@ def test_torch_bfloat16_and_bad_values(getkey):
     assert new["w"].astype(jnp.float32).tolist() == torch.tensor([1.5, -2.0, 3e38], dtype=torch.bfloat16).float().tolist()
     with pytest.raises(boxwood.CheckpointError, match=r"`state_dict\['w'\]` is a list, not an array"):
         boxwood.load_state_dict(tree, {"w": [1, 2, 3]})
-    with pytest.raises(TypeError, match="`state_dict` must be a dict of arrays, got list"):
+    with pytest.raises(TypeError, match="`state_dict` must be a dict of arrays or the path of a safetensors file, got list"):
         boxwood.load_state_dict(tree, [])

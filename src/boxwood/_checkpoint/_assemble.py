@@ -99,7 +99,7 @@ def assemble(
     squeeze_ok: bool = False,
     source: str = "the checkpoint",
     where: str = "the file",
-    hint: Callable[[], str] | None = None,
+    hint: Callable[[LoadReport], str] | None = None,
 ) -> tuple[Any, LoadReport]:
     """Fill `like`'s stored leaves from `tensors`, after validating all of them.
 
@@ -112,7 +112,7 @@ def assemble(
     - `squeeze_ok`: whether a tensor may differ from the leaf by size-1 axes.
     - `source`: how the error's first line names the source; `where`: how each
       problem's line does.
-    - `hint`: called to add a line to the error (e.g. a fingerprint mismatch).
+    - `hint`: called with the report to add a line to the error.
 
     **Returns:** `(tree, report)`.
     """
@@ -141,7 +141,7 @@ def assemble(
             )
             plans[leaf.name] = plan
     if problems:
-        raise _error(problems, source, hint)
+        raise _error(problems, source, hint(report) if hint else "")
     loaded = {name: _materialise(plan) for name, plan in plans.items()}
     it = iter(leaves)
     out = []
@@ -154,11 +154,10 @@ def assemble(
     return jtu.tree_unflatten(treedef, out), report
 
 
-def _error(problems: list[str], source: str, hint: Callable[[], str] | None) -> Exception:
+def _error(problems: list[str], source: str, extra: str) -> Exception:
     count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
     text = f"Cannot load {source} into the given tree ({count}):\n"
     text += "\n".join(f"  - {p}" for p in problems)
-    extra = hint() if hint is not None else ""
     if extra:
         text += "\n" + extra
     return CheckpointError(text, problems)

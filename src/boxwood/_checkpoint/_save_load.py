@@ -180,7 +180,7 @@ def load_file(path: Any, like: Any, *, strict: bool = True, dtype: Any = None) -
             key_problems,
         )
 
-    def hint() -> str:
+    def hint(report: Any) -> str:
         have = header.metadata.get(FINGERPRINT_KEY)
         if have and have != fingerprint(like_leaves):
             return (

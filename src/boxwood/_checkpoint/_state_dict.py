@@ -3,6 +3,7 @@ and back, with renaming for weights from other libraries (PyTorch)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,8 @@ import numpy as np
 
 from ._assemble import LoadReport, assemble
 from ._error import CheckpointError
-from ._save_load import check_savable, to_host
+from ._format import read_header
+from ._save_load import FileTensor, check_savable, file_tensors, to_host
 
 
 def state_dict(tree: Any) -> dict[str, np.ndarray]:
@@ -98,7 +100,7 @@ def _renamed(
                 f"{origin[new]!r} and {key!r}."
             )
         origin[new] = key
-        out[new] = _ArrayTensor(_to_numpy(key, value))
+        out[new] = value if isinstance(value, FileTensor) else _ArrayTensor(_to_numpy(key, value))
     return out
 
 
@@ -121,12 +123,13 @@ def load_state_dict(
     **Arguments:**
 
     - `tree`: the tree to fill (real or abstract); its structure is kept.
-    - `state_dict`: incoming name -> array (NumPy, JAX or `torch.Tensor`).
+    - `state_dict`: incoming name -> array (NumPy, JAX or `torch.Tensor`), or the
+      path of a safetensors file (read lazily: only the tensors kept are read).
     - `strict`: if `False`, leaves without an incoming array keep their value and
       incoming arrays without a leaf are ignored; both are listed in the report.
     - `key_map`: renames incoming keys to boxwood's dotted key paths: a dict
       (`{"0.weight": "layers.0.weight"}`; unlisted keys keep their name) or a
-      function of the incoming name returning the new name, or `None` to drop it.
+      function of the incoming name. A new name of `None` drops the entry.
 
     **Returns:** `(new_tree, report)`, where `report.missing_keys` and
     `report.unexpected_keys` list what did not match (empty when strict).
@@ -139,15 +142,30 @@ def load_state_dict(
     >>> new["layers"][0]["weight"]
     Array([1., 1.], dtype=float32)
     """
+    source = where = "the state dict"
+    if isinstance(state_dict, (str, os.PathLike)):
+        path = os.fspath(state_dict)
+        state_dict = file_tensors(path, read_header(path))
+        source, where = f"the file {path}", "the file"
     if not isinstance(state_dict, Mapping):
         raise TypeError(
-            f"`state_dict` must be a dict of arrays, got {type(state_dict).__name__}."
+            "`state_dict` must be a dict of arrays or the path of a safetensors file, "
+            f"got {type(state_dict).__name__}."
         )
+    tensors = _renamed(state_dict, key_map)
     return assemble(
         tree,
-        _renamed(state_dict, key_map),
+        tensors,
         strict=strict,
         squeeze_ok=True,
-        source="the state dict",
-        where="the state dict",
+        source=source,
+        where=where,
+        hint=lambda r: _KEY_MAP_HINT if r.missing_keys or r.unexpected_keys else "",
     )
+
+
+_KEY_MAP_HINT = (
+    "Where names differ (weights from another library), rename the incoming keys "
+    "with `key_map=` (a dict or a function; see docs/checkpoints.md). "
+    "`boxwood.state_dict(tree)` lists the names the tree expects."
+)
