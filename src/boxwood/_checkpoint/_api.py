@@ -176,7 +176,9 @@ def _wants_orbax(tree: Any, format: str | None) -> bool:
         return format == "orbax"
     import jax
 
-    return jax.process_count() > 1 and any(
+    # Only arrays that span several processes need orbax; a tree of NumPy arrays
+    # does not start JAX's backend here.
+    return any(
         isinstance(x, jax.Array) and not x.is_fully_addressable
         for x in jax.tree_util.tree_leaves(tree)
     )
