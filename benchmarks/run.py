@@ -42,6 +42,7 @@ BENCHES = {
     "async": "bench_async",
     "compile": "bench_compile",
     "memory": "bench_memory",
+    "checkpoint": "bench_checkpoint",
 }
 
 EXPLAIN = {
@@ -60,6 +61,11 @@ EXPLAIN = {
     "running) and to finish. Ratio: return time to `jax.jit`'s.",
     "compile time vs depth": "Trace + compile time of the first call (fresh "
     "wrapper, caches cleared). Ratio: to the same form at depth 4.",
+    "checkpoint save / load": "Saving and loading a model of about 500 MB (64 MB "
+    "with `--quick`): `boxwood.save` (crash-safe: fsync and rename) and `boxwood.load` "
+    "(validated, onto the device) against `safetensors.numpy.save_file` / `load_file` "
+    "on the same arrays; and the time a background save takes to return. Ratio: to "
+    "`safetensors.numpy` (background: its save time over safetensors' save).",
     "memory (donation)": "A training loop with the model and optimiser state "
     'donated (`filter_jit(donate="all-except-first")`, batch first and kept).',
 }
