@@ -43,7 +43,9 @@ class LoadReport:
 
 
 @dataclass
-class _Plan:
+class Plan:
+    """A validated leaf: where its value comes from and the dtype it will have."""
+
     leaf: Leaf
     tensor: Tensor
     dtype: np.dtype  # what the loaded array's dtype will be
@@ -61,7 +63,7 @@ def _plan_one(
     squeeze_ok: bool,
     where: str,
     problems: list[str],
-) -> _Plan | None:
+) -> Plan | None:
     want_dtype = leaf.dtype
     if cast is not None and leaf.key_impl is None and _is_float(want_dtype):
         want_dtype = np.dtype(cast)
@@ -76,7 +78,7 @@ def _plan_one(
         cast is not None and _is_float(tensor.dtype) and _is_float(want_dtype)
     )
     if shape_ok and dtype_ok:
-        return _Plan(leaf, tensor, want_dtype, reshape)
+        return Plan(leaf, tensor, want_dtype, reshape)
     line = (
         f"{leaf.name}: {where.removeprefix('the ')} has "
         f"{describe(tensor.dtype, tensor.shape)}, model expects "
@@ -84,7 +86,7 @@ def _plan_one(
     )
     if leaf.key_impl is not None:
         line += f" (a PRNG key array of impl {leaf.key_impl!r}, stored as key data)"
-    elif shape_ok:
+    elif shape_ok and _is_float(tensor.dtype) and _is_float(want_dtype):
         line += " (pass `dtype=` to cast floating-point arrays explicitly)"
     problems.append(line)
     return None
@@ -100,6 +102,7 @@ def assemble(
     source: str = "the checkpoint",
     where: str = "the file",
     hint: Callable[[LoadReport], str] | None = None,
+    materialise: Callable[[list[Plan]], dict[str, Any]] | None = None,
 ) -> tuple[Any, LoadReport]:
     """Fill `like`'s stored leaves from `tensors`, after validating all of them.
 
@@ -113,6 +116,8 @@ def assemble(
     - `source`: how the error's first line names the source; `where`: how each
       problem's line does.
     - `hint`: called with the report to add a line to the error.
+    - `materialise`: reads the validated plans all at once, giving each leaf's new
+      value by name (orbax restores in one call); default: one by one.
 
     **Returns:** `(tree, report)`.
     """
@@ -142,7 +147,10 @@ def assemble(
             plans[leaf.name] = plan
     if problems:
         raise _error(problems, source, hint(report) if hint else "")
-    loaded = {name: _materialise(plan) for name, plan in plans.items()}
+    if materialise is None:
+        loaded = {name: _materialise(plan) for name, plan in plans.items()}
+    else:
+        loaded = materialise(list(plans.values()))
     it = iter(leaves)
     out = []
     for _, x in pairs:
@@ -163,7 +171,7 @@ def _error(problems: list[str], source: str, extra: str) -> Exception:
     return CheckpointError(text, problems)
 
 
-def _sharding(x: Any) -> Any:
+def sharding_of(x: Any) -> Any:
     if isinstance(x, jax.Array):
         return x.sharding
     if isinstance(x, jax.ShapeDtypeStruct):
@@ -171,7 +179,7 @@ def _sharding(x: Any) -> Any:
     return None
 
 
-def _materialise(plan: _Plan) -> Any:
+def _materialise(plan: Plan) -> Any:
     leaf, tensor = plan.leaf, plan.tensor
     like = leaf.value
 
@@ -191,9 +199,9 @@ def _materialise(plan: _Plan) -> Any:
         return host()[()]
     if leaf.key_impl is not None:
         keys = jax.random.wrap_key_data(jnp.asarray(host()), impl=leaf.key_impl)
-        sharding = _sharding(like)
+        sharding = sharding_of(like)
         return keys if sharding is None else jax.device_put(keys, sharding)
-    sharding = _sharding(like)
+    sharding = sharding_of(like)
     if sharding is None or sharding.is_fully_addressable and len(sharding.device_set) == 1:
         return jax.device_put(host(), sharding)
     # Each device's shard is read from the file on its own: a sharded model is

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,11 +151,12 @@ def decode_user_metadata(path: str, header: Header) -> dict:
         raise CheckpointError(f"{path}: its metadata is corrupted (not JSON).") from None
 
 
-def _key_problems(path: str, header: Header, like_leaves: list[Leaf]) -> list[str]:
-    stored = json.loads(header.metadata.get(KEYS_KEY, "{}"))
+def key_problems(metadata: dict, names: Any, like_leaves: list[Leaf]) -> list[str]:
+    """Leaves whose typed-key-ness (or key impl) differs between file and `like`."""
+    stored = json.loads(metadata.get(KEYS_KEY, "{}"))
     problems = []
     for leaf in like_leaves:
-        if leaf.name not in header.tensors:
+        if leaf.name not in names:
             continue
         if leaf.key_impl != stored.get(leaf.name):
             has = stored.get(leaf.name)
@@ -172,16 +174,33 @@ def load_file(path: Any, like: Any, *, strict: bool = True, dtype: Any = None) -
     path = os.fspath(path)
     header = read_header(path)
     like_leaves, _, _ = stored_leaves(like)
-    key_problems = _key_problems(path, header, like_leaves)
-    if key_problems:
+    check_keys(path, header.metadata, header.tensors, like_leaves)
+    tree, _ = assemble(
+        like,
+        file_tensors(path, header),
+        strict=strict,
+        cast=dtype,
+        source=f"the checkpoint {path}",
+        hint=fingerprint_hint(header.metadata, like_leaves),
+    )
+    return tree
+
+
+def check_keys(path: str, metadata: dict, names: Any, like_leaves: list[Leaf]) -> None:
+    problems = key_problems(metadata, names, like_leaves)
+    if problems:
         raise CheckpointError(
             f"Cannot load the checkpoint {path} into the given tree:\n"
-            + "\n".join(f"  - {p}" for p in key_problems),
-            key_problems,
+            + "\n".join(f"  - {p}" for p in problems),
+            problems,
         )
 
+
+def fingerprint_hint(metadata: dict, like_leaves: list[Leaf]) -> Callable[[Any], str]:
+    """The error's last line when the file's structure differs from `like`'s."""
+
     def hint(report: Any) -> str:
-        have = header.metadata.get(FINGERPRINT_KEY)
+        have = metadata.get(FINGERPRINT_KEY)
         if have and have != fingerprint(like_leaves):
             return (
                 "The file was saved from a tree of a different structure (fingerprint "
@@ -191,12 +210,4 @@ def load_file(path: Any, like: Any, *, strict: bool = True, dtype: Any = None) -
             )
         return ""
 
-    tree, _ = assemble(
-        like,
-        file_tensors(path, header),
-        strict=strict,
-        cast=dtype,
-        source=f"the checkpoint {path}",
-        hint=hint,
-    )
-    return tree
+    return hint
