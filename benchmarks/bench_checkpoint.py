@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import boxwood
+from _timing import interleave_once, median, paired_ratio, row
 from boxwood._checkpoint._format import write_arrays
 from boxwood._checkpoint._save_load import check_savable, to_host
-from _timing import interleave_once, median, paired_ratio, row
 
 FIGURE = "checkpoint save / load"
 
@@ -51,7 +51,9 @@ def _runners(tree: dict, directory: str) -> dict:
     flat = boxwood.state_dict(tree)  # the same arrays, by the same names
     like = boxwood.filter_eval_shape(lambda: tree)
     # NumPy leaves of the right shapes that take no memory: `load` returns NumPy
-    numpy_like = jax.tree.map(lambda x: np.broadcast_to(np.zeros((), x.dtype), x.shape), tree)
+    numpy_like = jax.tree.map(
+        lambda x: np.broadcast_to(np.zeros((), x.dtype), x.shape), tree
+    )
     paths = {
         name: os.path.join(directory, f"{name}.safetensors")
         for name in ("safetensors", "boxwood", "background", "numpy")
@@ -70,7 +72,9 @@ def _runners(tree: dict, directory: str) -> dict:
 
     def bw_run() -> dict:
         save = timed(lambda: boxwood.save(paths["boxwood"], tree))
-        load = timed(lambda: jax.block_until_ready(boxwood.load(paths["boxwood"], like)))
+        load = timed(
+            lambda: jax.block_until_ready(boxwood.load(paths["boxwood"], like))
+        )
         return {"save": save, "load": load}
 
     def bw_numpy_run() -> dict:

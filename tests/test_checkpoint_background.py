@@ -44,8 +44,12 @@ def test_background_error_surfaces_at_wait_and_next_call(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr("boxwood._checkpoint._api.write_file", fail)
-    handle = boxwood.save(tmp_path / "a.safetensors", {"x": jnp.ones(1)}, blocking=False)
-    with pytest.raises(RuntimeError, match="background save to .*a.safetensors failed") as info:
+    handle = boxwood.save(
+        tmp_path / "a.safetensors", {"x": jnp.ones(1)}, blocking=False
+    )
+    with pytest.raises(
+        RuntimeError, match="background save to .*a.safetensors failed"
+    ) as info:
         boxwood.save(tmp_path / "b.safetensors", {"x": jnp.ones(1)})
     assert isinstance(info.value.__cause__, OSError)
     with pytest.raises(RuntimeError, match="failed"):
@@ -61,7 +65,9 @@ def test_process_exit_waits_for_background_save(tmp_path):
         boxwood.save({str(path)!r}, {{"x": jnp.ones(2_000_000)}}, blocking=False)
     """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, env=env, timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], check=True, env=env, timeout=120
+    )
     assert boxwood.load(path, {"x": jnp.zeros(2_000_000)})["x"].sum() == 2_000_000
 
 
@@ -71,10 +77,18 @@ def test_checkpointer_keeps_newest_and_resumes(tmp_path):
     with pytest.raises(boxwood.CheckpointError, match="no checkpoint to restore"):
         ckpt.restore({"w": jnp.zeros(2)})
     for step in (0, 100, 200, 300):
-        ckpt.save(step, {"w": jnp.full(2, float(step))}, metadata={"loss": 0.5}, blocking=step % 200 == 0)
+        ckpt.save(
+            step,
+            {"w": jnp.full(2, float(step))},
+            metadata={"loss": 0.5},
+            blocking=step % 200 == 0,
+        )
     ckpt.wait()
     assert ckpt.all_steps() == [200, 300]
-    assert sorted(os.listdir(tmp_path / "run")) == ["step_000200.safetensors", "step_000300.safetensors"]
+    assert sorted(os.listdir(tmp_path / "run")) == [
+        "step_000200.safetensors",
+        "step_000300.safetensors",
+    ]
     assert ckpt.latest_step() == 300
     assert ckpt.restore({"w": jnp.zeros(2)})["w"].tolist() == [300, 300]
     assert ckpt.restore({"w": jnp.zeros(2)}, step=200)["w"].tolist() == [200, 200]
@@ -88,7 +102,10 @@ def test_checkpointer_skips_a_damaged_newest_file(tmp_path):
     ckpt.save(2, {"w": jnp.ones(4)})
     data = ckpt.path(2).read_bytes()
     ckpt.path(2).write_bytes(data[:-3])
-    with pytest.warns(UserWarning, match="Skipping a damaged checkpoint: .*step_000002.safetensors.*truncated"):
+    with pytest.warns(
+        UserWarning,
+        match="Skipping a damaged checkpoint: .*step_000002.safetensors.*truncated",
+    ):
         assert ckpt.latest_step() == 1
 
 

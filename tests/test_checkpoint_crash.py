@@ -63,7 +63,11 @@ assert left_tmp > 0
 def test_sigkill_during_save_never_corrupts_the_target(tmp_path, mode):
     (tmp_path / "run").mkdir()
     target = tmp_path / "run" / "ckpt.safetensors"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "JAX_PLATFORMS": "cpu",
+    }
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(HARNESS), str(target), mode, "30"],
         env=env,

@@ -42,7 +42,9 @@ def test_orbax_format_round_trip_and_validation(tmp_path, getkey):
 
 def test_not_an_orbax_checkpoint(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(boxwood.CheckpointError, match="empty: not a boxwood orbax checkpoint"):
+    with pytest.raises(
+        boxwood.CheckpointError, match="empty: not a boxwood orbax checkpoint"
+    ):
         boxwood.load(tmp_path / "empty", {"w": jnp.zeros(2)})
 
 
@@ -116,7 +118,14 @@ def test_two_processes_save_sharded_and_restore_resharded(tmp_path):
     directory = str(tmp_path / "sharded")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(WORKER), str(port), str(i), directory],
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(WORKER),
+                str(port),
+                str(i),
+                directory,
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -93,29 +93,46 @@ def test_low_precision_and_keys_bit_exact(path, getkey):
     boxwood.save(path, tree)
     like = jax.tree.map(lambda x: x, tree)
     same(boxwood.load(path, like), tree)
-    same(boxwood.load(path, jax.eval_shape(lambda: tree)), jax.tree.map(jnp.asarray, tree))
+    same(
+        boxwood.load(path, jax.eval_shape(lambda: tree)),
+        jax.tree.map(jnp.asarray, tree),
+    )
 
 
 def test_key_impl_mismatch_is_reported(path):
     boxwood.save(path, {"k": jax.random.key(0)})
-    with pytest.raises(boxwood.CheckpointError, match="k: file has a PRNG key array of impl 'threefry2x32', model expects a PRNG key array of impl 'rbg'"):
+    with pytest.raises(
+        boxwood.CheckpointError,
+        match="k: file has a PRNG key array of impl 'threefry2x32', model expects a PRNG key array of impl 'rbg'",
+    ):
         boxwood.load(path, {"k": jax.random.key(0, impl="rbg")})
-    with pytest.raises(boxwood.CheckpointError, match="k: file has a PRNG key array .*, model expects a plain array"):
+    with pytest.raises(
+        boxwood.CheckpointError,
+        match="k: file has a PRNG key array .*, model expects a plain array",
+    ):
         boxwood.load(path, {"k": jnp.zeros(2, jnp.uint32)})
 
 
 def test_all_problems_reported_at_once(path):
     boxwood.save(
         path,
-        {"encoder": {"w": jnp.zeros((64, 32)), "b": jnp.zeros(64, jnp.float16)}, "x": jnp.zeros(1)},
+        {
+            "encoder": {"w": jnp.zeros((64, 32)), "b": jnp.zeros(64, jnp.float16)},
+            "x": jnp.zeros(1),
+        },
     )
-    like = {"encoder": {"w": jnp.zeros((64, 16)), "b": jnp.zeros(64)}, "y": jnp.zeros(2)}
+    like = {
+        "encoder": {"w": jnp.zeros((64, 16)), "b": jnp.zeros(64)},
+        "y": jnp.zeros(2),
+    }
     with pytest.raises(boxwood.CheckpointError) as info:
         boxwood.load(path, like)
     message = str(info.value)
     assert "(4 problems)" in message
     assert "encoder.w: file has f32[64,32], model expects f32[64,16]" in message
-    assert "encoder.b: file has f16[64], model expects f32[64] (pass `dtype=`" in message
+    assert (
+        "encoder.b: file has f16[64], model expects f32[64] (pass `dtype=`" in message
+    )
     assert "y: missing from the file" in message
     assert "x: in the file but not in the model" in message
     assert "different structure" in message
@@ -125,7 +142,9 @@ def test_all_problems_reported_at_once(path):
 def test_dtype_casts_only_when_asked(path):
     boxwood.save(path, {"w": jnp.arange(3.0), "i": jnp.arange(3)})
     like = {"w": jnp.zeros(3, jnp.bfloat16), "i": jnp.zeros(3, jnp.int32)}
-    with pytest.raises(boxwood.CheckpointError, match=r"w: file has f32\[3\], model expects bf16\[3\]"):
+    with pytest.raises(
+        boxwood.CheckpointError, match=r"w: file has f32\[3\], model expects bf16\[3\]"
+    ):
         boxwood.load(path, like)
     out = boxwood.load(path, like, dtype=jnp.bfloat16)
     assert out["w"].dtype == jnp.bfloat16 and out["i"].dtype == jnp.int32
@@ -136,9 +155,18 @@ def test_non_strict_fills_what_matches(path):
     boxwood.save(path, {"a": jnp.ones(2), "extra": jnp.ones(1)})
     out = boxwood.load(path, {"a": jnp.zeros(2), "b": jnp.zeros(3)}, strict=False)
     assert out["a"].tolist() == [1, 1] and out["b"].tolist() == [0, 0, 0]
-    with pytest.raises(boxwood.CheckpointError, match="b: missing from the file, and `like` has no value"):
-        boxwood.load(path, {"a": jnp.zeros(2), "b": jax.ShapeDtypeStruct((3,), jnp.float32)}, strict=False)
-    with pytest.raises(boxwood.CheckpointError, match=r"a: file has f32\[2\], model expects f32\[5\]"):
+    with pytest.raises(
+        boxwood.CheckpointError,
+        match="b: missing from the file, and `like` has no value",
+    ):
+        boxwood.load(
+            path,
+            {"a": jnp.zeros(2), "b": jax.ShapeDtypeStruct((3,), jnp.float32)},
+            strict=False,
+        )
+    with pytest.raises(
+        boxwood.CheckpointError, match=r"a: file has f32\[2\], model expects f32\[5\]"
+    ):
         boxwood.load(path, {"a": jnp.zeros(5)}, strict=False)
 
 
@@ -154,10 +182,15 @@ def test_numpy_leaves_stay_numpy_and_code_is_kept(path):
 
 
 def test_interop_with_the_safetensors_library(path, tmp_path):
-    arrays = {"a.b": np.arange(6, dtype=np.float32).reshape(2, 3), "c": np.zeros(0, np.int8)}
+    arrays = {
+        "a.b": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "c": np.zeros(0, np.int8),
+    }
     other = tmp_path / "other.safetensors"
     safetensors_numpy.save_file(arrays, other, metadata={"k": "v"})
-    out = boxwood.load(other, {"a": {"b": jnp.zeros((2, 3))}, "c": jnp.zeros(0, jnp.int8)})
+    out = boxwood.load(
+        other, {"a": {"b": jnp.zeros((2, 3))}, "c": jnp.zeros(0, jnp.int8)}
+    )
     assert out["a"]["b"].tolist() == arrays["a.b"].tolist()
     assert boxwood.read_metadata(other) == {"k": "v"}
     boxwood.save(path, out, metadata={"step": 1})
@@ -183,7 +216,10 @@ def write_bytes(path, data):
 )
 def test_bad_files_raise_checkpoint_error(tmp_path, content, what):
     bad = write_bytes(tmp_path / "bad.safetensors", content)
-    with pytest.raises(boxwood.CheckpointError, match=f"bad.safetensors: not a usable safetensors checkpoint: .*{what}"):
+    with pytest.raises(
+        boxwood.CheckpointError,
+        match=f"bad.safetensors: not a usable safetensors checkpoint: .*{what}",
+    ):
         boxwood.load(bad, {"w": jnp.zeros(3)})
     with pytest.raises(boxwood.CheckpointError, match="bad.safetensors"):
         boxwood.read_metadata(bad)
@@ -193,32 +229,43 @@ def test_truncated_and_corrupted_data(path):
     boxwood.save(path, {"w": jnp.ones(100), "v": jnp.ones(10)})
     data = path.read_bytes()
     path.write_bytes(data[:-7])
-    with pytest.raises(boxwood.CheckpointError, match="the file is truncated: its header needs 440 bytes of data, the file has 433"):
+    with pytest.raises(
+        boxwood.CheckpointError,
+        match="the file is truncated: its header needs 440 bytes of data, the file has 433",
+    ):
         boxwood.load(path, {"w": jnp.zeros(100), "v": jnp.zeros(10)})
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + length])
     header["w"]["shape"] = [99]
     text = json.dumps(header, separators=(",", ":")).encode().ljust(length)
     path.write_bytes(data[:8] + text + data[8 + length :])
-    with pytest.raises(boxwood.CheckpointError, match="tensor 'w': byte range does not match its shape"):
+    with pytest.raises(
+        boxwood.CheckpointError, match="tensor 'w': byte range does not match its shape"
+    ):
         boxwood.load(path, {"w": jnp.zeros(100), "v": jnp.zeros(10)})
 
 
 def test_missing_file_and_directory(tmp_path):
-    with pytest.raises(boxwood.CheckpointError, match="nothing.safetensors: no such checkpoint file"):
+    with pytest.raises(
+        boxwood.CheckpointError, match="nothing.safetensors: no such checkpoint file"
+    ):
         boxwood.load(tmp_path / "nothing.safetensors", {})
     with pytest.raises(FileNotFoundError, match="the directory .* does not exist"):
         boxwood.save(tmp_path / "no" / "x.safetensors", {"w": jnp.ones(1)})
 
 
 def test_save_rejects_bad_input(path):
-    with pytest.raises(boxwood.CheckpointError, match="Cannot save `w`: it is an abstract"):
+    with pytest.raises(
+        boxwood.CheckpointError, match="Cannot save `w`: it is an abstract"
+    ):
         boxwood.save(path, {"w": jax.ShapeDtypeStruct((2,), jnp.float32)})
     with pytest.raises(TypeError, match="`metadata` must be JSON-serialisable"):
         boxwood.save(path, {"w": jnp.ones(1)}, metadata={"x": jnp.ones(1)})
     with pytest.raises(TypeError, match="`metadata` must be a dict"):
         boxwood.save(path, {"w": jnp.ones(1)}, metadata=[1])
-    with pytest.raises(boxwood.CheckpointError, match="Two leaves share the checkpoint name 'a.b'"):
+    with pytest.raises(
+        boxwood.CheckpointError, match="Two leaves share the checkpoint name 'a.b'"
+    ):
         boxwood.save(path, {"a.b": jnp.ones(1), "a": {"b": jnp.ones(1)}})
     with pytest.raises(ValueError, match="`format` must be"):
         boxwood.save(path, {}, format="pickle")

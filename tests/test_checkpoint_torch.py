@@ -30,15 +30,25 @@ def save_torch(module, path):
 
 def test_mlp(tmp_path, getkey):
     net = torch.nn.Sequential(
-        torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+        torch.nn.Linear(3, 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 2),
     )
     save_torch(net, tmp_path / "mlp.safetensors")
     model = nn.MLP(3, 2, 16, 2, key=getkey())
     # torch numbers the ReLUs too: Linear i of the MLP is entry 2*i of the Sequential
-    key_map = lambda k: "layers.{}.{}".format(int(k.split(".")[0]) // 2, k.split(".")[1])
-    model, report = boxwood.load_state_dict(model, tmp_path / "mlp.safetensors", key_map=key_map)
+    key_map = lambda k: "layers.{}.{}".format(
+        int(k.split(".")[0]) // 2, k.split(".")[1]
+    )
+    model, report = boxwood.load_state_dict(
+        model, tmp_path / "mlp.safetensors", key_map=key_map
+    )
     x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
-    np.testing.assert_allclose(jax.vmap(model)(x), net(torch.tensor(x)).detach().numpy(), atol=ATOL)
+    np.testing.assert_allclose(
+        jax.vmap(model)(x), net(torch.tensor(x)).detach().numpy(), atol=ATOL
+    )
     assert report.missing_keys == report.unexpected_keys == []
 
 
@@ -99,14 +109,23 @@ def test_cnn_with_batch_norm_statistics_into_state(tmp_path, getkey):
     np.testing.assert_allclose(mean, net.bn.running_mean.numpy())
     batched = jax.vmap(model, axis_name="batch", in_axes=(0, None), out_axes=(0, None))
     # evaluation: the running statistics
-    y, _ = jax.vmap(nn.inference_mode(model), axis_name="batch", in_axes=(0, None), out_axes=(0, None))(x, state)
-    np.testing.assert_allclose(y, net.eval()(torch.tensor(x)).detach().numpy(), atol=ATOL)
+    y, _ = jax.vmap(
+        nn.inference_mode(model),
+        axis_name="batch",
+        in_axes=(0, None),
+        out_axes=(0, None),
+    )(x, state)
+    np.testing.assert_allclose(
+        y, net.eval()(torch.tensor(x)).detach().numpy(), atol=ATOL
+    )
     # training: batch statistics, and the same updated running statistics
     y, state = batched(x, state)
     with torch.no_grad():
         want = net.train()(torch.tensor(x)).numpy()
     np.testing.assert_allclose(y, want, atol=ATOL)
-    np.testing.assert_allclose(state.get(model.bn.state_index)[1], net.bn.running_var.numpy(), atol=ATOL)
+    np.testing.assert_allclose(
+        state.get(model.bn.state_index)[1], net.bn.running_var.numpy(), atol=ATOL
+    )
 
 
 def gru_state_dict(sd, prefix="cell."):
@@ -118,7 +137,8 @@ def gru_state_dict(sd, prefix="cell."):
     return {
         prefix + "weight_ih": sd["weight_ih_l0"],
         prefix + "weight_hh": sd["weight_hh_l0"],
-        prefix + "bias": b_ih + np.concatenate([b_hh[: 2 * hidden], np.zeros(hidden, b_hh.dtype)]),
+        prefix + "bias": b_ih
+        + np.concatenate([b_hh[: 2 * hidden], np.zeros(hidden, b_hh.dtype)]),
         prefix + "bias_n": b_hh[2 * hidden :],
     }
 
@@ -135,16 +155,27 @@ class GRU(boxwood.Module):
 def test_gru(tmp_path, getkey):
     net = save_torch(torch.nn.GRU(3, 6, batch_first=True), tmp_path / "gru.safetensors")
     sd = safetensors_numpy.load_file(tmp_path / "gru.safetensors")
-    model, _ = boxwood.load_state_dict(GRU(nn.GRUCell(3, 6, key=getkey())), gru_state_dict(sd))
+    model, _ = boxwood.load_state_dict(
+        GRU(nn.GRUCell(3, 6, key=getkey())), gru_state_dict(sd)
+    )
     xs = np.random.default_rng(0).normal(size=(2, 7, 3)).astype(np.float32)
-    np.testing.assert_allclose(jax.vmap(model)(xs), net(torch.tensor(xs))[0].detach().numpy(), atol=ATOL)
+    np.testing.assert_allclose(
+        jax.vmap(model)(xs), net(torch.tensor(xs))[0].detach().numpy(), atol=ATOL
+    )
 
 
 def attention_state_dict(sd, prefix=""):
     """torch.nn.MultiheadAttention's packed input projection, split into boxwood's
     query, key and value projections."""
-    out = {prefix + "output_proj.weight": sd["out_proj.weight"], prefix + "output_proj.bias": sd["out_proj.bias"]}
-    parts = zip(("query", "key", "value"), np.split(sd["in_proj_weight"], 3), np.split(sd["in_proj_bias"], 3))
+    out = {
+        prefix + "output_proj.weight": sd["out_proj.weight"],
+        prefix + "output_proj.bias": sd["out_proj.bias"],
+    }
+    parts = zip(
+        ("query", "key", "value"),
+        np.split(sd["in_proj_weight"], 3),
+        np.split(sd["in_proj_bias"], 3),
+    )
     for name, w, b in parts:
         out[f"{prefix}{name}_proj.weight"] = w
         out[f"{prefix}{name}_proj.bias"] = b
@@ -152,21 +183,41 @@ def attention_state_dict(sd, prefix=""):
 
 
 def test_multihead_attention(tmp_path, getkey):
-    net = save_torch(torch.nn.MultiheadAttention(8, 2, batch_first=True), tmp_path / "mha.safetensors")
+    net = save_torch(
+        torch.nn.MultiheadAttention(8, 2, batch_first=True),
+        tmp_path / "mha.safetensors",
+    )
     sd = safetensors_numpy.load_file(tmp_path / "mha.safetensors")
-    biases = dict(use_query_bias=True, use_key_bias=True, use_value_bias=True, use_output_bias=True)
+    biases = dict(
+        use_query_bias=True,
+        use_key_bias=True,
+        use_value_bias=True,
+        use_output_bias=True,
+    )
     model = nn.MultiheadAttention(2, 8, **biases, key=getkey())
     model, _ = boxwood.load_state_dict(model, attention_state_dict(sd))
     q = np.random.default_rng(0).normal(size=(2, 5, 8)).astype(np.float32)
     kv = np.random.default_rng(1).normal(size=(2, 4, 8)).astype(np.float32)
-    want = net(torch.tensor(q), torch.tensor(kv), torch.tensor(kv), need_weights=False)[0]
-    np.testing.assert_allclose(jax.vmap(model)(q, kv, kv), want.detach().numpy(), atol=ATOL)
+    want = net(torch.tensor(q), torch.tensor(kv), torch.tensor(kv), need_weights=False)[
+        0
+    ]
+    np.testing.assert_allclose(
+        jax.vmap(model)(q, kv, kv), want.detach().numpy(), atol=ATOL
+    )
 
 
 def test_torch_names_that_do_not_fit_are_all_reported(tmp_path, getkey):
-    net = save_torch(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)), tmp_path / "n.safetensors")
+    net = save_torch(
+        torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)),
+        tmp_path / "n.safetensors",
+    )
     del net
-    with pytest.raises(boxwood.CheckpointError, match="n.safetensors into the given tree \\(8 problems\\)(.|\\n)*rename the incoming keys with `key_map=`") as info:
-        boxwood.load_state_dict(nn.MLP(3, 2, 4, 1, key=getkey()), tmp_path / "n.safetensors")
+    with pytest.raises(
+        boxwood.CheckpointError,
+        match="n.safetensors into the given tree \\(8 problems\\)(.|\\n)*rename the incoming keys with `key_map=`",
+    ) as info:
+        boxwood.load_state_dict(
+            nn.MLP(3, 2, 4, 1, key=getkey()), tmp_path / "n.safetensors"
+        )
     assert "0.weight: in the file but not in the model" in info.value.problems
     assert "layers.1.bias: missing from the file" in info.value.problems

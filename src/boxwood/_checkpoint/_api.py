@@ -23,7 +23,7 @@ _FORMATS = ("safetensors", "orbax", None)
 def _check_format(format: Any) -> None:
     if format not in _FORMATS:
         raise ValueError(
-            f"`format` must be \"safetensors\", \"orbax\" or None (choose by the "
+            f'`format` must be "safetensors", "orbax" or None (choose by the '
             f"tree), got {format!r}."
         )
 

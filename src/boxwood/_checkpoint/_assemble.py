@@ -130,7 +130,9 @@ def assemble(
     problems: list[str] = []
     if strict:
         problems += [f"{n}: missing from {where}" for n in report.missing_keys]
-        problems += [f"{n}: in {where} but not in the model" for n in report.unexpected_keys]
+        problems += [
+            f"{n}: in {where} but not in the model" for n in report.unexpected_keys
+        ]
     else:
         problems += [
             f"{leaf.name}: missing from {where}, and `like` has no value to keep "
@@ -202,7 +204,11 @@ def _materialise(plan: Plan) -> Any:
         sharding = sharding_of(like)
         return keys if sharding is None else jax.device_put(keys, sharding)
     sharding = sharding_of(like)
-    if sharding is None or sharding.is_fully_addressable and len(sharding.device_set) == 1:
+    if (
+        sharding is None
+        or sharding.is_fully_addressable
+        and len(sharding.device_set) == 1
+    ):
         return jax.device_put(host(), sharding)
     # Each device's shard is read from the file on its own: a sharded model is
     # never gathered whole in host memory.

@@ -108,7 +108,12 @@ class Checkpointer:
         return None
 
     def restore(
-        self, like: Any, step: int | None = None, *, strict: bool = True, dtype: Any = None
+        self,
+        like: Any,
+        step: int | None = None,
+        *,
+        strict: bool = True,
+        dtype: Any = None,
     ) -> Any:
         """Load checkpoint `step` (default: the newest valid one) into `like`.
 

@@ -13,7 +13,6 @@ skipped; anything else that does not fit is an error naming the leaf and why.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import pathlib
 from collections.abc import Callable, Iterator
@@ -215,7 +214,10 @@ def _aligned(like: Any, records: list[np.ndarray], is_leaf: Callable | None) -> 
             i += 1
         shape, dtype = _want(x)
         if i == len(records):
-            raise _leaf_error(path, f"the file has no array left for it ({describe(dtype, shape)}); it holds fewer leaves than `like`.")
+            raise _leaf_error(
+                path,
+                f"the file has no array left for it ({describe(dtype, shape)}); it holds fewer leaves than `like`.",
+            )
         if not _fits(records[i], x):
             rec = _as_dtype(records[i], dtype)
             raise _leaf_error(
@@ -239,9 +241,13 @@ def _aligned(like: Any, records: list[np.ndarray], is_leaf: Callable | None) -> 
 def _check_like(path: tuple, new: Any, old: Any) -> None:
     if isinstance(old, jax.ShapeDtypeStruct) or isinstance(old, jax.Array):
         if not isinstance(new, jax.Array):
-            raise _leaf_error(path, f"loaded a {type(new).__name__}, `like` has a JAX array.")
+            raise _leaf_error(
+                path, f"loaded a {type(new).__name__}, `like` has a JAX array."
+            )
     elif type(new) is not type(old):
-        raise _leaf_error(path, f"loaded a {type(new).__name__}, `like` has a {type(old).__name__}.")
+        raise _leaf_error(
+            path, f"loaded a {type(new).__name__}, `like` has a {type(old).__name__}."
+        )
     if isinstance(new, (np.ndarray, jax.Array)) and (
         new.shape != old.shape or new.dtype != old.dtype
     ):

@@ -147,7 +147,9 @@ def read_header(path: str | os.PathLike) -> Header:
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint file.") from None
     except IsADirectoryError:
-        raise CheckpointError(f"{path}: is a directory, not a checkpoint file.") from None
+        raise CheckpointError(
+            f"{path}: is a directory, not a checkpoint file."
+        ) from None
     try:
         entries = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -71,7 +71,9 @@ def save_orbax(
     ocp = _ocp()
     leaves, flat = _flat(tree)
     meta = encode_metadata(leaves, metadata)
-    args = ocp.args.Composite(state=ocp.args.PyTreeSave(flat), meta=ocp.args.JsonSave(meta))
+    args = ocp.args.Composite(
+        state=ocp.args.PyTreeSave(flat), meta=ocp.args.JsonSave(meta)
+    )
     path = os.path.abspath(os.fspath(path))
     if blocking:
         ocp.Checkpointer(_handler(ocp)).save(path, args=args, force=True)
@@ -116,7 +118,9 @@ def _target(plan: Plan) -> jax.ShapeDtypeStruct:
     if isinstance(like, (np.ndarray, np.generic)):
         return jax.ShapeDtypeStruct(leaf.shape, plan.dtype)  # restored as NumPy
     sharding = sharding_of(like)
-    if leaf.key_impl is not None and not isinstance(sharding, jax.sharding.NamedSharding):
+    if leaf.key_impl is not None and not isinstance(
+        sharding, jax.sharding.NamedSharding
+    ):
         sharding = None  # key data has an extra axis: placed after restoring
     if sharding is None:
         sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -172,4 +176,6 @@ def read_orbax_metadata(path: Any) -> dict:
     try:
         return json.loads(meta.get(USER_KEY, "{}"))
     except json.JSONDecodeError:
-        raise CheckpointError(f"{path}: its metadata is corrupted (not JSON).") from None
+        raise CheckpointError(
+            f"{path}: its metadata is corrupted (not JSON)."
+        ) from None

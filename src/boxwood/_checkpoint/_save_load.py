@@ -86,7 +86,7 @@ def check_savable(tree: Any) -> list[Leaf]:
         if isinstance(leaf.value, jax.Array) and not leaf.value.is_fully_addressable:
             raise CheckpointError(
                 f"Cannot save `{leaf.name}` to one file: it spans several processes. "
-                "Use `format=\"orbax\"` (install `boxwood[orbax]`)."
+                'Use `format="orbax"` (install `boxwood[orbax]`).'
             )
     return leaves
 
@@ -144,11 +144,15 @@ def file_tensors(path: str, header: Header) -> dict[str, FileTensor]:
 def decode_user_metadata(path: str, header: Header) -> dict:
     raw = header.metadata.get(USER_KEY)
     if raw is None:
-        return {k: v for k, v in header.metadata.items() if not k.startswith("boxwood.")}
+        return {
+            k: v for k, v in header.metadata.items() if not k.startswith("boxwood.")
+        }
     try:
         return json.loads(raw)
     except json.JSONDecodeError:
-        raise CheckpointError(f"{path}: its metadata is corrupted (not JSON).") from None
+        raise CheckpointError(
+            f"{path}: its metadata is corrupted (not JSON)."
+        ) from None
 
 
 def key_problems(metadata: dict, names: Any, like_leaves: list[Leaf]) -> list[str]:

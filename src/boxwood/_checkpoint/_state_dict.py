@@ -100,7 +100,11 @@ def _renamed(
                 f"{origin[new]!r} and {key!r}."
             )
         origin[new] = key
-        out[new] = value if isinstance(value, FileTensor) else _ArrayTensor(_to_numpy(key, value))
+        out[new] = (
+            value
+            if isinstance(value, FileTensor)
+            else _ArrayTensor(_to_numpy(key, value))
+        )
     return out
 
 
