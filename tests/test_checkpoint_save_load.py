@@ -267,6 +267,11 @@ def test_save_rejects_bad_input(path):
         boxwood.CheckpointError, match="Two leaves share the checkpoint name 'a.b'"
     ):
         boxwood.save(path, {"a.b": jnp.ones(1), "a": {"b": jnp.ones(1)}})
+    with pytest.raises(
+        boxwood.CheckpointError,
+        match="Cannot save `z`: dtype complex128 cannot be stored in a safetensors file",
+    ):
+        boxwood.save(path, {"z": np.zeros(2, np.complex128)}, blocking=False)
     with pytest.raises(ValueError, match="`format` must be"):
         boxwood.save(path, {}, format="pickle")
     assert not path.exists()

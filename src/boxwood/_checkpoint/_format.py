@@ -49,13 +49,15 @@ _MAX_HEADER = 100_000_000
 
 def dtype_name(dtype: Any) -> str:
     """The safetensors name of a NumPy dtype (`float32` -> `"F32"`)."""
-    dtype = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else dtype
+    dtype = np.dtype(dtype)
+    if dtype.byteorder == ">":
+        dtype = dtype.newbyteorder("<")
     try:
-        return _NAMES[np.dtype(dtype)]
+        return _NAMES[dtype]
     except KeyError:
         raise CheckpointError(
-            f"dtype {np.dtype(dtype)} cannot be stored in a safetensors file; "
-            f"supported: {', '.join(str(d) for d in _NAMES)}."
+            f"dtype {dtype} cannot be stored in a safetensors file; supported: "
+            f"{', '.join(str(d) for d in _NAMES)}. Cast it (`x.astype(...)`) first."
         ) from None
 
 

@@ -52,6 +52,11 @@ class Leaf:
 
 
 def key_impl_name(x: Any) -> str | None:
+    """The name of a typed key array's implementation (`"threefry2x32"`), else None.
+
+    Read from the dtype, which `jax.ShapeDtypeStruct`s have too
+    (`jax.random.key_impl` takes only concrete key arrays).
+    """
     if not is_key_dtype(x.dtype):
         return None
     return str(x.dtype._impl.name)

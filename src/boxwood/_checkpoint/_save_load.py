@@ -14,7 +14,14 @@ import numpy as np
 from ._assemble import assemble
 from ._atomic import atomic_write
 from ._error import CheckpointError
-from ._format import Header, TensorInfo, open_memmap, read_header, write_arrays
+from ._format import (
+    Header,
+    TensorInfo,
+    dtype_name,
+    open_memmap,
+    read_header,
+    write_arrays,
+)
 from ._leaves import Leaf, fingerprint, stored_leaves
 
 # Keys of the file's `__metadata__` (safetensors metadata is a map of strings).
@@ -77,6 +84,10 @@ def to_host(leaves: list[Leaf], copy: bool) -> list[tuple[str, np.ndarray]]:
 def check_savable(tree: Any) -> list[Leaf]:
     leaves, _, _ = stored_leaves(tree)
     for leaf in leaves:
+        try:
+            dtype_name(leaf.dtype)
+        except CheckpointError as e:
+            raise CheckpointError(f"Cannot save `{leaf.name}`: {e}") from None
         if isinstance(leaf.value, jax.ShapeDtypeStruct):
             raise CheckpointError(
                 f"Cannot save `{leaf.name}`: it is an abstract "
