@@ -287,3 +287,39 @@ def test_save_replaces_and_cleans_stale_temporary_files(path):
     assert not dead.exists() and other.exists()
     assert sorted(os.listdir(path.parent)) == sorted([path.name, other.name])
     assert boxwood.load(path, {"w": jnp.ones(2)})["w"].tolist() == [0, 0]
+
+
+DTYPES = [np.float32, np.float16, jnp.bfloat16, np.int8, np.uint32, np.bool_, np.int64]
+
+
+@pytest.fixture(scope="module")
+def hypothesis_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("hypothesis")
+
+
+def test_round_trip_property(hypothesis_dir):
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    hnp = pytest.importorskip("hypothesis.extra.numpy")
+
+    arrays = st.sampled_from(DTYPES).flatmap(
+        lambda dtype: hnp.arrays(
+            np.dtype(dtype) if dtype is not jnp.bfloat16 else np.dtype(np.uint16),
+            hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4),
+        ).map(lambda a, d=dtype: a.view(d) if d is jnp.bfloat16 else a)
+    )
+    names = st.text("abc_", min_size=1, max_size=3)
+    trees = st.dictionaries(
+        names, arrays | st.dictionaries(names, arrays, max_size=2), max_size=4
+    )
+
+    @hypothesis.settings(max_examples=25, deadline=None)
+    @hypothesis.given(trees)
+    def check(tree):
+        path = hypothesis_dir / "t.safetensors"
+        boxwood.save(path, tree)
+        like = jax.tree.map(lambda a: np.zeros_like(a), tree)
+        same(boxwood.load(path, like), tree)
+        assert set(safetensors_numpy.load_file(path)) == set(boxwood.state_dict(tree))
+
+    check()
