@@ -323,3 +323,12 @@ def test_round_trip_property(hypothesis_dir):
         assert set(safetensors_numpy.load_file(path)) == set(boxwood.state_dict(tree))
 
     check()
+
+
+def test_loaded_arrays_can_be_donated(path):
+    boxwood.save(path, {"w": jnp.arange(1000.0)})
+    out = boxwood.load(path, {"w": jnp.zeros(1000)})
+    y = jax.jit(lambda x: x * 2, donate_argnums=0)(out["w"])
+    assert out["w"].is_deleted() and y[3] == 6
+    again = boxwood.load(path, {"w": jnp.zeros(1000)})["w"]
+    np.testing.assert_array_equal(again, np.arange(1000.0))

@@ -210,3 +210,16 @@ def tensor_view(data: np.ndarray | None, info: TensorInfo) -> np.ndarray:
     if data is None or info.begin == info.end:
         return np.zeros(info.shape, info.dtype)
     return data[info.begin : info.end].view(info.dtype).reshape(info.shape)
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array whose data starts on a 64-byte boundary.
+
+    XLA's CPU client adopts such host buffers without copying them
+    (`jax.device_put(x, may_alias=True)`); NumPy's own allocations are only
+    16-byte aligned, which forces a copy.
+    """
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + nbytes].view(dtype).reshape(shape)

@@ -17,9 +17,11 @@ from ._error import CheckpointError
 from ._format import (
     Header,
     TensorInfo,
+    aligned_empty,
     dtype_name,
     open_memmap,
     read_header,
+    tensor_view,
     write_arrays,
 )
 from ._leaves import Leaf, fingerprint, stored_leaves
@@ -129,19 +131,22 @@ class FileTensor:
     def shape(self) -> tuple[int, ...]:
         return self.info.shape
 
+    # `read()` returns a new array that only the caller references.
+    reads_are_owned = True
+
     def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray:
         if index is None:
-            out = np.empty(self.info.shape, self.info.dtype)
+            out = aligned_empty(self.info.shape, self.info.dtype)
             with open(self.path, "rb") as f:
                 f.seek(self.data_start + self.info.begin)
                 got = f.readinto(memoryview(out.reshape(-1).view(np.uint8)))
             if got != out.nbytes:
                 raise CheckpointError(f"{self.path}: the file changed while loading.")
             return out
+        # A slice (one device's shard): read through a mapping of the file.
         if not self.mapping:
             self.mapping.append(open_memmap(self.path, Header({}, {}, self.data_start)))
-        data = self.mapping[0][self.info.begin : self.info.end]
-        return np.array(data.view(self.info.dtype).reshape(self.info.shape)[index])
+        return np.array(tensor_view(self.mapping[0], self.info)[index])
 
 
 def file_tensors(path: str, header: Header) -> dict[str, FileTensor]:
