@@ -17,7 +17,7 @@ import numpy as np
 
 from ._error import CheckpointError
 from ._format import describe
-from ._leaves import Leaf, stored_leaves
+from ._leaves import Leaf, is_stored, stored_leaves
 
 
 class Tensor(Protocol):
@@ -122,30 +122,12 @@ def assemble(
     **Returns:** `(tree, report)`.
     """
     leaves, pairs, treedef = stored_leaves(like)
-    names = {leaf.name for leaf in leaves}
-    report = LoadReport(
-        [leaf.name for leaf in leaves if leaf.name not in tensors],
-        [name for name in tensors if name not in names],
-    )
-    problems: list[str] = []
-    if strict:
-        problems += [f"{n}: missing from {where}" for n in report.missing_keys]
-        problems += [
-            f"{n}: in {where} but not in the model" for n in report.unexpected_keys
-        ]
-    else:
-        problems += [
-            f"{leaf.name}: missing from {where}, and `like` has no value to keep "
-            "(it is abstract)"
-            for leaf in leaves
-            if leaf.name not in tensors and isinstance(leaf.value, jax.ShapeDtypeStruct)
-        ]
+    report, problems = _check_names(leaves, tensors, strict, where)
     plans = {}
     for leaf in leaves:
         if leaf.name in tensors:
-            plan = _plan_one(
-                leaf, tensors[leaf.name], cast, squeeze_ok, where, problems
-            )
+            tensor = tensors[leaf.name]
+            plan = _plan_one(leaf, tensor, cast, squeeze_ok, where, problems)
             plans[leaf.name] = plan
     if problems:
         raise _error(problems, source, hint(report) if hint else "")
@@ -153,15 +135,36 @@ def assemble(
         loaded = {name: _materialise(plan) for name, plan in plans.items()}
     else:
         loaded = materialise(list(plans.values()))
-    it = iter(leaves)
-    out = []
-    for _, x in pairs:
-        if isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)):
-            name = next(it).name
-            out.append(loaded.get(name, x))
-        else:
-            out.append(x)
+    names = iter(leaf.name for leaf in leaves)
+    out = [loaded.get(next(names), x) if is_stored(x) else x for _, x in pairs]
     return jtu.tree_unflatten(treedef, out), report
+
+
+def _check_names(
+    leaves: list[Leaf], tensors: Mapping[str, Tensor], strict: bool, where: str
+) -> tuple[LoadReport, list[str]]:
+    """The missing and unexpected names, and the problems they make."""
+    names = {leaf.name for leaf in leaves}
+    report = LoadReport(
+        [leaf.name for leaf in leaves if leaf.name not in tensors],
+        [name for name in tensors if name not in names],
+    )
+    if strict:
+        problems = [f"{n}: missing from {where}" for n in report.missing_keys]
+        problems += [
+            f"{n}: in {where} but not in the model" for n in report.unexpected_keys
+        ]
+        return report, problems
+    abstract = [
+        leaf.name
+        for leaf in leaves
+        if leaf.name not in tensors and isinstance(leaf.value, jax.ShapeDtypeStruct)
+    ]
+    problems = [
+        f"{n}: missing from {where}, and `like` has no value to keep (it is abstract)"
+        for n in abstract
+    ]
+    return report, problems
 
 
 def _error(problems: list[str], source: str, extra: str) -> Exception:
