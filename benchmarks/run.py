@@ -44,6 +44,7 @@ BENCHES = {
     "memory": "bench_memory",
     "capture": "bench_capture",
     "sharding": "bench_sharding",
+    "checkpoint": "bench_checkpoint",
 }
 
 EXPLAIN = {
@@ -68,6 +69,11 @@ EXPLAIN = {
     "boxwood: `filter_jit(in_shardings=..., out_shardings=...)` with prefixes from "
     "`named_shardings(..., data_parallel())`. Ratio: to `jax.jit` over flat lists "
     "with the same `NamedSharding`s.",
+    "checkpoint save / load": "Saving and loading a model of about 500 MB (64 MB "
+    "with `--quick`): `boxwood.save` (crash-safe: fsync and rename) and `boxwood.load` "
+    "(validated, onto the device) against `safetensors.numpy.save_file` / `load_file` "
+    "on the same arrays; and the time a background save takes to return. Ratio: to "
+    "`safetensors.numpy` (background: its save time over safetensors' save).",
     "memory (donation)": "A training loop with the model and optimiser state "
     'donated (`filter_jit(donate="all-except-first")`, batch first and kept).',
     "captured values": "Arrays and modules read from globals or closures are "

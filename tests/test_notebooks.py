@@ -27,6 +27,12 @@ def test_notebook_runs(path):
     ]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    if path.name == "checkpoints.ipynb":
+        assert "files: ['step_000060.safetensors', 'step_000070.safetensors']" in text
+        assert "resumed from step 70 - same weights: True" in text
+        assert "model expects f32[8,1]" in text
+        difference = float(text.split("max difference to PyTorch:")[1].split()[0])
+        assert difference < 1e-5
     if path.name == "quickstart.ipynb":
         assert "CacheInfo(hits=199, misses=1, traces=1, size=1)" in text
         assert "args[2]: Python float 0.5 -> Python float 2.0" in text
