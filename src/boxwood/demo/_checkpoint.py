@@ -18,7 +18,7 @@ def save_models(path: pathlib.Path, models: dict, metadata: dict) -> pathlib.Pat
     try:
         from safetensors.numpy import save_file
     except ModuleNotFoundError:
-        raise DemoError("the demo's checkpoint needs safetensors: pip install safetensors") from None
+        raise DemoError("the demo's checkpoint needs safetensors; install the train extra: pip install 'boxwood[train]'") from None
     tensors = {name: np.asarray(x) for name, x in leaves_with_dotted_paths(models)}
     save_file(tensors, str(path), metadata={"boxwood-demo": json.dumps(metadata)})
     return path

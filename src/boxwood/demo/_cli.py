@@ -35,19 +35,16 @@ class Options:
     progress: bool = True
 
 
-def _positive_int(name: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{name} must be a whole number, got {text!r}"
-            ) from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be at least 1, got {value}")
-        return value
-
-    return parse
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number, got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _learning_rate(text: str) -> float:
@@ -55,11 +52,11 @@ def _learning_rate(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--lr must be a number, got {text!r}"
+            f"must be a number, got {text!r}"
         ) from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(
-            f"--lr must be a positive finite number such as 2e-3, got {text}"
+            f"must be a positive finite number such as 2e-3, got {text}"
         )
     return value
 
@@ -69,10 +66,10 @@ def _seed(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--seed must be a whole number, got {text!r}"
+            f"must be a whole number, got {text!r}"
         ) from None
     if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"--seed must be in [0, 2**32), got {value}")
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {value}")
     return value
 
 
@@ -80,7 +77,7 @@ def _data(text: str) -> str:
     if text == "digits" or (text.startswith("mnist:") and len(text) > len("mnist:")):
         return text
     raise argparse.ArgumentTypeError(
-        f"--data must be `digits` or `mnist:DIR` (a folder of MNIST IDX files), "
+        f"must be `digits` or `mnist:DIR` (a folder of MNIST IDX files), "
         f"got {text!r}"
     )
 
@@ -96,9 +93,9 @@ def parser() -> argparse.ArgumentParser:
             "handwritten digits (or MNIST IDX files). No download."
         ),
     )
-    p.add_argument("--epochs", type=_positive_int("--epochs"), default=d.epochs,
+    p.add_argument("--epochs", type=_positive_int, default=d.epochs,
                    help=f"passes over the training set (default {d.epochs})")
-    p.add_argument("--batch-size", type=_positive_int("--batch-size"),
+    p.add_argument("--batch-size", type=_positive_int,
                    default=d.batch_size,
                    help=f"images per step, at most the training set (default {d.batch_size})")
     p.add_argument("--lr", type=_learning_rate, default=d.lr,
