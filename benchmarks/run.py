@@ -42,6 +42,7 @@ BENCHES = {
     "async": "bench_async",
     "compile": "bench_compile",
     "memory": "bench_memory",
+    "display": "bench_display",
 }
 
 EXPLAIN = {
@@ -62,6 +63,9 @@ EXPLAIN = {
     "wrapper, caches cleared). Ratio: to the same form at depth 4.",
     "memory (donation)": "A training loop with the model and optimiser state "
     'donated (`filter_jit(donate="all-except-first")`, batch first and kept).',
+    "display": "`Module._repr_html_` (the notebook tree) and `str(boxwood.summary(m))` "
+    "on models of 10,000 array leaves; goal: under a second. Ratio: to "
+    "`tree_pformat` (the text repr) of the same model.",
 }
 
 

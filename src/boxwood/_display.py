@@ -9,15 +9,15 @@ sizes are the bytes of all arrays.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 from typing import Any
 
 import jax
-import jax.tree_util as jtu
 import numpy as np
 
 from ._module import Module
-from ._paths import dotted_path
+from ._module._module import MODULE_TYPES
 from ._pretty import array_summary
 
 FOLD_AT = 16  # sequences longer than this show their first FOLD_HEAD items ...
@@ -37,11 +37,21 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic))
 
 
-def _array_stats(x: Any) -> tuple[int, int]:
-    """`(parameters, bytes)` of one array."""
-    size = int(np.prod(x.shape, dtype=np.int64))
-    inexact = np.issubdtype(x.dtype, np.inexact)
-    return (size if inexact else 0), size * np.dtype(x.dtype).itemsize
+# Per-walk memo of `(summary text, parameters, bytes)` by array type, dtype and
+# shape: a large model has thousands of leaves but few distinct kinds of array.
+_LeafMemo = dict
+
+
+def _array_info(x: Any, memo: _LeafMemo) -> tuple[str, int, int]:
+    """`(f32[4,3], parameters, bytes)` of one array."""
+    key = (type(x), x.dtype, x.shape)
+    found = memo.get(key)
+    if found is None:
+        size = int(np.prod(x.shape, dtype=np.int64))
+        inexact = np.issubdtype(x.dtype, np.inexact)
+        found = (array_summary(x), size if inexact else 0, size * x.dtype.itemsize)
+        memo[key] = found
+    return found
 
 
 def human_bytes(n: int) -> str:
@@ -62,21 +72,22 @@ def _short_repr(x: Any) -> str:
     return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
 
 
-def _children(x: Any) -> list[tuple[Any, Any, bool]] | None:
-    """`(key, value, is_static)` for the parts of a container or module, or `None`
-    for a leaf."""
-    if isinstance(x, Module):
+def _children(x: Any) -> list[tuple[str, Any, bool]] | None:
+    """`(name, value, is_static)` for the parts of a container or module, or `None`
+    for a leaf. Names are the parts of the dotted paths of `_paths.py`: field
+    names, sequence indices and `str(dict key)`."""
+    if type(x) in MODULE_TYPES or isinstance(x, Module):
         static = type(x)._boxwood_static
         return [
-            (jtu.GetAttrKey(f.name), getattr(x, f.name), f.name in static)
-            for f in dataclasses.fields(x)
+            (f.name, getattr(x, f.name), f.name in static)
+            for f in type(x)._boxwood_fields
         ]
     if isinstance(x, tuple) and hasattr(x, "_fields"):  # NamedTuple
-        return [(jtu.GetAttrKey(k), v, False) for k, v in zip(x._fields, x)]
+        return [(k, v, False) for k, v in zip(x._fields, x)]
     if isinstance(x, (list, tuple)):
-        return [(jtu.SequenceKey(i), v, False) for i, v in enumerate(x)]
+        return [(str(i), v, False) for i, v in enumerate(x)]
     if isinstance(x, dict):
-        return [(jtu.DictKey(k), v, False) for k, v in x.items()]
+        return [(str(k), v, False) for k, v in x.items()]
     return None
 
 
@@ -93,51 +104,56 @@ def _stat_text(params: int, nbytes: int) -> str:
     return f"{params:,} params · {human_bytes(nbytes)}"
 
 
-def _html_node(name: str, x: Any, depth: int) -> tuple[str, int, int]:
+_escape = functools.lru_cache(maxsize=4096)(html.escape)  # bounded: names repeat
+
+
+def _html_node(name: str, x: Any, depth: int, memo: _LeafMemo) -> tuple[str, int, int]:
     """`(html, parameters, bytes)` for `x`, shown under the label `name`."""
-    label = f"{html.escape(name)}: " if name else ""
+    label = f"{_escape(name)}: " if name else ""
     if _is_array(x):
-        params, nbytes = _array_stats(x)
-        text = html.escape(array_summary(x))
-        return f'<div class="bw-leaf">{label}<span class="bw-arr">{text}</span></div>', params, nbytes
+        text, params, nbytes = _array_info(x, memo)
+        return (
+            f'<div class="bw-leaf">{label}<span class="bw-arr">{_escape(text)}</span></div>',
+            params,
+            nbytes,
+        )
     parts = _children(x)
     if parts is None:
-        text = html.escape(_short_repr(x))
-        return f'<div class="bw-leaf">{label}{text}</div>', 0, 0
+        return f'<div class="bw-leaf">{label}{html.escape(_short_repr(x))}</div>', 0, 0
     body, params, nbytes = [], 0, 0
     shown = parts if len(parts) <= FOLD_AT else parts[:FOLD_HEAD]
     for key, value, static in shown:
         if static:
-            text = html.escape(_short_repr(value))
             body.append(
-                f'<div class="bw-leaf">{html.escape(dotted_path((key,)))} = '
-                f'<span class="bw-static">{text}</span></div>'
+                f'<div class="bw-leaf">{_escape(key)} = <span class="bw-static">'
+                f"{html.escape(_short_repr(value))}</span></div>"
             )
             continue
-        piece, p, b = _html_node(dotted_path((key,)), value, depth + 1)
+        piece, p, b = _html_node(key, value, depth + 1, memo)
         body.append(piece)
         params, nbytes = params + p, nbytes + b
     if len(parts) > FOLD_AT:
-        folded, p, b = _html_fold(parts[FOLD_HEAD:], depth + 1)
+        folded, p, b = _html_fold(parts[FOLD_HEAD:], depth + 1, memo)
         body.append(folded)
         params, nbytes = params + p, nbytes + b
     is_open = " open" if depth == 0 else ""
     head = (
-        f'<summary>{label}<span class="bw-cls">{html.escape(_type_label(x))}</span> '
+        f'<summary>{label}<span class="bw-cls">{_escape(_type_label(x))}</span> '
         f'<span class="bw-stat">{_stat_text(params, nbytes)}</span></summary>'
     )
     return f"<details{is_open}>{head}{''.join(body)}</details>", params, nbytes
 
 
-def _html_fold(parts: list, depth: int) -> tuple[str, int, int]:
+def _html_fold(parts: list, depth: int, memo: _LeafMemo) -> tuple[str, int, int]:
     body, params, nbytes = [], 0, 0
     kinds: dict[str, int] = {}
     for key, value, _ in parts:
-        piece, p, b = _html_node(dotted_path((key,)), value, depth)
+        piece, p, b = _html_node(key, value, depth, memo)
         body.append(piece)
         params, nbytes = params + p, nbytes + b
-        kinds[_type_label(value)] = kinds.get(_type_label(value), 0) + 1
-    what = ", ".join(f"{n} × {html.escape(k)}" for k, n in kinds.items())
+        kind = _type_label(value)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    what = ", ".join(f"{n} × {_escape(k)}" for k, n in kinds.items())
     head = (
         f'<summary class="bw-fold">… {len(parts)} more ({what}) '
         f'<span class="bw-stat">{_stat_text(params, nbytes)}</span></summary>'
@@ -162,7 +178,7 @@ def module_html(tree: Any) -> str:
 
     A self-contained HTML fragment (`str`).
     """
-    node, _, _ = _html_node("", tree, 0)
+    node, _, _ = _html_node("", tree, 0, {})
     return f'{_STYLE}<div class="bw-tree">{node}</div>'
 
 
@@ -182,15 +198,16 @@ class SummaryRow:
     nbytes: int
 
 
-def _rows(path: tuple, x: Any, depth: int, rows: list) -> tuple[int, int]:
+def _rows(path: str, x: Any, depth: int, rows: list, memo: _LeafMemo) -> tuple[int, int]:
     if _is_array(x):
-        return _array_stats(x)
+        _, params, nbytes = _array_info(x, memo)
+        return params, nbytes
     parts = _children(x)
     if parts is None:
         return 0, 0
-    is_module = isinstance(x, Module)
+    has_row = isinstance(x, Module) or depth == 0
     index = len(rows)
-    if is_module or not path:
+    if has_row:
         rows.append(None)  # filled in below, once the subtree is counted
     params = nbytes = 0
     own = []
@@ -198,13 +215,13 @@ def _rows(path: tuple, x: Any, depth: int, rows: list) -> tuple[int, int]:
         if static:
             continue
         if _is_array(value):
-            own.append(f"{dotted_path((key,))} {array_summary(value)}")
-        child = depth + 1 if (is_module or not path) else depth
-        p, b = _rows((*path, key), value, child, rows)
+            own.append(f"{key} {_array_info(value, memo)[0]}")
+        child_path = f"{path}.{key}" if path else key
+        p, b = _rows(child_path, value, depth + has_row, rows, memo)
         params, nbytes = params + p, nbytes + b
-    if is_module or not path:
-        name = dotted_path(path) or "(root)"
-        rows[index] = SummaryRow(name, _type_label(x), depth, ", ".join(own), params, nbytes)
+    if has_row:
+        shapes = ", ".join(own)
+        rows[index] = SummaryRow(path or "(root)", _type_label(x), depth, shapes, params, nbytes)
     return params, nbytes
 
 
@@ -292,5 +309,25 @@ def summary(model: Any, *, max_rows: int = 200) -> Summary:
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
         raise ValueError(f"summary: `max_rows` must be a positive int, got {max_rows!r}.")
     rows: list[SummaryRow] = []
-    _rows((), model, 0, rows)
+    _rows("", model, 0, rows, {})
     return Summary(rows, max_rows)
+
+
+# ---------------------------------------------------------------- treescope
+
+
+def treescope_repr(module: Module, path: str | None, subtree_renderer: Any) -> Any:
+    """`Module.__treescope_repr__`: a module as its constructor, one entry per
+    field, coloured by class (treescope calls this when it is installed; boxwood
+    never imports treescope itself)."""
+    from treescope import formatting_util, repr_lib
+
+    attributes = {f.name: getattr(module, f.name) for f in dataclasses.fields(module)}
+    return repr_lib.render_object_constructor(
+        object_type=type(module),
+        attributes=attributes,
+        path=path,
+        subtree_renderer=subtree_renderer,
+        roundtrippable=False,
+        color=formatting_util.color_from_string(type(module).__qualname__),
+    )
