@@ -4,6 +4,15 @@ from . import nn as nn
 from ._ad import filter_grad as filter_grad
 from ._ad import filter_value_and_grad as filter_value_and_grad
 from ._callback import filter_pure_callback as filter_pure_callback
+from ._checkpoint import CheckpointError as CheckpointError
+from ._checkpoint import Checkpointer as Checkpointer
+from ._checkpoint import load as load
+from ._checkpoint import load_state_dict as load_state_dict
+from ._checkpoint import LoadReport as LoadReport
+from ._checkpoint import read_metadata as read_metadata
+from ._checkpoint import save as save
+from ._checkpoint import SaveHandle as SaveHandle
+from ._checkpoint import state_dict as state_dict
 from ._config import config as config
 from ._custom_ad import filter_custom_jvp as filter_custom_jvp
 from ._custom_ad import filter_custom_vjp as filter_custom_vjp

@@ -1,0 +1,208 @@
+"""The safetensors file format: its header, its dtype names, reading and writing.
+
+A file is an 8-byte little-endian header length, a JSON header naming every tensor
+(`{"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}}`, plus a
+`"__metadata__"` map of strings), then the tensors' bytes, C-ordered and
+little-endian. Files written here are read by the `safetensors` library and the
+other way round (tests/test_checkpoint_format.py checks both directions). The
+format is written here rather than through `safetensors.numpy` so that arrays go to
+the file without an intermediate copy, the file can be fsynced before it replaces
+the old one, and a sharded load reads only the slices each device needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import ml_dtypes
+import numpy as np
+
+from ._error import CheckpointError
+
+_DTYPES = {
+    "BOOL": np.dtype(np.bool_),
+    "U8": np.dtype(np.uint8),
+    "I8": np.dtype(np.int8),
+    "U16": np.dtype("<u2"),
+    "I16": np.dtype("<i2"),
+    "U32": np.dtype("<u4"),
+    "I32": np.dtype("<i4"),
+    "U64": np.dtype("<u8"),
+    "I64": np.dtype("<i8"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"),
+    "C64": np.dtype("<c8"),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+}
+_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+# A header larger than this is not a checkpoint (safetensors uses the same bound).
+_MAX_HEADER = 100_000_000
+
+
+def dtype_name(dtype: Any) -> str:
+    """The safetensors name of a NumPy dtype (`float32` -> `"F32"`)."""
+    dtype = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else dtype
+    try:
+        return _NAMES[np.dtype(dtype)]
+    except KeyError:
+        raise CheckpointError(
+            f"dtype {np.dtype(dtype)} cannot be stored in a safetensors file; "
+            f"supported: {', '.join(str(d) for d in _NAMES)}."
+        ) from None
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lies in a file: dtype, shape and byte range of its data."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    def describe(self) -> str:
+        return describe(self.dtype, self.shape)
+
+
+def describe(dtype: Any, shape: tuple[int, ...]) -> str:
+    """`f32[64,32]`: a dtype and shape in the short form messages use."""
+    dtype = np.dtype(dtype)
+    short = {"f": "f", "i": "i", "u": "u", "b": "bool", "c": "c"}.get(dtype.kind)
+    name = "bf16" if dtype == _DTYPES["BF16"] else None
+    if name is None and short is not None and dtype.kind != "b":
+        name = f"{short}{dtype.itemsize * 8}"
+    name = name or ("bool" if dtype.kind == "b" else str(dtype))
+    return f"{name}[{','.join(str(d) for d in shape)}]"
+
+
+@dataclass(frozen=True)
+class Header:
+    """A parsed header: tensors by name, the string metadata, and where data begins."""
+
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str]
+    data_start: int
+
+
+def encode_header(
+    arrays: Iterable[tuple[str, np.ndarray]], metadata: dict[str, str]
+) -> bytes:
+    """The header bytes (length prefix included) for `arrays`, in the given order."""
+    entries: dict[str, Any] = {"__metadata__": metadata}
+    offset = 0
+    for name, array in arrays:
+        end = offset + array.nbytes
+        entries[name] = {
+            "dtype": dtype_name(array.dtype),
+            "shape": list(array.shape),
+            "data_offsets": [offset, end],
+        }
+        offset = end
+    text = json.dumps(entries, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # data starts 8-byte aligned, as safetensors does
+    return struct.pack("<Q", len(text)) + text
+
+
+def write_arrays(f: BinaryIO, arrays: list[tuple[str, np.ndarray]], meta: dict) -> None:
+    """Write a whole safetensors file to the open binary file `f`."""
+    f.write(encode_header(arrays, meta))
+    for _, array in arrays:
+        array = np.ascontiguousarray(array)
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        # The array's own buffer goes to the file: no bytes object in between.
+        f.write(memoryview(array.reshape(-1).view(np.uint8)))
+
+
+def _bad(path: str, what: str) -> CheckpointError:
+    return CheckpointError(f"{path}: not a usable safetensors checkpoint: {what}.")
+
+
+def read_header(path: str | os.PathLike) -> Header:
+    """Parse and check the header of the safetensors file at `path`.
+
+    Checks that every tensor's byte range is consistent with its dtype and shape and
+    lies inside the file, so that a truncated or corrupted file is reported here,
+    not by a crash later. **Raises** `CheckpointError` naming the file.
+    """
+    path = os.fspath(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise _bad(path, f"the file is {size} bytes long (empty or truncated)")
+            (length,) = struct.unpack("<Q", head)
+            if length > min(_MAX_HEADER, size - 8):
+                raise _bad(path, f"the header length {length} does not fit the file")
+            raw = f.read(length)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint file.") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path}: is a directory, not a checkpoint file.") from None
+    try:
+        entries = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _bad(path, f"the header is not JSON ({e})") from None
+    if not isinstance(entries, dict):
+        raise _bad(path, "the header is not a JSON object")
+    metadata = entries.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise _bad(path, "`__metadata__` is not a map of strings")
+    tensors = {name: _tensor(path, name, e) for name, e in entries.items()}
+    _check_layout(path, tensors, size - 8 - length)
+    return Header(tensors, metadata, 8 + length)
+
+
+def _tensor(path: str, name: str, entry: Any) -> TensorInfo:
+    try:
+        dtype = _DTYPES[entry["dtype"]]
+        shape = tuple(int(d) for d in entry["shape"])
+        begin, end = (int(x) for x in entry["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise _bad(path, f"tensor {name!r} has a malformed entry {entry!r}") from None
+    if any(d < 0 for d in shape) or end - begin != dtype.itemsize * int(
+        np.prod(shape, dtype=np.int64)
+    ):
+        raise _bad(path, f"tensor {name!r}: byte range does not match its shape")
+    return TensorInfo(dtype, shape, begin, end)
+
+
+def _check_layout(path: str, tensors: dict[str, TensorInfo], data_size: int) -> None:
+    spans = sorted((t.begin, t.end, n) for n, t in tensors.items())
+    expected = 0
+    for begin, end, name in spans:
+        if begin != expected:
+            raise _bad(path, f"tensor {name!r} overlaps another or leaves a gap")
+        expected = end
+    if expected > data_size:
+        raise _bad(
+            path,
+            f"the file is truncated: its header needs {expected} bytes of data, "
+            f"the file has {data_size}",
+        )
+    if expected < data_size:
+        raise _bad(path, f"{data_size - expected} bytes follow the last tensor")
+
+
+def open_memmap(path: str, header: Header) -> np.ndarray | None:
+    """The file's data section as a read-only byte array mapped from disk."""
+    data_size = os.path.getsize(path) - header.data_start
+    if data_size == 0:
+        return None
+    return np.memmap(path, np.uint8, "r", offset=header.data_start, shape=(data_size,))
+
+
+def tensor_view(data: np.ndarray | None, info: TensorInfo) -> np.ndarray:
+    """A (lazy, mapped) view of one tensor of the file."""
+    if data is None or info.begin == info.end:
+        return np.zeros(info.shape, info.dtype)
+    return data[info.begin : info.end].view(info.dtype).reshape(info.shape)

@@ -1,0 +1,202 @@
+"""`save`, `load` and `read_metadata`: one tree, one safetensors file."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from ._assemble import assemble
+from ._atomic import atomic_write
+from ._error import CheckpointError
+from ._format import Header, TensorInfo, open_memmap, read_header, write_arrays
+from ._leaves import Leaf, fingerprint, stored_leaves
+
+# Keys of the file's `__metadata__` (safetensors metadata is a map of strings).
+VERSION_KEY = "boxwood.version"
+FINGERPRINT_KEY = "boxwood.fingerprint"
+USER_KEY = "boxwood.metadata"
+KEYS_KEY = "boxwood.prng_keys"
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def encode_metadata(leaves: list[Leaf], metadata: dict | None) -> dict[str, str]:
+    """The file's string metadata: version, fingerprint, user metadata, key impls."""
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(
+            f"`metadata` must be a dict (of JSON-serialisable values), got "
+            f"{type(metadata).__name__}."
+        )
+    try:
+        user = json.dumps(metadata or {}, allow_nan=True)
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"`metadata` must be JSON-serialisable (numbers, strings, lists, dicts): "
+            f"{e}. Convert arrays with `.tolist()` or `float(...)` first."
+        ) from None
+    out = {
+        VERSION_KEY: _version(),
+        FINGERPRINT_KEY: fingerprint(leaves),
+        USER_KEY: user,
+    }
+    keys = {leaf.name: leaf.key_impl for leaf in leaves if leaf.key_impl}
+    if keys:
+        out[KEYS_KEY] = json.dumps(keys)
+    return out
+
+
+def to_host(leaves: list[Leaf], copy: bool) -> list[tuple[str, np.ndarray]]:
+    """Every stored leaf as a NumPy array (typed keys as their key data).
+
+    With `copy=True` the arrays own their memory, so that the device buffers may be
+    donated or deleted right after this returns (background saves need this).
+    """
+    values = [
+        jax.random.key_data(leaf.value) if leaf.key_impl else leaf.value
+        for leaf in leaves
+    ]
+    for v in values:
+        if isinstance(v, jax.Array):
+            v.copy_to_host_async()  # all transfers in flight before the first wait
+    return [
+        (leaf.name, np.array(v, copy=True) if copy else np.asarray(v))
+        for leaf, v in zip(leaves, values)
+    ]
+
+
+def check_savable(tree: Any) -> list[Leaf]:
+    leaves, _, _ = stored_leaves(tree)
+    for leaf in leaves:
+        if isinstance(leaf.value, jax.ShapeDtypeStruct):
+            raise CheckpointError(
+                f"Cannot save `{leaf.name}`: it is an abstract "
+                "`jax.ShapeDtypeStruct`, not an array. Save a real tree (not the "
+                "output of `filter_eval_shape`)."
+            )
+        if isinstance(leaf.value, jax.Array) and not leaf.value.is_fully_addressable:
+            raise CheckpointError(
+                f"Cannot save `{leaf.name}` to one file: it spans several processes. "
+                "Use `format=\"orbax\"` (install `boxwood[orbax]`)."
+            )
+    return leaves
+
+
+def write_file(path: Any, arrays: list[tuple[str, np.ndarray]], meta: dict) -> None:
+    atomic_write(path, lambda f: write_arrays(f, arrays, meta))
+
+
+def save_now(path: Any, tree: Any, metadata: dict | None) -> None:
+    leaves = check_savable(tree)
+    meta = encode_metadata(leaves, metadata)
+    write_file(path, to_host(leaves, copy=False), meta)
+
+
+@dataclass
+class FileTensor:
+    """One tensor of a file, read on demand (whole, or a slice through a mapping)."""
+
+    path: str
+    info: TensorInfo
+    data_start: int
+    mapping: list  # shared, lazily filled one-element list holding the memmap
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.info.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.info.shape
+
+    def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray:
+        if index is None:
+            out = np.empty(self.info.shape, self.info.dtype)
+            with open(self.path, "rb") as f:
+                f.seek(self.data_start + self.info.begin)
+                got = f.readinto(memoryview(out.reshape(-1).view(np.uint8)))
+            if got != out.nbytes:
+                raise CheckpointError(f"{self.path}: the file changed while loading.")
+            return out
+        if not self.mapping:
+            self.mapping.append(open_memmap(self.path, Header({}, {}, self.data_start)))
+        data = self.mapping[0][self.info.begin : self.info.end]
+        return np.array(data.view(self.info.dtype).reshape(self.info.shape)[index])
+
+
+def file_tensors(path: str, header: Header) -> dict[str, FileTensor]:
+    mapping: list = []
+    return {
+        name: FileTensor(path, info, header.data_start, mapping)
+        for name, info in header.tensors.items()
+    }
+
+
+def decode_user_metadata(path: str, header: Header) -> dict:
+    raw = header.metadata.get(USER_KEY)
+    if raw is None:
+        return {k: v for k, v in header.metadata.items() if not k.startswith("boxwood.")}
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{path}: its metadata is corrupted (not JSON).") from None
+
+
+def _key_problems(path: str, header: Header, like_leaves: list[Leaf]) -> list[str]:
+    stored = json.loads(header.metadata.get(KEYS_KEY, "{}"))
+    problems = []
+    for leaf in like_leaves:
+        if leaf.name not in header.tensors:
+            continue
+        if leaf.key_impl != stored.get(leaf.name):
+            has = stored.get(leaf.name)
+            has = f"a PRNG key array of impl {has!r}" if has else "a plain array"
+            want = (
+                f"a PRNG key array of impl {leaf.key_impl!r}"
+                if leaf.key_impl
+                else "a plain array"
+            )
+            problems.append(f"{leaf.name}: file has {has}, model expects {want}")
+    return problems
+
+
+def load_file(path: Any, like: Any, *, strict: bool = True, dtype: Any = None) -> Any:
+    path = os.fspath(path)
+    header = read_header(path)
+    like_leaves, _, _ = stored_leaves(like)
+    key_problems = _key_problems(path, header, like_leaves)
+    if key_problems:
+        raise CheckpointError(
+            f"Cannot load the checkpoint {path} into the given tree:\n"
+            + "\n".join(f"  - {p}" for p in key_problems),
+            key_problems,
+        )
+
+    def hint() -> str:
+        have = header.metadata.get(FINGERPRINT_KEY)
+        if have and have != fingerprint(like_leaves):
+            return (
+                "The file was saved from a tree of a different structure (fingerprint "
+                f"{have}, the given tree's is {fingerprint(like_leaves)}): build "
+                "`like` with the same model and options as the saved one, or use "
+                "`load_state_dict(..., key_map=...)` to rename keys."
+            )
+        return ""
+
+    tree, _ = assemble(
+        like,
+        file_tensors(path, header),
+        strict=strict,
+        cast=dtype,
+        source=f"the checkpoint {path}",
+        hint=hint,
+    )
+    return tree

@@ -1,0 +1,103 @@
+"""Background saves (`save(..., blocking=False)`) and `boxwood.Checkpointer`."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood
+from boxwood._checkpoint import _background
+
+
+def test_background_save_copies_first_and_returns_a_handle(tmp_path):
+    path = tmp_path / "a.safetensors"
+    step = jax.jit(lambda x: x + 1, donate_argnums=0)
+    x = jnp.arange(1000.0)
+    handle = boxwood.save(path, {"x": x}, blocking=False, metadata={"step": 1})
+    x = step(x)  # donates (and on CPU may overwrite) the saved buffer
+    handle.wait()
+    assert handle.done()
+    assert "done" in repr(handle)
+    out = boxwood.load(path, {"x": jnp.zeros(1000)})
+    np.testing.assert_array_equal(out["x"], np.arange(1000.0))
+
+
+def test_later_save_waits_for_earlier(tmp_path):
+    path = tmp_path / "a.safetensors"
+    handles = [
+        boxwood.save(path, {"x": jnp.full(3, float(i))}, blocking=False)
+        for i in range(5)
+    ]
+    boxwood.save(path, {"x": jnp.full(3, 9.0)})
+    assert all(h.done() for h in handles)
+    assert boxwood.load(path, {"x": jnp.zeros(3)})["x"].tolist() == [9, 9, 9]
+    assert sorted(os.listdir(tmp_path)) == ["a.safetensors"]
+
+
+def test_background_error_surfaces_at_wait_and_next_call(tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("boxwood._checkpoint._api.write_file", fail)
+    handle = boxwood.save(tmp_path / "a.safetensors", {"x": jnp.ones(1)}, blocking=False)
+    with pytest.raises(RuntimeError, match="background save to .*a.safetensors failed") as info:
+        boxwood.save(tmp_path / "b.safetensors", {"x": jnp.ones(1)})
+    assert isinstance(info.value.__cause__, OSError)
+    with pytest.raises(RuntimeError, match="failed"):
+        handle.wait()  # the handle still tells
+    monkeypatch.undo()
+    boxwood.save(tmp_path / "b.safetensors", {"x": jnp.ones(1)})  # reported once
+
+
+def test_process_exit_waits_for_background_save(tmp_path):
+    path = tmp_path / "exit.safetensors"
+    code = f"""
+        import jax.numpy as jnp, boxwood
+        boxwood.save({str(path)!r}, {{"x": jnp.ones(2_000_000)}}, blocking=False)
+    """
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, env=env, timeout=120)
+    assert boxwood.load(path, {"x": jnp.zeros(2_000_000)})["x"].sum() == 2_000_000
+
+
+def test_checkpointer_keeps_newest_and_resumes(tmp_path):
+    ckpt = boxwood.Checkpointer(tmp_path / "run", keep=2)
+    assert ckpt.latest_step() is None
+    with pytest.raises(boxwood.CheckpointError, match="no checkpoint to restore"):
+        ckpt.restore({"w": jnp.zeros(2)})
+    for step in (0, 100, 200, 300):
+        ckpt.save(step, {"w": jnp.full(2, float(step))}, metadata={"loss": 0.5}, blocking=step % 200 == 0)
+    ckpt.wait()
+    assert ckpt.all_steps() == [200, 300]
+    assert sorted(os.listdir(tmp_path / "run")) == ["step_000200.safetensors", "step_000300.safetensors"]
+    assert ckpt.latest_step() == 300
+    assert ckpt.restore({"w": jnp.zeros(2)})["w"].tolist() == [300, 300]
+    assert ckpt.restore({"w": jnp.zeros(2)}, step=200)["w"].tolist() == [200, 200]
+    assert ckpt.read_metadata() == {"loss": 0.5, "step": 300}
+    assert repr(ckpt).endswith("keep=2)")
+
+
+def test_checkpointer_skips_a_damaged_newest_file(tmp_path):
+    ckpt = boxwood.Checkpointer(tmp_path)
+    ckpt.save(1, {"w": jnp.ones(4)})
+    ckpt.save(2, {"w": jnp.ones(4)})
+    data = ckpt.path(2).read_bytes()
+    ckpt.path(2).write_bytes(data[:-3])
+    with pytest.warns(UserWarning, match="Skipping a damaged checkpoint: .*step_000002.safetensors.*truncated"):
+        assert ckpt.latest_step() == 1
+
+
+def test_checkpointer_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="`keep` must be a positive int"):
+        boxwood.Checkpointer(tmp_path, keep=0)
+    with pytest.raises(ValueError, match="`step` must be a non-negative int"):
+        boxwood.Checkpointer(tmp_path).save(-1, {})
+
+
+def test_wait_all_with_nothing_pending():
+    _background.wait_all()
