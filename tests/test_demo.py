@@ -33,7 +33,7 @@ def test_demo_trains_reports_and_reloads(tmp_path, capsys):
     assert len(losses) == 4 and losses[-1] < losses[0] / 3
     test_acc = float(re.search(r"^test accuracy (\d\.\d+)", out, re.M).group(1))
     assert test_acc >= 0.9
-    assert f"reloaded checkpoint: test accuracy {test_acc:.3f} (same as before)" in out
+    assert f"reloaded checkpoint: test accuracy {test_acc:.3f} (same as before; metadata says {test_acc:.3f}); evaluate compiled 1 time(s) in all" in out
     assert f"checkpoint written to {tmp_path / 'demo.safetensors'}" in out
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert re.search(r"\d+ steps in \d+\.\ds: \d+ steps/s", out)

@@ -108,7 +108,8 @@ def train(
     opts, train_set: Split, val_set: Split, report: Callable[[int, float, float], None],
     tick: Callable[[], None],
 ):
-    """Train for `opts.epochs`; returns `(models, train_step, evaluate, history)`.
+    """Train for `opts.epochs`; returns `(models, optimizer_states, train_step,
+    evaluate, history)`.
 
     `report(epoch, loss, accuracy)` runs once per epoch; `tick()` once per step.
     """
@@ -146,4 +147,4 @@ def train(
         report(epoch, mean_loss, acc)
     history.seconds = time.perf_counter() - start
     history.steps = steps * opts.epochs
-    return models, train_step, evaluate, history
+    return models, states, train_step, evaluate, history
