@@ -44,6 +44,11 @@ def _is_namedtuple(cls: type) -> bool:
     )
 
 
+def _is_builtin_node(typ: type) -> bool:
+    """Node types a build program builds itself (modules aside)."""
+    return typ in (list, tuple, dict) or _is_namedtuple(typ)
+
+
 # Opcodes of a build program (the same numbers as in `_speedups.c`). A program is
 # a tree of tuples, each starting with its opcode.
 LEAF, CONST, LIST, TUPLE, NTUPLE, DICT, MODULE, LAZY, CALL = range(9)
@@ -70,6 +75,12 @@ class _Emitter:
         if typ is type(None):
             return (CONST, None)
         module = is_module_class(typ)
+        if not module and not _is_builtin_node(typ):
+            # Any other node type is rebuilt by its own treedef's `unflatten`, which
+            # takes the subtree's leaves (not its children, which may be subtrees:
+            # `nn.State` holds tuples).
+            leaves = tuple(self.leaf_nodes[pos : pos + td.num_leaves])
+            return (CALL, td.unflatten, leaves)
         if module and outer and self.remember:
             lazy = self._lazy(td, typ, aux, pos)
             if lazy is not None:  # built from its flat form; fields on first read
@@ -91,7 +102,7 @@ class _Emitter:
             if not parts:  # e.g. optax's `EmptyState()`: immutable, built once
                 return (CONST, tuple.__new__(typ, ()))
             return (NTUPLE, typ, parts)
-        return (CALL, td.unflatten, parts)  # any other node type: its own treedef
+        raise AssertionError(f"unexpected node type {typ}")  # see _is_builtin_node
 
     def _lazy(self, td: Any, typ: type, aux: Any, pos: int) -> tuple | None:
         """An outermost module with its static fields and flat form alone
