@@ -8,9 +8,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from _timing import interleave, timing_rows
-
 import boxwood as bw
+from _timing import interleave, timing_rows
 from boxwood import nn
 
 FIGURE = "display"
@@ -40,7 +39,10 @@ def models(leaves: int) -> dict[str, bw.Module]:
     base = _linear(rng)  # numpy leaves: building the model stays cheap
     layers = [base] * (leaves // 2)
     blocks = tuple(Stack(layers[i : i + 4]) for i in range(0, len(layers), 4))
-    return {"one list of Linear": Stack(layers), "nested blocks of 4 Linear": Blocks(blocks)}
+    return {
+        "one list of Linear": Stack(layers),
+        "nested blocks of 4 Linear": Blocks(blocks),
+    }
 
 
 def run(quick: bool) -> list[dict]:
@@ -53,7 +55,9 @@ def run(quick: bool) -> list[dict]:
             "_repr_html_": lambda n, m=model: [m._repr_html_() for _ in range(n)],
             "summary (text)": lambda n, m=model: [str(bw.summary(m)) for _ in range(n)],
         }
-        results = interleave(runners, reps=reps, target_s=0.2, min_calls=1, max_calls=50)
+        results = interleave(
+            runners, reps=reps, target_s=0.2, min_calls=1, max_calls=50
+        )
         rows += timing_rows(
             FIGURE, f"{case}, 10,000 leaves", results, limit="tree_pformat",
             scale=1e3, unit="ms",
@@ -63,4 +67,6 @@ def run(quick: bool) -> list[dict]:
 
 if __name__ == "__main__":
     for r in run(quick=True):
-        print(f"{r['case']:40s} {r['contender']:16s} {r['value']:8.1f} {r['unit']}  x{r['ratio']:.2f}")
+        print(
+            f"{r['case']:40s} {r['contender']:16s} {r['value']:8.1f} {r['unit']}  x{r['ratio']:.2f}"
+        )

@@ -15,7 +15,11 @@ from boxwood.demo import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MNIST = next(
-    (p / "shared/data/mnist" for p in ROOT.parents if (p / "shared/data/mnist").is_dir()),
+    (
+        p / "shared/data/mnist"
+        for p in ROOT.parents
+        if (p / "shared/data/mnist").is_dir()
+    ),
     None,
 )
 
@@ -33,7 +37,10 @@ def test_demo_trains_reports_and_reloads(tmp_path, capsys):
     assert len(losses) == 4 and losses[-1] < losses[0] / 3
     test_acc = float(re.search(r"^test accuracy (\d\.\d+)", out, re.M).group(1))
     assert test_acc >= 0.9
-    assert f"reloaded checkpoint: test accuracy {test_acc:.3f} (same as before; metadata says {test_acc:.3f}); evaluate compiled 1 time(s) in all" in out
+    assert (
+        f"reloaded checkpoint: test accuracy {test_acc:.3f} (same as before; metadata says {test_acc:.3f}); evaluate compiled 1 time(s) in all"
+        in out
+    )
     assert f"checkpoint written to {tmp_path / 'demo.safetensors'}" in out
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert re.search(r"\d+ steps in \d+\.\ds: \d+ steps/s", out)
@@ -41,7 +48,16 @@ def test_demo_trains_reports_and_reloads(tmp_path, capsys):
 
 
 def test_demo_is_reproducible_for_a_seed(tmp_path, capsys):
-    args = ["--epochs", "1", "--batch-size", "256", "--seed", "3", "--out", str(tmp_path)]
+    args = [
+        "--epochs",
+        "1",
+        "--batch-size",
+        "256",
+        "--seed",
+        "3",
+        "--out",
+        str(tmp_path),
+    ]
     first = re.findall(r"(?:train loss|accuracy) \d\.\d+", run_demo(args, capsys))
     second = re.findall(r"(?:train loss|accuracy) \d\.\d+", run_demo(args, capsys))
     assert first == second and len(first) >= 3
@@ -132,7 +148,9 @@ def test_read_idx_reads_plain_and_gzipped_files(tmp_path):
     images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
     _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", images)
     _write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([7, 1], np.uint8))
-    np.testing.assert_array_equal(read_idx(tmp_path / "t10k-images-idx3-ubyte.gz"), images)
+    np.testing.assert_array_equal(
+        read_idx(tmp_path / "t10k-images-idx3-ubyte.gz"), images
+    )
     x, y = load_mnist(tmp_path)
     assert x.dtype == np.float32 and x.shape == (2, 3, 4) and x.max() == 23 / 255
     assert y.tolist() == [7, 1] and y.dtype == np.int32
@@ -150,7 +168,9 @@ def test_read_idx_rejects_bad_files(tmp_path):
         load_mnist(tmp_path)
     _write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((3, 2, 2), np.uint8))
     _write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(2, np.uint8))
-    with pytest.raises(ValueError, match=r"expected images \[n, rows, cols\] and labels \[n\]"):
+    with pytest.raises(
+        ValueError, match=r"expected images \[n, rows, cols\] and labels \[n\]"
+    ):
         load_mnist(tmp_path)
 
 
@@ -158,4 +178,7 @@ def test_read_idx_rejects_bad_files(tmp_path):
 def test_load_mnist_reads_the_10k_test_set():
     images, labels = load_mnist(MNIST)
     assert images.shape == (10000, 28, 28) and labels.shape == (10000,)
-    assert labels[:5].tolist() == [7, 2, 1, 0, 4] and 0.0 <= images.min() < images.max() <= 1.0
+    assert (
+        labels[:5].tolist() == [7, 2, 1, 0, 4]
+        and 0.0 <= images.min() < images.max() <= 1.0
+    )

@@ -35,13 +35,15 @@ def make_net(getkey, n_blocks=2):
 
 def test_html_tree_shows_classes_static_fields_arrays_and_counts(getkey):
     html = make_net(getkey)._repr_html_()
-    assert html.count("<details") == html.count("</details>") == 9  # Net, list, 2 x (Block, Linear, Dropout), head
+    assert (
+        html.count("<details") == html.count("</details>") == 9
+    )  # Net, list, 2 x (Block, Linear, Dropout), head
     assert html.count("<details open>") == 1  # only the root starts expanded
     assert '<span class="bw-cls">Net</span>' in html
     assert '<span class="bw-cls">Block</span>' in html
     assert 'weight: <span class="bw-arr">f32[4,4]</span>' in html
     assert 'scale: <span class="bw-arr">f32[]</span>' in html
-    assert "name = <span class=\"bw-static\">&#x27;block0&#x27;</span>" in html
+    assert 'name = <span class="bw-static">&#x27;block0&#x27;</span>' in html
     assert "p = <span" in html and "0.1" in html  # Dropout's static configuration
     # Net: 2 * (16 + 4) + (8 + 2) + 1 = 51 parameters, 4 bytes each
     assert "51 params · 204 B" in html
@@ -64,9 +66,11 @@ def test_long_lists_are_folded(getkey):
 
 
 def test_html_counts_only_floating_point_as_parameters_but_all_bytes():
-    html = module_html({"w": np.zeros((3, 4), np.float32), "idx": np.zeros(5, np.int64)})
+    html = module_html(
+        {"w": np.zeros((3, 4), np.float32), "idx": np.zeros(5, np.int64)}
+    )
     assert "12 params · 88 B" in html
-    assert "idx: <span class=\"bw-arr\">i64[5](numpy)</span>" in html
+    assert 'idx: <span class="bw-arr">i64[5](numpy)</span>' in html
 
 
 def test_html_renders_modules_returned_by_filter_jit(getkey):

@@ -198,7 +198,9 @@ class SummaryRow:
     nbytes: int
 
 
-def _rows(path: str, x: Any, depth: int, rows: list, memo: _LeafMemo) -> tuple[int, int]:
+def _rows(
+    path: str, x: Any, depth: int, rows: list, memo: _LeafMemo
+) -> tuple[int, int]:
     if _is_array(x):
         _, params, nbytes = _array_info(x, memo)
         return params, nbytes
@@ -221,7 +223,9 @@ def _rows(path: str, x: Any, depth: int, rows: list, memo: _LeafMemo) -> tuple[i
         params, nbytes = params + p, nbytes + b
     if has_row:
         shapes = ", ".join(own)
-        rows[index] = SummaryRow(path or "(root)", _type_label(x), depth, shapes, params, nbytes)
+        rows[index] = SummaryRow(
+            path or "(root)", _type_label(x), depth, shapes, params, nbytes
+        )
     return params, nbytes
 
 
@@ -245,16 +249,23 @@ class Summary:
         table = [("module", "type", "params", "size", "arrays")]
         for r in shown:
             name = "  " * r.depth + r.path
-            table.append((name, r.type, f"{r.params:,}", human_bytes(r.nbytes), r.shapes))
+            table.append(
+                (name, r.type, f"{r.params:,}", human_bytes(r.nbytes), r.shapes)
+            )
         widths = [max(len(row[i]) for row in table) for i in range(4)]
         lines = [
-            "  ".join(c.ljust(w) if i != 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+            "  ".join(
+                c.ljust(w) if i != 2 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths))
+            )
             + ("  " + row[4] if row[4] else "")
             for row in table
         ]
         lines.insert(1, "-" * len(lines[0]))
         if hidden:
-            lines.append(f"... {hidden} more modules (summary(model, max_rows=...) shows more)")
+            lines.append(
+                f"... {hidden} more modules (summary(model, max_rows=...) shows more)"
+            )
         lines.append(f"total: {self.params:,} params, {human_bytes(self.nbytes)}")
         return "\n".join(line.rstrip() for line in lines)
 
@@ -307,7 +318,9 @@ def summary(model: Any, *, max_rows: int = 200) -> Summary:
     total: 17 params, 68 B
     """
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-        raise ValueError(f"summary: `max_rows` must be a positive int, got {max_rows!r}.")
+        raise ValueError(
+            f"summary: `max_rows` must be a positive int, got {max_rows!r}."
+        )
     rows: list[SummaryRow] = []
     _rows("", model, 0, rows, {})
     return Summary(rows, max_rows)

@@ -51,9 +51,7 @@ def _learning_rate(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a number, got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(
             f"must be a positive finite number such as 2e-3, got {text}"
@@ -77,8 +75,7 @@ def _data(text: str) -> str:
     if text == "digits" or (text.startswith("mnist:") and len(text) > len("mnist:")):
         return text
     raise argparse.ArgumentTypeError(
-        f"must be `digits` or `mnist:DIR` (a folder of MNIST IDX files), "
-        f"got {text!r}"
+        f"must be `digits` or `mnist:DIR` (a folder of MNIST IDX files), got {text!r}"
     )
 
 
@@ -93,25 +90,55 @@ def parser() -> argparse.ArgumentParser:
             "handwritten digits (or MNIST IDX files). No download."
         ),
     )
-    p.add_argument("--epochs", type=_positive_int, default=d.epochs,
-                   help=f"passes over the training set (default {d.epochs})")
-    p.add_argument("--batch-size", type=_positive_int,
-                   default=d.batch_size,
-                   help=f"images per step, at most the training set (default {d.batch_size})")
-    p.add_argument("--lr", type=_learning_rate, default=d.lr,
-                   help=f"Adam learning rate (default {d.lr})")
-    p.add_argument("--seed", type=_seed, default=d.seed,
-                   help="seed for initialisation, shuffling and dropout; a run is "
-                   f"reproducible for a seed (default {d.seed})")
-    p.add_argument("--out", type=pathlib.Path, default=d.out,
-                   help=f"folder for the checkpoint and plot (default ./{d.out})")
-    p.add_argument("--data", type=_data, default=d.data,
-                   help="`digits` (bundled, default) or `mnist:DIR`, a folder of "
-                   "MNIST IDX files such as t10k-images-idx3-ubyte.gz")
-    p.add_argument("--plot", action="store_true",
-                   help="write loss and accuracy curves to OUT/curves.png (matplotlib)")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="plain per-epoch lines instead of a progress bar")
+    p.add_argument(
+        "--epochs",
+        type=_positive_int,
+        default=d.epochs,
+        help=f"passes over the training set (default {d.epochs})",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=d.batch_size,
+        help=f"images per step, at most the training set (default {d.batch_size})",
+    )
+    p.add_argument(
+        "--lr",
+        type=_learning_rate,
+        default=d.lr,
+        help=f"Adam learning rate (default {d.lr})",
+    )
+    p.add_argument(
+        "--seed",
+        type=_seed,
+        default=d.seed,
+        help="seed for initialisation, shuffling and dropout; a run is "
+        f"reproducible for a seed (default {d.seed})",
+    )
+    p.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=d.out,
+        help=f"folder for the checkpoint and plot (default ./{d.out})",
+    )
+    p.add_argument(
+        "--data",
+        type=_data,
+        default=d.data,
+        help="`digits` (bundled, default) or `mnist:DIR`, a folder of "
+        "MNIST IDX files such as t10k-images-idx3-ubyte.gz",
+    )
+    p.add_argument(
+        "--plot",
+        action="store_true",
+        help="write loss and accuracy curves to OUT/curves.png (matplotlib)",
+    )
+    p.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="plain per-epoch lines instead of a progress bar",
+    )
     return p  # fmt: skip
 
 

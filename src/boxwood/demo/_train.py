@@ -105,7 +105,10 @@ def accuracy(evaluate, models, split: Split):
 
 
 def train(
-    opts, train_set: Split, val_set: Split, report: Callable[[int, float, float], None],
+    opts,
+    train_set: Split,
+    val_set: Split,
+    report: Callable[[int, float, float], None],
     tick: Callable[[], None],
 ):
     """Train for `opts.epochs`; returns `(models, optimizer_states, train_step,
@@ -119,15 +122,20 @@ def train(
     models = make_models(image_size, 10, key=init_key)
     optimizers, train_step, evaluate = make_steps(opts.lr)
     states = tuple(
-        opt.init(bw.filter(m, bw.is_inexact_array)) for opt, m in zip(optimizers, models)
+        opt.init(bw.filter(m, bw.is_inexact_array))
+        for opt, m in zip(optimizers, models)
     )
     steps = len(train_set) // opts.batch_size
     history = History()
     start = time.perf_counter()
     for epoch in range(1, opts.epochs + 1):
         key, shuffle_key = jax.random.split(key)
-        order = jax.random.permutation(shuffle_key, len(train_set))[: steps * opts.batch_size]
-        images = train_set.images[order].reshape(steps, opts.batch_size, *train_set.images.shape[1:])
+        order = jax.random.permutation(shuffle_key, len(train_set))[
+            : steps * opts.batch_size
+        ]
+        images = train_set.images[order].reshape(
+            steps, opts.batch_size, *train_set.images.shape[1:]
+        )
         labels = train_set.labels[order].reshape(steps, opts.batch_size)
         step_keys = jax.random.split(key, steps + 1)
         key = step_keys[0]
