@@ -48,3 +48,27 @@ def test_notebook_runs(path):
         assert "rules[0] = ('mlp\\\\..*', P('model',)) does not fit leaf" in text
         assert "the batch size 12 is not divisible by 8" in text
         assert "CacheInfo(hits=4, misses=1, traces=1, size=1)" in text
+    for expected in EXPECTED.get(path.name, ()):
+        assert expected in text, f"{path.name} no longer prints {expected!r}"
+
+
+# What each notebook must print: the claims its prose makes.
+EXPECTED = {
+    "quickstart.ipynb": [
+        "CacheInfo(hits=199, misses=1, traces=1, size=1)",
+        "args[2]: Python float 0.5 -> Python float 2.0",
+    ],
+    "several_models.ipynb": ["CacheInfo(hits=299, misses=1, traces=1, size=1)"],
+    "static_dynamic_and_recompiles.ipynb": [
+        "evaluation is deterministic: True",
+        "evaluation mode (static flag)          traces=2  "
+        "args[0].dropout.inference: False -> True",
+        "a batch of another size                traces=3  args[1]: f32[8,4] -> f32[16,4]",
+        "another array value: no retrace        traces=5  cache hit",
+    ],
+    "stateful_batchnorm.ipynb": [
+        "running mean starts at [0. 0. 0. 0.]",
+        "one example alone equals it inside a batch: True",
+        "CacheInfo(hits=199, misses=1, traces=1, size=1)",
+    ],
+}

@@ -21,15 +21,3 @@ def test_readme_gives_exactly_two_commands_and_ci_runs_the_test_one():
     assert len(commands) == 2
     assert "python -m boxwood.demo" in commands[0]
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
-
-
-def test_demo_trains_with_one_compile_per_mode(capsys):
-    from boxwood.demo import main
-
-    with jax.numpy_dtype_promotion("standard"):
-        main(["--epochs", "2"])
-    out = capsys.readouterr().out
-    assert "1 compile(s) of the training step" in out
-    assert "evaluation compiled 1 time(s)" in out
-    losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", out)]
-    assert losses[-1] < losses[0]

@@ -122,3 +122,36 @@ def test_deep_tree_fallback_with_constants():
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     built = compile_builder(treedef, {0: "const"})([leaves[1]])
     assert same(built, tree)
+
+
+@jax.tree_util.register_pytree_node_class
+class Pair:
+    """A non-Module node whose children are subtrees (a tuple and a module)."""
+
+    def __init__(self, left, right):
+        self.left, self.right = left, right
+
+    def tree_flatten(self):
+        return (self.left, self.right), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+
+def test_builder_rebuilds_other_nodes_whose_children_are_subtrees():
+    tree = [Pair((jnp.ones(1), jnp.zeros(2)), Lin(jnp.ones(2), jnp.zeros(2))), 3.0]
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    built = compile_builder(treedef)(leaves)
+    assert same(built, treedef.unflatten(leaves))
+    assert isinstance(built[0], Pair) and isinstance(built[0].right, Lin)
+
+
+def test_filter_jit_returns_a_batch_norm_state():
+    bn, state = bw.nn.make_with_state(bw.nn.BatchNorm)(3, axis_name="batch")
+    batched = jax.vmap(bn, axis_name="batch", in_axes=(0, None), out_axes=(0, None))
+    step = bw.filter_jit(lambda x, s: batched(x, s))
+    for _ in range(2):
+        _, state = step(jnp.arange(12.0).reshape(4, 3), state)
+    mean, _ = state.get(bn.state_index)
+    assert jnp.allclose(mean, (1 - 0.99**2) * jnp.array([4.5, 5.5, 6.5]))

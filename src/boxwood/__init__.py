@@ -22,6 +22,8 @@ from ._checkpoint import tree_serialise_leaves as tree_serialise_leaves
 from ._config import config as config
 from ._custom_ad import filter_custom_jvp as filter_custom_jvp
 from ._custom_ad import filter_custom_vjp as filter_custom_vjp
+from ._display import Summary as Summary
+from ._display import summary as summary
 from ._eval_shape import filter_eval_shape as filter_eval_shape
 from ._filters import combine as combine
 from ._filters import filter as filter
@@ -30,6 +32,8 @@ from ._filters import is_array_like as is_array_like
 from ._filters import is_inexact_array as is_inexact_array
 from ._filters import is_inexact_array_like as is_inexact_array_like
 from ._filters import partition as partition
+from ._info import info as info
+from ._info import notice_pure_python as _notice_pure_python
 from ._jit import CacheInfo as CacheInfo
 from ._jit import CapturedValueWarning as CapturedValueWarning
 from ._jit import filter_jit as filter_jit
@@ -62,3 +66,5 @@ from ._warnings import PerformanceWarning as PerformanceWarning
 from ._warnings import RecompileWarning as RecompileWarning
 
 __version__ = "0.1.0"
+
+_notice_pure_python()

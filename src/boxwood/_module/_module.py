@@ -379,6 +379,18 @@ class Module(metaclass=_ModuleMeta):
 
         return tree_pformat(self)
 
+    def _repr_html_(self) -> str:
+        # Notebooks show this: a collapsible tree (`boxwood/_display.py`).
+        from .._display import module_html
+
+        return module_html(self)
+
+    def __treescope_repr__(self, path, subtree_renderer):
+        # treescope (an optional extra) calls this; see `boxwood/_display.py`.
+        from .._display import treescope_repr
+
+        return treescope_repr(self, path, subtree_renderer)
+
 
 # The `__dict__` slot's setter, bypassing `Module.__setattr__`: `_set_dict(obj, d)`
 # makes `d` the instance dict in one step (the cheapest rebuild measured).

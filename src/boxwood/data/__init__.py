@@ -7,11 +7,16 @@ from importlib import resources
 
 import numpy as np
 
+from ._idx import load_mnist as load_mnist
+from ._idx import read_idx as read_idx
+
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:
     """The UCI handwritten digits (1797 8x8 images, pixel values 0..16).
 
-    Provenance and citation: `digits_DESCR.rst` beside this file (UCI, CC BY 4.0).
+    Provenance and citation: `digits_DESCR.rst` beside this file. The data is by
+    E. Alpaydin and C. Kaynak (UCI Machine Learning Repository), licensed CC BY 4.0
+    (https://creativecommons.org/licenses/by/4.0/); see also the project's NOTICE.
 
     **Returns:** `(images, labels)`: `float32[1797, 8, 8]` scaled to `[0, 1]`, and
     `int32[1797]` labels 0..9.
