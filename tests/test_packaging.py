@@ -48,7 +48,7 @@ def test_sdist_carries_tests_notebooks_docs_and_license(sdist_names):
         missing = _tracked(folder) - sdist_names
         assert not missing, f"the sdist lacks {sorted(missing)}"
     for name in ("tests/conftest.py", "LICENSE", "NOTICE", "pyproject.toml",
-                 "src/boxwood/data/digits.csv.gz", "src/boxwood/_speedups.c"):  # fmt: skip
+                 "src/boxwood/data/digits.csv.gz", "src/boxwood/_jit/_speedups.c"):  # fmt: skip
         assert name in sdist_names
     assert not [n for n in sdist_names if n.endswith((".so", ".pyc"))]
 
@@ -64,7 +64,7 @@ def test_license_is_an_spdx_string_and_the_data_is_credited():
 
 def test_missing_c_extension_gives_one_notice_and_info_says_so():
     code = (
-        "import sys; sys.modules['boxwood._speedups'] = None\n"
+        "import sys; sys.modules['boxwood._jit._speedups'] = None\n"
         "import boxwood; print(boxwood.info()['path'], boxwood.info()['reason'])"
     )
     env = {
@@ -93,7 +93,7 @@ def test_choosing_the_pure_python_path_is_silent():
 
 def test_info_reports_the_active_path():
     import boxwood
-    from boxwood import _native
+    from boxwood._jit import _native
 
     info = boxwood.info()
     assert info["speedups"] is _native.active()

@@ -6,12 +6,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from . import _native
+from ._jit import _native
 from ._config import _env_flag
 from ._warnings import PerformanceWarning
 
 PURE_PYTHON_NOTICE = (
-    "boxwood runs on its pure-Python path: the C extension `boxwood._speedups` is "
+    "boxwood runs on its pure-Python path: the C extension `boxwood._jit._speedups` is "
     "not built (no C compiler at install time?). Everything works; warm "
     "`filter_jit` calls cost about 1.4x more for the smallest models. Reinstall "
     "with a C compiler to build it, or set BOXWOOD_PURE_PYTHON=1 to choose this "
