@@ -3,4 +3,5 @@
 from ._abstract import AbstractClassVar as AbstractClassVar
 from ._abstract import AbstractVar as AbstractVar
 from ._field import field as field
+from ._field import static_field as static_field
 from ._module import Module as Module

@@ -51,3 +51,24 @@ def is_static(f: dataclasses.Field) -> bool:
 
 def converter_of(f: dataclasses.Field) -> Callable[[Any], Any] | None:
     return f.metadata.get("converter")
+
+
+def static_field(**kwargs: Any) -> Any:
+    """Deprecated: use `field(static=True, ...)`. Kept for code written for Equinox.
+
+    **Arguments:**
+
+    - `**kwargs`: as for [`boxwood.field`][].
+
+    **Returns:**
+
+    `field(static=True, **kwargs)`, after a `DeprecationWarning`.
+    """
+    import warnings
+
+    warnings.warn(
+        "`static_field(...)` is deprecated; use `boxwood.field(static=True, ...)`.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return field(static=True, **kwargs)
