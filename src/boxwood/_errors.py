@@ -39,7 +39,7 @@ def _default_on_error() -> str:
 
 
 def _nan_like(x: Any) -> Any:
-    dtype = np.result_type(x)
+    dtype = np.dtype(x.dtype)
     if np.issubdtype(dtype, np.inexact):
         fill = np.nan
     elif np.issubdtype(dtype, np.integer):

@@ -10,7 +10,7 @@ import jax
 from ._bound import as_pytree_function
 from ._filters import combine, is_inexact_array, partition
 from ._module import field
-from ._partition import Wrapped
+from ._partition import OutBox, Wrapped, split_out
 
 
 class _Jacobian(Wrapped):
@@ -19,14 +19,16 @@ class _Jacobian(Wrapped):
 
     def __call__(self, x: Any, /, *args: Any, **kwargs: Any) -> Any:
         diff, nondiff = partition(x, is_inexact_array)
+        box = OutBox()
 
         def of_diff(d: Any) -> tuple:
             out = self.fun(combine(d, nondiff), *args, **kwargs)
-            return out if self.has_aux else (out, None)
+            out, aux = out if self.has_aux else (out, None)
+            return out, split_out(aux, box)  # non-array aux goes around JAX
 
         jacobian = jax.jacrev if self.reverse else jax.jacfwd
         jac, aux = jacobian(of_diff, has_aux=True)(diff)
-        return (jac, aux) if self.has_aux else jac
+        return (jac, combine(aux, box.get())) if self.has_aux else jac
 
 
 _DOC_TAIL = """

@@ -231,9 +231,6 @@ def filter_vmap(
     >>> boxwood.filter_vmap(lambda m, x: m(x), in_axes=(0, None))(ensemble, 2.0)
     Array([0., 2., 4.], dtype=float32)
     """
-    bad = sorted(set(vmapkwargs) & {"in_axes", "out_axes", "fun", "axis_name"})
-    if bad or not all(isinstance(k, str) for k in vmapkwargs):
-        raise TypeError(f"`filter_vmap` got unexpected keyword arguments {bad}.")
     try:
         options = tuple(sorted(vmapkwargs.items()))
         hash(options)
