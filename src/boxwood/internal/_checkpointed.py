@@ -36,7 +36,17 @@ def _inexact_only(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: x if is_inexact_array(x) else None, tree)
 
 
+def _scalars_as_arrays(tree: Any) -> Any:
+    # Inside `custom_vjp` rules a weakly typed Python scalar input arrives as JAX's
+    # typed float/int (no `.shape`), not as an array.
+    scalar = (bool, int, float, complex)
+    return jax.tree_util.tree_map(
+        lambda x: jnp.asarray(x) if isinstance(x, scalar) else x, tree
+    )
+
+
 def _forward(body: Any, cond: Any, arrays: Any, max_steps: Any, slots: int) -> tuple:
+    body, cond, arrays = _scalars_as_arrays((body, cond, arrays))
     buf = jax.tree_util.tree_map(lambda x: jnp.zeros((slots, *x.shape), x.dtype), arrays)
     zero = jnp.asarray(0)
     state = (zero, arrays, buf, jnp.zeros(slots, zero.dtype), zero, zero + 1)
@@ -107,11 +117,7 @@ def _loop_fwd(body: Any, cond: Any, arrays: Any, max_steps: Any, slots: int) -> 
 
 def _loop_bwd(max_steps: Any, slots: int, res: tuple, ct: Any) -> tuple:
     body, cond, residuals = res
-    # A closed-over Python float reaches the backward pass as a float (JAX's typed
-    # scalar), not an array: make it one so that it is differentiated.
-    body = jax.tree_util.tree_map(
-        lambda x: jnp.asarray(x) if isinstance(x, (float, complex)) else x, body
-    )
+    body = _scalars_as_arrays(body)  # so that a closed-over float is differentiated
     ct_body, ct_val = _backward(body, residuals, ct)
     no_ct_cond = jax.tree_util.tree_map(lambda _: None, cond)
     return ct_body, no_ct_cond, ct_val
