@@ -50,7 +50,9 @@ def test_announce_transform():
     jax.vmap(lambda x: bw.debug.announce_transform(
         x, intermediates=True, announce=seen.append))(jnp.ones(2))  # fmt: skip
     assert seen[0] == "vmap"
-    assert bw.debug.announce_transform({"s": "str"}, announce=seen.append) == {"s": "str"}
+    assert bw.debug.announce_transform({"s": "str"}, announce=seen.append) == {
+        "s": "str"
+    }
 
 
 def test_backward_nan_prints_and_raises(capfd):
@@ -63,7 +65,9 @@ def test_backward_nan_prints_and_raises(capfd):
     assert "cotangents=" in capfd.readouterr().out
     with pytest.raises(Exception, match="NaN cotangent in `y`"):
         jax.jit(jax.grad(loss))(jnp.array([-1.0]))
-    quiet = jax.grad(lambda x: jnp.sum(jnp.sqrt(bw.debug.backward_nan(x, terminate=False))))
+    quiet = jax.grad(
+        lambda x: jnp.sum(jnp.sqrt(bw.debug.backward_nan(x, terminate=False)))
+    )
     assert jnp.isnan(quiet(jnp.array([-1.0]))).all()
 
 

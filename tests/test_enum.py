@@ -19,7 +19,9 @@ def test_items_messages_and_equality():
     assert len(RESULTS) == 2 and len(MORE) == 3
     assert bool(RESULTS.success == RESULTS.success)
     assert bool(RESULTS.success != RESULTS.diverged)
-    assert isinstance(RESULTS.success, RESULTS) and not isinstance(MORE.success, RESULTS)
+    assert isinstance(RESULTS.success, RESULTS) and not isinstance(
+        MORE.success, RESULTS
+    )
     assert repr(RESULTS.diverged).endswith("RESULTS<the solver diverged>")
     with pytest.raises(ValueError, match="same enumeration"):
         RESULTS.success == 0  # noqa: B015

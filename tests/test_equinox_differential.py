@@ -51,9 +51,7 @@ def test_filters(name):
     for spec in (getattr(eqx, name), getattr(bw, name)):
         assert callable(spec)
     same(eqx.filter(TREE, getattr(eqx, name)), bw.filter(TREE, getattr(bw, name)))
-    same(
-        eqx.partition(TREE, getattr(eqx, name)), bw.partition(TREE, getattr(bw, name))
-    )
+    same(eqx.partition(TREE, getattr(eqx, name)), bw.partition(TREE, getattr(bw, name)))
     a, b = bw.partition(TREE, getattr(bw, name))
     same(eqx.combine(*eqx.partition(TREE, getattr(eqx, name))), bw.combine(a, b))
 
@@ -102,14 +100,20 @@ TREE_EQUAL_CASES = [
 @pytest.mark.parametrize("case", range(len(TREE_EQUAL_CASES)))
 def test_tree_equal(case):
     trees, kwargs = TREE_EQUAL_CASES[case]
-    assert bool(eqx.tree_equal(*trees, **kwargs)) == bool(bw.tree_equal(*trees, **kwargs))
+    assert bool(eqx.tree_equal(*trees, **kwargs)) == bool(
+        bw.tree_equal(*trees, **kwargs)
+    )
 
 
 def test_tree_equal_under_jit_is_a_traced_bool_in_both():
     for lib in (eqx, bw):
-        out = jax.jit(lambda a, b, lib=lib: lib.tree_equal(a, b))(jnp.ones(2), jnp.ones(2))
+        out = jax.jit(lambda a, b, lib=lib: lib.tree_equal(a, b))(
+            jnp.ones(2), jnp.ones(2)
+        )
         assert out.dtype == jnp.bool_ and bool(out)
-        out = jax.jit(lambda a, lib=lib: lib.tree_equal(a, a + 1, atol=1e-3))(jnp.ones(2))
+        out = jax.jit(lambda a, lib=lib: lib.tree_equal(a, a + 1, atol=1e-3))(
+            jnp.ones(2)
+        )
         assert not bool(out)
 
 
@@ -119,7 +123,10 @@ def test_grad_value_and_grad_jacobians_hessian():
 
     x = jnp.array([0.3, -0.2])
     same(eqx.filter_grad(loss)(TREE, x), bw.filter_grad(loss)(TREE, x))
-    same(eqx.filter_value_and_grad(loss)(TREE, x), bw.filter_value_and_grad(loss)(TREE, x))
+    same(
+        eqx.filter_value_and_grad(loss)(TREE, x),
+        bw.filter_value_and_grad(loss)(TREE, x),
+    )
     aux_loss = lambda t, x: (loss(t, x), {"tag": "a"})  # noqa: E731
     same(
         eqx.filter_grad(aux_loss, has_aux=True)(TREE, x),
@@ -164,17 +171,22 @@ def test_tree_flatten_one_level_and_tree_check():
         assert te == tb and len(le) == len(lb)
     shared = [1]
     for tree in ([shared, shared], [[1], [1]], [(), ()], {"a": TREE, "b": TREE}):
-        assert outcome(lambda t=tree: eqx.tree_check(t))[0] == outcome(
-            lambda t=tree: bw.tree_check(t)
-        )[0]
+        assert (
+            outcome(lambda t=tree: eqx.tree_check(t))[0]
+            == outcome(lambda t=tree: bw.tree_check(t))[0]
+        )
 
 
 def test_error_if_raises_for_the_same_inputs():
     for pred in (jnp.array([False, False]), jnp.array([False, True])):
         fe = eqx.filter_jit(lambda x, p: eqx.error_if(x, p, "boom"))
         fb = bw.filter_jit(lambda x, p: bw.error_if(x, p, "boom"))
-        kind_e, _ = outcome(lambda: jax.block_until_ready(fe(jnp.ones(2), pred)))
-        kind_b, _ = outcome(lambda: jax.block_until_ready(fb(jnp.ones(2), pred)))
+        kind_e, _ = outcome(
+            lambda f=fe, p=pred: jax.block_until_ready(f(jnp.ones(2), p))
+        )
+        kind_b, _ = outcome(
+            lambda f=fb, p=pred: jax.block_until_ready(f(jnp.ones(2), p))
+        )
         assert kind_e == kind_b
 
 

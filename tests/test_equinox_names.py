@@ -114,6 +114,9 @@ def test_filter_pure_callback_vectorized_is_deprecated():
     assert out.tolist() == [2.0, 2.0]
     with pytest.raises(ValueError, match="not both"):
         bw.filter_pure_callback(
-            host, jnp.ones(2), result_shape_dtypes=struct, vectorized=True,
+            host,
+            jnp.ones(2),
+            result_shape_dtypes=struct,
+            vectorized=True,
             vmap_method="sequential",
         )

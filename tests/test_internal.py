@@ -67,7 +67,9 @@ def test_unvmap():
     assert jax.vmap(bwi.unvmap_all)(jnp.array([False, True])).tolist() == [False] * 2
     nested = jax.vmap(jax.vmap(bwi.unvmap_max))(jnp.array([[1, 5], [2, 3]]))
     assert nested.tolist() == [[5, 5], [5, 5]]
-    assert bwi.unvmap_any(jnp.array([False, True])) and bwi.unvmap_max(jnp.arange(3)) == 2
+    assert (
+        bwi.unvmap_any(jnp.array([False, True])) and bwi.unvmap_max(jnp.arange(3)) == 2
+    )
 
 
 def test_nondifferentiable():
@@ -76,7 +78,9 @@ def test_nondifferentiable():
     with pytest.raises(RuntimeError, match="`f` cannot be differentiated"):
         jax.grad(f)(1.0)
     with pytest.raises(RuntimeError, match="custom message"):
-        jax.jvp(lambda x: bwi.nondifferentiable(x, msg="custom message"), (1.0,), (1.0,))
+        jax.jvp(
+            lambda x: bwi.nondifferentiable(x, msg="custom message"), (1.0,), (1.0,)
+        )
 
 
 def test_nondifferentiable_backward():

@@ -51,7 +51,9 @@ def test_jacobians(jac):
 
 
 def test_hessian():
-    h = bw.filter_hessian(lambda p: jnp.sum(p[0] ** 3) + p[1])((jnp.array([1.0, 2.0]), 1))
+    h = bw.filter_hessian(lambda p: jnp.sum(p[0] ** 3) + p[1])(
+        (jnp.array([1.0, 2.0]), 1)
+    )
     assert h[0][0].tolist() == [[6.0, 0.0], [0.0, 12.0]]
 
 
@@ -59,7 +61,9 @@ def test_gradkwargs_are_passed_to_jax():
     f = bw.filter_grad(lambda z: jnp.real(z * jnp.conj(z)) + 0j, holomorphic=False)
     with pytest.raises(TypeError, match="holomorphic"):
         bw.filter_grad(lambda z: z**2, holomorphic=True)(jnp.array(1.0))
-    assert bw.filter_grad(lambda z: z**2, holomorphic=True)(jnp.array(1.0 + 1j)) == 2 + 2j
+    assert (
+        bw.filter_grad(lambda z: z**2, holomorphic=True)(jnp.array(1.0 + 1j)) == 2 + 2j
+    )
     del f
     (value, aux), grads = bw.filter_value_and_grad(
         lambda x: (jnp.sum(x**2), "a"), has_aux=True, allow_int=True
@@ -73,7 +77,9 @@ def test_gradkwargs_are_passed_to_jax():
 
 def test_filter_closure_convert_exposes_tracers():
     def outer(z):
-        g = bw.filter_closure_convert(lambda a, t: {"v": z * a, "t": t}, jnp.ones(()), "t")
+        g = bw.filter_closure_convert(
+            lambda a, t: {"v": z * a, "t": t}, jnp.ones(()), "t"
+        )
         assert len(g.consts) == 1
         return g(jnp.array(3.0), "t")["v"]
 

@@ -39,7 +39,7 @@ def test_values_match_unrolled(kind, options):
 @pytest.mark.parametrize("kind,options", KINDS[1:])
 def test_gradients_match_unrolled_loop(kind, options):
     for n in (1, 5, 13):
-        got = jax.jit(jax.grad(lambda x: _loop(x, n, kind, options)))(0.7)
+        got = jax.jit(jax.grad(lambda x, n=n: _loop(x, n, kind, options)))(0.7)
         want = jax.grad(_unrolled)(0.7, n)
         assert jnp.allclose(got, want, rtol=1e-5), (n, got, want)
 

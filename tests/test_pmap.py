@@ -35,7 +35,9 @@ def test_filter_pmap_errors():
     with pytest.raises(TypeError, match="positional arguments only"):
         bw.filter_pmap(lambda x: x)(x=jnp.ones((1,)))
     with pytest.raises(ValueError, match="unmapped"):
-        bw.filter_pmap(lambda x: x, out_axes=None)(jnp.ones((jax.local_device_count(),)))
+        bw.filter_pmap(lambda x: x, out_axes=None)(
+            jnp.ones((jax.local_device_count(),))
+        )
 
 
 def test_filter_pmap_eight_devices():

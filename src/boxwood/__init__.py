@@ -13,7 +13,7 @@ from ._custom_ad import filter_custom_jvp as filter_custom_jvp
 from ._custom_ad import filter_custom_vjp as filter_custom_vjp
 from ._enum import Enumeration as Enumeration
 from ._errors import BoxwoodRuntimeError as BoxwoodRuntimeError
-from ._errors import BoxwoodRuntimeError as EquinoxRuntimeError
+from ._errors import EquinoxRuntimeError as EquinoxRuntimeError
 from ._errors import branched_error_if as branched_error_if
 from ._errors import error_if as error_if
 from ._eval_shape import filter_eval_shape as filter_eval_shape
@@ -24,10 +24,10 @@ from ._filters import is_array_like as is_array_like
 from ._filters import is_inexact_array as is_inexact_array
 from ._filters import is_inexact_array_like as is_inexact_array_like
 from ._filters import partition as partition
-from ._jit import CacheInfo as CacheInfo
 from ._jacobian import filter_hessian as filter_hessian
 from ._jacobian import filter_jacfwd as filter_jacfwd
 from ._jacobian import filter_jacrev as filter_jacrev
+from ._jit import CacheInfo as CacheInfo
 from ._jit import filter_jit as filter_jit
 from ._jvp import filter_jvp as filter_jvp
 from ._jvp import filter_vjp as filter_vjp

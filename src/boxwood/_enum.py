@@ -108,7 +108,8 @@ class _EnumerationMeta(type):
             namespace = {k: v for k, v in namespace.items() if k not in items}
         cls = super().__new__(mcs, name, bases, namespace)
         cls._name_to_item, cls._index_to_message, cls._base_offsets = {}, [], {}
-        for base in (b for base in bases for b in base.__mro__):
+        ancestors = [b for direct in bases for b in direct.__mro__]
+        for base in ancestors:
             if base is Enumeration or not isinstance(base, _EnumerationMeta):
                 if not isinstance(base, _EnumerationMeta) and base is not object:
                     raise TypeError(
@@ -192,7 +193,9 @@ class Enumeration(metaclass=_EnumerationMeta):
         return EnumerationItem(value, cls)
 
     @classmethod
-    def where(cls, pred: Any, a: EnumerationItem, b: EnumerationItem) -> EnumerationItem:
+    def where(
+        cls, pred: Any, a: EnumerationItem, b: EnumerationItem
+    ) -> EnumerationItem:
         """`a` where the scalar boolean `pred` is true, else `b` (as `jnp.where`)."""
         if jnp.shape(pred) != () or jnp.result_type(pred) != jnp.bool_:
             raise ValueError(

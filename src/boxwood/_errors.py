@@ -24,6 +24,8 @@ class BoxwoodRuntimeError(RuntimeError):
     """
 
 
+EquinoxRuntimeError = BoxwoodRuntimeError  # Equinox's name for the same class
+
 _ON_ERROR = ("raise", "nan", "breakpoint", "off")
 
 
@@ -83,9 +85,7 @@ def _check(leaves: list, pred: Any, index: Any, msgs: tuple, on_error: str) -> l
         "breakpoint": _breakpoint_branch,
         "nan": lambda xs, _i, _m: [_nan_like(x) for x in xs],
     }[on_error]
-    return jax.lax.cond(
-        pred, lambda: branch(leaves, index, msgs), lambda: list(leaves)
-    )
+    return jax.lax.cond(pred, lambda: branch(leaves, index, msgs), lambda: list(leaves))
 
 
 _check = jax.custom_jvp(_check.fun, nondiff_argnums=(3, 4))
@@ -152,7 +152,9 @@ def branched_error_if(
         )
     msgs = tuple(msgs)
     if not msgs or not all(isinstance(m, str) for m in msgs):
-        raise TypeError(f"`msgs` must be a non-empty sequence of strings; got {msgs!r}.")
+        raise TypeError(
+            f"`msgs` must be a non-empty sequence of strings; got {msgs!r}."
+        )
     if on_error == "off":
         return x
     with jax.ensure_compile_time_eval():

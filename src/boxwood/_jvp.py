@@ -74,7 +74,9 @@ def filter_jvp(
 
     def inner(*leaves: Any) -> tuple:
         trace = leaves[0]._trace if leaves else None
-        out = fn(*combine(jax.tree_util.tree_unflatten(treedef, leaves), static), **kwargs)
+        out = fn(
+            *combine(jax.tree_util.tree_unflatten(treedef, leaves), static), **kwargs
+        )
 
         def perturbed(x: Any) -> bool:
             return isinstance(x, ad.JVPTracer) and x._trace is trace

@@ -16,6 +16,7 @@ from ._module import field
 from ._partition import OutBox, Wrapped
 from ._vmap import _UNMAPPED, _resolve, if_array
 
+_EACH_ARRAY = if_array(0)  # the default axes: every array on its leading axis
 _CACHE_SIZE = 32  # compiled programs kept per wrapper (least recently used dropped)
 
 
@@ -72,7 +73,9 @@ class _Pmapped(Wrapped):
         pmapped, box = entry
         arrays = iter(pmapped([leaves[i] for i in mapped]))
         out_def, out_kinds = box.get()
-        out = [_place(next(arrays), k) if isinstance(k, _Axis) else k for k in out_kinds]
+        out = [
+            _place(next(arrays), k) if isinstance(k, _Axis) else k for k in out_kinds
+        ]
         return jax.tree_util.tree_unflatten(out_def, out)
 
     def _compile(self, leaves: list, treedef: Any, mapped: tuple, axes: list) -> tuple:
@@ -110,8 +113,8 @@ class _Pmapped(Wrapped):
 def filter_pmap(
     fun: Callable | None = None,
     *,
-    in_axes: Any = if_array(0),
-    out_axes: Any = if_array(0),
+    in_axes: Any = _EACH_ARRAY,
+    out_axes: Any = _EACH_ARRAY,
     axis_name: Hashable | None = None,
     axis_size: int | None = None,
     donate: str = "none",
@@ -141,7 +144,9 @@ def filter_pmap(
     2
     """
     if donate not in ("none", "all"):
-        raise ValueError(f"`filter_pmap(donate=...)` must be 'none' or 'all'; got {donate!r}.")
+        raise ValueError(
+            f"`filter_pmap(donate=...)` must be 'none' or 'all'; got {donate!r}."
+        )
     if fun is None:
         return functools.partial(
             filter_pmap, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name,

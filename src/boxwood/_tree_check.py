@@ -94,7 +94,7 @@ def tree_check(pytree: Any) -> None:
         seen[id(node)] = (where, True)
         stack.append((node, path, True))
         keyed = jax.tree_util.tree_flatten_with_path(
-            node, is_leaf=lambda x: x is not node
+            node, is_leaf=lambda x, node=node: x is not node
         )[0]
-        for (key, child) in reversed(keyed):
+        for key, child in reversed(keyed):
             stack.append((child, path + key, False))

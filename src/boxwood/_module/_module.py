@@ -42,7 +42,9 @@ def _abstract_names(cls: type, namespace: dict[str, Any], own: set[str]) -> froz
 
 @dataclass_transform(field_specifiers=(dataclasses.field, field))
 class _ModuleMeta(abc.ABCMeta):
-    def __new__(mcs, name, bases, namespace, *, strict=False, is_abstract=False, **kwargs):
+    def __new__(
+        mcs, name, bases, namespace, *, strict=False, is_abstract=False, **kwargs
+    ):
         # Equinox's class keywords: `strict` is accepted and ignored (Equinox 0.13
         # ignores it too, except that `strict=None` meant abstract), `is_abstract=True`
         # forbids instantiating this class itself (not its subclasses).

@@ -24,7 +24,9 @@ def _impl(*xs: Any, stack: tuple, name: str, intermediates: bool, announce: Call
     return _say(xs, stack, "impl", name, announce)
 
 
-def _abstract(*xs: Any, stack: tuple, name: str, intermediates: bool, announce: Callable):
+def _abstract(
+    *xs: Any, stack: tuple, name: str, intermediates: bool, announce: Callable
+):
     return _say(xs, stack, "abstract", name, announce)
 
 

@@ -65,7 +65,12 @@ def backward_nan(x: Any, name: str | None = None, terminate: bool = True) -> Any
 
     `x`.
     """
-    arrays, others = partition(x, lambda a: is_array(a) and jnp.issubdtype(a.dtype, jnp.inexact))
+    arrays, others = partition(
+        x, lambda a: is_array(a) and jnp.issubdtype(a.dtype, jnp.inexact)
+    )
     leaves, treedef = jax.tree_util.tree_flatten(arrays)
     leaves = _watch(leaves, name, terminate)
     return combine(jax.tree_util.tree_unflatten(treedef, leaves), others)
+
+
+debug_backward_nan = backward_nan  # its name in `boxwood.internal` (as in Equinox)

@@ -97,8 +97,12 @@ def inspect_dce(name: Hashable = None) -> None:
     if _inside_trace():
         raise RuntimeError("`inspect_dce` must be called outside of `jax.jit`.")
     entries = _STORE.get(name, [])
-    print(f"Found {len(entries)} call{'' if len(entries) == 1 else 's'} to `store_dce`.")
+    print(
+        f"Found {len(entries)} call{'' if len(entries) == 1 else 's'} to `store_dce`."
+    )
     for i, (seen, treedef, others) in enumerate(entries):
         shown = [_Shown(seen.get(j, "<DCE'd>")) for j in range(treedef.num_leaves)]
         print(f"Entry {i}:")
-        print(tree_pformat(combine(jax.tree_util.tree_unflatten(treedef, shown), others)))
+        print(
+            tree_pformat(combine(jax.tree_util.tree_unflatten(treedef, shown), others))
+        )

@@ -13,7 +13,7 @@ from .._errors import error_if as error_if
 from .._unvmap import unvmap_all as unvmap_all
 from .._unvmap import unvmap_any as unvmap_any
 from .._unvmap import unvmap_max as unvmap_max
-from ..debug import backward_nan as debug_backward_nan
+from ..debug._backward_nan import debug_backward_nan as debug_backward_nan
 from ._closure import closure_to_pytree as closure_to_pytree
 from ._getkey import GetKey as GetKey
 from ._loops import scan as scan

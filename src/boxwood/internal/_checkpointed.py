@@ -47,7 +47,9 @@ def _scalars_as_arrays(tree: Any) -> Any:
 
 def _forward(body: Any, cond: Any, arrays: Any, max_steps: Any, slots: int) -> tuple:
     body, cond, arrays = _scalars_as_arrays((body, cond, arrays))
-    buf = jax.tree_util.tree_map(lambda x: jnp.zeros((slots, *x.shape), x.dtype), arrays)
+    buf = jax.tree_util.tree_map(
+        lambda x: jnp.zeros((slots, *x.shape), x.dtype), arrays
+    )
     zero = jnp.asarray(0)
     state = (zero, arrays, buf, jnp.zeros(slots, zero.dtype), zero, zero + 1)
 

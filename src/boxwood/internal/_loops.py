@@ -239,9 +239,7 @@ def _blocked_scan(
         return x.reshape(blocks, size, *x.shape[1:])
 
     xs_blocks = jax.tree_util.tree_map(padded, xs)
-    _, y_struct = jax.eval_shape(
-        f, init, jax.tree_util.tree_map(lambda x: x[0], xs)
-    )
+    _, y_struct = jax.eval_shape(f, init, jax.tree_util.tree_map(lambda x: x[0], xs))
 
     def step(carry: tuple, x: Any) -> tuple:
         i, c = carry
@@ -266,7 +264,7 @@ def _blocked_scan(
         return jax.lax.scan(step, carry, x_block)
 
     (_, carry), ys = jax.lax.scan(block, (jnp.asarray(0), init), xs_blocks)
-    ys = jax.tree_util.tree_map(lambda y: y.reshape(blocks * size, *y.shape[2:])[:n], ys)
+    ys = jax.tree_util.tree_map(
+        lambda y: y.reshape(blocks * size, *y.shape[2:])[:n], ys
+    )
     return carry, ys
-
-

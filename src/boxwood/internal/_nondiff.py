@@ -32,7 +32,9 @@ def _refuse_jvp_rule(msg: str, primals: tuple, tangents: tuple) -> tuple:
     raise RuntimeError(msg)
 
 
-def nondifferentiable(x: Any, *, name: str | None = None, msg: str | None = None) -> Any:
+def nondifferentiable(
+    x: Any, *, name: str | None = None, msg: str | None = None
+) -> Any:
     """Return `x` unchanged; raise a `RuntimeError` if it is differentiated (forward
     or reverse mode) with respect to its arrays.
 
@@ -69,7 +71,9 @@ def _identity(x: Any, *, msg: str, symbolic: bool) -> Any:
 
 def _jvp(primals: tuple, tangents: tuple, *, msg: str, symbolic: bool) -> tuple:
     (x,), (t,) = primals, tangents
-    bind = functools.partial(nondifferentiable_backward_p.bind, msg=msg, symbolic=symbolic)
+    bind = functools.partial(
+        nondifferentiable_backward_p.bind, msg=msg, symbolic=symbolic
+    )
     return bind(x), bind(ad.instantiate_zeros(t))
 
 
