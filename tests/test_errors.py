@@ -93,3 +93,17 @@ def test_non_array_leaves_pass_through():
     tree = {"w": jnp.ones(2), "act": "relu"}
     out = bw.filter_jit(lambda t: bw.error_if(t, t["w"] < 0, "m"))(tree)
     assert out["act"] == "relu" and out["w"].tolist() == [1.0, 1.0]
+
+
+def test_as_boxwood_error_recovers_the_message_from_xla():
+    from boxwood._errors import as_boxwood_error
+
+    f = jax.jit(lambda x: bw.error_if(x, x < 0, "line one\nline two"))
+    f(jnp.array(1.0))  # warm: the second call takes JAX's C++ dispatch path
+    for _ in range(2):
+        with pytest.raises(Exception) as info:
+            f(jnp.array(-1.0))
+        recovered = as_boxwood_error(info.value)
+        assert isinstance(recovered, bw.BoxwoodRuntimeError)
+        assert str(recovered) == "line one\nline two"
+    assert as_boxwood_error(ValueError("unrelated")) is None

@@ -26,6 +26,34 @@ class BoxwoodRuntimeError(RuntimeError):
 
 EquinoxRuntimeError = BoxwoodRuntimeError  # Equinox's name for the same class
 
+_MARKER = "BoxwoodRuntimeError: "
+
+
+def as_boxwood_error(error: BaseException) -> BoxwoodRuntimeError | None:
+    """The [`boxwood.BoxwoodRuntimeError`][] that a failed `error_if` check raised
+    inside a compiled computation, recovered from XLA's report of it (`None` if
+    `error` is not such a report).
+
+    XLA re-raises an exception from a host callback as its own runtime error (a
+    `jax.errors.JaxRuntimeError`, or a `ValueError` on JAX's C++ dispatch path)
+    whose text ends with the callback's traceback; the message follows the last
+    `BoxwoodRuntimeError: `. A compiled-function wrapper can re-raise the result
+    `from None` to show the user's message alone.
+
+    **Arguments:**
+
+    - `error`: the exception raised by calling a compiled function.
+
+    **Returns:**
+
+    A `BoxwoodRuntimeError` with the original message, or `None`.
+    """
+    text = str(error)
+    if isinstance(error, BoxwoodRuntimeError) or _MARKER not in text:
+        return None
+    return BoxwoodRuntimeError(text[text.rindex(_MARKER) + len(_MARKER) :])
+
+
 _ON_ERROR = ("raise", "nan", "breakpoint", "off")
 
 
