@@ -27,11 +27,16 @@ def test_filter_pmap_single_device_static_and_cache():
     assert traces == 1
     g(jnp.ones((n, 3)), 3.0, "tag")  # a new static value compiles again
     assert traces == 2
+    # an unmapped array is broadcast to every device; pmap options reach jax.pmap
+    h = bw.filter_pmap(lambda x, w: x * w, in_axes=(0, None), devices=jax.devices())
+    assert h(jnp.ones((n, 2)), jnp.array([2.0, 3.0]))[0].tolist() == [2.0, 3.0]
+    donated = bw.filter_pmap(lambda x: x + 1, donate="all")(jnp.ones((n, 2)))
+    assert donated.shape == (n, 2)
 
 
 def test_filter_pmap_errors():
-    with pytest.raises(ValueError, match="donate"):
-        bw.filter_pmap(lambda x: x, donate="warn")
+    with pytest.raises(ValueError, match="'none', 'all' or 'warn'"):
+        bw.filter_pmap(lambda x: x, donate="some")
     with pytest.raises(TypeError, match="positional arguments only"):
         bw.filter_pmap(lambda x: x)(x=jnp.ones((1,)))
     with pytest.raises(ValueError, match="unmapped"):

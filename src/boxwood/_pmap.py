@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import warnings
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -45,6 +46,7 @@ class _Pmapped(Wrapped):
     axis_size: int | None = field(static=True)
     donate: str = field(static=True)
     cache: _Cache = field(static=True)
+    pmapkwargs: tuple = field(static=True, default=())  # sorted (name, value) pairs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
@@ -54,9 +56,12 @@ class _Pmapped(Wrapped):
             )
         axes = _resolve(self.in_axes, args, "in_axes", "args")
         leaves, treedef = jax.tree_util.tree_flatten(args)
-        mapped = tuple(i for i, a in enumerate(axes) if a is not _UNMAPPED)
-        static = tuple(x for i, x in enumerate(leaves) if i not in set(mapped))
-        key = (treedef, mapped, tuple(axes[i] for i in mapped), static)
+        # Every array is an argument of the pmapped function (unmapped ones with
+        # axis None: broadcast to every device); the rest is compiled in.
+        mapped = tuple(i for i, x in enumerate(leaves) if is_array(x))
+        static = tuple(x for x in leaves if not is_array(x))
+        dev_axes = tuple(None if axes[i] is _UNMAPPED else axes[i] for i in mapped)
+        key = (treedef, mapped, dev_axes, static)
         cache = self.cache.entries
         try:
             entry = cache.pop(key)
@@ -66,12 +71,15 @@ class _Pmapped(Wrapped):
                 "compiled into the program)."
             ) from None
         except KeyError:
-            entry = self._compile(leaves, treedef, mapped, [axes[i] for i in mapped])
+            entry = self._compile(leaves, treedef, mapped, list(dev_axes))
         cache[key] = entry
         while len(cache) > _CACHE_SIZE:
             cache.pop(next(iter(cache)))
         pmapped, box = entry
-        arrays = iter(pmapped([leaves[i] for i in mapped]))
+        with warnings.catch_warnings():
+            if self.donate == "all":  # as Equinox: "all" silences unusable donations
+                warnings.filterwarnings("ignore", "Some donated buffers")
+            arrays = iter(pmapped([leaves[i] for i in mapped]))
         out_def, out_kinds = box.get()
         out = [
             _place(next(arrays), k) if isinstance(k, _Axis) else k for k in out_kinds
@@ -105,7 +113,8 @@ class _Pmapped(Wrapped):
             in_axes=(axes,),
             axis_name=self.axis_name,
             axis_size=self.axis_size,
-            donate_argnums=(0,) if self.donate == "all" else (),
+            donate_argnums=(0,) if self.donate in ("all", "warn") else (),
+            **dict(self.pmapkwargs),
         )
         return runner, box
 
@@ -118,6 +127,7 @@ def filter_pmap(
     axis_name: Hashable | None = None,
     axis_size: int | None = None,
     donate: str = "none",
+    **pmapkwargs: Any,
 ) -> Callable:
     """Parallelise a function across devices, like `jax.pmap`, for pytree arguments.
 
@@ -131,7 +141,10 @@ def filter_pmap(
       must be mapped (an int axis).
     - `axis_name`: the name of the device axis, for collectives (`jax.lax.psum`).
     - `axis_size`: the number of devices; needed only when no input is mapped.
-    - `donate`: `"none"` or `"all"` (donate the mapped input buffers).
+    - `donate`: `"none"`; `"all"` (donate the input arrays' buffers, silencing
+      JAX's warning about buffers it could not reuse); or `"warn"` (donate, and let
+      that warning through).
+    - `**pmapkwargs`: other options of `jax.pmap` (`devices`, `backend`, ...).
 
     **Returns:**
 
@@ -143,16 +156,21 @@ def filter_pmap(
     >>> f(jnp.ones((jax.local_device_count(), 2)), 3).shape[1]
     2
     """
-    if donate not in ("none", "all"):
+    if donate not in ("none", "all", "warn"):
         raise ValueError(
-            f"`filter_pmap(donate=...)` must be 'none' or 'all'; got {donate!r}."
+            "`filter_pmap(donate=...)` must be 'none', 'all' or 'warn'; got "
+            f"{donate!r}."
         )
     if fun is None:
         return functools.partial(
             filter_pmap, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name,
-            axis_size=axis_size, donate=donate,
+            axis_size=axis_size, donate=donate, **pmapkwargs,
         )  # fmt: skip
+    options = tuple(
+        (k, tuple(v) if isinstance(v, list) else v)
+        for k, v in sorted(pmapkwargs.items())
+    )
     return _Pmapped(
         as_pytree_function(fun), in_axes, out_axes, axis_name, axis_size, donate,
-        _Cache(),
+        _Cache(), options,
     )  # fmt: skip
