@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -64,8 +65,6 @@ def static_field(**kwargs: Any) -> Any:
 
     `field(static=True, **kwargs)`, after a `DeprecationWarning`.
     """
-    import warnings
-
     warnings.warn(
         "`static_field(...)` is deprecated; use `boxwood.field(static=True, ...)`.",
         DeprecationWarning,
