@@ -21,12 +21,14 @@ def test_filter_jvp_any_pytree():
 def test_filter_jvp_kwargs_and_no_perturbation():
     out, tangent = bw.filter_jvp(lambda x, *, k: x * k, (jnp.array(2.0),), (None,), k=4)
     assert out == 8.0 and tangent is None
+    out, tangent = bw.filter_jvp(lambda x: x * 3.0, (2.0,), (1.0,))  # Python floats
+    assert out == 6.0 and tangent == 3.0
 
 
 def test_filter_jvp_errors():
     with pytest.raises(ValueError, match="structure of `primals`"):
         bw.filter_jvp(lambda x: x, (1.0, 2.0), (1.0,))
-    with pytest.raises(ValueError, match=r"`primals\[0\]` is not a floating-point"):
+    with pytest.raises(ValueError, match=r"`primals\[0\]` is not floating-point"):
         bw.filter_jvp(lambda x: x, ("a",), (1.0,))
 
 

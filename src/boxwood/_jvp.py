@@ -8,7 +8,13 @@ from typing import Any
 import jax
 from jax.interpreters import ad
 
-from ._filters import combine, is_array, is_inexact_array, partition
+from ._filters import (
+    combine,
+    is_array,
+    is_inexact_array,
+    is_inexact_array_like,
+    partition,
+)
 from ._partition import OutBox
 
 
@@ -25,11 +31,11 @@ def _check_tangents(primals: Any, tangents: Any) -> None:
             f"`None` for leaves that have no tangent); got {t} for primals of {p}."
         )
     for path, primal, tangent in _pairs(primals, tangents):
-        if tangent is not None and not is_inexact_array(primal):
+        if tangent is not None and not is_inexact_array_like(primal):
             where = jax.tree_util.keystr(path)
             raise ValueError(
-                f"`filter_jvp`: `primals{where}` is not a floating-point array, so "
-                f"its tangent `tangents{where}` must be `None`."
+                f"`filter_jvp`: `primals{where}` is not floating-point (an array or a "
+                f"Python float), so its tangent `tangents{where}` must be `None`."
             )
 
 
