@@ -31,6 +31,7 @@ def _no_first_argument(name: str, kwargs: dict) -> TypeError:
 class _ValueAndGrad(Wrapped):
     has_aux: bool = field(static=True)
     grad_only: bool = field(static=True)
+    gradkwargs: tuple = field(static=True, default=())  # sorted (name, value) pairs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         name = "filter_grad" if self.grad_only else "filter_value_and_grad"
@@ -42,7 +43,10 @@ class _ValueAndGrad(Wrapped):
         def fun_of_diff(d: Any) -> Any:
             return self.fun(combine(d, nondiff), *rest, **kwargs)
 
-        value, grads = jax.value_and_grad(fun_of_diff, has_aux=self.has_aux)(diff)
+        value_and_grad = jax.value_and_grad(
+            fun_of_diff, has_aux=self.has_aux, **dict(self.gradkwargs)
+        )
+        value, grads = value_and_grad(diff)
         if not self.grad_only:
             return value, grads
         if self.has_aux:
@@ -50,8 +54,25 @@ class _ValueAndGrad(Wrapped):
         return grads
 
 
+def _grad_options(name: str, gradkwargs: dict) -> tuple:
+    if "argnums" in gradkwargs:
+        raise TypeError(
+            f"`{name}` differentiates with respect to the first argument only, so it "
+            "takes no `argnums`: pack what to differentiate into a tuple passed first."
+        )
+    try:
+        options = tuple(sorted(gradkwargs.items()))
+        hash(options)
+    except TypeError:
+        raise TypeError(
+            f"`{name}`: the options passed on to `jax.value_and_grad` must be "
+            f"hashable; got {gradkwargs!r}."
+        ) from None
+    return options
+
+
 def filter_value_and_grad(
-    fun: Callable | None = None, *, has_aux: bool = False
+    fun: Callable | None = None, *, has_aux: bool = False, **gradkwargs: Any
 ) -> Callable:
     """Make a function that evaluates `fun` and its gradient.
 
@@ -66,6 +87,8 @@ def filter_value_and_grad(
       `(scalar, aux)` when `has_aux=True`). A bound method of a module works too:
       the module's arrays are leaves of the returned wrapper.
     - `has_aux`: whether `fun` returns `(value, aux)`.
+    - `**gradkwargs`: other options of `jax.value_and_grad` (`holomorphic`,
+      `allow_int`, ...).
 
     **Returns:**
 
@@ -78,12 +101,15 @@ def filter_value_and_grad(
     >>> f((jnp.array([1.0, 2.0]), "tag"))
     (Array(5., dtype=float32), (Array([2., 4.], dtype=float32), None))
     """
+    options = _grad_options("filter_value_and_grad", gradkwargs)
     if fun is None:
-        return functools.partial(filter_value_and_grad, has_aux=has_aux)
-    return _ValueAndGrad(as_pytree_function(fun), has_aux, False)
+        return functools.partial(filter_value_and_grad, has_aux=has_aux, **gradkwargs)
+    return _ValueAndGrad(as_pytree_function(fun), has_aux, False, options)
 
 
-def filter_grad(fun: Callable | None = None, *, has_aux: bool = False) -> Callable:
+def filter_grad(
+    fun: Callable | None = None, *, has_aux: bool = False, **gradkwargs: Any
+) -> Callable:
     """Make a function that computes the gradient of `fun`.
 
     The gradient is taken with respect to every floating-point array (JAX or NumPy)
@@ -102,6 +128,7 @@ def filter_grad(fun: Callable | None = None, *, has_aux: bool = False) -> Callab
       *explicit* argument of `loss`; the module's arrays are leaves of the returned
       wrapper (so they are traced, not baked in, by an enclosing `filter_jit`).
     - `has_aux`: whether `fun` returns `(value, aux)`.
+    - `**gradkwargs`: other options of `jax.grad` (`holomorphic`, `allow_int`, ...).
 
     **Returns:**
 
@@ -113,6 +140,7 @@ def filter_grad(fun: Callable | None = None, *, has_aux: bool = False) -> Callab
     >>> grad({"w": jnp.array([1.0, 2.0]), "n": 3}, jnp.array([3.0, 4.0]))
     {'n': None, 'w': Array([3., 4.], dtype=float32)}
     """
+    options = _grad_options("filter_grad", gradkwargs)
     if fun is None:
-        return functools.partial(filter_grad, has_aux=has_aux)
-    return _ValueAndGrad(as_pytree_function(fun), has_aux, True)
+        return functools.partial(filter_grad, has_aux=has_aux, **gradkwargs)
+    return _ValueAndGrad(as_pytree_function(fun), has_aux, True, options)

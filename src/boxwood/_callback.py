@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -37,12 +38,31 @@ def _output_arrays(out: Any, want: list, want_def: Any) -> list:
     return arrays
 
 
+def _vmap_method(vmap_method: str | None, vectorized: bool | None) -> str | None:
+    if vectorized is None:
+        return vmap_method
+    if vmap_method is not None:
+        raise ValueError(
+            "`filter_pure_callback` takes `vmap_method=` or the older `vectorized=`, "
+            "not both."
+        )
+    method = "legacy_vectorized" if vectorized else "sequential"
+    warnings.warn(
+        f"`filter_pure_callback(vectorized={vectorized})` is deprecated; pass "
+        f"`vmap_method={method!r}` instead.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return method
+
+
 def filter_pure_callback(
     callback: Callable,
     *args: Any,
     result_shape_dtypes: Any,
     sharding: Any = None,
     vmap_method: str | None = None,
+    vectorized: bool | None = None,
     **kwargs: Any,
 ) -> Any:
     """Call a Python function from inside `jax.jit`; `jax.pure_callback` for
@@ -60,6 +80,9 @@ def filter_pure_callback(
       (or anything with `.shape` and `.dtype`) for each array. Its other leaves must
       equal the non-array outputs of `callback`. Keyword-only.
     - `sharding`, `vmap_method`: as in `jax.pure_callback`.
+    - `vectorized`: JAX's older form of `vmap_method` (deprecated, with a
+      `DeprecationWarning`): `True` is `vmap_method="legacy_vectorized"`, `False`
+      is `"sequential"`.
 
     **Returns:**
 
@@ -76,6 +99,7 @@ def filter_pure_callback(
     >>> jax.jit(f)(jnp.array([3.0, 1.0, 2.0]))
     Array([1., 2., 3.], dtype=float32)
     """
+    vmap_method = _vmap_method(vmap_method, vectorized)
     dynamic, static = partition((args, kwargs), is_array)
     want, want_def = jax.tree_util.tree_flatten_with_path(result_shape_dtypes)
     structs = [jax.ShapeDtypeStruct(w.shape, w.dtype) for _, w in want if _is_struct(w)]

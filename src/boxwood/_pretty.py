@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import types
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -54,8 +55,22 @@ def _block(open_: str, items: list[str], close: str, width: int, indent: int) ->
     return f"{open_}\n{body}{close}"
 
 
-def _format(x: Any, width: int, indent: int, short: bool) -> str:
-    fmt = functools.partial(_format, width=width - indent, indent=indent, short=short)
+def _never(x: Any) -> bool:
+    return False
+
+
+def _format(
+    x: Any, width: int, indent: int, short: bool, struct: bool = False,
+    truncate: Callable[[Any], bool] = _never,
+) -> str:  # fmt: skip
+    fmt = functools.partial(
+        _format, width=width - indent, indent=indent, short=short, struct=struct,
+        truncate=truncate,
+    )  # fmt: skip
+    if truncate(x):
+        return f"{type(x).__name__}(...)"
+    if struct and isinstance(x, jax.ShapeDtypeStruct):
+        return array_summary(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         items = [
             f"{f.name}={fmt(getattr(x, f.name, '<unset>'))}"
@@ -79,7 +94,13 @@ def _format(x: Any, width: int, indent: int, short: bool) -> str:
 
 
 def tree_pformat(
-    pytree: Any, *, width: int = 80, indent: int = 2, short_arrays: bool = True
+    pytree: Any,
+    *,
+    width: int = 80,
+    indent: int = 2,
+    short_arrays: bool = True,
+    struct_as_array: bool = False,
+    truncate_leaf: Callable[[Any], bool] = _never,
 ) -> str:
     """Format a pytree as readable, indented text, summarising arrays as `f32[4,3]`.
 
@@ -89,16 +110,35 @@ def tree_pformat(
     - `width`: lines longer than this are broken up.
     - `indent`: spaces per nesting level.
     - `short_arrays`: `False` prints arrays' values in full.
+    - `struct_as_array`: print `jax.ShapeDtypeStruct`s as arrays (`f32[4,3]`).
+    - `truncate_leaf`: `node -> bool`; nodes for which it is true (any node, not
+      only leaves) print as `TypeName(...)`.
+
+    **Returns:**
+
+    The text.
 
     >>> import boxwood, jax.numpy as jnp
     >>> print(boxwood.tree_pformat({"w": jnp.zeros((4, 3)), "act": "relu"}))
     {'w': f32[4,3], 'act': 'relu'}
+    >>> print(boxwood.tree_pformat([[1, 2], (3,)], truncate_leaf=lambda n: n == [1, 2]))
+    [list(...), (3,)]
     """
-    return _format(pytree, width, indent, short_arrays)
+    return _format(pytree, width, indent, short_arrays, struct_as_array, truncate_leaf)
 
 
 def tree_pprint(
-    pytree: Any, *, width: int = 80, indent: int = 2, short_arrays: bool = True
+    pytree: Any,
+    *,
+    width: int = 80,
+    indent: int = 2,
+    short_arrays: bool = True,
+    struct_as_array: bool = False,
+    truncate_leaf: Callable[[Any], bool] = _never,
 ) -> None:
-    """Print [`boxwood.tree_pformat`][]'s text."""
-    print(tree_pformat(pytree, width=width, indent=indent, short_arrays=short_arrays))
+    """Print [`boxwood.tree_pformat`][]'s text (same arguments)."""
+    text = tree_pformat(
+        pytree, width=width, indent=indent, short_arrays=short_arrays,
+        struct_as_array=struct_as_array, truncate_leaf=truncate_leaf,
+    )  # fmt: skip
+    print(text)

@@ -117,6 +117,7 @@ class _Vmapped(Wrapped):
     axis_name: Hashable | None = field(static=True)
     axis_size: int | None = field(static=True)
     param_names: tuple[str, ...] | None = field(static=True)
+    vmapkwargs: tuple = field(static=True, default=())  # sorted (name, value) pairs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
@@ -157,6 +158,7 @@ class _Vmapped(Wrapped):
             out_axes=(0, None),
             axis_name=self.axis_name,
             axis_size=self.axis_size,
+            **dict(self.vmapkwargs),
         )([leaves[i] for i in mapped])
         out_def, out_axes, traced_leaves = box.get()
         batched, unbatched = iter(batched), iter(unbatched)
@@ -187,6 +189,7 @@ def filter_vmap(
     out_axes: Any = if_array(0),
     axis_name: Hashable | None = None,
     axis_size: int | None = None,
+    **vmapkwargs: Any,
 ) -> Callable:
     """Vectorise a function over arrays, broadcasting everything else.
 
@@ -210,6 +213,7 @@ def filter_vmap(
     - `axis_name`: a name for the vectorised axis, for collectives such as
       `jax.lax.psum`.
     - `axis_size`: the batch size; needed only when no argument is vectorised.
+    - `**vmapkwargs`: other options of `jax.vmap` (`spmd_axis_name`).
 
     **Returns:**
 
@@ -227,6 +231,14 @@ def filter_vmap(
     >>> boxwood.filter_vmap(lambda m, x: m(x), in_axes=(0, None))(ensemble, 2.0)
     Array([0., 2., 4.], dtype=float32)
     """
+    try:
+        options = tuple(sorted(vmapkwargs.items()))
+        hash(options)
+    except TypeError:
+        raise TypeError(
+            "`filter_vmap`: the options passed on to `jax.vmap` must be hashable; "
+            f"got {vmapkwargs!r}."
+        ) from None
     if fun is None:
         return functools.partial(
             filter_vmap,
@@ -234,6 +246,7 @@ def filter_vmap(
             out_axes=out_axes,
             axis_name=axis_name,
             axis_size=axis_size,
+            **vmapkwargs,
         )
     return _Vmapped(
         as_pytree_function(fun),
@@ -242,4 +255,5 @@ def filter_vmap(
         axis_name,
         axis_size,
         _param_names(fun, in_axes),
+        options,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -51,3 +52,22 @@ def is_static(f: dataclasses.Field) -> bool:
 
 def converter_of(f: dataclasses.Field) -> Callable[[Any], Any] | None:
     return f.metadata.get("converter")
+
+
+def static_field(**kwargs: Any) -> Any:
+    """Deprecated: use `field(static=True, ...)`. Kept for code written for Equinox.
+
+    **Arguments:**
+
+    - `**kwargs`: as for [`boxwood.field`][].
+
+    **Returns:**
+
+    `field(static=True, **kwargs)`, after a `DeprecationWarning`.
+    """
+    warnings.warn(
+        "`static_field(...)` is deprecated; use `boxwood.field(static=True, ...)`.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return field(static=True, **kwargs)

@@ -47,7 +47,13 @@ def _abstract_names(cls: type, namespace: dict[str, Any], own: set[str]) -> froz
 
 @dataclass_transform(field_specifiers=(dataclasses.field, field))
 class _ModuleMeta(abc.ABCMeta):
-    def __new__(mcs, name, bases, namespace, **kwargs):
+    def __new__(
+        mcs, name, bases, namespace, *, strict=False, is_abstract=False, **kwargs
+    ):
+        # Equinox's class keywords: `strict` is accepted and ignored (Equinox 0.13
+        # ignores it too, except that `strict=None` meant abstract), `is_abstract=True`
+        # forbids instantiating this class itself (not its subclasses).
+        is_abstract = bool(is_abstract) or strict is None
         annotations = namespace.get("__annotations__", {})
         own_abstract = {n for n, a in list(annotations.items()) if abstract_kind(a)}
         for n in own_abstract:
@@ -58,6 +64,7 @@ class _ModuleMeta(abc.ABCMeta):
         )
         cls._boxwood_custom_init = custom_init
         cls.__boxwood_abstract__ = _abstract_names(cls, namespace, own_abstract)
+        cls._boxwood_is_abstract = is_abstract
         dataclasses.dataclass(cls, init=not custom_init, repr=False, eq=False)
         fields = dataclasses.fields(cls)
         _check_field_names(name, fields)
@@ -268,6 +275,11 @@ def _constructor(user_init: Any) -> Any:
             user_init(self, *args, **kwargs)
             return
         cls = type(self)
+        if cls.__dict__.get("_boxwood_is_abstract"):
+            raise TypeError(
+                f"`{cls.__name__}` was declared with `is_abstract=True`; instantiate a "
+                "concrete subclass of it instead."
+            )
         if cls.__boxwood_abstract__:
             names = sorted(cls.__boxwood_abstract__)
             raise TypeError(MSG_ABSTRACT.format(cls=cls.__name__, **plural(names)))

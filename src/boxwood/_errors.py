@@ -1,0 +1,248 @@
+"""boxwood's runtime error class, and `error_if` / `branched_error_if`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._filters import combine, is_array, partition
+from ._unvmap import unvmap_any, unvmap_max
+
+
+class BoxwoodRuntimeError(RuntimeError):
+    """Raised by [`boxwood.error_if`][] when its predicate is true.
+
+    Also available as `boxwood.EquinoxRuntimeError`. When the check runs inside a
+    compiled computation (`jax.jit`, `boxwood.filter_jit`), XLA reports it as a
+    `jax.errors.JaxRuntimeError` (also a `RuntimeError`) whose text contains
+    `BoxwoodRuntimeError: <your message>`.
+    """
+
+
+EquinoxRuntimeError = BoxwoodRuntimeError  # Equinox's name for the same class
+
+_MARKER = "BoxwoodRuntimeError: "
+
+
+def as_boxwood_error(error: BaseException) -> BoxwoodRuntimeError | None:
+    """The [`boxwood.BoxwoodRuntimeError`][] that a failed `error_if` check raised
+    inside a compiled computation, recovered from XLA's report of it (`None` if
+    `error` is not such a report).
+
+    XLA re-raises an exception from a host callback as its own runtime error (a
+    `jax.errors.JaxRuntimeError`, or a `ValueError` on JAX's C++ dispatch path)
+    whose text ends with the callback's traceback; the message follows the last
+    `BoxwoodRuntimeError: `. A compiled-function wrapper can re-raise the result
+    `from None` to show the user's message alone.
+
+    **Arguments:**
+
+    - `error`: the exception raised by calling a compiled function.
+
+    **Returns:**
+
+    A `BoxwoodRuntimeError` with the original message, or `None`.
+    """
+    text = str(error)
+    if isinstance(error, BoxwoodRuntimeError) or _MARKER not in text:
+        return None
+    return BoxwoodRuntimeError(text[text.rindex(_MARKER) + len(_MARKER) :])
+
+
+_ON_ERROR = ("raise", "nan", "breakpoint", "off")
+
+
+def _default_on_error() -> str:
+    value = os.environ.get("BOXWOOD_ON_ERROR") or os.environ.get("EQX_ON_ERROR")
+    value = (value or "raise").strip().lower()
+    if value not in _ON_ERROR:
+        raise ValueError(
+            f"The environment variable BOXWOOD_ON_ERROR (or EQX_ON_ERROR) is {value!r}; "
+            f"it must be one of {', '.join(_ON_ERROR)}."
+        )
+    return value
+
+
+def _nan_like(x: Any) -> Any:
+    dtype = np.dtype(x.dtype)
+    if np.issubdtype(dtype, np.inexact):
+        fill = np.nan
+    elif np.issubdtype(dtype, np.integer):
+        fill = np.iinfo(dtype).max
+    elif np.issubdtype(dtype, np.bool_):
+        fill = True
+    else:
+        return x
+    return jnp.full(jnp.shape(x), fill, dtype)
+
+
+def _struct(x: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
+
+
+def _raise_branch(leaves: list, index: Any, msgs: tuple) -> list:
+    def raises(i: Any) -> Any:
+        raise BoxwoodRuntimeError(msgs[int(i)])
+
+    return jax.pure_callback(
+        raises, [_struct(x) for x in leaves], index, vmap_method="broadcast_all"
+    )
+
+
+def _breakpoint_branch(leaves: list, index: Any, msgs: tuple) -> list:
+    def show(i: Any) -> Any:
+        print(f"BoxwoodRuntimeError: {msgs[int(i)]}")
+        return i
+
+    index = jax.pure_callback(show, _struct(index), index, vmap_method="broadcast_all")
+    jax.debug.breakpoint(token=index)
+    return [_nan_like(x) for x in leaves]
+
+
+# A custom JVP keeps the `lax.cond` out of differentiation: tangents pass straight
+# through (no zeros materialised for them) and the callbacks are never differentiated.
+@jax.custom_jvp
+def _check(leaves: list, pred: Any, index: Any, msgs: tuple, on_error: str) -> list:
+    branch = {
+        "raise": _raise_branch,
+        "breakpoint": _breakpoint_branch,
+        "nan": lambda xs, _i, _m: [_nan_like(x) for x in xs],
+    }[on_error]
+    return jax.lax.cond(pred, lambda: branch(leaves, index, msgs), lambda: list(leaves))
+
+
+_check = jax.custom_jvp(_check.fun, nondiff_argnums=(3, 4))
+
+
+@_check.defjvp
+def _check_jvp(msgs, on_error, primals, tangents):
+    leaves, pred, index = primals
+    return _check(leaves, pred, index, msgs, on_error), tangents[0]
+
+
+def _resolve_now(x: Any, pred: Any, index: Any, msgs: tuple, on_error: str) -> Any:
+    """The check when `pred` is known at trace time (`None` if it is not)."""
+    if isinstance(pred, jax.core.Tracer) or isinstance(index, jax.core.Tracer):
+        return None
+    if not bool(pred):
+        return x
+    message = msgs[int(index)]
+    if on_error == "raise":
+        raise BoxwoodRuntimeError(message)
+    if on_error == "breakpoint":
+        print(f"BoxwoodRuntimeError: {message}")
+        breakpoint()  # noqa: T100 (the user asked for a debugger)
+        return x
+    if on_error == "nan":
+        return jax.tree_util.tree_map(lambda a: _nan_like(a) if is_array(a) else a, x)
+    return x
+
+
+def branched_error_if(
+    x: Any,
+    pred: Any,
+    index: Any,
+    msgs: Sequence[str],
+    *,
+    on_error: str = "default",
+) -> Any:
+    """As [`boxwood.error_if`][], with one of several messages chosen by `index`.
+
+    **Arguments:**
+
+    - `x`, `pred`, `on_error`: as for [`boxwood.error_if`][].
+    - `index`: an integer (or integer array) selecting the message. Under `vmap` the
+      largest index across the batch is used.
+    - `msgs`: the messages.
+
+    **Returns:**
+
+    `x`, unchanged.
+
+    >>> import boxwood, jax.numpy as jnp
+    >>> x = jnp.array(-1.0)
+    >>> boxwood.branched_error_if(x, x < 0, 1, ["too big", "negative"])
+    Traceback (most recent call last):
+    ...
+    boxwood._errors.BoxwoodRuntimeError: negative
+    """
+    if on_error == "default":
+        on_error = _default_on_error()
+    elif on_error not in _ON_ERROR:
+        raise ValueError(
+            f"`on_error` must be 'default' or one of {', '.join(_ON_ERROR)}; "
+            f"got {on_error!r}."
+        )
+    msgs = tuple(msgs)
+    if not msgs or not all(isinstance(m, str) for m in msgs):
+        raise TypeError(
+            f"`msgs` must be a non-empty sequence of strings; got {msgs!r}."
+        )
+    if on_error == "off":
+        return x
+    with jax.ensure_compile_time_eval():
+        if not isinstance(pred, bool):
+            pred = unvmap_any(pred)
+        if not isinstance(index, int):
+            index = unvmap_max(index)
+        done = _resolve_now(x, pred, index, msgs, on_error)
+    if done is not None:
+        return done
+    dynamic, static = partition(x, is_array)
+    leaves, treedef = jax.tree_util.tree_flatten(dynamic)
+    if not leaves:
+        raise ValueError(
+            "`error_if` needs at least one array in `x` to attach the check to (the "
+            "check runs when `x` is computed, and only if the result is used); got "
+            f"{type(x).__name__} {x!r} with none. Pass an array the computation uses."
+        )
+    leaves = _check(leaves, pred, index, msgs, on_error)
+    return combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
+
+
+def error_if(x: Any, pred: Any, msg: str, *, on_error: str = "default") -> Any:
+    """Raise an error if `pred` is true: at once when `pred` is known, otherwise when
+    the computation runs (inside `jax.jit`, `boxwood.filter_jit`, `vmap`, `grad`...).
+
+    **Arguments:**
+
+    - `x`: any pytree containing at least one array; it is returned unchanged, and the
+      check happens after `x` is computed and before the returned value is used.
+      **If the returned value is unused, the check is removed with the dead code.**
+    - `pred`: a boolean or boolean array; the error is raised if any element is true
+      (under `vmap`: in any batch element).
+    - `msg`: the error message.
+    - `on_error`: `"raise"` (a [`boxwood.BoxwoodRuntimeError`][]), `"nan"` (return
+      `x` with its floating-point arrays set to NaN, integers to their maximum),
+      `"breakpoint"` (print the message and open a debugger), or `"off"`. The
+      default, `"default"`, reads the environment variable `BOXWOOD_ON_ERROR` (or
+      Equinox's `EQX_ON_ERROR`), falling back to `"raise"`.
+
+    **Returns:**
+
+    `x`, unchanged.
+
+    Under `jax.jit` the error reaches Python as a `jax.errors.JaxRuntimeError` whose
+    message contains `BoxwoodRuntimeError: <msg>`; without a compiled computation (a
+    `pred` known at trace time, or eager code) it is a `BoxwoodRuntimeError`.
+
+    >>> import boxwood, jax, jax.numpy as jnp
+    >>> @jax.jit
+    ... def sqrt(x):
+    ...     x = boxwood.error_if(x, x < 0, "x must be >= 0")
+    ...     return jnp.sqrt(x)
+    >>> sqrt(jnp.array([4.0]))
+    Array([2.], dtype=float32)
+    >>> boxwood.error_if(jnp.array(-1.0), jnp.array(True), "x must be >= 0")
+    Traceback (most recent call last):
+    ...
+    boxwood._errors.BoxwoodRuntimeError: x must be >= 0
+    """
+    if not isinstance(msg, str):
+        raise TypeError(f"`msg` must be a string; got {type(msg).__name__} {msg!r}.")
+    return branched_error_if(x, pred, 0, [msg], on_error=on_error)

@@ -1,0 +1,270 @@
+"""`while_loop` (lax, bounded and checkpointed kinds) and `scan`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .._filters import combine, is_array, partition
+from ._checkpointed import checkpointed_while
+
+_KINDS = ("lax", "checkpointed", "bounded")
+
+
+def _as_arrays(tree: Any) -> Any:
+    """Python numbers become arrays, so that the loop can carry them."""
+
+    def convert(x: Any) -> Any:
+        return jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x
+
+    return jax.tree_util.tree_map(convert, tree)
+
+
+def _split_carry(init_val: Any) -> tuple:
+    """The carry's arrays, and a function rebuilding the whole carry from them (its
+    other leaves must not change from one step to the next)."""
+    arrays, others = partition(init_val, is_array)
+
+    def rebuild(a: Any) -> Any:
+        return combine(a, others)
+
+    return arrays, rebuild
+
+
+def _check_max_steps(max_steps: Any, kind: str) -> None:
+    if max_steps is None:
+        if kind == "bounded":
+            raise ValueError(
+                "`while_loop(kind='bounded')` needs `max_steps=` (an int): the loop is "
+                "unrolled into nested scans of that many steps."
+            )
+        return
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
+        raise ValueError(
+            f"`max_steps` must be a non-negative int or None; got {max_steps!r}."
+        )
+
+
+def while_loop(
+    cond_fun: Callable[[Any], Any],
+    body_fun: Callable[[Any], Any],
+    init_val: Any,
+    *,
+    max_steps: int | None = None,
+    buffers: Callable[[Any], Any] | None = None,
+    kind: str,
+    checkpoints: int | None = None,
+    base: int = 16,
+) -> Any:
+    """`jax.lax.while_loop` that can be differentiated in reverse mode, with a step
+    bound (Equinox's `equinox.internal.while_loop`).
+
+    **Arguments:**
+
+    - `cond_fun`, `body_fun`, `init_val`: as `jax.lax.while_loop`. The carry may be any
+      pytree; its non-array leaves must stay the same from step to step.
+    - `max_steps`: stop after this many steps even if `cond_fun` is still true;
+      `None` for no bound.
+    - `buffers`: accepted for compatibility. Equinox uses it to update the selected
+      arrays in place; here they are ordinary arrays of the carry, so `buf[i]` and
+      `buf.at[i].set(x)` in `body_fun` work unchanged (without that optimisation).
+    - `kind`: keyword-only, required.
+        - `"lax"`: `jax.lax.while_loop`; forward-mode differentiable only.
+        - `"checkpointed"`: reverse-mode differentiable with bounded memory: the
+          forward pass keeps at most `checkpoints` states (every so many steps, the
+          spacing doubling as the loop runs on), and the backward pass recomputes
+          the steps between them. Not forward-mode differentiable.
+        - `"bounded"`: nested `lax.scan`s of `base` steps each, skipped once
+          `cond_fun` is false; differentiable in both modes; needs `max_steps`.
+    - `checkpoints`: for `"checkpointed"`, how many states to keep (an even number
+      of at least 2); by default `ceil(sqrt(max_steps))` rounded up to even, or 64
+      without `max_steps`.
+    - `base`: for `"bounded"`, the steps per scan level.
+
+    **Returns:**
+
+    The final carry, as `jax.lax.while_loop`.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from boxwood.internal import while_loop
+    >>> def power(x):
+    ...     return while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * x),
+    ...                       (0, jnp.array(1.0)), kind="checkpointed", max_steps=10)[1]
+    >>> jax.grad(power)(2.0)  # d/dx x**3 = 3 x**2
+    Array(12., dtype=float32, weak_type=True)
+    """
+    del buffers  # see the docstring: the arrays are updated as ordinary arrays
+    if kind not in _KINDS:
+        raise ValueError(f"`kind` must be one of {', '.join(_KINDS)}; got {kind!r}.")
+    _check_max_steps(max_steps, kind)
+    arrays, rebuild = _split_carry(_as_arrays(init_val))
+
+    def cond(a: Any) -> Any:
+        return cond_fun(rebuild(a))
+
+    def body(a: Any) -> Any:
+        return partition(body_fun(rebuild(a)), is_array)[0]
+
+    if max_steps == 0:
+        return rebuild(arrays)
+    if kind == "lax":
+        out = _lax_loop(cond, body, arrays, max_steps)
+    elif kind == "bounded":
+        out = _bounded_loop(cond, body, arrays, max_steps, base)
+    else:
+        if checkpoints is None:
+            checkpoints = 64 if max_steps is None else math.isqrt(max_steps - 1) + 1
+            checkpoints = max(2, checkpoints + checkpoints % 2)
+        if not isinstance(checkpoints, int) or checkpoints < 2 or checkpoints % 2:
+            raise ValueError(
+                f"`checkpoints` must be an even int >= 2; got {checkpoints!r}."
+            )
+        out = checkpointed_while(cond, body, arrays, max_steps, checkpoints)
+    return rebuild(out)
+
+
+def _lax_loop(cond: Callable, body: Callable, arrays: Any, max_steps: Any) -> Any:
+    if max_steps is None:
+        return jax.lax.while_loop(cond, body, arrays)
+
+    def c(state: tuple) -> Any:
+        step, a = state
+        return (step < max_steps) & cond(a)
+
+    def b(state: tuple) -> tuple:
+        step, a = state
+        return step + 1, body(a)
+
+    return jax.lax.while_loop(c, b, (jnp.asarray(0), arrays))[1]
+
+
+def _bounded_loop(
+    cond: Callable, body: Callable, arrays: Any, max_steps: int, base: int
+) -> Any:
+    if not isinstance(base, int) or base < 2:
+        raise ValueError(f"`base` must be an int >= 2; got {base!r}.")
+    levels = max(1, math.ceil(math.log(max_steps, base) - 1e-9))
+
+    def live(state: tuple) -> Any:
+        step, a = state
+        return (step < max_steps) & cond(a)
+
+    def one_step(state: tuple) -> tuple:
+        step, a = state
+        return step + 1, body(a)
+
+    def level(state: tuple, depth: int) -> tuple:
+        # `base**depth` steps: `base` blocks of `base**(depth-1)`, each skipped (by
+        # `lax.cond`) once the loop has finished.
+        inner = one_step if depth == 1 else (lambda s: level(s, depth - 1))
+
+        def block(s: tuple, _: Any) -> tuple:
+            return jax.lax.cond(live(s), inner, lambda x: x, s), None
+
+        if depth > 1:  # recompute inner levels on the backward pass: O(levels) memory
+            block = jax.checkpoint(block, prevent_cse=False)
+        return jax.lax.scan(block, state, None, length=base)[0]
+
+    return level((jnp.asarray(0), arrays), levels)[1]
+
+
+def scan(
+    f: Callable[[Any, Any], tuple],
+    init: Any,
+    xs: Any,
+    length: int | None = None,
+    *,
+    buffers: Callable[[Any], Any] | None = None,
+    kind: str,
+    checkpoints: int | str | None = None,
+) -> tuple:
+    """`jax.lax.scan`, optionally checkpointed to save memory on the backward pass
+    (Equinox's `equinox.internal.scan`).
+
+    **Arguments:**
+
+    - `f`, `init`, `xs`, `length`: as `jax.lax.scan`.
+    - `buffers`: accepted for compatibility; see [`boxwood.internal.while_loop`][].
+    - `kind`: `"lax"` (plain `lax.scan`) or `"checkpointed"`: the steps run in
+      `checkpoints` blocks, and only the carry between blocks is stored for the
+      backward pass (each block is recomputed there).
+    - `checkpoints`: for `"checkpointed"`, the number of blocks; `"all"` stores every
+      step's carry; by default about `sqrt(length)`.
+
+    **Returns:**
+
+    `(final_carry, stacked_ys)`, as `jax.lax.scan`.
+
+    >>> import jax.numpy as jnp
+    >>> from boxwood.internal import scan
+    >>> step = lambda c, x: (c + x, c + x)
+    >>> scan(step, jnp.zeros(()), jnp.arange(4.0), kind="checkpointed", checkpoints=2)
+    (Array(6., dtype=float32), Array([0., 1., 3., 6.], dtype=float32))
+    """
+    del buffers
+    init, xs = _as_arrays((init, xs))
+    if kind == "lax":
+        return jax.lax.scan(f, init, xs, length)
+    if kind != "checkpointed":
+        raise ValueError(f"`kind` must be 'lax' or 'checkpointed'; got {kind!r}.")
+    lengths = {jnp.shape(x)[0] for x in jax.tree_util.tree_leaves(xs)}
+    if length is not None:
+        lengths.add(length)
+    if len(lengths) != 1:
+        raise ValueError(
+            f"`scan`: `xs` and `length` give different lengths {sorted(lengths)}."
+        )
+    (n,) = lengths
+    if checkpoints == "all" or n == 0:
+        return jax.lax.scan(f, init, xs, n)
+    blocks = math.isqrt(max(n - 1, 0)) + 1 if checkpoints is None else int(checkpoints)
+    if blocks < 1:
+        raise ValueError(f"`checkpoints` must be >= 1 or 'all'; got {checkpoints!r}.")
+    size = -(-n // blocks)
+    blocks = -(-n // size)
+    return _blocked_scan(f, init, xs, n, blocks, size)
+
+
+def _blocked_scan(
+    f: Callable, init: Any, xs: Any, n: int, blocks: int, size: int
+) -> tuple:
+    pad = blocks * size - n
+
+    def padded(x: Any) -> Any:
+        x = jnp.concatenate([x, jnp.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x
+        return x.reshape(blocks, size, *x.shape[1:])
+
+    xs_blocks = jax.tree_util.tree_map(padded, xs)
+    _, y_struct = jax.eval_shape(f, init, jax.tree_util.tree_map(lambda x: x[0], xs))
+
+    def step(carry: tuple, x: Any) -> tuple:
+        i, c = carry
+        if not pad:
+            c, y = f(c, x)
+            return (i + 1, c), y
+
+        def run(c: Any) -> tuple:
+            return f(c, x)
+
+        def skip(c: Any) -> tuple:
+            zeros = jax.tree_util.tree_map(
+                lambda s: jnp.zeros(s.shape, s.dtype), y_struct
+            )
+            return c, zeros
+
+        c, y = jax.lax.cond(i < n, run, skip, c)
+        return (i + 1, c), y
+
+    @jax.checkpoint
+    def block(carry: tuple, x_block: Any) -> tuple:
+        return jax.lax.scan(step, carry, x_block)
+
+    (_, carry), ys = jax.lax.scan(block, (jnp.asarray(0), init), xs_blocks)
+    ys = jax.tree_util.tree_map(
+        lambda y: y.reshape(blocks * size, *y.shape[2:])[:n], ys
+    )
+    return carry, ys

@@ -1,0 +1,117 @@
+import jax
+import jax.numpy as jnp
+import pytest
+
+from boxwood.internal import scan, while_loop
+
+KINDS = [("lax", {}), ("bounded", {"max_steps": 20}), ("checkpointed", {}),
+         ("checkpointed", {"max_steps": 20, "checkpoints": 2})]  # fmt: skip
+
+
+def _loop(x, n_steps, kind, options):
+    """x -> x * sin(x) ... applied while the counter is below `n_steps`."""
+
+    def body(carry):
+        i, y, name = carry
+        return i + 1, y * jnp.sin(x) + x, name
+
+    out = while_loop(
+        lambda c: c[0] < n_steps, body, (0, jnp.array([1.0, 2.0]), "tag"),
+        kind=kind, **options,
+    )  # fmt: skip
+    assert out[2] == "tag"
+    return jnp.sum(out[1])
+
+
+def _unrolled(x, n_steps):
+    y = jnp.array([1.0, 2.0])
+    for _ in range(n_steps):
+        y = y * jnp.sin(x) + x
+    return jnp.sum(y)
+
+
+@pytest.mark.parametrize("kind,options", KINDS)
+def test_values_match_unrolled(kind, options):
+    for n in (0, 1, 7):
+        assert jnp.allclose(_loop(0.5, n, kind, options), _unrolled(0.5, n))
+
+
+@pytest.mark.parametrize("kind,options", KINDS[1:])
+def test_gradients_match_unrolled_loop(kind, options):
+    for n in (1, 5, 13):
+        got = jax.jit(jax.grad(lambda x, n=n: _loop(x, n, kind, options)))(0.7)
+        want = jax.grad(_unrolled)(0.7, n)
+        assert jnp.allclose(got, want, rtol=1e-5), (n, got, want)
+
+
+def test_checkpointed_many_steps_few_checkpoints_and_int_carry():
+    # 37 steps through 4 slots: the stored states are thinned several times.
+    def f(w):
+        def body(c):
+            i, y = c
+            return i + 1, jnp.tanh(w * y + 0.1 * i.astype(jnp.float32))
+
+        return while_loop(lambda c: c[0] < 37, body, (0, jnp.ones(3)),
+                          kind="checkpointed", checkpoints=4)[1].sum()  # fmt: skip
+
+    def unrolled(w):
+        y = jnp.ones(3)
+        for i in range(37):
+            y = jnp.tanh(w * y + 0.1 * i)
+        return y.sum()
+
+    # (equal to 1e-15 in float64; float32 rounding differs between the two orders)
+    assert jnp.allclose(jax.grad(f)(0.9), jax.grad(unrolled)(0.9), rtol=1e-3)
+    grads = jax.vmap(jax.grad(f))(jnp.array([0.5, 0.9]))
+    assert jnp.allclose(grads[1], jax.grad(unrolled)(0.9), rtol=1e-3)
+
+
+def test_gradient_with_respect_to_initial_value_and_max_steps():
+    def f(y0, kind):
+        return while_loop(lambda y: y < 100.0, lambda y: y * 2.0, y0, kind=kind,
+                          max_steps=3)  # fmt: skip
+
+    for kind in ("bounded", "checkpointed"):
+        assert f(1.0, kind) == 8.0  # stopped by max_steps
+        assert jax.grad(f)(1.0, kind) == 8.0
+
+
+def test_lax_kind_max_steps_and_errors():
+    assert while_loop(lambda y: True, lambda y: y + 1, 0, kind="lax", max_steps=5) == 5
+    with pytest.raises(ValueError, match="needs `max_steps=`"):
+        while_loop(lambda y: True, lambda y: y, 0, kind="bounded")
+    with pytest.raises(ValueError, match="`kind` must be one of"):
+        while_loop(lambda y: True, lambda y: y, 0, kind="fast")
+    with pytest.raises(ValueError, match="even int"):
+        while_loop(lambda y: True, lambda y: y, 0, kind="checkpointed", checkpoints=3)
+    with pytest.raises(ValueError, match="non-negative int"):
+        while_loop(lambda y: True, lambda y: y, 0, kind="lax", max_steps=-1)
+
+
+def test_buffers_are_accepted():
+    def body(c):
+        i, buf = c
+        return i + 1, buf.at[i].set(2.0 * i.astype(jnp.float32))
+
+    out = while_loop(lambda c: c[0] < 3, body, (0, jnp.zeros(4)), kind="checkpointed",
+                     buffers=lambda c: c[1], max_steps=4)  # fmt: skip
+    assert out[1].tolist() == [0.0, 2.0, 4.0, 0.0]
+
+
+@pytest.mark.parametrize("checkpoints", [None, 3, "all"])
+def test_checkpointed_scan_matches_lax_scan(checkpoints):
+    def f(w, kind):
+        def step(c, x):
+            c = jnp.tanh(w * c + x)
+            return c, c * 2
+
+        c, ys = scan(step, jnp.zeros(2), jnp.arange(10.0).reshape(5, 2) / 10,
+                     kind=kind, checkpoints=checkpoints)  # fmt: skip
+        return c.sum() + ys.sum()
+
+    assert jnp.allclose(f(0.3, "checkpointed"), f(0.3, "lax"))
+    assert jnp.allclose(jax.grad(f)(0.3, "checkpointed"), jax.grad(f)(0.3, "lax"))
+    with pytest.raises(ValueError, match="different lengths"):
+        scan(lambda c, x: (c, x), 0.0, jnp.ones(3), length=4, kind="checkpointed")
+    with pytest.raises(ValueError, match="'lax' or 'checkpointed'"):
+        scan(lambda c, x: (c, x), 0.0, jnp.ones(3), kind="bounded")

@@ -1,0 +1,66 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import boxwood as bw
+
+
+def test_filter_pmap_single_device_static_and_cache():
+    n = jax.local_device_count()
+    traces = 0
+
+    def f(x, k, name):
+        nonlocal traces
+        traces += 1
+        return {"y": x * k, "name": name}
+
+    g = bw.filter_pmap(f)
+    out = g(jnp.ones((n, 3)), 2.0, "tag")
+    assert out["name"] == "tag" and out["y"].shape == (n, 3)
+    assert float(out["y"][0, 0]) == 2.0
+    g(jnp.ones((n, 3)), 2.0, "tag")
+    assert traces == 1
+    g(jnp.ones((n, 3)), 3.0, "tag")  # a new static value compiles again
+    assert traces == 2
+    # an unmapped array is broadcast to every device; pmap options reach jax.pmap
+    h = bw.filter_pmap(lambda x, w: x * w, in_axes=(0, None), devices=jax.devices())
+    assert h(jnp.ones((n, 2)), jnp.array([2.0, 3.0]))[0].tolist() == [2.0, 3.0]
+    donated = bw.filter_pmap(lambda x: x + 1, donate="all")(jnp.ones((n, 2)))
+    assert donated.shape == (n, 2)
+
+
+def test_filter_pmap_errors():
+    with pytest.raises(ValueError, match="'none', 'all' or 'warn'"):
+        bw.filter_pmap(lambda x: x, donate="some")
+    with pytest.raises(TypeError, match="positional arguments only"):
+        bw.filter_pmap(lambda x: x)(x=jnp.ones((1,)))
+    with pytest.raises(ValueError, match="unmapped"):
+        bw.filter_pmap(lambda x: x, out_axes=None)(
+            jnp.ones((jax.local_device_count(),))
+        )
+
+
+def test_filter_pmap_eight_devices():
+    code = textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp, boxwood as bw
+        assert jax.local_device_count() == 8
+        f = bw.filter_pmap(lambda x, k: jax.lax.psum(x * k, "i"), axis_name="i")
+        out = f(jnp.arange(8.0), 2)
+        assert out.tolist() == [56.0] * 8, out
+        g = bw.filter_pmap(lambda x: x * 2, out_axes=1)
+        assert g(jnp.ones((8, 2))).shape == (2, 8)
+        print("ok")
+        """
+    )
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env["JAX_PLATFORMS"] = "cpu"
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
