@@ -120,9 +120,7 @@ def reference_prelu_mlp(mlp, x):
 
 @pytest.mark.parametrize("scan", [False, True])
 def test_learnable_activation_has_a_copy_per_neuron(getkey, scan):
-    mlp = nn.MLP(
-        3, 2, 4, 3, nn.PReLU(0.1), nn.PReLU(0.3), scan=scan, key=getkey()
-    )
+    mlp = nn.MLP(3, 2, 4, 3, nn.PReLU(0.1), nn.PReLU(0.3), scan=scan, key=getkey())
     assert mlp.activation.negative_slope.shape == (3, 4)
     assert mlp.final_activation.negative_slope.shape == (2,)
     # Give every neuron a different slope, so that mixing them up would show.

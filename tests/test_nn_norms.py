@@ -47,7 +47,9 @@ def test_rmsnorm_values(getkey):
 
 
 def test_layernorm_elementwise_affine_is_deprecated():
-    with pytest.warns(DeprecationWarning, match="elementwise_affine=.... is deprecated"):
+    with pytest.warns(
+        DeprecationWarning, match="elementwise_affine=.... is deprecated"
+    ):
         norm = nn.LayerNorm(3, elementwise_affine=False)
     assert norm.weight is None and norm.bias is None
     assert not norm.use_weight and not norm.use_bias

@@ -119,7 +119,9 @@ def test_rotate_half_and_precompute_freqs_cis(normal):
     rotated = rope.rotate_half(x)
     np.testing.assert_array_equal(rotated[:, :3], -x[:, 3:])
     np.testing.assert_array_equal(rotated[:, 3:], x[:, :3])
-    cos, sin = nn.RotaryPositionalEmbedding.precompute_freqs_cis(6, 4, 50.0, jnp.float32)
+    cos, sin = nn.RotaryPositionalEmbedding.precompute_freqs_cis(
+        6, 4, 50.0, jnp.float32
+    )
     assert cos.shape == sin.shape == (4, 3) and cos.dtype == jnp.float32
     angles = np.arange(4)[:, None] * 50.0 ** (-np.arange(0, 6, 2) / 6)[None, :]
     np.testing.assert_allclose(cos, np.cos(angles), atol=1e-6)

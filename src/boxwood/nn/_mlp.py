@@ -91,9 +91,7 @@ class MLP(Module):
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ValueError(f"MLP: `depth` must be a non-negative int, got {depth!r}.")
         activation = store_callable(activation, "MLP: `activation`")
-        final_activation = store_callable(
-            final_activation, "MLP: `final_activation`"
-        )
+        final_activation = store_callable(final_activation, "MLP: `final_activation`")
         dtype = resolve_dtype(dtype, "MLP")
         keys = jr.split(key, depth + 1)
         if depth == 0:
