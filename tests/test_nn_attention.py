@@ -197,3 +197,11 @@ def test_constructor_errors(getkey):
         nn.MultiheadAttention(0, 4, key=getkey())
     with pytest.raises(ValueError, match="`qk_size` and `vo_size` must be positive"):
         nn.MultiheadAttention(8, 4, key=getkey())
+
+
+def test_deterministic_is_the_deprecated_spelling_of_inference(getkey, normal):
+    mha = nn.MultiheadAttention(2, 4, dropout_p=0.5, key=getkey())
+    x = normal(3, 4)
+    with pytest.warns(DeprecationWarning, match=r"MultiheadAttention\(\)\(\.\.\., det"):
+        y = mha(x, x, x, deterministic=True)  # no key needed: no dropout
+    np.testing.assert_allclose(y, mha(x, x, x, inference=True), atol=1e-6)

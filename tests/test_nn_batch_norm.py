@@ -170,3 +170,99 @@ def test_config_is_static():
     assert bn.axis_name == ("a", "b")
     leaves = jax.tree_util.tree_leaves(nn.delete_init_state(bn))
     assert len(leaves) == 2  # only weight and bias
+
+
+def _flat(x):
+    """(batch, channels, *spatial) -> (channels, batch * spatial)."""
+    return jnp.moveaxis(x, 1, 0).reshape(x.shape[1], -1)
+
+
+@pytest.mark.parametrize(
+    "mode, present",
+    [
+        ("torch", {"state_index"}),
+        ("batch", {"batch_counter", "batch_state_index"}),
+        ("ema", {"ema_first_time_index", "ema_state_index"}),
+    ],
+)
+def test_mode_state_layout(mode, present):
+    bn, state = nn.make_with_state(nn.BatchNorm)(3, "batch", mode=mode)
+    names = {
+        "state_index",
+        "batch_counter",
+        "batch_state_index",
+        "ema_first_time_index",
+        "ema_state_index",
+    }
+    assert {n for n in names if getattr(bn, n) is not None} == present
+    assert bn.mode == mode
+    if mode == "batch":
+        assert state.get(bn.batch_counter) == 0
+        np.testing.assert_array_equal(state.get(bn.batch_state_index)[1], jnp.ones(3))
+    if mode == "ema":
+        assert bool(state.get(bn.ema_first_time_index)) is True
+
+
+def test_batch_mode_trains_on_batch_stats_and_debiases_at_inference(normal):
+    bn, state = nn.make_with_state(nn.BatchNorm)(
+        2, "batch", momentum=0.9, channelwise_affine=False, mode="batch"
+    )
+    x1, x2 = normal(6, 2, 3) + 2, 2 * normal(6, 2, 3) - 1
+    y1, state = batched(bn)(x1, state)
+    m1, v1 = _flat(x1).mean(1), _flat(x1).var(1)  # biased variance
+    np.testing.assert_allclose(
+        _flat(y1), (_flat(x1) - m1[:, None]) / jnp.sqrt(v1 + 1e-5)[:, None], atol=1e-4
+    )
+    _, state = batched(bn)(x2, state)
+    m2, v2 = _flat(x2).mean(1), _flat(x2).var(1)
+    assert state.get(bn.batch_counter) == 2
+    hidden_mean = 0.9 * (0.1 * m1) + 0.1 * m2
+    hidden_var = 0.9 * (0.9 + 0.1 * v1) + 0.1 * v2
+    mean, var = state.get(bn.batch_state_index)
+    np.testing.assert_allclose(mean, hidden_mean, rtol=1e-5)
+    np.testing.assert_allclose(var, hidden_var, rtol=1e-5)
+    xt = normal(4, 2)
+    y, after = batched(bn, inference=True)(xt, state)
+    debias = 1 - 0.9**2
+    mean_hat, var_hat = hidden_mean / debias, hidden_var / debias
+    expected = (xt - mean_hat[None]) / jnp.sqrt(var_hat + 1e-5)[None]
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+    assert after.get(bn.batch_counter) == 2
+
+
+def test_ema_mode_normalises_with_updated_running_stats(normal):
+    bn, state = nn.make_with_state(nn.BatchNorm)(
+        2, "batch", momentum=0.8, channelwise_affine=False, mode="ema"
+    )
+    x1, x2 = normal(5, 2) + 3, normal(5, 2) - 1
+    y1, state = batched(bn)(x1, state)
+    m1, v1 = x1.mean(0), x1.var(0)  # first step: the batch statistics themselves
+    np.testing.assert_allclose(
+        y1, (x1 - m1[None]) / jnp.sqrt(v1 + 1e-5)[None], atol=1e-4
+    )
+    assert bool(state.get(bn.ema_first_time_index)) is False
+    y2, state = batched(bn)(x2, state)
+    m = 0.8 * m1 + 0.2 * x2.mean(0)
+    v = 0.8 * v1 + 0.2 * x2.var(0)
+    np.testing.assert_allclose(state.get(bn.ema_state_index)[0], m, rtol=1e-5)
+    np.testing.assert_allclose(y2, (x2 - m[None]) / jnp.sqrt(v + 1e-5)[None], atol=1e-4)
+    y3, _ = batched(nn.inference_mode(bn))(x2, state)
+    np.testing.assert_allclose(y3, y2, atol=1e-5)
+
+
+def test_legacy_mode_warns_and_bad_mode_raises():
+    with pytest.warns(DeprecationWarning, match=r"mode='legacy'\) is Equinox's"):
+        bn = nn.BatchNorm(3, "batch", mode="legacy")
+    assert bn.mode == "ema"
+    with pytest.raises(ValueError, match=r"`mode` must be one of 'torch'.*got 'EMA'"):
+        nn.BatchNorm(3, "batch", mode="EMA")
+
+
+@pytest.mark.parametrize("mode", ["batch", "ema"])
+def test_equinox_modes_allow_one_value_per_channel_and_jit(mode, normal):
+    # Only the unbiased variance of mode="torch" needs two values per channel.
+    bn, state = nn.make_with_state(nn.BatchNorm)(2, "batch", mode=mode)
+    step = jax.jit(lambda bn, x, s: batched(bn)(x, s))
+    for _ in range(2):
+        y, state = step(bn, normal(1, 2), state)
+    assert y.shape == (1, 2) and bool(jnp.all(jnp.isfinite(y)))

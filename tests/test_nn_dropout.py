@@ -87,3 +87,17 @@ def test_low_precision(getkey, dtype):
     y = nn.Dropout(0.5)(jnp.ones(64, dtype), key=getkey())
     assert y.dtype == dtype
     assert set(np.unique(np.asarray(y, np.float32))) <= {0.0, 2.0}
+
+
+def test_deterministic_is_the_deprecated_spelling_of_inference():
+    x = jnp.ones(5)
+    with pytest.warns(DeprecationWarning, match=r"Dropout\(deterministic=...\)"):
+        dropout = nn.Dropout(0.5, deterministic=True)
+    assert dropout.inference is True and dropout.deterministic is True
+    np.testing.assert_array_equal(dropout(x), x)  # no key needed: identity
+    train = nn.Dropout(0.5)
+    assert train.deterministic is False
+    with pytest.warns(DeprecationWarning, match=r"pass `inference=...` instead"):
+        np.testing.assert_array_equal(train(x, deterministic=True), x)
+    with pytest.warns(DeprecationWarning), pytest.raises(RuntimeError, match="key"):
+        train(x, deterministic=False)

@@ -167,3 +167,12 @@ def test_inference_mode_flips_dropout_and_batch_norm_in_a_nested_model():
     )
     back = nn.inference_mode(flipped, False)
     assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(model)
+
+
+def test_equinox_parameter_names():
+    # `inference_mode(pytree, value=True)`, as in Equinox.
+    model = {"a": nn.Dropout(0.1), "b": [nn.Dropout(0.2)]}
+    flipped = nn.inference_mode(pytree=model, value=True)
+    assert flipped["a"].inference and flipped["b"][0].inference
+    back = nn.inference_mode(pytree=flipped, value=False)
+    assert not back["a"].inference and not back["b"][0].inference

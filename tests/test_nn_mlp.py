@@ -96,5 +96,61 @@ def test_errors(getkey):
         nn.MLP(3, 2, 4, -1, key=getkey())
     with pytest.raises(TypeError, match="`activation` must be callable"):
         nn.MLP(3, 2, 4, 1, activation="relu", key=getkey())
-    with pytest.raises(TypeError, match="`final_activation` holds arrays"):
-        nn.MLP(3, 2, 4, 1, final_activation=nn.PReLU(), key=getkey())
+    with pytest.raises(TypeError, match="`final_activation` is a plain callable"):
+        nn.MLP(3, 2, 4, 1, final_activation=Unhashable(), key=getkey())
+
+
+class Unhashable:
+    __hash__ = None
+
+    def __call__(self, x):
+        return x
+
+
+def reference_prelu_mlp(mlp, x):
+    """The MLP by hand: hidden layer i uses slopes `activation.negative_slope[i]`
+    (one per neuron), the output layer `final_activation.negative_slope`."""
+    slopes = mlp.activation.negative_slope
+    for i, layer in enumerate(mlp.layers[:-1]):
+        h = layer.weight @ x + layer.bias
+        x = jnp.where(h > 0, h, slopes[i] * h)
+    h = mlp.layers[-1].weight @ x + mlp.layers[-1].bias
+    return jnp.where(h > 0, h, mlp.final_activation.negative_slope * h)
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_learnable_activation_has_a_copy_per_neuron(getkey, scan):
+    mlp = nn.MLP(3, 2, 4, 3, nn.PReLU(0.1), nn.PReLU(0.3), scan=scan, key=getkey())
+    assert mlp.activation.negative_slope.shape == (3, 4)
+    assert mlp.final_activation.negative_slope.shape == (2,)
+    # Give every neuron a different slope, so that mixing them up would show.
+    slopes = jr.uniform(getkey(), (3, 4), minval=0.05, maxval=0.9)
+    mlp = boxwood.tree_at(lambda m: m.activation.negative_slope, mlp, slopes)
+    x = jr.normal(getkey(), (3,)) * 3
+    if not scan:  # (with scan, `layers` holds the hidden layers stacked)
+        np.testing.assert_allclose(mlp(x), reference_prelu_mlp(mlp, x), rtol=1e-5)
+    # The slopes are trained: they get gradients, neuron by neuron.
+    grads = jax.grad(lambda m: jnp.sum(m(x) ** 2))(mlp)
+    assert grads.activation.negative_slope.shape == (3, 4)
+    assert jnp.any(grads.activation.negative_slope != 0)
+    # jax.jit of the whole model works (its leaves are all arrays).
+    np.testing.assert_allclose(jax.jit(lambda m, x: m(x))(mlp, x), mlp(x), rtol=1e-5)
+
+
+def test_scan_and_unrolled_learnable_activations_agree(getkey):
+    key = getkey()
+    loop = nn.MLP(3, 2, 4, 3, nn.PReLU(), key=key)
+    scan = nn.MLP(3, 2, 4, 3, nn.PReLU(), scan=True, key=key)
+    slopes = jr.uniform(getkey(), (3, 4))
+    loop = boxwood.tree_at(lambda m: m.activation.negative_slope, loop, slopes)
+    scan = boxwood.tree_at(lambda m: m.activation.negative_slope, scan, slopes)
+    x = jr.normal(getkey(), (3,)) * 3
+    np.testing.assert_allclose(scan(x), loop(x), rtol=1e-5, atol=1e-6)
+
+
+def test_plain_activations_are_static(getkey):
+    mlp = nn.MLP(3, "scalar", 4, 2, jnp.tanh, key=getkey())
+    assert isinstance(mlp.activation, nn.StaticFunction)
+    assert mlp.activation.fn is jnp.tanh
+    assert all(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(mlp))
+    assert jax.jit(lambda m, x: m(x))(mlp, jnp.ones(3)).shape == ()

@@ -35,12 +35,27 @@ def test_layernorm_affine(getkey):
 
 
 def test_rmsnorm_values(getkey):
+    # Equinox's default: a bias (initialised to zero).
     norm = nn.RMSNorm(3)
-    assert norm.bias is None and norm.use_bias is False
+    assert norm.use_bias is True
+    np.testing.assert_array_equal(norm.bias, jnp.zeros(3))
     x = jnp.array([1.0, -2.0, 2.0])
     np.testing.assert_allclose(norm(x), x / jnp.sqrt(3.0 + 1e-5), rtol=1e-6)
-    with_bias = nn.RMSNorm(3, use_bias=True)
-    np.testing.assert_array_equal(with_bias.bias, jnp.zeros(3))
+    no_bias = nn.RMSNorm(3, use_bias=False)
+    assert no_bias.bias is None and no_bias.use_bias is False
+    np.testing.assert_allclose(no_bias(x), norm(x), rtol=1e-6)
+
+
+def test_layernorm_elementwise_affine_is_deprecated():
+    with pytest.warns(
+        DeprecationWarning, match="elementwise_affine=.... is deprecated"
+    ):
+        norm = nn.LayerNorm(3, elementwise_affine=False)
+    assert norm.weight is None and norm.bias is None
+    assert not norm.use_weight and not norm.use_bias
+    with pytest.warns(DeprecationWarning, match="use_weight=...` and `use_bias"):
+        norm = nn.LayerNorm(3, use_weight=False, elementwise_affine=True)
+    assert norm.use_weight and norm.use_bias and norm.weight.shape == (3,)
 
 
 def test_groupnorm_values(getkey):

@@ -111,3 +111,35 @@ def test_errors():
         rope(jnp.ones((3, 6)))
     with pytest.raises(ValueError, match=r"got \(4,\)"):
         rope(jnp.ones(4))
+
+
+def test_rotate_half_and_precompute_freqs_cis(normal):
+    rope = nn.RotaryPositionalEmbedding(6, theta=50.0)
+    x = normal(4, 6)
+    rotated = rope.rotate_half(x)
+    np.testing.assert_array_equal(rotated[:, :3], -x[:, 3:])
+    np.testing.assert_array_equal(rotated[:, 3:], x[:, :3])
+    cos, sin = nn.RotaryPositionalEmbedding.precompute_freqs_cis(
+        6, 4, 50.0, jnp.float32
+    )
+    assert cos.shape == sin.shape == (4, 3) and cos.dtype == jnp.float32
+    angles = np.arange(4)[:, None] * 50.0 ** (-np.arange(0, 6, 2) / 6)[None, :]
+    np.testing.assert_allclose(cos, np.cos(angles), atol=1e-6)
+    np.testing.assert_allclose(sin, np.sin(angles), atol=1e-6)
+    # The layer is exactly `x * cos + rotate_half(x) * sin` with the tables tiled.
+    manual = x * np.tile(cos, (1, 2)) + rotated * np.tile(sin, (1, 2))
+    np.testing.assert_allclose(rope(x), manual, atol=1e-6)
+    half = nn.RotaryPositionalEmbedding.precompute_freqs_cis(6, 2, 50.0, jnp.bfloat16)
+    assert half[0].dtype == jnp.bfloat16
+
+
+def test_static_methods_match_equinox_if_installed(normal):
+    eqx = pytest.importorskip("equinox")
+    ours, theirs = nn.RotaryPositionalEmbedding, eqx.nn.RotaryPositionalEmbedding
+    x = normal(3, 8)
+    np.testing.assert_array_equal(ours.rotate_half(x), theirs.rotate_half(x))
+    for a, b in zip(
+        ours.precompute_freqs_cis(8, 5, 10_000.0, jnp.float32),
+        theirs.precompute_freqs_cis(8, 5, 10_000.0, jnp.float32),
+    ):
+        np.testing.assert_allclose(a, b, atol=1e-6)

@@ -39,8 +39,26 @@ def test_lambdas_in_order():
 def test_lambda_fn_is_static_and_checked():
     lam = nn.Lambda(jax.nn.relu)
     assert jax.tree_util.tree_leaves(lam) == []
+    assert lam.fn.fn is jax.nn.relu
+    assert jax.jit(lambda f, x: f(x))(lam, jnp.array([-1.0])) == 0
     with pytest.raises(TypeError, match="`fn` must be callable"):
         nn.Lambda(3)
+
+
+def scale(w, x):
+    return w * x
+
+
+def test_lambda_of_a_partial_holds_its_arrays():
+    w = jnp.array([2.0, 3.0])
+    lam = nn.Lambda(boxwood.Partial(scale, w))
+    leaves = jax.tree_util.tree_leaves(lam)
+    assert any(leaf is w for leaf in leaves)
+    x = jnp.array([1.0, 1.0])
+    np.testing.assert_array_equal(lam(x), w)
+    grads = boxwood.filter_grad(lambda m: jnp.sum(m(x) ** 2))(lam)
+    np.testing.assert_array_equal(grads.fn.args[0], 2 * w)
+    np.testing.assert_array_equal(boxwood.filter_jit(lambda m: m(x))(lam), w)
 
 
 def test_key_split_across_layers_and_only_to_layers_taking_it(getkey, normal):

@@ -92,7 +92,7 @@ def test_layernorm(shape, affine):
 def test_rmsnorm(shape, use_weight):
     # torch's default eps=None means finfo(float32).eps; pass the same eps to both.
     t = randomise(torch.nn.RMSNorm(shape, eps=1e-5, elementwise_affine=use_weight))
-    layer = nn.RMSNorm(shape, eps=1e-5, use_weight=use_weight)
+    layer = nn.RMSNorm(shape, eps=1e-5, use_weight=use_weight, use_bias=False)
     if use_weight:
         layer = copy_params(layer, t, {"weight": "weight"})
     compare(layer, t, rand(4, *shape) * 2)

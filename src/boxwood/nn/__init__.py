@@ -10,6 +10,7 @@ from ._adaptive_pool import AdaptiveMaxPool3d as AdaptiveMaxPool3d
 from ._adaptive_pool import AdaptivePool as AdaptivePool
 from ._attention import MultiheadAttention as MultiheadAttention
 from ._batch_norm import BatchNorm as BatchNorm
+from ._callables import StaticFunction as StaticFunction
 from ._conv import Conv as Conv
 from ._conv import Conv1d as Conv1d
 from ._conv import Conv2d as Conv2d

@@ -13,7 +13,7 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from .._module import Module, field
 from ._checks import check_input, layer_name
-from ._dropout import Dropout
+from ._dropout import Dropout, resolve_deterministic
 from ._linear import Linear
 from ._misc import compute_dtype
 
@@ -148,6 +148,7 @@ class MultiheadAttention(Module):
         *,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
+        deterministic: bool | None = None,
         process_heads: ProcessHeads | None = None,
     ) -> Float[Array, "q_seq output_size"]:
         """**Arguments:**
@@ -162,6 +163,8 @@ class MultiheadAttention(Module):
         - `key`: a `jax.random` key for dropout (needed only if `dropout_p > 0` and
           not in inference mode). (Keyword only.)
         - `inference`: overrides the dropout's `inference` when not `None`.
+        - `deterministic`: deprecated spelling of `inference` (as in Equinox), with
+          a `DeprecationWarning`.
         - `process_heads`: optional function mapping the projected
           `(query_heads, key_heads, value_heads)` of shapes `(seq, num_heads,
           size)` to new heads of the same shapes, e.g. to apply
@@ -169,6 +172,9 @@ class MultiheadAttention(Module):
 
         **Returns:** an array of shape `(q_seq, output_size)`.
         """
+        inference = resolve_deterministic(
+            inference, deterministic, "MultiheadAttention()(..., deterministic=...)"
+        )
         self._check_inputs(query, key_, value, mask)
         q = self._heads(self.query_proj, query)
         k = self._heads(self.key_proj, key_)

@@ -1,16 +1,19 @@
-"""`BatchNorm`, with running statistics that behave exactly as PyTorch's."""
+"""`BatchNorm`: PyTorch's running statistics (`mode="torch"`, the default) or
+Equinox's two variants (`mode="ema"`, `mode="batch"`), each with its own state layout."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import jax.lax as lax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from .._module import field
+from .._warnings import user_stacklevel
 from ._checks import check_input, layer_name
 from ._misc import resolve_dtype
 from ._state import State, StateIndex
@@ -30,8 +33,18 @@ def _axis_size(axis_name: Any) -> int:
         ) from None
 
 
+_MODES = ("torch", "ema", "batch")
+_Stats = tuple[Float[Array, " input_size"], Float[Array, " input_size"]]
+
+_MSG_LEGACY = (
+    "BatchNorm(mode='legacy') is Equinox's deprecated spelling of mode='ema' (which "
+    "typically trains worse than batch statistics); pass mode='ema' to keep it, or "
+    "mode='batch' / mode='torch' (the default) for batch statistics."
+)
+
+
 class BatchNorm(StatefulLayer):
-    r"""Normalises each channel by the mean and variance over the batch and spatial
+    r"""Normalises each channel by a mean and variance over the batch and spatial
     dimensions, then optionally applies a channelwise affine map.
 
     $$y_c = \frac{x_c - \mathbb{E}[x_c]}{\sqrt{\operatorname{Var}[x_c] + \varepsilon}}
@@ -39,16 +52,29 @@ class BatchNorm(StatefulLayer):
 
     Call it on a single example of shape `(input_size, *spatial)` inside
     `jax.vmap(..., axis_name=axis_name)`; statistics are taken over the vmapped
-    axis and the spatial axes.
+    axis and the spatial axes. `mode` chooses how training updates the running
+    statistics and what inference uses (with `m = momentum`):
 
-    In training mode the batch mean and (biased) batch variance normalise the
-    input, and the running statistics stored in the [`boxwood.nn.State`][] are
-    updated with the batch mean and the *unbiased* batch variance:
-    `running = momentum * running + (1 - momentum) * batch`. The running
-    statistics start at mean 0 and variance 1. In inference mode the running
-    statistics normalise the input and the state is unchanged. This is exactly
-    PyTorch's `BatchNorm` with `torch_momentum = 1 - momentum`, so a model trained
-    in either library evaluates identically in the other.
+    - `"torch"` (the default): training normalises with the batch mean and
+      (biased) batch variance and updates `running = m * running + (1 - m) *
+      batch` with the *unbiased* batch variance, starting from mean 0 and variance
+      1; inference normalises with the running statistics. This is exactly
+      PyTorch's `BatchNorm` with `torch_momentum = 1 - m`, so a model trained in
+      either library evaluates identically in the other. State: `state_index`
+      holds `(running_mean, running_var)`.
+    - `"batch"` (Equinox's): training normalises with the batch statistics and
+      updates `hidden = m * hidden + (1 - m) * batch` (biased variance, from mean 0
+      and variance 1) and a step counter; inference normalises with
+      `hidden / (1 - m**counter)` (`hidden` itself before any step). State:
+      `batch_counter` and `batch_state_index`, as in Equinox.
+    - `"ema"` (Equinox's): training updates `running = m * running + (1 - m) *
+      batch` (biased variance; the first step stores the batch statistics) and
+      normalises with the *updated running* statistics; inference uses them too.
+      State: `ema_first_time_index` and `ema_state_index`, as in Equinox.
+      (`"legacy"`, Equinox's deprecated default, means `"ema"` and warns.)
+
+    The fields of the other modes are `None`, so in each mode the model has the
+    same leaves as Equinox's, and `state.get(bn.<index>)` reads the same values.
 
     ```python
     bn, state = boxwood.nn.make_with_state(boxwood.nn.BatchNorm)(3, "batch")
@@ -59,13 +85,18 @@ class BatchNorm(StatefulLayer):
 
     weight: Float[Array, " input_size"] | None
     bias: Float[Array, " input_size"] | None
-    state_index: StateIndex
+    ema_first_time_index: StateIndex[Bool[Array, ""]] | None
+    ema_state_index: StateIndex[_Stats] | None
+    batch_counter: StateIndex[Int[Array, ""]] | None
+    batch_state_index: StateIndex[_Stats] | None
+    state_index: StateIndex[_Stats] | None
     input_size: int = field(static=True)
     axis_name: Hashable | Sequence[Hashable] = field(static=True)
     eps: float = field(static=True)
     channelwise_affine: bool = field(static=True)
     momentum: float = field(static=True)
     inference: bool = field(static=True)
+    mode: Literal["torch", "ema", "batch"] = field(static=True)
 
     def __init__(
         self,
@@ -76,6 +107,7 @@ class BatchNorm(StatefulLayer):
         momentum: float = 0.99,
         inference: bool = False,
         dtype: Any = None,
+        mode: Literal["torch", "ema", "batch", "legacy"] = "torch",
     ):
         """**Arguments:**
 
@@ -92,11 +124,16 @@ class BatchNorm(StatefulLayer):
           per call.
         - `dtype`: dtype of the parameters and running statistics; defaults to
           float32 (float64 when JAX's x64 mode is on).
+        - `mode`: `"torch"` (the default), `"batch"` or `"ema"`: how the running
+          statistics are kept and used; see the class documentation. (Equinox's
+          default, `"legacy"`, is `"ema"` with a warning; boxwood's default is
+          PyTorch's behaviour, which Equinox's `"batch"` also approaches.)
         """
         if not 0 <= momentum < 1:
             raise ValueError(
                 f"BatchNorm: `momentum` must be in [0, 1), got {momentum}."
             )
+        mode = _check_mode(mode)
         if isinstance(axis_name, list):
             axis_name = tuple(axis_name)
         dtype = resolve_dtype(dtype, "BatchNorm")
@@ -106,14 +143,29 @@ class BatchNorm(StatefulLayer):
         else:
             self.weight = None
             self.bias = None
-        init = (jnp.zeros((input_size,), dtype), jnp.ones((input_size,), dtype))
-        self.state_index = StateIndex(init)
+        self._init_state(mode, input_size, dtype)
         self.input_size = input_size
         self.axis_name = axis_name
         self.eps = eps
         self.channelwise_affine = channelwise_affine
         self.momentum = momentum
         self.inference = inference
+        self.mode = mode
+
+    def _init_state(self, mode: str, size: int, dtype: Any) -> None:
+        """Create the state indices of `mode` (those of the other modes are None)."""
+        zeros_ones = (jnp.zeros((size,), dtype), jnp.ones((size,), dtype))
+        self.ema_first_time_index = self.ema_state_index = None
+        self.batch_counter = self.batch_state_index = self.state_index = None
+        if mode == "torch":
+            self.state_index = StateIndex(zeros_ones)
+        elif mode == "batch":
+            self.batch_counter = StateIndex(jnp.array(0))
+            self.batch_state_index = StateIndex(zeros_ones)
+        else:  # ema: the first step overwrites the (zero) buffers
+            self.ema_first_time_index = StateIndex(jnp.array(True))
+            zeros = jnp.zeros((size,), dtype)
+            self.ema_state_index = StateIndex((zeros, zeros))
 
     def __call__(
         self,
@@ -136,19 +188,13 @@ class BatchNorm(StatefulLayer):
         if jnp.ndim(x) == 0 or x.shape[0] != self.input_size:
             check_input(x, (self.input_size, "..."), layer_name(self, "input_size"))
         inference = self.inference if inference is None else inference
-        running_mean, running_var = state.get(self.state_index)
         # Statistics in at least float32, whatever the input's dtype.
-        dtypes = (jnp.dtype(jnp.float32), x.dtype, running_mean.dtype)
+        dtypes = (jnp.dtype(jnp.float32), x.dtype, self._state_dtype(state))
         compute = max(dtypes, key=lambda d: d.itemsize)
         xc = x.astype(compute).reshape(self.input_size, -1)
-        if inference:
-            mean, var = running_mean.astype(compute), running_var.astype(compute)
-        else:
-            mean, var, unbiased = self._batch_stats(xc)
-            m = self.momentum
-            new_mean = m * running_mean + (1 - m) * mean.astype(running_mean.dtype)
-            new_var = m * running_var + (1 - m) * unbiased.astype(running_var.dtype)
-            state = state.set(self.state_index, (new_mean, new_var))
+        update = {"torch": self._torch, "batch": self._batch, "ema": self._ema}
+        mean, var, state = update[self.mode](xc, state, inference)
+        mean, var = mean.astype(compute), var.astype(compute)
         y = (xc - mean[:, None]) * lax.rsqrt(var + self.eps)[:, None]
         if self.channelwise_affine:
             y = (
@@ -157,8 +203,16 @@ class BatchNorm(StatefulLayer):
             )
         return y.reshape(x.shape).astype(x.dtype), state
 
-    def _batch_stats(self, xc: Array) -> tuple[Array, Array, Array]:
-        """Per-channel mean, biased variance and unbiased variance over the batch."""
+    def _state_dtype(self, state: State) -> Any:
+        index = {"torch": self.state_index, "batch": self.batch_state_index}.get(
+            self.mode, self.ema_state_index
+        )
+        return state.get(index)[0].dtype
+
+    def _torch(self, xc: Array, state: State, inference: bool) -> tuple:
+        running_mean, running_var = state.get(self.state_index)
+        if inference:
+            return running_mean, running_var, state
         count = _axis_size(self.axis_name) * xc.shape[1]
         if count < 2:
             raise ValueError(
@@ -166,8 +220,61 @@ class BatchNorm(StatefulLayer):
                 f"per channel (batch size x spatial size), got {count}. Use a larger "
                 "batch, or `inference=True`."
             )
+        mean, var = self._moments(xc)
+        unbiased = var * (count / (count - 1))
+        new = _ema(self.momentum, (running_mean, running_var), (mean, unbiased))
+        return mean, var, state.set(self.state_index, new)
+
+    def _batch(self, xc: Array, state: State, inference: bool) -> tuple:
+        counter = state.get(self.batch_counter)
+        hidden = state.get(self.batch_state_index)
+        if inference:
+            # Equinox's zero-debiasing: hidden / (1 - m**counter), hidden at step 0.
+            steps = counter.astype(hidden[0].dtype)
+            scale = jnp.where(counter == 0, 1.0, 1.0 - self.momentum**steps)
+            return hidden[0] / scale, hidden[1] / scale, state
+        mean, var = self._moments(xc)
+        state = state.set(self.batch_counter, counter + 1)
+        state = state.set(
+            self.batch_state_index, _ema(self.momentum, hidden, (mean, var))
+        )
+        return mean, var, state
+
+    def _ema(self, xc: Array, state: State, inference: bool) -> tuple:
+        running = state.get(self.ema_state_index)
+        if inference:
+            return running[0], running[1], state
+        first_time = state.get(self.ema_first_time_index)
+        batch = tuple(b.astype(r.dtype) for b, r in zip(self._moments(xc), running))
+        mixed = _ema(self.momentum, running, batch)
+        mean, var = (lax.select(first_time, b, r) for b, r in zip(batch, mixed))
+        state = state.set(self.ema_first_time_index, jnp.array(False))
+        return mean, var, state.set(self.ema_state_index, (mean, var))
+
+    def _moments(self, xc: Array) -> tuple[Array, Array]:
+        """Per-channel mean and biased variance over the batch (and space)."""
+        _axis_size(self.axis_name)  # a clear error outside a matching vmap
         mean = lax.pmean(jnp.mean(xc, axis=1), self.axis_name)
         centred = xc - mean[:, None]
         var = lax.pmean(jnp.mean(centred * centred, axis=1), self.axis_name)
-        var = jnp.maximum(var, 0)
-        return mean, var, var * (count / (count - 1))
+        return mean, jnp.maximum(var, 0)
+
+
+def _ema(momentum: float, running: _Stats, batch: tuple[Array, Array]) -> _Stats:
+    """`momentum * running + (1 - momentum) * batch`, in the running stats' dtype."""
+    return tuple(  # type: ignore[return-value]
+        momentum * r + (1 - momentum) * b.astype(r.dtype)
+        for r, b in zip(running, batch)
+    )
+
+
+def _check_mode(mode: Any) -> str:
+    if mode == "legacy":
+        warnings.warn(_MSG_LEGACY, DeprecationWarning, stacklevel=user_stacklevel())
+        return "ema"
+    if mode not in _MODES:
+        raise ValueError(
+            f"BatchNorm: `mode` must be one of 'torch' (PyTorch's running "
+            f"statistics, the default), 'batch' or 'ema' (Equinox's), got {mode!r}."
+        )
+    return mode

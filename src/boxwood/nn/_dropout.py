@@ -1,12 +1,14 @@
 """`Dropout`."""
 
 import math
+import warnings
 
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, PRNGKeyArray
 
 from .._module import Module, field
+from .._warnings import user_stacklevel
 
 _MSG_NO_KEY = (
     "Dropout(p={p}) is in training mode (`inference=False`) and needs a random key: "
@@ -14,6 +16,24 @@ _MSG_NO_KEY = (
     "`dropout(x, inference=True)`, build it with `Dropout(p, inference=True)`, or "
     "switch a whole model with `model = boxwood.nn.inference_mode(model)`."
 )
+
+
+def resolve_deterministic(
+    inference: bool | None, deterministic: bool | None, where: str
+) -> bool | None:
+    """`inference`, or the deprecated `deterministic` (with a warning) if given.
+
+    Equinox accepts `deterministic=` as the deprecated spelling of `inference=`;
+    `where` names the call in the warning, e.g. `"Dropout(deterministic=...)"`.
+    """
+    if deterministic is None:
+        return inference
+    warnings.warn(
+        f"{where} is deprecated: pass `inference=...` instead (the same meaning).",
+        DeprecationWarning,
+        stacklevel=user_stacklevel(),
+    )
+    return deterministic
 
 
 class Dropout(Module):
@@ -34,7 +54,13 @@ class Dropout(Module):
     p: float = field(static=True)
     inference: bool = field(static=True)
 
-    def __init__(self, p: float = 0.5, inference: bool = False):
+    def __init__(
+        self,
+        p: float = 0.5,
+        inference: bool = False,
+        *,
+        deterministic: bool | None = None,
+    ):
         """**Arguments:**
 
         - `p`: the probability of zeroing each entry, in `[0, 1]`. A Python number.
@@ -42,7 +68,13 @@ class Dropout(Module):
             dropout (and needs a `key` when called). Override per call with
             `dropout(x, inference=...)`, or for a whole model with
             [`boxwood.nn.inference_mode`][].
+        - `deterministic`: deprecated spelling of `inference` (as in Equinox); it
+            wins over `inference` and warns with a `DeprecationWarning`. (Keyword
+            only.)
         """
+        inference = resolve_deterministic(
+            inference, deterministic, "Dropout(deterministic=...)"
+        )
         if isinstance(p, bool) or not isinstance(p, (int, float)):
             raise TypeError(
                 f"`Dropout.p` must be a Python float in [0, 1], got {type(p).__name__}. "
@@ -53,12 +85,18 @@ class Dropout(Module):
         self.p = float(p)
         self.inference = bool(inference)
 
+    @property
+    def deterministic(self) -> bool:
+        """Deprecated alias of `inference` (Equinox keeps it for old code)."""
+        return self.inference
+
     def __call__(
         self,
         x: Array,
         *,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
+        deterministic: bool | None = None,
     ) -> Array:
         """**Arguments:**
 
@@ -67,11 +105,16 @@ class Dropout(Module):
             training mode when `p > 0`. (Keyword only.)
         - `inference`: if given, overrides `self.inference` for this call.
             (Keyword only; a Python bool.)
+        - `deterministic`: deprecated spelling of `inference`, with a
+            `DeprecationWarning`. (Keyword only.)
 
         **Returns:**
 
         An array of the same shape and dtype as `x`.
         """
+        inference = resolve_deterministic(
+            inference, deterministic, "Dropout()(x, deterministic=...)"
+        )
         if inference is None:
             inference = self.inference
         if inference or self.p == 0.0:

@@ -28,13 +28,13 @@ def _rebuild(node: Any, value: bool) -> Any:
     return new
 
 
-def inference_mode(model: _T, value: bool = True) -> _T:
-    """Return a copy of `model` with every `inference` flag set to `value`.
+def inference_mode(pytree: _T, value: bool = True) -> _T:
+    """Return a copy of `pytree` with every `inference` flag set to `value`.
 
-    Every [`boxwood.Module`][] in `model` (at any depth, including inside lists,
+    Every [`boxwood.Module`][] in `pytree` (at any depth, including inside lists,
     tuples and dicts) that has a field named `inference`, such as
     [`boxwood.nn.Dropout`][], gets `inference=value`; nothing else changes and
-    `model` itself is not modified. Because `inference` is a static field, the two
+    `pytree` itself is not modified. Because `inference` is a static field, the two
     modes compile separately, once each.
 
     No `__init__` is re-run: modules are rebuilt the way `jax.tree_util` rebuilds
@@ -42,12 +42,13 @@ def inference_mode(model: _T, value: bool = True) -> _T:
 
     **Arguments:**
 
-    - `model`: any pytree.
+    - `pytree`: any pytree (a model). Same parameter names as
+        `equinox.nn.inference_mode`.
     - `value`: `True` for inference (evaluation) mode, `False` for training mode.
 
     **Returns:**
 
-    A pytree of the same type and structure as `model` (apart from the flags).
+    A pytree of the same type and structure as `pytree` (apart from the flags).
 
     >>> import boxwood.nn
     >>> model = [boxwood.nn.Dropout(0.1), boxwood.nn.Dropout(0.2)]
@@ -58,4 +59,4 @@ def inference_mode(model: _T, value: bool = True) -> _T:
         raise TypeError(
             f"inference_mode: `value` must be a Python bool, got {type(value).__name__}."
         )
-    return _rebuild(model, value)
+    return _rebuild(pytree, value)

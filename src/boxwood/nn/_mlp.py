@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._filters import is_array
 from .._module import Module, field
+from ._callables import call_per_neuron, copy_per_neuron, store_callable
 from ._checks import check_input, layer_name
 from ._linear import Linear
 from ._misc import resolve_dtype
@@ -19,25 +19,19 @@ def _identity(x: Any) -> Any:
     return x
 
 
-def _check_activation(fn: Any, arg: str) -> None:
-    if not callable(fn):
-        raise TypeError(f"MLP: `{arg}` must be callable, got {type(fn).__name__}.")
-    if any(is_array(leaf) for leaf in jax.tree_util.tree_leaves(fn)):
-        raise TypeError(
-            f"MLP: `{arg}` holds arrays (a learnable activation such as PReLU). MLP "
-            "activations are static configuration, so they must be plain functions "
-            "such as `jax.nn.gelu`. For a learnable activation, write a small Module "
-            "with the activation as an ordinary (dynamic) field."
-        )
-
-
 class MLP(Module):
     """A multi-layer perceptron (feed-forward network): `depth` hidden layers of
     size `width_size`, each a [`boxwood.nn.Linear`][] followed by `activation`, then
     an output `Linear` followed by `final_activation`.
 
-    Same signature as `equinox.nn.MLP`. The activations are static configuration
-    (plain functions, part of the treedef), so the model holds only arrays.
+    Same signature as `equinox.nn.MLP`. An activation may be a plain function (held
+    as static structure, so the model holds only arrays and `jax.jit(model)` works)
+    or a learnt one such as [`boxwood.nn.PReLU`][]: as in Equinox, a learnt
+    activation gets its own copy of its parameters for every neuron (`activation`'s
+    arrays get leading axes `(depth, width_size)`, `final_activation`'s
+    `(out_size,)`) and is applied entry by entry. A plain function is applied to
+    the whole vector (Equinox applies it entry by entry; the two agree for
+    elementwise functions such as `relu`).
 
     >>> import boxwood.nn, jax, jax.numpy as jnp
     >>> mlp = boxwood.nn.MLP(3, 2, width_size=8, depth=2, key=jax.random.key(0))
@@ -46,8 +40,8 @@ class MLP(Module):
     """
 
     layers: tuple[Linear, ...]
-    activation: Callable = field(static=True)
-    final_activation: Callable = field(static=True)
+    activation: Callable
+    final_activation: Callable
     use_bias: bool = field(static=True)
     use_final_bias: bool = field(static=True)
     in_size: int | Literal["scalar"] = field(static=True)
@@ -81,10 +75,11 @@ class MLP(Module):
         - `depth`: the number of hidden layers. `depth=0` is a single
             `Linear(in_size, out_size)`; `depth=1` is `Linear(in_size, width_size)`
             then `Linear(width_size, out_size)`; and so on.
-        - `activation`: the function applied after each hidden layer (a plain,
-            hashable function). Defaults to `jax.nn.relu`.
-        - `final_activation`: the function applied after the output layer. Defaults
-            to the identity.
+        - `activation`: the function applied after each hidden layer: a plain,
+            hashable function, or a module with parameters (copied per neuron).
+            Defaults to `jax.nn.relu`.
+        - `final_activation`: the function applied after the output layer (as for
+            `activation`). Defaults to the identity.
         - `use_bias`: whether the hidden layers have biases.
         - `use_final_bias`: whether the output layer has a bias.
         - `dtype`: dtype of every weight and bias. Defaults to `float32`.
@@ -95,8 +90,8 @@ class MLP(Module):
         """
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ValueError(f"MLP: `depth` must be a non-negative int, got {depth!r}.")
-        _check_activation(activation, "activation")
-        _check_activation(final_activation, "final_activation")
+        activation = store_callable(activation, "MLP: `activation`")
+        final_activation = store_callable(final_activation, "MLP: `final_activation`")
         dtype = resolve_dtype(dtype, "MLP")
         keys = jr.split(key, depth + 1)
         if depth == 0:
@@ -115,8 +110,12 @@ class MLP(Module):
                 Linear(width_size, out_size, use_final_bias, dtype, key=keys[-1])
             )
         self.layers = tuple(layers)
-        self.activation = activation
-        self.final_activation = final_activation
+        self.activation = copy_per_neuron(activation, (depth, width_size))
+        self.final_activation = (
+            final_activation
+            if out_size == "scalar"
+            else copy_per_neuron(final_activation, (out_size,))
+        )
         self.use_bias = bool(use_bias)
         self.use_final_bias = bool(use_final_bias)
         self.in_size = in_size
@@ -143,13 +142,17 @@ class MLP(Module):
         *hidden, last = self.layers
         if self.scan and self.depth > 0:
             first, stacked = hidden
-            x = self.activation(first(x))
+            x = call_per_neuron(self.activation, first(x), 0)
 
-            def step(h: Array, layer: Linear) -> tuple[Array, None]:
-                return self.activation(layer(h)), None
+            def step(h: Array, i_layer: tuple[Array, Linear]) -> tuple[Array, None]:
+                i, layer = i_layer
+                return call_per_neuron(self.activation, layer(h), i), None
 
-            x, _ = jax.lax.scan(step, x, stacked)
+            x, _ = jax.lax.scan(step, x, (jnp.arange(1, self.depth), stacked))
         else:
-            for layer in hidden:
-                x = self.activation(layer(x))
-        return self.final_activation(last(jnp.asarray(x)))
+            for i, layer in enumerate(hidden):
+                x = call_per_neuron(self.activation, layer(x), i)
+        x = last(jnp.asarray(x))
+        if self.out_size == "scalar":
+            return self.final_activation(x)
+        return call_per_neuron(self.final_activation, x)

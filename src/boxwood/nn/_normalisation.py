@@ -4,6 +4,7 @@ Statistics are computed in at least float32 (a `bfloat16`/`float16` input is pro
 normalised, and cast back), so low-precision models keep stable normalisation.
 """
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._module import Module, field
+from .._warnings import user_stacklevel
 from ._checks import check_input, layer_name
 from ._misc import as_shape, compute_dtype, resolve_dtype
 
@@ -67,6 +69,8 @@ class LayerNorm(Module):
         use_weight: bool = True,
         use_bias: bool = True,
         dtype: Any = None,
+        *,
+        elementwise_affine: bool | None = None,
     ):
         """**Arguments:**
 
@@ -75,7 +79,17 @@ class LayerNorm(Module):
         - `use_weight`: whether to learn an elementwise scale (initialised to 1).
         - `use_bias`: whether to learn an elementwise shift (initialised to 0).
         - `dtype`: dtype of the weight and bias. Defaults to `float32`.
+        - `elementwise_affine`: deprecated (as in Equinox): sets both `use_weight`
+            and `use_bias`, with a `DeprecationWarning`. (Keyword only.)
         """
+        if elementwise_affine is not None:
+            warnings.warn(
+                "LayerNorm(elementwise_affine=...) is deprecated: pass "
+                "`use_weight=...` and `use_bias=...` instead.",
+                DeprecationWarning,
+                stacklevel=user_stacklevel(),
+            )
+            use_weight = use_bias = elementwise_affine
         self.shape = as_shape(shape, "LayerNorm")
         self.eps = _check_eps(eps, "LayerNorm")
         dtype = resolve_dtype(dtype, "LayerNorm")
@@ -118,10 +132,18 @@ class RMSNorm(Module):
     """Rescales its input by its root mean square, then optionally applies an
     elementwise affine map: `x / sqrt(mean(x**2) + eps) * weight + bias`.
 
-    Same arguments as `equinox.nn.RMSNorm`, but `use_bias` defaults to `False`, so
-    that the default layer is `torch.nn.RMSNorm` (which has no bias). Unlike
+    Same signature and defaults as `equinox.nn.RMSNorm`, so the default layer has a
+    bias (`use_bias=True`) and the same code builds the same pytree in both. For
+    the layer `torch.nn.RMSNorm` computes (no bias), pass `use_bias=False`. Unlike
     PyTorch, whose default `eps=None` means the dtype's machine epsilon, `eps`
     defaults to `1e-5`.
+
+    >>> import boxwood.nn, jax.numpy as jnp
+    >>> norm = boxwood.nn.RMSNorm(3)
+    >>> norm.bias
+    Array([0., 0., 0.], dtype=float32)
+    >>> norm(jnp.array([3.0, 4.0, 0.0])).shape
+    (3,)
     """
 
     weight: Float[Array, "*shape"] | None
@@ -136,7 +158,7 @@ class RMSNorm(Module):
         shape: int | Sequence[int],
         eps: float = 1e-5,
         use_weight: bool = True,
-        use_bias: bool = False,
+        use_bias: bool = True,
         dtype: Any = None,
     ):
         """**Arguments:**

@@ -68,6 +68,51 @@ class RotaryPositionalEmbedding(Module):
         self.theta = float(theta)
         self.dtype = resolve_dtype(dtype, "RotaryPositionalEmbedding")
 
+    @staticmethod
+    def rotate_half(
+        x: Float[Array, "seq_len embedding_size"],
+    ) -> Float[Array, "seq_len embedding_size"]:
+        """Swap the two halves of the last axis and negate the new first half.
+
+        **Arguments:**
+
+        - `x`: an array whose last axis has even size `d`.
+
+        **Returns:** `concatenate([-x[..., d/2:], x[..., :d/2]])`, so that the layer's
+        output is `x * cos + rotate_half(x) * sin` (as in Equinox).
+
+        >>> import boxwood.nn, jax.numpy as jnp
+        >>> boxwood.nn.RotaryPositionalEmbedding.rotate_half(jnp.array([1., 2., 3., 4.]))
+        Array([-3., -4.,  1.,  2.], dtype=float32)
+        """
+        half = x.shape[-1] // 2
+        return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+    @staticmethod
+    def precompute_freqs_cis(
+        embedding_size: int, end: int, theta: float, dtype: Any
+    ) -> tuple[Float[Array, "end half_size"], Float[Array, "end half_size"]]:
+        """The cosine and sine tables of the rotation angles.
+
+        **Arguments:**
+
+        - `embedding_size`: the (even) number of channels `d`.
+        - `end`: the number of positions.
+        - `theta`: the base of the frequencies.
+        - `dtype`: the dtype of the tables (the angles are computed in at least
+          float32 and cast at the end).
+
+        **Returns:** `(cos, sin)`, each of shape `(end, embedding_size // 2)`, of the
+        angles `t * theta**(-2j/d)` for position `t` and pair `j`.
+
+        >>> import boxwood.nn, jax.numpy as jnp
+        >>> cos, sin = boxwood.nn.RotaryPositionalEmbedding.precompute_freqs_cis(
+        ...     4, 3, 10_000.0, jnp.float32)
+        >>> cos.shape, sin[1, 0].round(4)
+        ((3, 2), Array(0.8415, dtype=float32))
+        """
+        return _cos_sin(end, embedding_size, theta, dtype)
+
     def __call__(
         self,
         x: Float[Array, "seq_len embedding_size"],
@@ -83,12 +128,11 @@ class RotaryPositionalEmbedding(Module):
         """
         name = layer_name(self, "embedding_size")
         check_input(x, ("seq_len", self.embedding_size), name)
-        seq_len, half = x.shape[0], self.embedding_size // 2
         with jax.ensure_compile_time_eval():
-            cos, sin = _cos_sin(seq_len, self.embedding_size, self.theta, self.dtype)
-        first, second = x[:, :half], x[:, half:]
-        with jax.numpy_dtype_promotion("standard"):
-            out = jnp.concatenate(
-                [first * cos - second * sin, second * cos + first * sin], axis=-1
+            cos, sin = self.precompute_freqs_cis(
+                self.embedding_size, x.shape[0], self.theta, self.dtype
             )
+        cos, sin = jnp.tile(cos, (1, 2)), jnp.tile(sin, (1, 2))
+        with jax.numpy_dtype_promotion("standard"):
+            out = x * cos + self.rotate_half(x) * sin
         return out.astype(x.dtype)

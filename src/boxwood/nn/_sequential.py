@@ -10,7 +10,8 @@ from typing import Any
 import jax.random as jr
 from jaxtyping import Array, PRNGKeyArray
 
-from .._module import Module, field
+from .._module import Module
+from ._callables import store_callable
 from ._state import State
 from ._stateful import StatefulLayer
 
@@ -123,24 +124,26 @@ class Lambda(Module):
     """Wraps a function (e.g. an activation) as a layer, for use in
     [`boxwood.nn.Sequential`][]: `Lambda(fn)(x, key=key)` is `fn(x)`.
 
-    `fn` is a static field (part of the pytree structure), so it must be hashable;
-    plain functions are.
+    As in Equinox, `fn` may carry parameters: `Lambda(boxwood.Partial(f, w))` holds
+    the array `w` as a leaf (trained, and traced by `filter_jit`). A plain function
+    is instead held as static structure (in a [`boxwood.nn.StaticFunction`][] at
+    `.fn`, whose `.fn` is the function), so the layer has no leaves and
+    `jax.jit(layer)` works; it must be hashable, as plain functions are.
 
     >>> import jax, jax.numpy as jnp, boxwood.nn as nn
     >>> nn.Lambda(jax.nn.relu)(jnp.array([-1.0, 2.0]))
     Array([0., 2.], dtype=float32)
     """
 
-    fn: Callable[[Any], Any] = field(static=True)
+    fn: Callable[..., Any]
 
-    def __init__(self, fn: Callable[[Any], Any]):
+    def __init__(self, fn: Callable[..., Any]):
         """**Arguments:**
 
-        - `fn`: the function to apply.
+        - `fn`: the function to apply: a plain function, or a callable pytree with
+          parameters (a Module, a `boxwood.Partial`).
         """
-        if not callable(fn):
-            raise TypeError(f"Lambda: `fn` must be callable, got {type(fn).__name__}.")
-        self.fn = fn
+        self.fn = store_callable(fn, "Lambda: `fn`")
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """**Arguments:**
