@@ -9,6 +9,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._filters import is_array
+from .._init import split_keys
 from .._module import Module, field
 from ._checks import check_input, layer_name
 from ._linear import Linear
@@ -98,7 +99,9 @@ class MLP(Module):
         _check_activation(activation, "activation")
         _check_activation(final_activation, "final_activation")
         dtype = resolve_dtype(dtype, "MLP")
-        keys = jr.split(key, depth + 1)
+        # A vmapped (scan) build needs the keys as one array; otherwise split on the
+        # host, with no compile per `depth` (the same keys either way).
+        keys = jr.split(key, depth + 1) if scan else split_keys(key, depth + 1)
         if depth == 0:
             layers = [Linear(in_size, out_size, use_final_bias, dtype, key=keys[0])]
         else:
