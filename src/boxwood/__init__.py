@@ -4,6 +4,12 @@ from . import nn as nn
 from ._ad import filter_grad as filter_grad
 from ._ad import filter_value_and_grad as filter_value_and_grad
 from ._callback import filter_pure_callback as filter_pure_callback
+from ._compilation_cache import (
+    disable_compilation_cache as disable_compilation_cache,
+)
+from ._compilation_cache import (
+    enable_compilation_cache as enable_compilation_cache,
+)
 from ._config import config as config
 from ._custom_ad import filter_custom_jvp as filter_custom_jvp
 from ._custom_ad import filter_custom_vjp as filter_custom_vjp

@@ -2,6 +2,7 @@
 dtype) instead of one per parameter shape, host-side key splitting, and
 `nn.init`. See README.md."""
 
+from ._apply import init as init
 from ._draw import draw as draw
 from ._draw import normal as normal
 from ._draw import truncated_normal as truncated_normal

@@ -66,7 +66,10 @@ def host_key(key: Any) -> tuple[np.ndarray, bool] | None:
     ):
         if key.shape != () or str(jr.key_impl(key)) != _THREEFRY:
             return None
-        return np.asarray(jr.key_data(key), np.uint32), True
+        data = jr.key_data(key)
+        if _is_tracer(data):  # a concrete key closed over inside `jit`
+            return None
+        return np.asarray(data, np.uint32), True
     if jax.config.jax_default_prng_impl != _THREEFRY:
         return None
     if not isinstance(key, (jax.Array, np.ndarray)) or key.shape != (2,):
