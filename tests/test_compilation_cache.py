@@ -15,7 +15,7 @@ _SETTINGS = (
 
 @pytest.fixture
 def restore_settings():
-    saved = {name: jax.config.read(name) for name in _SETTINGS}
+    saved = {name: getattr(jax.config, name) for name in _SETTINGS}
     yield
     boxwood.disable_compilation_cache()
     for name, value in saved.items():
@@ -25,14 +25,14 @@ def restore_settings():
 def test_enable_writes_small_kernels(tmp_path, restore_settings):
     folder = boxwood.enable_compilation_cache(tmp_path / "cache")
     assert folder == tmp_path / "cache" and folder.is_dir()
-    assert jax.config.read("jax_compilation_cache_dir") == str(folder)
-    assert jax.config.read("jax_persistent_cache_min_compile_time_secs") == 0
-    assert jax.config.read("jax_persistent_cache_min_entry_size_bytes") == -1
+    assert jax.config.jax_compilation_cache_dir == str(folder)
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+    assert jax.config.jax_persistent_cache_min_entry_size_bytes == -1
     # A tiny kernel (well under JAX's default 1 s threshold) is kept.
     jax.jit(lambda x: x * 3 + 1)(jnp.arange(7.0)).block_until_ready()
     assert any(folder.iterdir())
     boxwood.disable_compilation_cache()
-    assert jax.config.read("jax_compilation_cache_dir") is None
+    assert jax.config.jax_compilation_cache_dir is None
 
 
 def test_default_folder(monkeypatch, tmp_path, restore_settings):
