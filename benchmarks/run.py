@@ -42,6 +42,7 @@ BENCHES = {
     "async": "bench_async",
     "compile": "bench_compile",
     "memory": "bench_memory",
+    "cold_start": "bench_cold_start",
 }
 
 EXPLAIN = {
@@ -60,6 +61,11 @@ EXPLAIN = {
     "running) and to finish. Ratio: return time to `jax.jit`'s.",
     "compile time vs depth": "Trace + compile time of the first call (fresh "
     "wrapper, caches cleared). Ratio: to the same form at depth 4.",
+    "cold start": "Each measurement in a fresh process (round-robin repetitions). "
+    "`build`: the constructor, arrays ready. `total`: from the top of the script "
+    "(imports) to the end of the first training step (optax adam). `trace`, "
+    "`lower`, `compile`: JAX's own durations summed over the process. Ratio: to "
+    "equinox (warm restart: to the first process).",
     "memory (donation)": "A training loop with the model and optimiser state "
     'donated (`filter_jit(donate="all-except-first")`, batch first and kept).',
 }

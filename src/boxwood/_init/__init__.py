@@ -11,3 +11,4 @@ from ._keys import split_keys as split_keys
 from ._layer import Initializer as Initializer
 from ._layer import check_initializer as check_initializer
 from ._layer import init_param as init_param
+from ._stack import build_stacked as build_stacked
