@@ -7,6 +7,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
+import boxwood
 import boxwood.nn as nn
 from boxwood import _init
 from boxwood._init import _draw
@@ -288,3 +289,52 @@ def test_nn_init_errors(getkey):
         nn.init(mlp, initializer=ortho, key=getkey())
     with pytest.raises(TypeError, match=r"`initializer` must be a function"):
         nn.init(mlp, lambda m: m.layers[0].weight, "ortho", key=getkey())
+
+
+# ------------------------------------------------------------------ nn.Stacked
+class _Block(boxwood.Module):
+    norm: nn.LayerNorm
+    attn: nn.MultiheadAttention
+    mlp: nn.MLP
+    scale: jax.Array
+
+    def __init__(self, key):
+        k1, k2, k3 = jr.split(key, 3)
+        self.norm = nn.LayerNorm(8)
+        self.attn = nn.MultiheadAttention(2, 8, key=k1)
+        self.mlp = nn.MLP(8, 8, 16, 1, key=k2)
+        self.scale = jr.normal(k3, (8,)) / 8
+
+    def __call__(self, x):
+        return x
+
+
+def test_stacked_build_matches_filter_vmap(getkey, monkeypatch):
+    key = getkey()
+    stacked = nn.Stacked(_Block, 3, key=key)
+    direct = boxwood.filter_vmap(_Block)(jr.split(key, 3))
+    fast_leaves = jax.tree_util.tree_leaves(stacked.layers)
+    assert len(fast_leaves) == len(jax.tree_util.tree_leaves(direct)) == 11
+    for a, b in zip(fast_leaves, jax.tree_util.tree_leaves(direct)):
+        assert _bits(a) == _bits(b)
+
+
+def test_stacked_falls_back_to_filter_vmap(getkey):
+    counter = iter(range(100))
+
+    class Counted(boxwood.Module):
+        weight: jax.Array
+        count: int
+
+        def __init__(self, key):
+            self.weight = jr.normal(key, (2,))
+            self.count = next(counter)
+
+    key = getkey()
+    stacked = nn.Stacked(Counted, 3, key=key)  # layers differ in `count`
+    assert stacked.layers.count == 3  # one vmapped trace, after three eager builds
+    assert _bits(stacked.layers.weight[2]) == _bits(
+        jr.normal(jr.split(key, 3)[2], (2,))
+    )
+    traced = jax.jit(lambda k: nn.Stacked(_Block, 2, key=k).layers.scale)(key)
+    assert _bits(traced) == _bits(nn.Stacked(_Block, 2, key=key).layers.scale)
