@@ -46,6 +46,7 @@ BENCHES = {
     "sharding": "bench_sharding",
     "checkpoint": "bench_checkpoint",
     "display": "bench_display",
+    "cold_start": "bench_cold_start",
 }
 
 EXPLAIN = {
@@ -75,6 +76,11 @@ EXPLAIN = {
     "(validated, onto the device) against `safetensors.numpy.save_file` / `load_file` "
     "on the same arrays; and the time a background save takes to return. Ratio: to "
     "`safetensors.numpy` (background: its save time over safetensors' save).",
+    "cold start": "Each measurement in a fresh process (round-robin repetitions). "
+    "`build`: the constructor, arrays ready. `total`: from the top of the script "
+    "(imports) to the end of the first training step (optax adam). `trace`, "
+    "`lower`, `compile`: JAX's own durations summed over the process. Ratio: to "
+    "equinox (warm restart: to the first process).",
     "memory (donation)": "A training loop with the model and optimiser state "
     'donated (`filter_jit(donate="all-except-first")`, batch first and kept).',
     "captured values": "Arrays and modules read from globals or closures are "

@@ -23,6 +23,12 @@ from ._checkpoint import state_dict as state_dict
 from ._checkpoint import tree_deserialise_leaves as tree_deserialise_leaves
 from ._checkpoint import tree_serialise_leaves as tree_serialise_leaves
 from ._closure_convert import filter_closure_convert as filter_closure_convert
+from ._compilation_cache import (
+    disable_compilation_cache as disable_compilation_cache,
+)
+from ._compilation_cache import (
+    enable_compilation_cache as enable_compilation_cache,
+)
 from ._config import config as config
 from ._custom_ad import filter_custom_jvp as filter_custom_jvp
 from ._custom_ad import filter_custom_vjp as filter_custom_vjp

@@ -1,5 +1,6 @@
 """`boxwood.nn`: layers. Every layer acts on a single example; batch with `jax.vmap`."""
 
+from .._init import init as init
 from ._activations import PReLU as PReLU
 from ._adaptive_pool import AdaptiveAvgPool1d as AdaptiveAvgPool1d
 from ._adaptive_pool import AdaptiveAvgPool2d as AdaptiveAvgPool2d

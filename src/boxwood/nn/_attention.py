@@ -8,9 +8,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
+from .._init import Initializer, split_keys
 from .._module import Module, field
 from ._checks import check_input, layer_name
 from ._dropout import Dropout, resolve_deterministic
@@ -82,6 +82,8 @@ class MultiheadAttention(Module):
         inference: bool = False,
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """**Arguments:**
@@ -102,6 +104,9 @@ class MultiheadAttention(Module):
           [`boxwood.nn.inference_mode`][], or override per call.
         - `dtype`: dtype of the parameters; defaults to float32 (float64 in x64
           mode).
+        - `weight_init`, `bias_init`: optional `(key, shape, dtype) -> array`
+          functions for the weights and biases of the four projections (see
+          [`boxwood.nn.Linear`][]). (Keyword only.)
         - `key`: a `jax.random` key for the initialisation. (Keyword only.)
         """
         if not isinstance(num_heads, int) or num_heads < 1:
@@ -118,8 +123,9 @@ class MultiheadAttention(Module):
                 f"MultiheadAttention: `qk_size` and `vo_size` must be positive, got "
                 f"{qk_size} and {vo_size} (`query_size // num_heads` by default)."
             )
-        qkey, kkey, vkey, okey = jr.split(key, 4)
-        lin = lambda i, o, b, k: Linear(i, o, use_bias=b, dtype=dtype, key=k)
+        qkey, kkey, vkey, okey = split_keys(key, 4)
+        inits = dict(weight_init=weight_init, bias_init=bias_init)
+        lin = lambda i, o, b, k: Linear(i, o, use_bias=b, dtype=dtype, **inits, key=k)
         self.query_proj = lin(query_size, num_heads * qk_size, use_query_bias, qkey)
         self.key_proj = lin(key_size, num_heads * qk_size, use_key_bias, kkey)
         self.value_proj = lin(value_size, num_heads * vo_size, use_value_bias, vkey)

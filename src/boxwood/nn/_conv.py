@@ -7,9 +7,9 @@ from typing import Any
 
 import jax.lax as lax
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._init import Initializer, check_initializer, init_param, split_keys
 from .._module import Module, field
 from ._checks import check_input, layer_name
 from ._conv_utils import (
@@ -89,14 +89,36 @@ class _ConvBase(Module):
         self.padding_mode = parse_padding_mode(padding_mode)
         self.use_bias = bool(use_bias)
 
-    def _init_params(self, key: PRNGKeyArray, dtype: Any, fan_in_channels: int) -> None:
+    def _init_params(
+        self,
+        key: PRNGKeyArray,
+        dtype: Any,
+        fan_in_channels: int,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
+    ) -> None:
+        name = type(self).__name__
+        check_initializer(weight_init, "weight_init", name)
+        check_initializer(bias_init, "bias_init", name)
         dtype = float_dtype(dtype)
         bound = fan_in_bound(fan_in_channels, self.kernel_size)
-        wkey, bkey = jr.split(key)
+        wkey, bkey = split_keys(key)
         wshape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
-        self.weight = uniform(wkey, wshape, dtype, bound)
+        self.weight = init_param(
+            weight_init,
+            lambda: uniform(wkey, wshape, dtype, bound),
+            *(wkey, wshape, dtype, "weight_init", name),
+        )
         bshape = (self.out_channels,) + (1,) * self.num_spatial_dims
-        self.bias = uniform(bkey, bshape, dtype, bound) if self.use_bias else None
+        self.bias = (
+            init_param(
+                bias_init,
+                lambda: uniform(bkey, bshape, dtype, bound),
+                *(bkey, bshape, dtype, "bias_init", name),
+            )
+            if self.use_bias
+            else None
+        )
 
     def _checked(self, x: Any) -> tuple[Array, Array]:
         """The input, checked, and the weight, both in the dtype to compute in."""
@@ -133,6 +155,8 @@ class Conv(_ConvBase):
         padding_mode: str = "ZEROS",
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """**Arguments:**
@@ -154,10 +178,13 @@ class Conv(_ConvBase):
           (`34123412`). Case-insensitive.
         - `dtype`: the parameters' floating-point dtype (default float32, or float64
           when `jax_enable_x64` is on).
+        - `weight_init`, `bias_init`: optional `(key, shape, dtype) -> array`
+          functions (any `jax.nn.initializers` function) for the weight and the bias
+          (called with their shapes as stored, below). (Keyword only.)
         - `key`: a PRNG key for the initialisation. (Keyword only argument.)
 
-        Weight and bias are drawn from `U(-1/sqrt(fan_in), 1/sqrt(fan_in))` with
-        `fan_in = in_channels // groups * prod(kernel_size)`, PyTorch's default.
+        By default weight and bias are drawn from `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`
+        with `fan_in = in_channels // groups * prod(kernel_size)`, PyTorch's default.
         """
         self._set_config(
             num_spatial_dims,
@@ -171,7 +198,9 @@ class Conv(_ConvBase):
             use_bias,
             padding_mode,
         )
-        self._init_params(key, dtype, self.in_channels // self.groups)
+        self._init_params(
+            key, dtype, self.in_channels // self.groups, weight_init, bias_init
+        )
 
     def __call__(self, x: ConvInput, *, key: PRNGKeyArray | None = None) -> ConvOutput:
         """**Arguments:**
@@ -226,6 +255,8 @@ class Conv1d(Conv):
         padding_mode: str = "ZEROS",
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """Arguments as for [`boxwood.nn.Conv`][], without `num_spatial_dims`."""
@@ -241,6 +272,8 @@ class Conv1d(Conv):
             use_bias,
             padding_mode,
             dtype,
+            weight_init=weight_init,
+            bias_init=bias_init,
             key=key,
         )
 
@@ -263,6 +296,8 @@ class Conv2d(Conv):
         padding_mode: str = "ZEROS",
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """Arguments as for [`boxwood.nn.Conv`][], without `num_spatial_dims`."""
@@ -278,6 +313,8 @@ class Conv2d(Conv):
             use_bias,
             padding_mode,
             dtype,
+            weight_init=weight_init,
+            bias_init=bias_init,
             key=key,
         )
 
@@ -301,6 +338,8 @@ class Conv3d(Conv):
         padding_mode: str = "ZEROS",
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """Arguments as for [`boxwood.nn.Conv`][], without `num_spatial_dims`."""
@@ -316,5 +355,7 @@ class Conv3d(Conv):
             use_bias,
             padding_mode,
             dtype,
+            weight_init=weight_init,
+            bias_init=bias_init,
             key=key,
         )

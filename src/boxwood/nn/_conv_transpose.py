@@ -9,6 +9,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import PRNGKeyArray
 
+from .._init import Initializer
 from .._module import field
 from ._checks import layer_name
 from ._conv import ConvInput, ConvOutput, _ConvBase, _PaddingArg
@@ -60,6 +61,8 @@ class ConvTranspose(_ConvBase):
         padding_mode: str = "ZEROS",
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """**Arguments:**
@@ -100,7 +103,8 @@ class ConvTranspose(_ConvBase):
                 f"output_padding={self.output_padding} and stride={self.stride}."
             )
         self._check_mode()
-        self._init_params(key, dtype, self.out_channels // self.groups)
+        fan_in = self.out_channels // self.groups
+        self._init_params(key, dtype, fan_in, weight_init, bias_init)
 
     def _check_mode(self) -> None:
         name = layer_name(self, *self._name_fields)
@@ -201,6 +205,8 @@ class ConvTranspose1d(ConvTranspose):
         padding_mode: str = "ZEROS",
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """Arguments as for [`boxwood.nn.ConvTranspose`][], without
@@ -218,6 +224,8 @@ class ConvTranspose1d(ConvTranspose):
             use_bias,
             padding_mode,
             dtype,
+            weight_init=weight_init,
+            bias_init=bias_init,
             key=key,
         )
 
@@ -246,6 +254,8 @@ class ConvTranspose2d(ConvTranspose):
         padding_mode: str = "ZEROS",
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """Arguments as for [`boxwood.nn.ConvTranspose`][], without
@@ -263,6 +273,8 @@ class ConvTranspose2d(ConvTranspose):
             use_bias,
             padding_mode,
             dtype,
+            weight_init=weight_init,
+            bias_init=bias_init,
             key=key,
         )
 
@@ -291,6 +303,8 @@ class ConvTranspose3d(ConvTranspose):
         padding_mode: str = "ZEROS",
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """Arguments as for [`boxwood.nn.ConvTranspose`][], without
@@ -308,5 +322,7 @@ class ConvTranspose3d(ConvTranspose):
             use_bias,
             padding_mode,
             dtype,
+            weight_init=weight_init,
+            bias_init=bias_init,
             key=key,
         )

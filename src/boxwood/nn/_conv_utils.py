@@ -13,7 +13,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import jax.random as jr
+
+from .._init import uniform as fast_uniform
 
 PADDING_STRINGS = ("SAME", "SAME_LOWER", "VALID")
 PADDING_MODES = ("ZEROS", "REFLECT", "REPLICATE", "CIRCULAR")
@@ -182,7 +183,7 @@ def float_dtype(dtype: Any) -> Any:
 
 def uniform(key: Any, shape: tuple[int, ...], dtype: Any, bound: float) -> jax.Array:
     """Samples from `U(-bound, bound)`."""
-    return jr.uniform(key, shape, dtype, minval=-bound, maxval=bound)
+    return fast_uniform(key, shape, dtype, -bound, bound)
 
 
 def fan_in_bound(channels_per_group: int, kernel_size: Sequence[int]) -> float:

@@ -4,9 +4,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from .._init import Initializer, check_initializer, init_param, normal
 from .._module import Module, field
 from ._checks import layer_name
 from ._misc import resolve_dtype
@@ -52,6 +52,7 @@ class Embedding(Module):
         weight: Float[Array, "num_embeddings embedding_size"] | None = None,
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
         key: PRNGKeyArray | None = None,
     ):
         """**Arguments:** either
@@ -59,19 +60,28 @@ class Embedding(Module):
         - `num_embeddings`: the number of rows of the table.
         - `embedding_size`: the size of each row.
         - `dtype`: dtype of the table. Defaults to `float32`.
+        - `weight_init`: optional `(key, shape, dtype) -> array` function (any
+          `jax.nn.initializers` function) for the table. Default: `N(0, 1)`, as
+          PyTorch. (Keyword only.)
         - `key`: a `jax.random` key for the initialisation. (Keyword only.)
 
         or
 
         - `weight`: the table itself, of shape `(num_embeddings, embedding_size)`.
         """
+        check_initializer(weight_init, "weight_init", "Embedding")
         if weight is None:
             if num_embeddings is None or embedding_size is None or key is None:
                 raise ValueError(_MSG_ARGS)
             _check_size(num_embeddings, "num_embeddings")
             _check_size(embedding_size, "embedding_size")
             dtype = resolve_dtype(dtype, "Embedding")
-            weight = jr.normal(key, (num_embeddings, embedding_size), dtype)
+            shape = (num_embeddings, embedding_size)
+            weight = init_param(
+                weight_init,
+                lambda: normal(key, shape, dtype),
+                *(key, shape, dtype, "weight_init", "Embedding"),
+            )
         else:
             weight = (
                 jnp.asarray(weight) if dtype is None else jnp.asarray(weight, dtype)

@@ -3,9 +3,9 @@
 from typing import Any, Literal, TypeVar
 
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._init import Initializer, check_initializer, init_param, split_keys
 from .._module import Module, field
 from ._checks import check_input, layer_name
 from ._misc import resolve_dtype, uniform_bound, uniform_init
@@ -50,6 +50,8 @@ class Linear(Module):
         use_bias: bool = True,
         dtype: Any = None,
         *,
+        weight_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
         key: PRNGKeyArray,
     ):
         """**Arguments:**
@@ -61,17 +63,35 @@ class Linear(Module):
         - `use_bias`: whether to add a bias.
         - `dtype`: dtype of the weight and bias (`float32`, `bfloat16`, ...).
             Defaults to `float32` (`float64` in JAX's 64-bit mode).
+        - `weight_init`, `bias_init`: optional `(key, shape, dtype) -> array`
+            functions (any `jax.nn.initializers` function) for the weight, of shape
+            `(out_features, in_features)`, and the bias, of shape
+            `(out_features,)`. Default: PyTorch's uniform draw. (Keyword only.)
         - `key`: a `jax.random` key for the initialisation. (Keyword only.)
         """
         _check_features(in_features, "in_features")
+        check_initializer(weight_init, "weight_init", "Linear")
+        check_initializer(bias_init, "bias_init", "Linear")
         _check_features(out_features, "out_features")
         dtype = resolve_dtype(dtype, "Linear")
         n_in = 1 if in_features == "scalar" else in_features
         n_out = 1 if out_features == "scalar" else out_features
         bound = uniform_bound(n_in)
-        wkey, bkey = jr.split(key)
-        self.weight = uniform_init(wkey, (n_out, n_in), dtype, bound)
-        self.bias = uniform_init(bkey, (n_out,), dtype, bound) if use_bias else None
+        wkey, bkey = split_keys(key)
+        self.weight = init_param(
+            weight_init,
+            lambda: uniform_init(wkey, (n_out, n_in), dtype, bound),
+            *(wkey, (n_out, n_in), dtype, "weight_init", "Linear"),
+        )
+        self.bias = (
+            init_param(
+                bias_init,
+                lambda: uniform_init(bkey, (n_out,), dtype, bound),
+                *(bkey, (n_out,), dtype, "bias_init", "Linear"),
+            )
+            if use_bias
+            else None
+        )
         self.in_features = in_features
         self.out_features = out_features
         self.use_bias = bool(use_bias)

@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, PRNGKeyArray
 
+from .._init import uniform
+
 
 def default_floating_dtype() -> Any:
     """`float64` when JAX runs in 64-bit mode, else `float32`."""
@@ -48,7 +50,7 @@ def uniform_init(
         real = jr.uniform(rkey, shape, real_dtype, -bound, bound)
         imag = jr.uniform(ikey, shape, real_dtype, -bound, bound)
         return jax.lax.complex(real, imag).astype(dtype)
-    return jr.uniform(key, shape, dtype, minval=-bound, maxval=bound)
+    return uniform(key, shape, dtype, -bound, bound)
 
 
 def compute_dtype(dtype: Any) -> Any:

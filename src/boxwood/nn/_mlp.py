@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._init import split_keys
 from .._module import Module, field
 from ._callables import call_per_neuron, copy_per_neuron, store_callable
 from ._checks import check_input, layer_name
@@ -93,7 +94,9 @@ class MLP(Module):
         activation = store_callable(activation, "MLP: `activation`")
         final_activation = store_callable(final_activation, "MLP: `final_activation`")
         dtype = resolve_dtype(dtype, "MLP")
-        keys = jr.split(key, depth + 1)
+        # A vmapped (scan) build needs the keys as one array; otherwise split on the
+        # host, with no compile per `depth` (the same keys either way).
+        keys = jr.split(key, depth + 1) if scan else split_keys(key, depth + 1)
         if depth == 0:
             layers = [Linear(in_size, out_size, use_final_bias, dtype, key=keys[0])]
         else:

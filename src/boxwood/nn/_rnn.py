@@ -6,9 +6,9 @@ from typing import Any
 
 import jax.nn as jnn
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._init import split_keys
 from .._module import Module, field
 from ._checks import check_input, layer_name
 from ._misc import resolve_dtype, uniform_bound, uniform_init
@@ -71,7 +71,7 @@ class GRUCell(Module):
         """
         dtype = resolve_dtype(dtype, "GRUCell")
         bound = uniform_bound(hidden_size)
-        ikey, hkey, bkey, nkey = jr.split(key, 4)
+        ikey, hkey, bkey, nkey = split_keys(key, 4)
         self.weight_ih = uniform_init(ikey, (3 * hidden_size, input_size), dtype, bound)
         self.weight_hh = uniform_init(
             hkey, (3 * hidden_size, hidden_size), dtype, bound
@@ -166,7 +166,7 @@ class LSTMCell(Module):
         """
         dtype = resolve_dtype(dtype, "LSTMCell")
         bound = uniform_bound(hidden_size)
-        ikey, hkey, bkey = jr.split(key, 3)
+        ikey, hkey, bkey = split_keys(key, 3)
         self.weight_ih = uniform_init(ikey, (4 * hidden_size, input_size), dtype, bound)
         self.weight_hh = uniform_init(
             hkey, (4 * hidden_size, hidden_size), dtype, bound

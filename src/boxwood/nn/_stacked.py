@@ -8,6 +8,7 @@ from typing import Any
 import jax.random as jr
 from jaxtyping import Array, PRNGKeyArray
 
+from .._init import build_stacked
 from .._module import Module, field
 from .._remat import filter_checkpoint
 from .._scan import filter_scan
@@ -17,9 +18,11 @@ from .._vmap import filter_vmap
 class Stacked(Module):
     """A stack of `depth` layers of the same structure, applied in order.
 
-    The layers are built with [`boxwood.filter_vmap`][], so they are held as *one*
-    layer whose arrays have a leading axis of size `depth` (`jax.tree.map(lambda a:
-    a[i], stacked.layers)` is layer `i`), and applied with [`boxwood.filter_scan`][]:
+    The layers are held as *one* layer whose arrays have a leading axis of size
+    `depth` (`jax.tree.map(lambda a: a[i], stacked.layers)` is layer `i`): the
+    arrays [`boxwood.filter_vmap`][] of `make_layer` over the split keys gives,
+    built one by one on boxwood's fast initialisation path and stacked (far fewer
+    compiles; `filter_vmap` itself where that does not apply). They are applied with [`boxwood.filter_scan`][]:
     the model compiles once however deep it is.
 
     ```python
@@ -51,7 +54,10 @@ class Stacked(Module):
         """
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"Stacked: `depth` must be a positive int, got {depth!r}.")
-        self.layers = filter_vmap(make_layer)(jr.split(key, depth))
+        built = build_stacked(make_layer, depth, key)
+        if built is None:
+            built = (filter_vmap(make_layer)(jr.split(key, depth)),)
+        self.layers = built[0]
         self.depth = depth
         self.remat = remat
 

@@ -1,0 +1,131 @@
+"""`nn.init`: re-initialise the arrays of a model that a `where` or a filter selects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._paths import dotted_path
+from .._tree import _Probe
+from ._keys import split_keys
+from ._layer import Initializer
+
+_MSG_SELECT = (
+    "nn.init: pass exactly one of `where` (`model -> node(s)`, as in `tree_at`: "
+    "`nn.init(model, lambda m: [l.weight for l in m.layers], init, key=key)`) or "
+    "`filter=` (`leaf -> bool`: `nn.init(model, init=init, filter=lambda x: x.ndim "
+    "== 2, key=key)`)."
+)
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray))
+
+
+def _selected_by_where(where: Callable, treedef: Any, n: int) -> list[int]:
+    probes = treedef.unflatten([_Probe(i) for i in range(n)])
+    chosen = where(probes)
+    found = jax.tree_util.tree_leaves(chosen, is_leaf=lambda x: x is None)
+    indices = []
+    for i, node in enumerate(found):
+        if not isinstance(node, _Probe):
+            raise ValueError(
+                f"nn.init: `where` returned {node!r} (item {i}), which is not part of "
+                "the model; return the arrays (or sub-modules) to initialise, such "
+                "as `lambda m: m.layers[0].weight`. A `None` (an absent bias) cannot "
+                "be initialised."
+            )
+        indices.append(node.index)
+    return list(dict.fromkeys(indices))
+
+
+def init(
+    model: Any,
+    where: Callable[[Any], Any] | None = None,
+    initializer: Initializer | None = None,
+    *,
+    filter: Callable[[Any], bool] | None = None,
+    key: Any,
+) -> Any:
+    """Re-initialise the arrays of `model` selected by `where` (or by `filter`).
+
+    Each selected array `x` is replaced by `initializer(k, x.shape, x.dtype)`, with a
+    different `k` split from `key` for each, in the model's leaf order. Equinox asks
+    users to write this with `tree_at`; here it is one call:
+
+    **Arguments:**
+
+    - `model`: any pytree (a module).
+    - `where`: `model -> node or sequence of nodes`, as for
+      [`boxwood.tree_at`][]. A node may be an array or a sub-tree (every array in
+      it is selected).
+    - `initializer`: `(key, shape, dtype) -> array`: any `jax.nn.initializers`
+      function (`jax.nn.initializers.orthogonal()`), or your own.
+    - `filter`: instead of `where`, `leaf -> bool`, called on every array of the
+      model. (Keyword only.)
+    - `key`: a `jax.random` key. (Keyword only.)
+
+    **Returns:**
+
+    A copy of `model` with the selected arrays replaced.
+
+    **Raises:**
+
+    `ValueError` naming the leaf's path if the selection is empty, if the
+    initialiser rejects a leaf's shape, or if it returns another shape.
+
+    >>> import boxwood, boxwood.nn as nn, jax
+    >>> mlp = nn.MLP(3, 2, 4, 1, key=jax.random.key(0))
+    >>> mlp = nn.init(mlp, lambda m: [l.bias for l in m.layers],
+    ...               jax.nn.initializers.zeros, key=jax.random.key(1))
+    >>> float(abs(mlp.layers[0].bias).sum())
+    0.0
+    """
+    if (where is None) == (filter is None) or not callable(initializer):
+        raise TypeError(
+            _MSG_SELECT
+            if initializer is None or callable(initializer)
+            else "nn.init: `initializer` must be a function `(key, shape, dtype) -> "
+            f"array`, got {type(initializer).__name__}."
+        )
+    flat, treedef = jax.tree_util.tree_flatten_with_path(model)
+    paths = [dotted_path(p) for p, _ in flat]
+    leaves = [leaf for _, leaf in flat]
+    if where is not None:
+        chosen = _selected_by_where(where, treedef, len(leaves))
+    else:
+        chosen = [i for i, x in enumerate(leaves) if _is_array(x) and filter(x)]
+    chosen = [i for i in chosen if _is_array(leaves[i])]
+    if not chosen:
+        how = "`where`" if where is not None else "`filter`"
+        raise ValueError(
+            f"nn.init: {how} selected no arrays of the model; nothing to initialise. "
+            "Check it returns arrays such as `m.layers[0].weight` (static fields "
+            "and `None` are not arrays)."
+        )
+    keys = split_keys(key, len(chosen))
+    for i, k in zip(chosen, keys):
+        leaves[i] = _apply_one(initializer, k, leaves[i], paths[i])
+    return treedef.unflatten(leaves)
+
+
+def _apply_one(initializer: Initializer, key: Any, old: Any, path: str) -> Any:
+    shape, dtype = tuple(old.shape), old.dtype
+    try:
+        new = initializer(key, shape, dtype)
+    except Exception as error:
+        raise ValueError(
+            f"nn.init: the initialiser rejected `{path}` of shape {shape} and dtype "
+            f"{dtype}: {error}. Select fewer leaves with `where`/`filter`."
+        ) from error
+    if not _is_array(new) or tuple(new.shape) != shape:
+        got = getattr(new, "shape", type(new).__name__)
+        raise ValueError(
+            f"nn.init: the initialiser returned {got} for `{path}`, whose shape is "
+            f"{shape}; it must return an array of the shape it is given."
+        )
+    return jnp.asarray(new, dtype)

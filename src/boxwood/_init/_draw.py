@@ -1,0 +1,205 @@
+"""Fast random draws: one compiled kernel per (distribution, dtype), values
+bit-identical to the `jax.random` call they replace.
+
+Why: outside `jit`, each `jax.random.uniform(key, shape)` compiles an XLA kernel for
+that shape (0.1-0.8 s each on a 2-core machine), and a model's constructor draws
+many shapes. With `jax_threefry_partitionable=True` (JAX's default) element `i`
+of a draw depends only on the key and on its flat index `i`. So a kernel that draws
+a fixed-size *chunk* of elements starting at an offset serves every shape: a
+parameter of `n` elements is `ceil(n / CHUNK)` calls of the same kernel, joined on
+the host and put back on the device.
+
+The chunk kernel calls the very `jax.random` function it replaces, on a key of a
+private PRNG implementation (`_CHUNK_IMPL`) whose random bits are Threefry's at
+`offset + i`; so the float arithmetic (scaling, `erf_inv`, clipping) is JAX's own.
+Where the premise does not hold the draw falls back to the direct call: see
+`_fast_ok`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jax import lax
+from jax.extend.random import define_prng_impl, threefry2x32_p
+
+from ._keys import host_key
+
+#: Elements drawn per kernel call.
+CHUNK = 1 << 15
+#: Larger draws go to `jax.random` directly: their compile is small next to the
+#: work, and the host round trip would not pay.
+MAX_FAST_SIZE = 1 << 22
+
+_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def _chunk_bits(data: Any, bit_width: int, shape: tuple[int, ...]) -> Any:
+    """Threefry's partitionable random bits (as `threefry_random_bits` computes them)
+    for the flat indices `offset + i`; `data` is `(k0, k1, offset_lo, offset_hi)`."""
+    n = math.prod(shape)
+    lo = lax.iota(np.uint32, n) + data[2]
+    hi = jnp.broadcast_to(data[3], (n,)) + (lo < data[2]).astype(np.uint32)
+    bits1, bits2 = threefry2x32_p.bind(data[0], data[1], hi, lo)
+    bits1, bits2 = bits1.reshape(shape), bits2.reshape(shape)
+    dtype = _UINT[bit_width]
+    if bit_width == 64:
+        high = lax.convert_element_type(bits1, dtype)
+        low = lax.convert_element_type(bits2, dtype)
+        return lax.shift_left(high, jnp.asarray(32, dtype)) | low
+    if bit_width == 32:
+        return bits1 ^ bits2
+    return lax.convert_element_type(bits1 ^ bits2, dtype)
+
+
+def _unsupported(*args: Any) -> Any:
+    raise NotImplementedError("boxwood's chunk keys only draw random bits.")
+
+
+_CHUNK_IMPL = define_prng_impl(
+    key_shape=(4,),
+    seed=_unsupported,
+    split=_unsupported,
+    random_bits=_chunk_bits,
+    fold_in=_unsupported,
+    name="boxwood_chunk",
+    tag="bwc",
+)
+
+
+def _uniform(key: Any, shape: tuple, dtype: Any, minval: Any, maxval: Any) -> Any:
+    return jr.uniform(key, shape, dtype, minval, maxval)
+
+
+def _normal(key: Any, shape: tuple, dtype: Any) -> Any:
+    return jr.normal(key, shape, dtype)
+
+
+def _truncated_normal(
+    key: Any, shape: tuple, dtype: Any, lower: Any, upper: Any
+) -> Any:
+    return jr.truncated_normal(key, lower, upper, shape, dtype)
+
+
+#: The distributions with the prefix property (checked over shapes, dtypes and key
+#: kinds in tests/test_init.py), as `(key, shape, dtype, *params) -> array`.
+DISTRIBUTIONS: dict[str, Callable[..., Any]] = {
+    "uniform": _uniform,
+    "normal": _normal,
+    "truncated_normal": _truncated_normal,
+}
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel(dist: str, dtype: np.dtype) -> Callable[..., Any]:
+    """The compiled chunk kernel for `dist` in `dtype` (bounded cache: at most one
+    entry per distribution and dtype, and at most 64)."""
+    draw = DISTRIBUTIONS[dist]
+
+    def kernel(data: Any, *params: Any) -> Any:
+        key = jr.wrap_key_data(data, impl=_CHUNK_IMPL)
+        return draw(key, (CHUNK,), dtype, *params)
+
+    return jax.jit(kernel)
+
+
+def _fast_ok(shape: tuple[int, ...], dtype: np.dtype) -> bool:
+    return jnp.issubdtype(dtype, jnp.floating) and math.prod(shape) <= MAX_FAST_SIZE
+
+
+def _draw_chunks(dist: str, data: np.ndarray, size: int, dtype: Any, params: tuple):
+    kernel = _kernel(dist, dtype)
+    parts = []
+    for offset in range(0, size, CHUNK):
+        words = np.array([data[0], data[1], offset, 0], np.uint32)
+        out = kernel(words, *params)
+        if isinstance(out, jax.core.Tracer):  # called under a trace
+            return None
+        parts.append(out)
+    return np.concatenate([np.asarray(p) for p in parts])[:size]
+
+
+def draw(dist: str, key: Any, shape: Any, dtype: Any, *params: Any) -> jax.Array:
+    """`DISTRIBUTIONS[dist](key, shape, dtype, *params)`, bit for bit, from the
+    shared chunk kernel where it can.
+
+    It falls back to the direct `jax.random` call for a traced key (inside `jit` or
+    `vmap` there is nothing to save), a non-threefry PRNG implementation,
+    `jax_threefry_partitionable=False`, a key on another device, a non-floating
+    dtype, or more than `MAX_FAST_SIZE` elements.
+
+    **Arguments:**
+
+    - `dist`: `"uniform"`, `"normal"` or `"truncated_normal"`.
+    - `key`: a scalar PRNG key, typed or raw.
+    - `shape`, `dtype`: as for `jax.random`.
+    - `*params`: the distribution's parameters (`minval, maxval` or `lower, upper`),
+      passed on exactly as given.
+
+    **Returns:**
+
+    The array `jax.random` would return.
+
+    >>> import jax, jax.numpy as jnp
+    >>> key = jax.random.key(0)
+    >>> fast = draw("uniform", key, (3, 5), jnp.float32, -1.0, 1.0)
+    >>> bool((fast == jax.random.uniform(key, (3, 5), jnp.float32, -1.0, 1.0)).all())
+    True
+    """
+    shape = tuple(int(s) for s in shape)
+    dtype = jnp.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    found = host_key(key) if _fast_ok(shape, dtype) else None
+    if found is not None:
+        size = math.prod(shape)
+        flat = (
+            np.zeros((0,), dtype)
+            if size == 0
+            else _draw_chunks(dist, found[0], size, dtype, params)
+        )
+        if flat is not None:
+            return jax.device_put(flat.reshape(shape))
+    return DISTRIBUTIONS[dist](key, shape, dtype, *params)
+
+
+def uniform(
+    key: Any, shape: Any, dtype: Any = float, minval: Any = 0.0, maxval: Any = 1.0
+) -> jax.Array:
+    """`jax.random.uniform(key, shape, dtype, minval, maxval)`, bit for bit, without
+    compiling a kernel per shape (see `draw`).
+
+    >>> import jax
+    >>> uniform(jax.random.key(0), (2, 3), minval=-0.5, maxval=0.5).shape
+    (2, 3)
+    """
+    return draw("uniform", key, shape, dtype, minval, maxval)
+
+
+def normal(key: Any, shape: Any, dtype: Any = float) -> jax.Array:
+    """`jax.random.normal(key, shape, dtype)`, bit for bit, without compiling a
+    kernel per shape (see `draw`).
+
+    >>> import jax
+    >>> normal(jax.random.key(0), (4,)).dtype
+    dtype('float32')
+    """
+    return draw("normal", key, shape, dtype)
+
+
+def truncated_normal(
+    key: Any, lower: Any, upper: Any, shape: Any, dtype: Any = float
+) -> jax.Array:
+    """`jax.random.truncated_normal(key, lower, upper, shape, dtype)`, bit for bit,
+    without compiling a kernel per shape (see `draw`).
+
+    >>> import jax
+    >>> truncated_normal(jax.random.key(0), -2.0, 2.0, (4,)).shape
+    (4,)
+    """
+    return draw("truncated_normal", key, shape, dtype, lower, upper)

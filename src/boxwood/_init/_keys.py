@@ -1,0 +1,116 @@
+"""PRNG keys on the host: split a concrete threefry key without compiling anything.
+
+`jax.random.split` compiles one XLA kernel per number of keys (and unpacking its
+result compiles slicing kernels); a model's constructor pays for each. With
+`jax_threefry_partitionable=True` (JAX's default), key `i` of `split(key, n)` is
+the Threefry-2x32 hash of the counter `(0, i)`: pure 32-bit integer arithmetic,
+done here in NumPy, bit for bit the same (tests/test_init.py checks it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.random as jr
+import numpy as np
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
+_THREEFRY = "threefry2x32"
+
+
+def _rotl(x: np.ndarray, d: int) -> np.ndarray:
+    return (x << np.uint32(d)) | (x >> np.uint32(32 - d))
+
+
+def threefry2x32(k0: Any, k1: Any, x0: np.ndarray, x1: np.ndarray) -> tuple:
+    """The Threefry-2x32 hash (20 rounds) of the counters `(x0, x1)` under the key
+    `(k0, k1)`, on uint32 NumPy arrays; the same function as JAX's
+    `threefry2x32_p`."""
+    ks = (np.uint32(k0), np.uint32(k1), np.uint32(k0) ^ np.uint32(k1) ^ _PARITY)
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    with np.errstate(over="ignore"):
+        for i in range(5):
+            for r in _ROTATIONS[i % 2]:
+                x0 = x0 + x1
+                x1 = _rotl(x1, r) ^ x0
+            x0 = x0 + ks[(i + 1) % 3]
+            x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def _is_tracer(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _on_default_device(x: Any) -> bool:
+    if not isinstance(x, jax.Array):
+        return True
+    devices = x.devices()
+    return len(devices) == 1 and next(iter(devices)) == jax.devices()[0]
+
+
+def host_key(key: Any) -> tuple[np.ndarray, bool] | None:
+    """`(data, typed)`: the two uint32 words of a concrete scalar threefry key, and
+    whether it is a typed key (`jax.random.key`) rather than a raw `uint32[2]` one
+    (`jax.random.PRNGKey`). `None` where the fast paths do not apply: a traced key,
+    another PRNG implementation, a batch of keys, a key on another device, or
+    `jax_threefry_partitionable=False`."""
+    if not jax.config.jax_threefry_partitionable or _is_tracer(key):
+        return None
+    if not _on_default_device(key):
+        return None
+    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(
+        key.dtype, jax.dtypes.prng_key
+    ):
+        if key.shape != () or str(jr.key_impl(key)) != _THREEFRY:
+            return None
+        data = jr.key_data(key)
+        if _is_tracer(data):  # a concrete key closed over inside `jit`
+            return None
+        return np.asarray(data, np.uint32), True
+    if jax.config.jax_default_prng_impl != _THREEFRY:
+        return None
+    if not isinstance(key, (jax.Array, np.ndarray)) or key.shape != (2,):
+        return None
+    if key.dtype != np.uint32:
+        return None
+    return np.asarray(key), False
+
+
+def _as_key(data: np.ndarray, typed: bool) -> Any:
+    if typed:
+        return jr.wrap_key_data(data, impl=_THREEFRY)
+    return jax.device_put(data)
+
+
+def split_keys(key: Any, num: int = 2) -> tuple:
+    """`tuple(jax.random.split(key, num))`, without compiling a kernel per `num`.
+
+    Bit-identical to `jax.random.split`. Falls back to it for keys it cannot
+    split on the host (see `host_key`).
+
+    **Arguments:**
+
+    - `key`: a scalar PRNG key, typed or raw.
+    - `num`: how many keys.
+
+    **Returns:**
+
+    A tuple of `num` keys of the same kind as `key`.
+
+    >>> import jax
+    >>> a, b = split_keys(jax.random.key(0))
+    >>> bool((jax.random.key_data(a) == jax.random.key_data(jax.random.split(
+    ...     jax.random.key(0))[0])).all())
+    True
+    """
+    found = host_key(key)
+    if found is None:
+        return tuple(jr.split(key, num))
+    data, typed = found
+    counts = np.arange(num, dtype=np.uint32)
+    hi, lo = threefry2x32(data[0], data[1], np.zeros_like(counts), counts)
+    pairs = np.stack([hi, lo], axis=-1)
+    return tuple(_as_key(pair, typed) for pair in pairs)
