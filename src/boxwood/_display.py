@@ -207,7 +207,11 @@ def _rows(
     parts = _children(x)
     if parts is None:
         return 0, 0
-    has_row = isinstance(x, Module) or depth == 0
+    # A module may opt out of its own row (a wrapper such as nn.StaticFunction, which
+    # holds a plain function and no arrays, is configuration, not a layer).
+    has_row = depth == 0 or (
+        isinstance(x, Module) and getattr(type(x), "__boxwood_summary_row__", True)
+    )
     index = len(rows)
     if has_row:
         rows.append(None)  # filled in below, once the subtree is counted

@@ -40,6 +40,9 @@ class StaticFunction(Module):
 
     fn: Callable = field(static=True)
 
+    # No row of its own in `boxwood.summary`: it is configuration, not a layer.
+    __boxwood_summary_row__ = False
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """**Arguments:** anything `fn` takes.
 
