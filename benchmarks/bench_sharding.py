@@ -28,6 +28,12 @@ def run(quick: bool) -> list[dict]:
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
     env["JAX_PLATFORMS"] = "cpu"
+    # Each step runs to the end before the next is dispatched. With 8 simulated
+    # devices on a few cores, XLA's CPU runtime can deadlock in a collective's
+    # rendezvous when many asynchronously dispatched steps are queued (the process
+    # aborts after 40 s: "Termination timeout for `all reduce ...`"). Both contenders
+    # run the same way, so the figure is dispatch plus computation, step by step.
+    env["JAX_CPU_ENABLE_ASYNC_DISPATCH"] = "false"
     args = [sys.executable, str(Path(__file__).resolve()), "--child"]
     out = subprocess.run(
         args + (["--quick"] if quick else []),

@@ -67,7 +67,9 @@ EXPLAIN = {
     "wrapper, caches cleared). Ratio: to the same form at depth 4.",
     "data parallel, 8 devices": "Time per step of a data-parallel training step "
     "(MLP of width 32, batch 64 split over 8 simulated CPU devices, adam, parameters "
-    "and optimiser state donated), run in a child process started with 8 devices. "
+    "and optimiser state donated), run in a child process started with 8 devices "
+    "and CPU asynchronous dispatch off (queued collective steps can deadlock XLA's "
+    "CPU runtime on a few cores). "
     "boxwood: `filter_jit(in_shardings=..., out_shardings=...)` with prefixes from "
     "`named_shardings(..., data_parallel())`. Ratio: to `jax.jit` over flat lists "
     "with the same `NamedSharding`s.",
