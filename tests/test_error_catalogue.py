@@ -106,11 +106,11 @@ def test_catalogue_rows_have_three_filled_cells(entries):
 
 # --- the scanner on synthetic sources: a new raise without an entry must fail
 
-NEW_RAISE = '''
+NEW_RAISE = """
 def frobnicate(widget):
     if widget is None:
         raise ValueError(f"frobnicate: the widget {widget!r} needs a sprocket, got none")
-'''
+"""
 
 
 def test_a_new_raise_without_an_entry_is_reported(entries):
@@ -133,13 +133,15 @@ def test_an_entry_must_name_the_exception_class():
 
 def test_an_entry_must_contain_the_literal_parts_in_order():
     (site,) = scan_source(NEW_RAISE, "src/boxwood/_new.py")
-    assert not covers(catalogue_entries("| `ValueError: frobnicate` | x | y |")[0], site)
+    assert not covers(
+        catalogue_entries("| `ValueError: frobnicate` | x | y |")[0], site
+    )
     swapped = "| `ValueError: needs a sprocket frobnicate: the widget` | x | y |"
     assert not covers(catalogue_entries(swapped)[0], site)
 
 
 def test_messages_from_constants_variables_format_and_helpers():
-    source = '''
+    source = """
 MSG = "Cannot frob `{name}`: it is {what}."
 
 def _bad(path, what):
@@ -165,7 +167,7 @@ def d():
 
 def e():
     raise AssertionError
-'''
+"""
     sites = scan_source(source, "src/boxwood/_x.py")
     got = [(s.function, s.exc, s.key) for s in sites]
     assert got == [
@@ -184,7 +186,10 @@ def e():
     left = uncovered(
         sites,
         anything,
-        {("src/boxwood/_x.py", "e", "AssertionError"), ("src/boxwood/_x.py", "_bad", "CheckpointError")},
+        {
+            ("src/boxwood/_x.py", "e", "AssertionError"),
+            ("src/boxwood/_x.py", "_bad", "CheckpointError"),
+        },
     )
     assert [s.function for s in left] == ["a", "b", "c"]
 
@@ -214,7 +219,9 @@ def _net(out=2):
 def test_filter_jit_names_the_unhashable_argument_by_its_path():
     f = bw.filter_jit(lambda model, x: model(x))
     model = Net([nn.Linear(3, 3, key=jr.key(0)), NotHashable()])
-    with pytest.raises(TypeError, match=r"`args\[0\]\.layers\[1\]` \(of type NotHashable\)"):
+    with pytest.raises(
+        TypeError, match=r"`args\[0\]\.layers\[1\]` \(of type NotHashable\)"
+    ):
         f(model, jnp.ones(3))
 
 
@@ -275,7 +282,9 @@ def test_grad_of_a_non_scalar_output(has_aux):
         r"loss\), but it returned an array of shape \(2,\)\. Reduce it first",
     ):
         bw.filter_grad(f, has_aux=has_aux)(_net(), jnp.ones(3))
-    with pytest.raises(TypeError, match=r"`filter_value_and_grad` needs .* shape \(2,\)"):
+    with pytest.raises(
+        TypeError, match=r"`filter_value_and_grad` needs .* shape \(2,\)"
+    ):
         bw.filter_value_and_grad(f, has_aux=has_aux)(_net(), jnp.ones(3))
 
 

@@ -149,7 +149,9 @@ CASES = {
         r"of shape \(\), got \(2,\)\. For many indices use `jax.vmap",
     ),
     "MultiheadAttention": (
-        lambda: nn.MultiheadAttention(2, 4, key=KEY)(ones(3, 5), ones(3, 4), ones(3, 4)),
+        lambda: nn.MultiheadAttention(2, 4, key=KEY)(
+            ones(3, 5), ones(3, 4), ones(3, 4)
+        ),
         r"MultiheadAttention\(num_heads=2, query_size=4\): expected query of shape "
         r"\(q_seq, 4\), got \(3, 5\)",
     ),
