@@ -282,3 +282,12 @@ def uncovered(sites: list[Site], entries: list[str], allowed: set) -> list[Site]
         if (s.file, s.function, s.exc) not in allowed
         and not any(covers(e, s) for e in entries)
     ]
+
+
+def stale_rows(entries: list[str], sites: list[Site], exempt: tuple) -> list[str]:
+    """The rows that cover no site and do not start with one of `exempt`."""
+    return [
+        row
+        for row in entries
+        if not row.startswith(exempt) and not any(covers(row, s) for s in sites)
+    ]

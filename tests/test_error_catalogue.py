@@ -17,6 +17,7 @@ from _error_sites import (
     covers,
     scan_source,
     scan_tree,
+    stale_rows,
     uncovered,
 )
 from boxwood import nn
@@ -96,6 +97,29 @@ def test_every_exception_in_src_has_a_catalogue_entry(sites, entries):
 def test_the_allow_list_names_real_sites(sites):
     present = {(s.file, s.function, s.exc) for s in sites}
     assert set(ALLOWED) <= present
+
+
+# Rows that match no exception site on purpose (warnings are not scanned), by their
+# start after normalising.
+ROWS_WITHOUT_SITE = (
+    "| warning ",
+    "| boxwood.BoxwoodRuntimeError: <your message>",  # the user's own message
+    "| RuntimeError: Unexpected tangent.",  # built by internal._nondiff._message
+    "| boxwood-demo: error: ... (exit status 2)",  # the command line's summary row
+)
+
+
+def test_every_catalogue_row_matches_a_site(sites, entries):
+    # a row whose message no longer exists in src/ is stale: reword or remove it
+    stale = stale_rows(entries, sites, ROWS_WITHOUT_SITE)
+    assert not stale, "\n".join(stale)
+
+
+def test_a_row_for_a_message_that_changed_is_stale(sites):
+    old = "| `ValueError: This State is stale; use the new one` | x | y |"
+    new = "| `ValueError: This State is out of date: state.set(...)` | x | y |"
+    rows = catalogue_entries(old + "\n" + new)
+    assert stale_rows(rows, sites, ROWS_WITHOUT_SITE) == rows[:1]
 
 
 def test_catalogue_rows_have_three_filled_cells(entries):
