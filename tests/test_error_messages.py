@@ -457,6 +457,17 @@ CASES = {
         r"LSTMCell\(input_size=2, hidden_size=3\): `hidden` must be the pair "
         r"`\(h, c\)`, got ArrayImpl",
     ),
+    "conv-transpose-empty-output": (
+        lambda: nn.ConvTranspose1d(1, 1, 3, padding=5, key=KEY)(jnp.ones((1, 2))),
+        ValueError,
+        r"ConvTranspose1d\(in_channels=1\): input spatial shape \(2,\) gives an empty "
+        r"output; use a larger input or less padding",
+    ),
+    "weight-norm-axis": (
+        lambda: nn.WeightNorm(nn.Linear(2, 2, key=KEY), axis=3),
+        ValueError,
+        r"WeightNorm: `axis=3` is out of range for the 2-dimensional weight 'weight'",
+    ),
     "rope-size": (
         lambda: nn.RotaryPositionalEmbedding(3),
         ValueError,
