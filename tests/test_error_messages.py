@@ -33,7 +33,7 @@ def _bad_enumeration_name():
 
 
 def _bad_enumeration_base():
-    class Bad(Colour, int):  # type: ignore[misc]
+    class Bad(Colour, int):
         green = "green"
 
 
