@@ -28,6 +28,22 @@ def _no_first_argument(name: str, kwargs: dict) -> TypeError:
     )
 
 
+def _is_pair(out: Any) -> bool:
+    return isinstance(out, (tuple, list)) and len(out) == 2
+
+
+def _check_scalar(name: str, value: Any) -> None:
+    """A clear error for a non-scalar output (JAX's names neither function nor fix)."""
+    shape = getattr(value, "shape", ())
+    if shape != ():
+        raise TypeError(
+            f"`{name}` needs the function to return a scalar (such as a loss), but it "
+            f"returned an array of shape {tuple(shape)}. Reduce it first (`.sum()`, "
+            "`.mean()`), or use `boxwood.filter_jacrev` for the derivatives of every "
+            "output."
+        )
+
+
 class _ValueAndGrad(Wrapped):
     has_aux: bool = field(static=True)
     grad_only: bool = field(static=True)
@@ -41,7 +57,9 @@ class _ValueAndGrad(Wrapped):
         diff, nondiff = partition(first, is_inexact_array)
 
         def fun_of_diff(d: Any) -> Any:
-            return self.fun(combine(d, nondiff), *rest, **kwargs)
+            out = self.fun(combine(d, nondiff), *rest, **kwargs)
+            _check_scalar(name, out[0] if self.has_aux and _is_pair(out) else out)
+            return out
 
         value_and_grad = jax.value_and_grad(
             fun_of_diff, has_aux=self.has_aux, **dict(self.gradkwargs)

@@ -108,7 +108,7 @@ def filter_pure_callback(
         a, kw = combine(dyn, static)
         return _output_arrays(callback(*a, **kw), want, want_def)
 
-    options = {"vmap_method": vmap_method}
+    options: dict[str, Any] = {"vmap_method": vmap_method}
     if sharding is not None:
         options["sharding"] = sharding
     arrays = iter(jax.pure_callback(host_callback, structs, dynamic, **options))

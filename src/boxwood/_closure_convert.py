@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
 
 from ._filters import combine, is_array, partition
 from ._module import Module, field
@@ -70,6 +71,7 @@ class _Converted(Module):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves = self._dynamic_inputs(args, kwargs)
         if self.jaxpr is None:
+            assert self.fn is not None  # kept when there is no jaxpr
             return self.fn(*args, **kwargs)
         out = jax.core.eval_jaxpr(self.jaxpr, self.consts, *leaves)
         out = jax.tree_util.tree_unflatten(self.out_treedef, out)

@@ -240,6 +240,7 @@ class filter_custom_vjp:
                 f"`@{name}.{missing[0]}` before calling `{name}`."
             )
         fn, fn_fwd, fn_bwd = self.fn, self.fn_fwd, self.fn_bwd
+        assert fn_fwd is not None and fn_bwd is not None  # checked above
         diff, nondiff = partition(vjp_arg, is_inexact_array)
         other, static = partition((nondiff, args, kwargs), is_array)
         box, residual_box, perturbed_box = OutBox(), OutBox(), OutBox()

@@ -54,7 +54,7 @@ def _array_info(x: Any, memo: _LeafMemo) -> tuple[str, int, int]:
     return found
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
     """`1536` -> `'1.5 KiB'`.
 
     >>> human_bytes(512), human_bytes(1536), human_bytes(3 * 2**20)
@@ -82,8 +82,9 @@ def _children(x: Any) -> list[tuple[str, Any, bool]] | None:
             (f.name, getattr(x, f.name), f.name in static)
             for f in type(x)._boxwood_fields
         ]
-    if isinstance(x, tuple) and hasattr(x, "_fields"):  # NamedTuple
-        return [(k, v, False) for k, v in zip(x._fields, x)]
+    fields = getattr(x, "_fields", None)
+    if isinstance(x, tuple) and fields is not None:  # NamedTuple
+        return [(k, v, False) for k, v in zip(fields, x)]
     if isinstance(x, (list, tuple)):
         return [(str(i), v, False) for i, v in enumerate(x)]
     if isinstance(x, dict):

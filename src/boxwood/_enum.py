@@ -6,6 +6,7 @@ import warnings
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -42,7 +43,8 @@ class EnumerationItem(Module):
         with jax.ensure_compile_time_eval():
             return jnp.asarray(self._value != other._value)
 
-    __hash__ = None  # type: ignore[assignment]  (equality is elementwise)
+    # unhashable on purpose: equality is elementwise
+    __hash__ = None  # pyright: ignore[reportAssignmentType]
 
     def __repr__(self) -> str:
         cls = self._enumeration
@@ -90,6 +92,10 @@ def _add(cls: Any, name: str, message: str) -> int:
 
 
 class _EnumerationMeta(type):
+    _name_to_item: dict[str, EnumerationItem]
+    _index_to_message: list[str]
+    _base_offsets: dict[type, np.ndarray]
+
     def __new__(mcs, name: str, bases: tuple, namespace: dict) -> Any:
         items = {k: v for k, v in namespace.items() if not _dunder(k)}
         if bases:

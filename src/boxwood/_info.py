@@ -6,8 +6,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ._jit import _native
 from ._config import _env_flag
+from ._jit import _native
 from ._warnings import PerformanceWarning
 
 PURE_PYTHON_NOTICE = (

@@ -7,8 +7,8 @@ from typing import Any
 
 import jax
 
-from ._jit._bound import as_pytree_function
 from ._filters import combine, is_inexact_array, partition
+from ._jit._bound import as_pytree_function
 from ._module import field
 from ._partition import OutBox, Wrapped, split_out
 

@@ -13,7 +13,7 @@ never hand back a trace made for other static values.)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 
@@ -117,4 +117,4 @@ class Wrapped(Module):
             return self
         from ._partial import Partial
 
-        return Partial(self, instance)
+        return Partial(cast(Callable, self), instance)  # subclasses are callable

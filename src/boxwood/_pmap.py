@@ -11,8 +11,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._jit._bound import as_pytree_function
 from ._filters import is_array
+from ._jit._bound import as_pytree_function
 from ._module import field
 from ._partition import OutBox, Wrapped
 from ._vmap import _UNMAPPED, _resolve, if_array

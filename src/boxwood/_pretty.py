@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
+import jax.numpy as jnp
 import numpy as np
 
 _DTYPE_SHORT = {
@@ -22,7 +24,7 @@ _DTYPE_SHORT = {
 def array_summary(x: Any) -> str:
     """`f32[4,3]`-style summary of an array (NumPy arrays get a `(numpy)` suffix)."""
     dtype = _DTYPE_SHORT.get(str(x.dtype), str(x.dtype))
-    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
         dtype = "key<" + str(jax.random.key_impl(x)) + ">"
     text = f"{dtype}[{','.join(str(d) for d in x.shape)}]"
     if isinstance(x, (np.ndarray, np.generic)):
@@ -78,8 +80,9 @@ def _format(
             if f.repr
         ]
         return _block(f"{type(x).__name__}(", items, ")", width, indent)
-    if isinstance(x, tuple) and hasattr(x, "_fields"):  # namedtuple
-        items = [f"{k}={fmt(v)}" for k, v in zip(x._fields, x)]
+    fields = getattr(x, "_fields", None)
+    if isinstance(x, tuple) and fields is not None:  # namedtuple
+        items = [f"{k}={fmt(v)}" for k, v in zip(fields, x)]
         return _block(f"{type(x).__name__}(", items, ")", width, indent)
     if isinstance(x, list):
         return _block("[", [fmt(v) for v in x], "]", width, indent)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -41,7 +42,8 @@ def tree_at(
     where: Callable[[Any], Any],
     pytree: Any,
     replace: Any = _MISSING,
-    replace_fn: Callable[[Any], Any] = _MISSING,  # type: ignore[assignment]
+    # the sentinel `_MISSING` means "not given" (None is a valid replacement)
+    replace_fn: Callable[[Any], Any] = _MISSING,  # pyright: ignore[reportArgumentType]
     is_leaf: Callable[[Any], bool] | None = None,
 ) -> Any:
     """Return a copy of `pytree` with the node(s) chosen by `where` replaced.
@@ -94,7 +96,9 @@ def tree_at(
         if parts is None:
             return original
         children, node_def = parts
-        probe_children, _ = _children(probe)
+        probe_parts = _children(probe)
+        assert probe_parts is not None  # the probe tree mirrors the original
+        probe_children = probe_parts[0]
         return node_def.unflatten(
             [rebuild(o, p) for o, p in zip(children, probe_children)]
         )

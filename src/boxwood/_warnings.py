@@ -18,7 +18,8 @@ class PerformanceWarning(UserWarning):
 
 def _package_dir(name: str) -> str:
     module = sys.modules.get(name)
-    return os.path.dirname(module.__file__) if module is not None else "\0"
+    path = getattr(module, "__file__", None)
+    return os.path.dirname(path) if path is not None else "\0"
 
 
 _SKIP_DIRS = (os.path.dirname(__file__), _package_dir("jax"), _package_dir("jaxlib"))

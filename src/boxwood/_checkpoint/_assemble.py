@@ -23,8 +23,11 @@ from ._leaves import Leaf, is_stored, stored_leaves
 class Tensor(Protocol):
     """A named tensor from a file or a state dict, read on demand."""
 
-    dtype: np.dtype
-    shape: tuple[int, ...]
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
 
     def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray: ...
 

@@ -12,7 +12,7 @@ import contextlib
 import os
 import pathlib
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Set
 from typing import BinaryIO
 
 _TMP_INFIX = ".tmp-"
@@ -39,7 +39,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_tmp(target: pathlib.Path, active: set[str] = frozenset()) -> list[str]:
+def remove_stale_tmp(target: pathlib.Path, active: Set[str] = frozenset()) -> list[str]:
     """Remove temporary files a killed save left next to `target`.
 
     A temporary file is stale when the process that wrote it is gone, or when it

@@ -121,7 +121,7 @@ def write_arrays(f: BinaryIO, arrays: list[tuple[str, np.ndarray]], meta: dict) 
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
         # The array's own buffer goes to the file: no bytes object in between.
-        f.write(memoryview(array.reshape(-1).view(np.uint8)))
+        f.write(array.reshape(-1).view(np.uint8).data)
 
 
 def _bad(path: str, what: str) -> CheckpointError:

@@ -139,7 +139,7 @@ class FileTensor:
             out = aligned_empty(self.info.shape, self.info.dtype)
             with open(self.path, "rb") as f:
                 f.seek(self.data_start + self.info.begin)
-                got = f.readinto(memoryview(out.reshape(-1).view(np.uint8)))
+                got = f.readinto(out.reshape(-1).view(np.uint8).data)
             if got != out.nbytes:
                 raise CheckpointError(f"{self.path}: the file changed while loading.")
             return out

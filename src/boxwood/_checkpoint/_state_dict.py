@@ -71,7 +71,7 @@ class _ArrayTensor:
 def _renamed(
     incoming: Mapping[str, Any],
     key_map: Mapping[str, str] | Callable[[str], str | None] | None,
-) -> dict[str, _ArrayTensor]:
+) -> dict[str, _ArrayTensor | FileTensor]:
     if key_map is None:
         rename: Callable[[str], str | None] = lambda k: k
     elif callable(key_map):
@@ -83,7 +83,7 @@ def _renamed(
             "`key_map` must be a dict (incoming name -> boxwood name) or a function "
             f"of the incoming name, got {type(key_map).__name__}."
         )
-    out: dict[str, _ArrayTensor] = {}
+    out: dict[str, _ArrayTensor | FileTensor] = {}
     origin: dict[str, str] = {}
     for key, value in incoming.items():
         new = rename(key)

@@ -98,6 +98,7 @@ def init(
     if where is not None:
         chosen = _selected_by_where(where, treedef, len(leaves))
     else:
+        assert filter is not None  # exactly one of the two was given
         chosen = [i for i, x in enumerate(leaves) if _is_array(x) and filter(x)]
     chosen = [i for i in chosen if _is_array(leaves[i])]
     if not chosen:

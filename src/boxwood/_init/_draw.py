@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np

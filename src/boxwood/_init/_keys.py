@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.core
+import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
@@ -57,11 +59,11 @@ def host_key(key: Any) -> tuple[np.ndarray, bool] | None:
     (`jax.random.PRNGKey`). `None` where the fast paths do not apply: a traced key,
     another PRNG implementation, a batch of keys, a key on another device, or
     `jax_threefry_partitionable=False`."""
-    if not jax.config.jax_threefry_partitionable or _is_tracer(key):
+    if not jax.config.values["jax_threefry_partitionable"] or _is_tracer(key):
         return None
     if not _on_default_device(key):
         return None
-    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(
+    if isinstance(key, jax.Array) and jnp.issubdtype(
         key.dtype, jax.dtypes.prng_key
     ):
         if key.shape != () or str(jr.key_impl(key)) != _THREEFRY:
@@ -70,7 +72,7 @@ def host_key(key: Any) -> tuple[np.ndarray, bool] | None:
         if _is_tracer(data):  # a concrete key closed over inside `jit`
             return None
         return np.asarray(data, np.uint32), True
-    if jax.config.jax_default_prng_impl != _THREEFRY:
+    if jax.config.values["jax_default_prng_impl"] != _THREEFRY:
         return None
     if not isinstance(key, (jax.Array, np.ndarray)) or key.shape != (2,):
         return None
@@ -81,7 +83,8 @@ def host_key(key: Any) -> tuple[np.ndarray, bool] | None:
 
 def _as_key(data: np.ndarray, typed: bool) -> Any:
     if typed:
-        return jr.wrap_key_data(data, impl=_THREEFRY)
+        # NumPy key data is accepted at run time; the stub asks for a jax.Array
+        return jr.wrap_key_data(data, impl=_THREEFRY)  # pyright: ignore[reportArgumentType]
     return jax.device_put(data)
 
 

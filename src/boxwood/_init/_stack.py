@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
+import jax.numpy as jnp
 import numpy as np
 
 from ._keys import host_key, split_keys
@@ -27,7 +29,7 @@ def _stack_leaf(values: list) -> Any:
             return None
         if any(isinstance(v, jax.core.Tracer) for v in values):
             return None
-        if jax.dtypes.issubdtype(first.dtype, jax.dtypes.prng_key):
+        if jnp.issubdtype(first.dtype, jax.dtypes.prng_key):
             return None
         if len({(v.shape, v.dtype) for v in values}) != 1:
             return None

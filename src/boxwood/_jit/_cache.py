@@ -56,7 +56,8 @@ class _Out:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Out) and self.key == other.key
 
-    __hash__ = None  # type: ignore[assignment]
+    # compared by value but never a dict key; the stubs type `__hash__` as a method
+    __hash__ = None  # pyright: ignore[reportAssignmentType]
 
 
 def _signature(leaves) -> tuple:

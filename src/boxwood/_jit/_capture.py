@@ -474,7 +474,7 @@ class CallState:
 
     def __init__(self, capture: Capture) -> None:
         n = len(capture.labels)
-        self.snap = (_MISSING,) * n + (None,)  # (value of each name..., hidden)
+        self.snap: tuple = (_MISSING,) * n + (None,)  # (each name's value..., hidden)
         self.warned: set[str] = set()
         self.capture = capture
 

@@ -104,7 +104,7 @@ def _user_path(keys: tuple, hidden: list[str] | None = None) -> str:
     first, second, *rest = keys
     if hidden and first.idx == 0:  # `args[0]` holds the captured values
         if second.idx == 0:
-            return captured_path(rest, hidden)
+            return captured_path(tuple(rest), hidden)
         second = jax.tree_util.SequenceKey(second.idx - 1)
     head = "args" if first.idx == 0 else "kwargs"
     return head + jax.tree_util.keystr((second, *rest))
@@ -155,7 +155,8 @@ def restore_warnings() -> None:
             cast(list, warnings.filters).remove(pending)
         except ValueError:  # already removed (e.g. by `warnings.resetwarnings`)
             pass
-        warnings._filters_mutated()  # type: ignore[attr-defined]
+        # private, absent from the stubs: tells `warnings` its filters changed
+        warnings._filters_mutated()  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _on_trace(

@@ -37,7 +37,7 @@ import jax
 
 from .._filters import is_array
 from .._module._module import MODULE_TYPES
-from . import _capture, _convention, _native
+from . import _capture, _convention, _native, _shardings
 from ._bound import as_pytree_function
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._diagnostics import (
@@ -57,7 +57,6 @@ from ._flat_cache import (
     walk,
 )
 from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
-from . import _shardings
 
 _flatten = jax.tree_util.tree_flatten
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from ._abstract import abstract_kind
 from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
-from ._field import converter_of, field, is_static
+from ._field import converter_of, field, is_static, static_field
 from ._register import REBUILD, REBUILD_NAME, register
 
 try:  # Python >= 3.11
@@ -45,7 +45,9 @@ def _abstract_names(cls: type, namespace: dict[str, Any], own: set[str]) -> froz
     return frozenset((inherited - defined) | (own - set(namespace)))
 
 
-@dataclass_transform(field_specifiers=(dataclasses.field, field))
+# Type checkers see each subclass as a dataclass: its fields, and the `__init__`
+# they make unless the class defines its own.
+@dataclass_transform(field_specifiers=(dataclasses.field, field, static_field))
 class _ModuleMeta(abc.ABCMeta):
     def __new__(
         mcs, name, bases, namespace, *, strict=False, is_abstract=False, **kwargs
@@ -338,6 +340,8 @@ class Module(metaclass=_ModuleMeta):
 
     _boxwood_fields: ClassVar[tuple]
     _boxwood_field_names: ClassVar[frozenset]
+    _boxwood_static: ClassVar[tuple[str, ...]]
+    _boxwood_data: ClassVar[tuple[str, ...]]
     # The flat form `(token, leaves)` that `filter_jit` may keep in an instance's
     # dict (see `boxwood/_flat_cache.py`); this class attribute is the default.
     _boxwood_flat = None

@@ -48,13 +48,14 @@ def register(cls: type, data_fields: list[str], meta_fields: list[str]) -> None:
     # registered (the rebuild path never calls `__init__`).
     shown = {}
     for name, f in real.items():
-        if f._field_type is dataclasses._FIELD and not f.init:  # type: ignore[attr-defined]
+        # `dataclasses._FIELD` (a private marker) is absent from the stubs
+        if f._field_type is dataclasses._FIELD and not f.init:  # pyright: ignore[reportAttributeAccessIssue]
             f = copy.copy(f)
             f.init = True
         shown[name] = f
     sentinel_field: Any = dataclasses.field(default=None)
     sentinel_field.name = REBUILD_NAME
-    sentinel_field._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
+    sentinel_field._field_type = dataclasses._FIELD  # pyright: ignore[reportAttributeAccessIssue]
     shown[REBUILD_NAME] = sentinel_field
     type.__setattr__(cls, "__dataclass_fields__", shown)
     try:

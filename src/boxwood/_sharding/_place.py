@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import jax
+import jax.core
 import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec

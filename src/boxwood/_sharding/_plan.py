@@ -81,7 +81,7 @@ def _spec_str(spec: Any) -> str:
     return "P(" + ", ".join(repr(e) for e in spec) + ")" if len(spec) else "replicated"
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"

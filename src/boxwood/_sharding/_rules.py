@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.tree_util as jtu
@@ -96,7 +96,7 @@ def _compile(pattern: Any, i: int) -> re.Pattern:
 
 def _check_spec(spec: Any, i: int) -> Spec:
     if spec is None or isinstance(spec, PartitionSpec) or callable(spec):
-        return spec
+        return cast(Spec, spec)
     raise TypeError(
         f"`rules[{i}]`: the spec must be a `jax.sharding.PartitionSpec`, `None` or a "
         f"callable, got {spec!r}. Write `PartitionSpec({spec!r})` for one axis."
@@ -204,4 +204,5 @@ def _place_leaf(path: str, leaf: Any, rules: list, mesh: Any, sizes: dict) -> Pl
             + (f" (spec {spec})" if spec is not None else "")
             + f": {problem}."
         )
+    assert spec is not None  # no problem: `_leaf_spec` returned a spec
     return Placement(path, shape, leaf.dtype, spec, rule)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -69,7 +69,7 @@ def backward_nan(x: Any, name: str | None = None, terminate: bool = True) -> Any
         x, lambda a: is_array(a) and jnp.issubdtype(a.dtype, jnp.inexact)
     )
     leaves, treedef = jax.tree_util.tree_flatten(arrays)
-    leaves = _watch(leaves, name, terminate)
+    leaves = cast(list, _watch(leaves, name, terminate))
     return combine(jax.tree_util.tree_unflatten(treedef, leaves), others)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Hashable
 from typing import Any
 
 import jax
+import jax.core
 
 from .._filters import combine, is_array, partition
 from .._pretty import array_summary, tree_pformat

@@ -58,7 +58,8 @@ def make_steps(lr: float):
     )
 
     def objective(models, images, labels, key):
-        xent, recon = losses(*models, images, labels, key)
+        encoder, classifier, decoder = models
+        xent, recon = losses(encoder, classifier, decoder, images, labels, key)
         return xent + RECONSTRUCTION_WEIGHT * recon, xent
 
     @bw.filter_jit
@@ -109,7 +110,7 @@ def train(
     train_set: Split,
     val_set: Split,
     report: Callable[[int, float, float], None],
-    tick: Callable[[], None],
+    tick: Callable[[], object],
 ):
     """Train for `opts.epochs`; returns `(models, optimizer_states, train_step,
     evaluate, history)`.
@@ -141,9 +142,8 @@ def train(
         key = step_keys[0]
         epoch_losses = []
         for i in range(steps):
-            *models_states, loss = train_step(
-                *models, *states, (images[i], labels[i]), step_keys[i + 1]
-            )
+            args: tuple = (*models, *states, (images[i], labels[i]), step_keys[i + 1])
+            *models_states, loss = train_step(*args)
             models, states = tuple(models_states[:3]), tuple(models_states[3:])
             epoch_losses.append(loss)  # stays on the device: no sync per step
             tick()

@@ -114,6 +114,7 @@ def while_loop(
     if kind == "lax":
         out = _lax_loop(cond, body, arrays, max_steps)
     elif kind == "bounded":
+        assert max_steps is not None  # `_check_max_steps` requires it
         out = _bounded_loop(cond, body, arrays, max_steps, base)
     else:
         if checkpoints is None:

@@ -101,7 +101,8 @@ for _name in ("lt", "le", "eq", "ne", "gt", "ge"):
 for _name, _op in (("__neg__", operator.neg), ("__pos__", operator.pos),
                    ("__abs__", operator.abs), ("__invert__", operator.invert)):  # fmt: skip
     setattr(ω, _name, lambda self, _op=_op: self._map(_op))
-ω.__hash__ = None  # type: ignore[assignment]  (`==` is leaf by leaf)
+# unhashable on purpose: `==` is leaf by leaf
+ω.__hash__ = None  # pyright: ignore[reportAttributeAccessIssue]
 
 
 class _At:

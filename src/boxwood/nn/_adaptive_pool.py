@@ -138,7 +138,7 @@ class AdaptiveAvgPool1d(_AdaptiveAvgPool):
 
         - `target_shape`: the output length (an int or a sequence of one int).
         """
-        super().__init__(target_shape, 1, jnp.mean)
+        AdaptivePool.__init__(self, target_shape, 1, jnp.mean)
 
 
 class AdaptiveAvgPool2d(_AdaptiveAvgPool):
@@ -151,7 +151,7 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPool):
 
         - `target_shape`: the output `(height, width)`; an int for both.
         """
-        super().__init__(target_shape, 2, jnp.mean)
+        AdaptivePool.__init__(self, target_shape, 2, jnp.mean)
 
 
 class AdaptiveAvgPool3d(_AdaptiveAvgPool):
@@ -164,7 +164,7 @@ class AdaptiveAvgPool3d(_AdaptiveAvgPool):
 
         - `target_shape`: the output `(depth, height, width)`; an int for all three.
         """
-        super().__init__(target_shape, 3, jnp.mean)
+        AdaptivePool.__init__(self, target_shape, 3, jnp.mean)
 
 
 class AdaptiveMaxPool1d(AdaptivePool):

@@ -196,7 +196,7 @@ class BatchNorm(StatefulLayer):
         mean, var, state = update[self.mode](xc, state, inference)
         mean, var = mean.astype(compute), var.astype(compute)
         y = (xc - mean[:, None]) * lax.rsqrt(var + self.eps)[:, None]
-        if self.channelwise_affine:
+        if self.weight is not None and self.bias is not None:  # channelwise_affine
             y = (
                 y * self.weight.astype(compute)[:, None]
                 + self.bias.astype(compute)[:, None]
@@ -207,10 +207,13 @@ class BatchNorm(StatefulLayer):
         index = {"torch": self.state_index, "batch": self.batch_state_index}.get(
             self.mode, self.ema_state_index
         )
+        assert index is not None  # the mode's own index is present
         return state.get(index)[0].dtype
 
     def _torch(self, xc: Array, state: State, inference: bool) -> tuple:
-        running_mean, running_var = state.get(self.state_index)
+        index = self.state_index
+        assert index is not None  # present in this mode
+        running_mean, running_var = state.get(index)
         if inference:
             return running_mean, running_var, state
         count = _axis_size(self.axis_name) * xc.shape[1]
@@ -223,33 +226,36 @@ class BatchNorm(StatefulLayer):
         mean, var = self._moments(xc)
         unbiased = var * (count / (count - 1))
         new = _ema(self.momentum, (running_mean, running_var), (mean, unbiased))
-        return mean, var, state.set(self.state_index, new)
+        return mean, var, state.set(index, new)
 
     def _batch(self, xc: Array, state: State, inference: bool) -> tuple:
-        counter = state.get(self.batch_counter)
-        hidden = state.get(self.batch_state_index)
+        counter_index, index = self.batch_counter, self.batch_state_index
+        assert counter_index is not None and index is not None  # present in this mode
+        counter = state.get(counter_index)
+        hidden = state.get(index)
         if inference:
             # Equinox's zero-debiasing: hidden / (1 - m**counter), hidden at step 0.
             steps = counter.astype(hidden[0].dtype)
             scale = jnp.where(counter == 0, 1.0, 1.0 - self.momentum**steps)
             return hidden[0] / scale, hidden[1] / scale, state
         mean, var = self._moments(xc)
-        state = state.set(self.batch_counter, counter + 1)
-        state = state.set(
-            self.batch_state_index, _ema(self.momentum, hidden, (mean, var))
-        )
+        state = state.set(counter_index, counter + 1)
+        state = state.set(index, _ema(self.momentum, hidden, (mean, var)))
         return mean, var, state
 
     def _ema(self, xc: Array, state: State, inference: bool) -> tuple:
-        running = state.get(self.ema_state_index)
+        first_index, index = self.ema_first_time_index, self.ema_state_index
+        assert first_index is not None and index is not None  # present in this mode
+        running = state.get(index)
         if inference:
             return running[0], running[1], state
-        first_time = state.get(self.ema_first_time_index)
-        batch = tuple(b.astype(r.dtype) for b, r in zip(self._moments(xc), running))
+        first_time = state.get(first_index)
+        mean, var = self._moments(xc)
+        batch = (mean.astype(running[0].dtype), var.astype(running[1].dtype))
         mixed = _ema(self.momentum, running, batch)
         mean, var = (lax.select(first_time, b, r) for b, r in zip(batch, mixed))
-        state = state.set(self.ema_first_time_index, jnp.array(False))
-        return mean, var, state.set(self.ema_state_index, (mean, var))
+        state = state.set(first_index, jnp.array(False))
+        return mean, var, state.set(index, (mean, var))
 
     def _moments(self, xc: Array) -> tuple[Array, Array]:
         """Per-channel mean and biased variance over the batch (and space)."""
@@ -262,13 +268,14 @@ class BatchNorm(StatefulLayer):
 
 def _ema(momentum: float, running: _Stats, batch: tuple[Array, Array]) -> _Stats:
     """`momentum * running + (1 - momentum) * batch`, in the running stats' dtype."""
-    return tuple(  # type: ignore[return-value]
-        momentum * r + (1 - momentum) * b.astype(r.dtype)
-        for r, b in zip(running, batch)
+    (mean, var), (batch_mean, batch_var) = running, batch
+    return (
+        momentum * mean + (1 - momentum) * batch_mean.astype(mean.dtype),
+        momentum * var + (1 - momentum) * batch_var.astype(var.dtype),
     )
 
 
-def _check_mode(mode: Any) -> str:
+def _check_mode(mode: Any) -> Literal["torch", "ema", "batch"]:
     if mode == "legacy":
         warnings.warn(_MSG_LEGACY, DeprecationWarning, stacklevel=user_stacklevel())
         return "ema"

@@ -100,7 +100,7 @@ class _ConvBase(Module):
         name = type(self).__name__
         check_initializer(weight_init, "weight_init", name)
         check_initializer(bias_init, "bias_init", name)
-        dtype = float_dtype(dtype)
+        dtype = float_dtype(dtype, name)
         bound = fan_in_bound(fan_in_channels, self.kernel_size)
         wkey, bkey = split_keys(key)
         wshape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)

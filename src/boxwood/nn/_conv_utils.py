@@ -172,12 +172,16 @@ def default_dtype() -> Any:
     return jax.dtypes.canonicalize_dtype(jnp.float64)
 
 
-def float_dtype(dtype: Any) -> Any:
+def float_dtype(dtype: Any, layer: str = "Conv") -> Any:
     """Check `dtype` is floating-point (default: `default_dtype()`)."""
     if dtype is None:
         return default_dtype()
     if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"`dtype` must be a floating-point dtype, got {dtype!r}.")
+        shown = getattr(dtype, "__name__", None) or str(dtype)
+        raise ValueError(
+            f"{layer}: `dtype` must be a floating-point dtype such as jnp.float32, "
+            f"got {shown}."
+        )
     return jax.dtypes.canonicalize_dtype(dtype)  # float64 -> float32 without x64
 
 

@@ -2,6 +2,7 @@
 
 import math
 import warnings
+from typing import TypeVar
 
 import jax.numpy as jnp
 import jax.random as jr
@@ -18,9 +19,12 @@ _MSG_NO_KEY = (
 )
 
 
+_Inference = TypeVar("_Inference", bool, bool | None)
+
+
 def resolve_deterministic(
-    inference: bool | None, deterministic: bool | None, where: str
-) -> bool | None:
+    inference: _Inference, deterministic: bool | None, where: str
+) -> _Inference | bool:
     """`inference`, or the deprecated `deterministic` (with a warning) if given.
 
     Equinox accepts `deterministic=` as the deprecated spelling of `inference=`;

@@ -3,6 +3,7 @@
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
@@ -98,6 +99,7 @@ class Embedding(Module):
                     f"`num_embeddings` and `embedding_size` say {expected}."
                 )
             num_embeddings, embedding_size = expected
+        assert weight is not None  # built above when not given
         self.weight = weight
         self.num_embeddings = int(num_embeddings)
         self.embedding_size = int(embedding_size)

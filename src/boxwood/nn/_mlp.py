@@ -1,7 +1,7 @@
 """`MLP`."""
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import jax
 import jax.numpy as jnp
@@ -106,7 +106,7 @@ class MLP(Module):
 
             layers = [Linear(in_size, width_size, use_bias, dtype, key=keys[0])]
             if scan:
-                layers.append(jax.vmap(hidden)(keys[1:depth]))
+                layers.append(jax.vmap(hidden)(cast(Array, keys)[1:depth]))
             else:
                 layers.extend(hidden(k) for k in keys[1:depth])
             layers.append(

@@ -306,11 +306,11 @@ class GroupNorm(Module):
         mean = jnp.mean(y, axis=1, keepdims=True)
         var = jnp.maximum(jnp.var(y, axis=1, keepdims=True), 0.0)
         out = ((y - mean) * jax.lax.rsqrt(var + self.eps)).reshape(shape)
-        if self.channelwise_affine:
+        if self.weight is not None and self.bias is not None:  # channelwise_affine
             spatial = (1,) * (len(shape) - 1)
             out = _affine(
                 out,
-                self.weight.reshape(shape[0], *spatial),  # type: ignore[union-attr]
-                self.bias.reshape(shape[0], *spatial),  # type: ignore[union-attr]
+                self.weight.reshape(shape[0], *spatial),
+                self.bias.reshape(shape[0], *spatial),
             )
         return _with_state(out.astype(dtype), state)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax.lax as lax
 import jax.numpy as jnp
@@ -84,18 +84,16 @@ class Pool(Module):
         - `use_ceil`: round the number of windows up rather than down (PyTorch's
           `ceil_mode`).
         """
-        if not isinstance(init, (int, float)):
-            init = np.asarray(init).item()
         if not callable(operation):
             raise ValueError(f"`operation` must be callable, got {operation!r}.")
-        self.init = init
+        self.init = init if isinstance(init, (int, float)) else np.asarray(init).item()
         self.operation = operation
         n = self.num_spatial_dims = check_positive_int(
             num_spatial_dims, "num_spatial_dims"
         )
         self.kernel_size = as_tuple(kernel_size, n, "kernel_size")
         self.stride = as_tuple(stride, n, "stride")
-        self.padding = parse_padding(padding, n, strings=False)
+        self.padding = cast(tuple, parse_padding(padding, n, strings=False))
         if any(max(p) > k for p, k in zip(self.padding, self.kernel_size)):
             raise ValueError(
                 "`padding` must be at most `kernel_size` on each side, got "

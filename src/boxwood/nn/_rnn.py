@@ -104,11 +104,11 @@ class GRUCell(Module):
         _check_step(self, input, hidden)
         gi = self.weight_ih @ input
         gh = self.weight_hh @ hidden
-        if self.use_bias:
+        if self.bias is not None:  # use_bias
             gi = gi + self.bias
         i_r, i_z, i_n = jnp.split(gi, 3)
         h_r, h_z, h_n = jnp.split(gh, 3)
-        if self.use_bias:
+        if self.bias_n is not None:  # use_bias
             h_n = h_n + self.bias_n
         r = jnn.sigmoid(i_r + h_r)
         z = jnn.sigmoid(i_z + h_z)
@@ -202,7 +202,7 @@ class LSTMCell(Module):
         _check_step(self, input, h, what="hidden h")
         _check_step(self, input, c, what="cell state c")
         gates = self.weight_ih @ input + self.weight_hh @ h
-        if self.use_bias:
+        if self.bias is not None:  # use_bias
             gates = gates + self.bias
         i, f, g, o = jnp.split(gates, 4)
         c = jnn.sigmoid(f) * c + jnn.sigmoid(i) * jnp.tanh(g)

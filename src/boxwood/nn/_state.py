@@ -210,9 +210,10 @@ class State:
         return self._retire(values)
 
     def __repr__(self) -> str:
-        if getattr(self, "_values", None) is None:
+        values = getattr(self, "_values", None)
+        if values is None:
             return "State(<retired>)"
-        items = ", ".join(f"{k!r}: {tree_pformat(v)}" for k, v in self._values.items())
+        items = ", ".join(f"{k!r}: {tree_pformat(v)}" for k, v in values.items())
         return f"State({items})"
 
     def _flatten_with_keys(self) -> tuple[list, tuple]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from jaxtyping import Array, PRNGKeyArray
 
@@ -22,7 +22,7 @@ def get_weight(layer: Any, weight_name: str, wrapper: str) -> Array:
             f"{wrapper}: the wrapped {type(layer).__name__} has no array attribute "
             f"{weight_name!r} to normalise; pass `weight_name=` naming one."
         )
-    return weight
+    return cast(Array, weight)
 
 
 def call_layer(layer: Any, x: Any, key: PRNGKeyArray | None) -> Any:
