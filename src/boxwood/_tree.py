@@ -27,6 +27,29 @@ class _Probe:
         return f"<leaf {self.index}>"
 
 
+class _NoneProbe:
+    """Stands in for one `None` while `where` is run: a pytree node with no
+    children, as `None` is, so that `where` sees the same leaves (and the same leaf
+    indices) as on the real pytree, yet the `None` can be selected by identity."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+jax.tree_util.register_pytree_node(
+    _NoneProbe, lambda p: ((), p.index), lambda index, _: _NoneProbe(index)
+)
+
+
+def _probe(i: int, leaf: Any) -> Any:
+    return _NoneProbe(i) if leaf is None else _Probe(i)
+
+
 def _children(node: Any) -> tuple[list, Any] | None:
     """Immediate children of a pytree node, or `None` for a leaf."""
     children, treedef = jax.tree_util.tree_flatten(
@@ -67,7 +90,7 @@ def tree_at(
         return x is None or (is_leaf is not None and bool(is_leaf(x)))
 
     leaves, treedef = jax.tree_util.tree_flatten(pytree, is_leaf=leaf_pred)
-    probe_tree = treedef.unflatten([_Probe(i) for i in range(len(leaves))])
+    probe_tree = treedef.unflatten([_probe(i, x) for i, x in enumerate(leaves)])
     chosen = where(probe_tree)
     nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
     if replace is not _MISSING:
@@ -88,7 +111,7 @@ def tree_at(
         if fn is not None:
             found.add(id(probe))
             return fn(original)
-        if isinstance(probe, _Probe):
+        if isinstance(probe, (_Probe, _NoneProbe)):
             return original
         parts = _children(original)
         if parts is None:
@@ -116,7 +139,7 @@ def _as_nodes(chosen: Any, probe_tree: Any, leaf_pred) -> tuple[list, bool]:
     stack = [probe_tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, _Probe):
+        if isinstance(node, (_Probe, _NoneProbe)):
             continue
         parts = _children(node)
         if parts is not None:
