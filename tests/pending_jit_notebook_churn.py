@@ -1,0 +1,18 @@
+"""Pending (see /work/wt/notes/B-jit-bugs.md, item 2): re-running the same notebook
+cell must not warn that a loop keeps wrapping new functions. Not collected by
+pytest; rename to `test_...` once `_cache._note_wrap` tells re-run cells apart."""
+
+import warnings
+
+import boxwood as bw
+
+CELL = "@bw.filter_jit\ndef forward(x):\n    return x\n"
+
+
+def test_rerunning_a_cell_does_not_warn_about_a_loop():
+    code = compile(CELL, "/tmp/ipykernel_4242/3263827563.py", "exec")  # as ipykernel names it
+    namespace = {"bw": bw}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bw.PerformanceWarning)
+        for _ in range(8):
+            exec(code, namespace)
