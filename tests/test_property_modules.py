@@ -28,6 +28,9 @@ def test_flatten_unflatten_round_trip():
         # one level down, as `tree_flatten_one_level` sees it
         children, _ = bw.tree_flatten_one_level(module)
         assert len(children) == len(type(module)._boxwood_data)
+        # the text and HTML reprs name the class and never raise
+        assert repr(module).startswith(type(module).__name__ + "(")
+        assert type(module).__name__ in module._repr_html_()
 
     check()
 

@@ -116,8 +116,9 @@ def filter_value_and_grad(
 
     The gradient is taken with respect to every floating-point array (JAX or NumPy)
     in the first positional argument, which may be any pytree (e.g. a model). All its
-    other leaves get `None` as their gradient. Usable as `@filter_value_and_grad` or
-    `@filter_value_and_grad(has_aux=True)`.
+    other leaves get `None` as their gradient (with a `UserWarning` when that is
+    every leaf holding a number, as for `filter_grad`). Usable as
+    `@filter_value_and_grad` or `@filter_value_and_grad(has_aux=True)`.
 
     **Arguments:**
 
@@ -153,7 +154,9 @@ def filter_grad(
     The gradient is taken with respect to every floating-point array (JAX or NumPy)
     in the first positional argument, which may be any pytree (e.g. a model). All its
     other leaves (integer arrays, Python numbers, strings, ...) get `None` as their
-    gradient. Usable as `@filter_grad` or `@filter_grad(has_aux=True)`.
+    gradient; when that makes every gradient `None` (a first argument of Python
+    numbers or integer arrays only), a `UserWarning` names those leaves. Usable as
+    `@filter_grad` or `@filter_grad(has_aux=True)`.
 
     To differentiate with respect to several objects, pack them into a tuple passed
     as the first argument.
