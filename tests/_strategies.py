@@ -75,7 +75,10 @@ scalars = st.one_of(
     st.sampled_from(FUNCTIONS),
 )
 static_values = st.one_of(
-    st.none(), st.integers(-3, 3), st.text("abc", max_size=3), st.sampled_from(FUNCTIONS)
+    st.none(),
+    st.integers(-3, 3),
+    st.text("abc", max_size=3),
+    st.sampled_from(FUNCTIONS),
 )
 
 

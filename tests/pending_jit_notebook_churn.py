@@ -10,7 +10,9 @@ CELL = "@bw.filter_jit\ndef forward(x):\n    return x\n"
 
 
 def test_rerunning_a_cell_does_not_warn_about_a_loop():
-    code = compile(CELL, "/tmp/ipykernel_4242/3263827563.py", "exec")  # as ipykernel names it
+    code = compile(
+        CELL, "/tmp/ipykernel_4242/3263827563.py", "exec"
+    )  # as ipykernel names it
     namespace = {"bw": bw}
     with warnings.catch_warnings():
         warnings.simplefilter("error", bw.PerformanceWarning)

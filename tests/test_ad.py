@@ -283,7 +283,9 @@ def test_a_gradient_that_is_none_for_a_reason_one_chose_does_not_warn():
 
 
 def test_the_none_gradient_warning_under_filter_jit_comes_once_per_trace():
-    step = boxwood.filter_jit(boxwood.filter_grad(lambda x: jnp.sum(x.astype(jnp.float32))))
+    step = boxwood.filter_jit(
+        boxwood.filter_grad(lambda x: jnp.sum(x.astype(jnp.float32)))
+    )
     with pytest.warns(UserWarning, match="every gradient is None"):
         step(jnp.arange(2))
     with warnings.catch_warnings():

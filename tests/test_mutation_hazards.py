@@ -100,7 +100,7 @@ def test_the_attribute_routes_raise():
     with pytest.raises(dataclasses.FrozenInstanceError, match="Holder"):
         del module.value
     with pytest.raises(dataclasses.FrozenInstanceError, match="Holder"):
-        setattr(module, "value", jnp.zeros(2))
+        module.value = jnp.zeros(2)
 
 
 def test_the_documented_ways_to_change_a_module_are_never_stale(total):

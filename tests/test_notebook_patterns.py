@@ -31,7 +31,13 @@ def cell(namespace, source, **values):
 def kernel(request):
     # one "notebook" per test: its cells' file name, like a kernel's, is its own
     name = f"<notebook {request.node.name}>"
-    return {"__name__": "__notebook__", "__file__": name, "bw": bw, "jax": jax, "jnp": jnp}
+    return {
+        "__name__": "__notebook__",
+        "__file__": name,
+        "bw": bw,
+        "jax": jax,
+        "jnp": jnp,
+    }
 
 
 def test_a_redefined_class_runs_its_new_code(kernel):

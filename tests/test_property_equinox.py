@@ -11,6 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+
+import boxwood as bw
 from _strategies import (
     SETTINGS,
     Box,
@@ -24,9 +27,6 @@ from _strategies import (
     scalars,
     trees,
 )
-from hypothesis import given, settings
-
-import boxwood as bw
 
 
 class EqxBox(eqx.Module):
@@ -178,9 +178,10 @@ def test_tree_flatten_one_level_and_tree_check():
         b, tb = eqx.tree_flatten_one_level(tree)
         assert ta == tb
         assert len(a) == len(b) and all(x is y for x, y in zip(a, b))
-        assert outcome(lambda: bw.tree_check(tree))[0] == outcome(
-            lambda: eqx.tree_check(tree)
-        )[0]
+        assert (
+            outcome(lambda: bw.tree_check(tree))[0]
+            == outcome(lambda: eqx.tree_check(tree))[0]
+        )
 
     check()
 
@@ -193,7 +194,9 @@ def test_filter_jit_and_filter_eval_shape():
     @given(trees())
     def check(tree):
         same_up_to_module_types(ours(tree), theirs(to_eqx(tree)))
-        shapes = bw.filter_eval_shape(lambda t: jax.tree_util.tree_map(elementwise, t), tree)
+        shapes = bw.filter_eval_shape(
+            lambda t: jax.tree_util.tree_map(elementwise, t), tree
+        )
         their_shapes = eqx.filter_eval_shape(
             lambda t: jax.tree_util.tree_map(elementwise, t), to_eqx(tree)
         )
@@ -226,15 +229,15 @@ def test_filter_grad_and_value_and_grad():
     @given(with_a_float)
     def check(tree):
         twin = to_eqx(tree)
-        same_up_to_module_types(bw.filter_grad(_loss)(tree), eqx.filter_grad(_loss)(twin))
+        same_up_to_module_types(
+            bw.filter_grad(_loss)(tree), eqx.filter_grad(_loss)(twin)
+        )
         (v1, g1) = bw.filter_value_and_grad(_loss)(tree)
         (v2, g2) = eqx.filter_value_and_grad(_loss)(twin)
         np.testing.assert_allclose(v1, v2, rtol=1e-6)
         same_up_to_module_types(g1, g2)
         # the updates they produce apply alike
-        same_up_to_module_types(
-            bw.apply_updates(tree, g1), eqx.apply_updates(twin, g2)
-        )
+        same_up_to_module_types(bw.apply_updates(tree, g1), eqx.apply_updates(twin, g2))
 
     check()
 
@@ -307,7 +310,11 @@ def test_tree_pformat_of_plain_one_line_trees():
 @pytest.mark.parametrize("name", NAMES)
 def test_is_array_family_on_random_leaves(name):
     @settings(**SETTINGS)
-    @given(st.one_of(arrays(), scalars, np_arrays().map(lambda a: a[()] if a.ndim == 0 else a)))
+    @given(
+        st.one_of(
+            arrays(), scalars, np_arrays().map(lambda a: a[()] if a.ndim == 0 else a)
+        )
+    )
     def check(leaf):
         assert getattr(bw, name)(leaf) == getattr(eqx, name)(leaf)
 

@@ -7,10 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _strategies import SETTINGS, assert_same, modules
 from hypothesis import given, settings
 
 import boxwood as bw
+from _strategies import SETTINGS, assert_same, modules
 
 
 def test_flatten_unflatten_round_trip():

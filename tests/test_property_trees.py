@@ -8,6 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+
+import boxwood as bw
 from _strategies import (
     INEXACT,
     SETTINGS,
@@ -18,9 +21,6 @@ from _strategies import (
     scalars,
     trees,
 )
-from hypothesis import given, settings
-
-import boxwood as bw
 
 FILTERS = [bw.is_array, bw.is_array_like, bw.is_inexact_array, bw.is_inexact_array_like]
 
