@@ -129,3 +129,40 @@ def test_a_static_field_cannot_hold_something_mutable():
         Config([1, 2])
     with pytest.raises(TypeError, match="options"):
         Config(np.ones(2))
+
+
+class Bag(tuple):
+    """A tuple subclass with its own flatten, reading a mutable list."""
+
+    def __new__(cls, items):
+        self = super().__new__(cls, ())
+        self.items = list(items)
+        return self
+
+
+jax.tree_util.register_pytree_node(
+    Bag, lambda b: (tuple(b.items), None), lambda _, items: Bag(items)
+)
+
+
+def test_a_tuple_subclass_with_its_own_flatten_is_read_again(total):
+    module = Holder(Bag([jnp.ones(2)]))
+    assert float(warm(total, module)) == 2
+    module.value.items[0] = jnp.full(2, 9.0)  # in place, inside the tuple subclass
+    assert float(total(module)) == 18
+    assert FLAT not in vars(module)
+    # nor does a module returned by `filter_jit` carry one
+    step = bw.filter_jit(lambda m: m)
+    returned = warm(step, module)
+    assert FLAT not in vars(returned)
+    returned.value.items[0] = jnp.zeros(2)
+    assert float(total(returned)) == 0
+
+
+def test_namedtuples_still_carry_the_flat_form():
+    import optax
+
+    step = bw.filter_jit(lambda m: m)
+    state = optax.adam(1e-3).init((jnp.ones(2), jnp.zeros(3)))
+    returned = warm(step, Holder(state))
+    assert FLAT in vars(returned)  # the fast path is kept for optax states
