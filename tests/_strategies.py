@@ -12,6 +12,7 @@ import dataclasses
 import keyword
 from typing import Any
 
+import equinox as eqx
 import hypothesis.extra.numpy as hnp
 import hypothesis.strategies as st
 import jax
@@ -189,7 +190,7 @@ class ClassSpec:
 
 
 def as_float32(x: Any) -> Any:
-    if isinstance(x, bw.Module):  # a nested module passes through
+    if is_module(x):  # a nested module passes through
         return x
     return jnp.asarray(x, jnp.float32)
 
@@ -241,11 +242,15 @@ def _custom_init(self, values):  # one dict argument, set field by field
         setattr(self, f.name, values[f.name])
 
 
+def is_module(x: Any) -> bool:
+    return isinstance(x, (bw.Module, eqx.Module))
+
+
 def _call(self, x):
     total = x
     for f in dataclasses.fields(type(self)):
         value = getattr(self, f.name)
-        if isinstance(value, bw.Module):
+        if is_module(value):
             total = total + value(x)
         elif is_np_or_jax_array(value):
             total = total + jnp.sum(jnp.asarray(value, jnp.float32))
@@ -254,9 +259,10 @@ def _call(self, x):
     return total
 
 
-def make_class(spec: ClassSpec) -> type:
-    """Build the Module subclass that `spec` describes (its base first)."""
-    base = make_class(spec.base) if spec.base is not None else bw.Module
+def make_class(spec: ClassSpec, lib: Any = bw) -> type:
+    """Build the Module subclass that `spec` describes (its base first), with
+    `lib` (boxwood, or Equinox for a twin class)."""
+    base = make_class(spec.base, lib) if spec.base is not None else lib.Module
     annotations: dict = {}
     body: dict = {}
     for f in spec.fields:
@@ -268,7 +274,7 @@ def make_class(spec: ClassSpec) -> type:
             kwargs["static"] = True
         elif f.converter:
             kwargs["converter"] = as_float32
-        body[f.name] = bw.field(**kwargs)
+        body[f.name] = lib.field(**kwargs)
     body["__annotations__"] = annotations
     body["__module__"] = __name__
     body["__qualname__"] = spec.name
@@ -286,19 +292,41 @@ def _dynamic_values() -> st.SearchStrategy:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A class recipe and the values of its fields (a field may hold another
+    `Recipe`: a nested module)."""
+
+    spec: ClassSpec
+    values: dict
+
+
 @st.composite
-def modules(draw, depth: int = 2) -> Any:
-    """An instance of a freshly generated Module subclass, possibly holding an
-    instance of another generated class in one of its dynamic fields."""
+def recipes(draw, depth: int = 2) -> Recipe:
     spec = draw(class_specs)
-    cls = make_class(spec)
     values = {}
     fields = spec.all_fields()
     for f in fields:
         values[f.name] = draw(static_values if f.static else _dynamic_values())
     dynamic = [f.name for f in fields if not f.static]
     if depth > 1 and dynamic and draw(st.booleans()):
-        values[draw(st.sampled_from(dynamic))] = draw(modules(depth - 1))
-    if uses_custom_init(spec):
+        values[draw(st.sampled_from(dynamic))] = draw(recipes(depth - 1))
+    return Recipe(spec, values)
+
+
+def build(recipe: Recipe, lib: Any = bw) -> Any:
+    """An instance of a fresh class made from `recipe` with `lib`."""
+    cls = make_class(recipe.spec, lib)
+    values = {
+        k: build(v, lib) if isinstance(v, Recipe) else v
+        for k, v in recipe.values.items()
+    }
+    if uses_custom_init(recipe.spec):
         return cls(values)
     return cls(**values)
+
+
+def modules(depth: int = 2) -> st.SearchStrategy:
+    """An instance of a freshly generated Module subclass, possibly holding an
+    instance of another generated class in one of its dynamic fields."""
+    return recipes(depth).map(build)

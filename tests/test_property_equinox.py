@@ -3,6 +3,7 @@ function that both libraries define gives the same result (values, structure,
 which inputs raise) on the same random pytrees. Fixed cases live in
 `test_equinox_differential.py`."""
 
+import dataclasses
 from typing import Any
 
 import equinox as eqx
@@ -20,10 +21,13 @@ from _strategies import (
     Pair,
     arrays,
     assert_same,
+    build,
     elementwise,
+    is_module,
     is_np_or_jax_array,
     np_arrays,
     plain_trees,
+    recipes,
     scalars,
     trees,
 )
@@ -334,8 +338,8 @@ def test_jacobians_vjp_and_make_jaxpr():
             (bw.filter_jacfwd, eqx.filter_jacfwd),
             (bw.filter_jacrev, eqx.filter_jacrev),
         ]:
-            a = outcome(lambda: ours(_loss)(tree))
-            b = outcome(lambda: theirs(_loss)(twin))
+            a = outcome(lambda jac=ours: jac(_loss)(tree))
+            b = outcome(lambda jac=theirs: jac(_loss)(twin))
             assert a[0] == b[0], (a, b)  # no float at all: both raise
             if a[0] == "ok":
                 same_up_to_module_types(a[1], b[1])
@@ -383,5 +387,36 @@ def test_if_array_and_partial():
         assert len(jax.tree_util.tree_leaves(ours)) == len(
             jax.tree_util.tree_leaves(theirs)
         )
+
+    check()
+
+
+def test_random_module_classes_behave_like_their_equinox_twins():
+    apply_ours = bw.filter_jit(lambda m, x: m(x))
+    apply_theirs = eqx.filter_jit(lambda m, x: m(x))
+    x = jnp.float32(0.5)
+
+    @settings(**SETTINGS)
+    @given(recipes())
+    def check(recipe):
+        ours, theirs = build(recipe, bw), build(recipe, eqx)
+        la, ta = jax.tree_util.tree_flatten(ours)
+        lb, tb = jax.tree_util.tree_flatten(theirs)
+        assert ta.num_leaves == tb.num_leaves and ta.num_nodes == tb.num_nodes
+        assert_same(la, lb)  # the same leaves, in the same order
+        for f in dataclasses.fields(ours):  # the same fields, after conversion
+            a, b = getattr(ours, f.name), getattr(theirs, f.name)
+            if not is_module(a):
+                assert_same(a, b)
+        expected = theirs(x)
+        np.testing.assert_allclose(ours(x), expected, rtol=1e-6)
+        np.testing.assert_allclose(
+            apply_ours(ours, x), apply_theirs(theirs, x), rtol=1e-6
+        )
+        # partition/combine: the same split
+        a, b = bw.partition(ours, bw.is_array)
+        c, d = eqx.partition(theirs, eqx.is_array)
+        assert_same(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(c))
+        assert_same(jax.tree_util.tree_leaves(b), jax.tree_util.tree_leaves(d))
 
     check()
