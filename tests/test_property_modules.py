@@ -71,3 +71,32 @@ def test_bound_method_of_a_random_module(call_path, count):
             np.testing.assert_allclose(method(x), module(x), rtol=1e-6)
 
     check()
+
+
+def test_tree_at_partition_and_checkpoints_of_random_modules(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("random-modules")
+
+    @settings(**SETTINGS)
+    @given(modules())
+    def check(module):
+        leaves = jax.tree_util.tree_leaves(module)
+        dynamic, static = bw.partition(module, bw.is_array)
+        assert_same(bw.combine(dynamic, static), module)
+        assert type(bw.combine(dynamic, static)) is type(module)
+        if leaves:  # replace the last leaf, read it back through the fields
+            new = jnp.full((2,), 7.0)
+            updated = bw.tree_at(
+                lambda m: jax.tree_util.tree_leaves(m)[-1], module, new
+            )
+            assert jax.tree_util.tree_leaves(updated)[-1] is new
+            assert type(updated) is type(module)
+        path = directory / "module.safetensors"
+        bw.save(path, module)
+        like = jax.tree_util.tree_map(
+            lambda x: np.zeros_like(x) if bw.is_array(x) else x, module
+        )
+        loaded = bw.load(path, like)
+        assert type(loaded) is type(module)
+        assert_same(loaded, module)
+
+    check()
