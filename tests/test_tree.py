@@ -73,6 +73,14 @@ def test_tree_at_where_sees_the_leaves_of_the_real_tree():
     # a `None` can still be selected and replaced by position
     assert bw.tree_at(lambda t: t[1]["a"], tree, 7)[1]["a"] == 7
     assert bw.tree_at(lambda t: (t[0], t[2]), tree, (0, 2)) == [0, tree[1], 2]
+    # with an `is_leaf` that makes `None` a leaf, `where` sees them as leaves
+    none_leaf = lambda x: x is None  # noqa: E731
+    pick_second = lambda t: jax.tree_util.tree_leaves(t, is_leaf=none_leaf)[1]  # noqa: E731
+    assert bw.tree_at(pick_second, [None, None, 1], 5, is_leaf=none_leaf) == [
+        None,
+        5,
+        1,
+    ]
 
 
 def test_tree_at_errors():

@@ -46,8 +46,15 @@ jax.tree_util.register_pytree_node(
 )
 
 
-def _probe(i: int, leaf: Any) -> Any:
-    return _NoneProbe(i) if leaf is None else _Probe(i)
+def _probe(i: int, leaf: Any, none_is_leaf: bool) -> Any:
+    return _NoneProbe(i) if leaf is None and not none_is_leaf else _Probe(i)
+
+
+def _calls_none_a_leaf(is_leaf: Callable[[Any], bool]) -> bool:
+    try:
+        return bool(is_leaf(None))
+    except Exception:  # an `is_leaf` that only expects nodes of its own kind
+        return False
 
 
 def _children(node: Any) -> tuple[list, Any] | None:
@@ -90,7 +97,10 @@ def tree_at(
         return x is None or (is_leaf is not None and bool(is_leaf(x)))
 
     leaves, treedef = jax.tree_util.tree_flatten(pytree, is_leaf=leaf_pred)
-    probe_tree = treedef.unflatten([_probe(i, x) for i, x in enumerate(leaves)])
+    # `None` is a node without leaves, unless the caller's `is_leaf` makes it a leaf
+    none_is_leaf = is_leaf is not None and _calls_none_a_leaf(is_leaf)
+    probes = [_probe(i, x, none_is_leaf) for i, x in enumerate(leaves)]
+    probe_tree = treedef.unflatten(probes)
     chosen = where(probe_tree)
     nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
     if replace is not _MISSING:
