@@ -80,7 +80,10 @@ def tree_at(
 
     - `where`: `pytree -> node` or `pytree -> tuple of nodes`, e.g.
       `lambda m: m.layers[1].weight` or `lambda m: (m.weight, m.bias)`. A node may be
-      a leaf, a whole subtree, or a `None`.
+      a leaf, a whole subtree, or a `None`. `where` sees the pytree's structure
+      as `jax.tree_util` does (a `None` is a node without leaves, unless `is_leaf`
+      makes it a leaf), so `lambda t: jax.tree_util.tree_leaves(t)[i]` picks the
+      same leaf as on `pytree` itself.
     - `pytree`: the pytree to copy (it is not modified).
     - `replace`: the new value (or a sequence of values, one per node).
     - `replace_fn`: alternatively, `old_node -> new_node`, applied to each node.
