@@ -100,3 +100,36 @@ def test_tree_at_partition_and_checkpoints_of_random_modules(tmp_path_factory):
         assert_same(loaded, module)
 
     check()
+
+
+def test_the_same_properties_with_the_extension_off_at_import():
+    # `call_path` switches the C path off for classes made inside a test; here the
+    # whole process starts with `BOXWOOD_PURE_PYTHON=1`, so no class (those made at
+    # import included) ever gets the C rebuild slot. Under that variable the
+    # fixture's "compiled" variant asserts that the extension is off.
+    import os
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).parent.parent
+    env = {**os.environ, "BOXWOOD_PURE_PYTHON": "1"}
+    tests = [
+        "tests/test_property_modules.py::test_filter_jit_matches_eager",
+        "tests/test_mutation_hazards.py",
+        "tests/test_notebook_patterns.py",
+    ]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*command, "-k", "compiled", *tests],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    passed = re.search(r"(\d+) passed", done.stdout)
+    assert passed and int(passed.group(1)) >= 10, done.stdout[-3000:]
+    assert "skipped" not in done.stdout
