@@ -1,7 +1,9 @@
-"""Pending (see /work/wt/notes/B-jit-bugs.md, item 1): a mutable non-array output
-of a `filter_jit` function must not be shared between calls. Not collected by
-pytest (its name does not start with `test_`); rename once `_jit` copies or rejects
-mutable static outputs."""
+"""Pending: a mutable non-array output of a `filter_jit` function must not be shared
+between calls. Today static outputs are constants of the output builder
+(`_jit/_cache.py`, `_Out`), so a returned `set` is the same object on every call and
+mutating it changes later results (docs/filter_jit.md, *Outputs*, says so). Not
+collected by pytest (its name does not start with `test_`); rename it once `_jit`
+copies or rejects mutable static outputs."""
 
 import jax.numpy as jnp
 import pytest

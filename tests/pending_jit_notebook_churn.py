@@ -1,6 +1,8 @@
-"""Pending (see /work/wt/notes/B-jit-bugs.md, item 2): re-running the same notebook
-cell must not warn that a loop keeps wrapping new functions. Not collected by
-pytest; rename to `test_...` once `_cache._note_wrap` tells re-run cells apart."""
+"""Pending: re-running the same notebook cell must not warn that a loop keeps
+wrapping new functions. ipykernel names a cell's file by a hash of its source, so
+each re-run is the same call site to `_jit/_cache.py`'s `_note_wrap`, which warns
+at the fifth. Not collected by pytest; rename to `test_...` once re-run cells are
+told apart from loops."""
 
 import warnings
 
