@@ -1,5 +1,6 @@
 """`filter_grad` / `filter_value_and_grad` against `jax.grad` on partitioned arrays."""
 
+import warnings
 from collections.abc import Callable
 
 import hypothesis.strategies as st
@@ -151,7 +152,14 @@ def _tree_loss(tree):
 @settings(max_examples=15, deadline=None)
 @given(_tree)
 def test_random_pytrees_match_jax_grad(tree):
-    grads = boxwood.filter_grad(_tree_loss)(tree)
+    leaves = jax.tree_util.tree_leaves(tree)
+    if any(boxwood.is_inexact_array(x) for x in leaves) or all(
+        isinstance(x, str) for x in leaves
+    ):
+        grads = boxwood.filter_grad(_tree_loss)(tree)
+    else:  # only integers: every gradient is None, and a warning says why
+        with pytest.warns(UserWarning, match="every gradient is None"):
+            grads = boxwood.filter_grad(_tree_loss)(tree)
     _assert_trees_close(grads, _expected_grad(_tree_loss, tree))
     for leaf, g in zip(
         jax.tree_util.tree_leaves(tree),
@@ -238,3 +246,48 @@ def test_no_positional_argument_is_an_error():
         grad(x=jnp.ones(()))
     with pytest.raises(TypeError, match="`filter_value_and_grad` differentiates"):
         boxwood.filter_value_and_grad(lambda x=1.0: x)()
+
+
+def test_a_gradient_that_is_none_everywhere_says_why():
+    square = lambda x: jnp.sum(jnp.asarray(x, jnp.float32) ** 2)  # noqa: E731
+    with pytest.warns(UserWarning, match=r"Python float at `args\[0\]`\)") as record:
+        assert boxwood.filter_grad(square)(3.0) is None
+    assert "jnp.asarray(x, dtype=float)" in str(record[0].message)
+    assert record[0].filename == __file__  # points at the caller's line
+    tree = {"ids": jnp.arange(3), "n": 2, "name": "x"}
+    loss = lambda t: jnp.sum(t["ids"].astype(jnp.float32))  # noqa: E731
+    match = r"int32 array at `args\[0\]\['ids'\]`, Python int at `args\[0\]\['n'\]`"
+    with pytest.warns(UserWarning, match=match):
+        grads = boxwood.filter_grad(loss)(tree)
+    assert grads == {"ids": None, "n": None, "name": None}
+    with pytest.warns(UserWarning, match="`filter_value_and_grad`.*bool array"):
+        boxwood.filter_value_and_grad(lambda m: jnp.sum(m.astype(jnp.float32)))(
+            jnp.ones(2, bool)
+        )
+    many = [1, 2, 3, 4, 5]
+    with pytest.warns(UserWarning, match="and 2 more"):
+        boxwood.filter_grad(lambda t: jnp.float32(sum(t)))(many)
+
+
+def test_a_gradient_that_is_none_for_a_reason_one_chose_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # some leaves are floating-point arrays: the others being None is the filter
+        grads = boxwood.filter_grad(lambda t: jnp.sum(t[0]) * t[1])((jnp.ones(2), 3))
+        assert grads[1] is None
+        # nothing numeric at all: nothing one could have meant to differentiate
+        assert boxwood.filter_grad(lambda t: jnp.float32(1.0))(("a", len)) == (
+            None,
+            None,
+        )
+
+
+def test_the_none_gradient_warning_under_filter_jit_comes_once_per_trace():
+    step = boxwood.filter_jit(
+        boxwood.filter_grad(lambda x: jnp.sum(x.astype(jnp.float32)))
+    )
+    with pytest.warns(UserWarning, match="every gradient is None"):
+        step(jnp.arange(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert step(jnp.arange(2)) is None  # compiled already: no trace, no warning

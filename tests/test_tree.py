@@ -63,6 +63,26 @@ def test_tree_at_identical_leaves_are_distinguished():
     assert ints == [7, 1]
 
 
+def test_tree_at_where_sees_the_leaves_of_the_real_tree():
+    # `None` is a node without leaves in `where`'s argument too, so a leaf picked
+    # by its index is the same leaf as in the real tree
+    tree = [None, {"a": None, "b": (1.0, None)}, "x"]
+    pick = lambda t: jax.tree_util.tree_leaves(t)[0]  # noqa: E731
+    assert bw.tree_at(pick, tree, 5) == [None, {"a": None, "b": (5, None)}, "x"]
+    assert jax.tree_util.tree_leaves(tree) == [1.0, "x"]
+    # a `None` can still be selected and replaced by position
+    assert bw.tree_at(lambda t: t[1]["a"], tree, 7)[1]["a"] == 7
+    assert bw.tree_at(lambda t: (t[0], t[2]), tree, (0, 2)) == [0, tree[1], 2]
+    # with an `is_leaf` that makes `None` a leaf, `where` sees them as leaves
+    none_leaf = lambda x: x is None  # noqa: E731
+    pick_second = lambda t: jax.tree_util.tree_leaves(t, is_leaf=none_leaf)[1]  # noqa: E731
+    assert bw.tree_at(pick_second, [None, None, 1], 5, is_leaf=none_leaf) == [
+        None,
+        5,
+        1,
+    ]
+
+
 def test_tree_at_errors():
     net = make_net()
     with pytest.raises(ValueError, match=r"exactly one of `replace=` or `replace_fn=`"):

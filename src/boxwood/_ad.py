@@ -3,15 +3,45 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
-from ._filters import combine, is_inexact_array, partition
+from ._filters import combine, is_array, is_inexact_array, partition
 from ._jit._bound import as_pytree_function
 from ._module import field
 from ._partition import Wrapped
+from ._warnings import user_stacklevel
+
+MSG_NO_GRADIENT = (
+    "`{name}`: every gradient is None, because the first argument holds no "
+    "floating-point array (found: {found}). Only floating-point JAX or NumPy arrays are "
+    "differentiated; Python numbers are static values (not traced) and integer or "
+    "boolean arrays have no gradient. To differentiate with respect to a number, "
+    "pass it as a floating-point array, e.g. `jnp.asarray(x, dtype=float)`."
+)
+
+
+def _why_no_gradient(first: Any) -> str | None:
+    """What the first argument holds instead of a floating-point array (for the
+    warning), or `None` when it holds nothing one might have meant to
+    differentiate (only strings, functions, ...: no warning)."""
+    found = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(first)[0]:
+        if isinstance(leaf, (bool, int, float, complex)):
+            kind = f"Python {type(leaf).__name__}"
+        elif is_array(leaf):
+            kind = f"{np.dtype(leaf.dtype).name} array"
+        else:
+            continue
+        found.append(f"{kind} at `args[0]{jax.tree_util.keystr(path)}`")
+    if not found:
+        return None
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return ", ".join(found[:3]) + more
 
 
 def _no_first_argument(name: str, kwargs: dict) -> TypeError:
@@ -55,6 +85,14 @@ class _ValueAndGrad(Wrapped):
             raise _no_first_argument(name, kwargs)
         first, *rest = args
         diff, nondiff = partition(first, is_inexact_array)
+        if not jax.tree_util.tree_leaves(diff):
+            found = _why_no_gradient(first)
+            if found is not None:
+                warnings.warn(
+                    MSG_NO_GRADIENT.format(name=name, found=found),
+                    UserWarning,
+                    stacklevel=user_stacklevel(),
+                )
 
         def fun_of_diff(d: Any) -> Any:
             out = self.fun(combine(d, nondiff), *rest, **kwargs)
@@ -96,8 +134,9 @@ def filter_value_and_grad(
 
     The gradient is taken with respect to every floating-point array (JAX or NumPy)
     in the first positional argument, which may be any pytree (e.g. a model). All its
-    other leaves get `None` as their gradient. Usable as `@filter_value_and_grad` or
-    `@filter_value_and_grad(has_aux=True)`.
+    other leaves get `None` as their gradient (with a `UserWarning` when that is
+    every leaf holding a number, as for `filter_grad`). Usable as
+    `@filter_value_and_grad` or `@filter_value_and_grad(has_aux=True)`.
 
     **Arguments:**
 
@@ -133,7 +172,9 @@ def filter_grad(
     The gradient is taken with respect to every floating-point array (JAX or NumPy)
     in the first positional argument, which may be any pytree (e.g. a model). All its
     other leaves (integer arrays, Python numbers, strings, ...) get `None` as their
-    gradient. Usable as `@filter_grad` or `@filter_grad(has_aux=True)`.
+    gradient; when that makes every gradient `None` (a first argument of Python
+    numbers or integer arrays only), a `UserWarning` names those leaves. Usable as
+    `@filter_grad` or `@filter_grad(has_aux=True)`.
 
     To differentiate with respect to several objects, pack them into a tuple passed
     as the first argument.

@@ -28,6 +28,36 @@ class _Probe:
         return f"<leaf {self.index}>"
 
 
+class _NoneProbe:
+    """Stands in for one `None` while `where` is run: a pytree node with no
+    children, as `None` is, so that `where` sees the same leaves (and the same leaf
+    indices) as on the real pytree, yet the `None` can be selected by identity."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+jax.tree_util.register_pytree_node(
+    _NoneProbe, lambda p: ((), p.index), lambda index, _: _NoneProbe(index)
+)
+
+
+def _probe(i: int, leaf: Any, none_is_leaf: bool) -> Any:
+    return _NoneProbe(i) if leaf is None and not none_is_leaf else _Probe(i)
+
+
+def _calls_none_a_leaf(is_leaf: Callable[[Any], bool]) -> bool:
+    try:
+        return bool(is_leaf(None))
+    except Exception:  # an `is_leaf` that only expects nodes of its own kind
+        return False
+
+
 def _children(node: Any) -> tuple[list, Any] | None:
     """Immediate children of a pytree node, or `None` for a leaf."""
     children, treedef = jax.tree_util.tree_flatten(
@@ -52,7 +82,10 @@ def tree_at(
 
     - `where`: `pytree -> node` or `pytree -> tuple of nodes`, e.g.
       `lambda m: m.layers[1].weight` or `lambda m: (m.weight, m.bias)`. A node may be
-      a leaf, a whole subtree, or a `None`.
+      a leaf, a whole subtree, or a `None`. `where` sees the pytree's structure
+      as `jax.tree_util` does (a `None` is a node without leaves, unless `is_leaf`
+      makes it a leaf), so `lambda t: jax.tree_util.tree_leaves(t)[i]` picks the
+      same leaf as on `pytree` itself.
     - `pytree`: the pytree to copy (it is not modified).
     - `replace`: the new value (or a sequence of values, one per node).
     - `replace_fn`: alternatively, `old_node -> new_node`, applied to each node.
@@ -69,7 +102,10 @@ def tree_at(
         return x is None or (is_leaf is not None and bool(is_leaf(x)))
 
     leaves, treedef = jax.tree_util.tree_flatten(pytree, is_leaf=leaf_pred)
-    probe_tree = treedef.unflatten([_Probe(i) for i in range(len(leaves))])
+    # `None` is a node without leaves, unless the caller's `is_leaf` makes it a leaf
+    none_is_leaf = is_leaf is not None and _calls_none_a_leaf(is_leaf)
+    probes = [_probe(i, x, none_is_leaf) for i, x in enumerate(leaves)]
+    probe_tree = treedef.unflatten(probes)
     chosen = where(probe_tree)
     nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
     if replace is not _MISSING:
@@ -90,7 +126,7 @@ def tree_at(
         if fn is not None:
             found.add(id(probe))
             return fn(original)
-        if isinstance(probe, _Probe):
+        if isinstance(probe, (_Probe, _NoneProbe)):
             return original
         parts = _children(original)
         if parts is None:
@@ -120,7 +156,7 @@ def _as_nodes(chosen: Any, probe_tree: Any, leaf_pred) -> tuple[list, bool]:
     stack = [probe_tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, _Probe):
+        if isinstance(node, (_Probe, _NoneProbe)):
             continue
         parts = _children(node)
         if parts is not None:

@@ -19,8 +19,9 @@ see `Module.__getstate__`) create new instance dicts without it, so a modified c
 never inherits a stale one.
 
 Only modules whose whole subtree is immutable get a record: every node a boxwood
-`Module`, a tuple, a NamedTuple or `None`, and every leaf an array. A module holding
-a list (which could be mutated in place) is always flattened afresh.
+`Module`, a tuple, a NamedTuple (flattened by jax into its elements) or `None`, and
+every leaf an array. A module holding a list (which could be mutated in place) is
+always flattened afresh.
 
 `walk` turns call arguments into a key (tokens of modules with records, markers for
 tuples, lists, dicts and `None`, static scalars by value) and the list of dynamic leaves,
@@ -97,7 +98,9 @@ def immutable(treedef: Any) -> bool:
         ok = (
             typ is type(None)
             or is_module_class(typ)
-            or (isinstance(typ, type) and issubclass(typ, tuple))  # NamedTuples too
+            # tuples, and NamedTuples that jax flattens into their elements; not a
+            # tuple subclass with its own flatten (which may read mutable state)
+            or (isinstance(typ, type) and issubclass(typ, tuple) and _walkable(typ))
         )
         if not ok:
             return False
