@@ -60,12 +60,21 @@ def remove_stale_tmp(target: pathlib.Path, active: set[str] = frozenset()) -> li
     return removed
 
 
-def _fsync_dir(directory: pathlib.Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file or a directory (a directory's entries: creations, renames)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_tree(root: str | os.PathLike) -> None:
+    """fsync every file and directory below `root`, and `root` itself."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fsync_path(os.path.join(directory, name))
+        fsync_path(directory)
 
 
 @contextlib.contextmanager
@@ -103,4 +112,4 @@ def atomic_write(target: str | os.PathLike, write: Callable[[BinaryIO], None]) -
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    _fsync_dir(target.parent)
+    fsync_path(target.parent)
