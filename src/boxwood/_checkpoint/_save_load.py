@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from ._assemble import assemble
-from ._atomic import atomic_write
+from ._atomic import atomic_write, start_writeback
 from ._error import CheckpointError
 from ._format import (
     Header,
@@ -78,9 +78,19 @@ def to_host(leaves: list[Leaf], copy: bool) -> list[tuple[str, np.ndarray]]:
         if isinstance(v, jax.Array):
             v.copy_to_host_async()  # all transfers in flight before the first wait
     return [
-        (leaf.name, np.array(v, copy=True) if copy else np.asarray(v))
+        (leaf.name, np.array(v, copy=True) if copy and _shared(v) else np.asarray(v))
         for leaf, v in zip(leaves, values)
     ]
+
+
+def _shared(value: Any) -> bool:
+    """Whether `np.asarray(value)` may share memory with something the caller can
+    change or donate: a NumPy array, or an array on a CPU device (whose host view
+    is the device buffer itself). An accelerator's array comes back as a host copy
+    of its own, which needs no second copy."""
+    if not isinstance(value, jax.Array):
+        return True
+    return any(d.platform == "cpu" for d in value.sharding.device_set)
 
 
 def check_savable(tree: Any) -> list[Leaf]:
@@ -105,7 +115,7 @@ def check_savable(tree: Any) -> list[Leaf]:
 
 
 def write_file(path: Any, arrays: list[tuple[str, np.ndarray]], meta: dict) -> None:
-    atomic_write(path, lambda f: write_arrays(f, arrays, meta))
+    atomic_write(path, lambda f: write_arrays(f, arrays, meta, start_writeback))
 
 
 def save_now(path: Any, tree: Any, metadata: dict | None) -> None:
