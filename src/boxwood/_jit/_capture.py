@@ -12,7 +12,8 @@ function: one dict lookup or cell read and one identity test per name) and
 - passes the values that hold arrays (arrays, modules, pytrees with array leaves) to
   the compiled function as one extra, hidden argument: a tuple with one entry per
   watched name (labelled `global 'model'`, `closure 'w'` in messages), `None` for
-  the names that hold no arrays. A tuple of arrays, modules and `None` is what the
+  the names that hold no arrays (and `None` instead of the tuple when no name holds
+  arrays). A tuple of arrays, modules and `None` is what the
   fast paths walk without calling back into Python. The values are traced like
   arguments, so rebinding the name is seen on the next call and a new structure
   retraces;
@@ -263,15 +264,15 @@ class Capture:
         values = [g.get(n, _MISSING) for n in self.reads.globals]
         return values + [_contents(c) for c in self.cells]
 
-    def rebuild(self, hidden: tuple) -> types.FunctionType:
+    def rebuild(self, hidden: tuple | None) -> types.FunctionType:
         """The function with the values in `hidden` (one per label, `None`: not
-        captured) substituted for the names they were read from; every other name
+        captured; or `None`: nothing captured) substituted for the names they were read from; every other name
         is read as it is now."""
         fun, g = self._fun(), self.g
         assert fun is not None, "the wrappers of a function hold it"
         given = {
             label: value
-            for label, value in zip(self.labels, hidden)
+            for label, value in zip(self.labels, hidden or ())
             if value is not None
         }
         self.baseline = {
@@ -378,7 +379,7 @@ class Traced:
         """The user's function (`None` once it is gone)."""
         return self.capture._fun()
 
-    def __call__(self, hidden: tuple, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, hidden: tuple | None, *args: Any, **kwargs: Any) -> Any:
         capture = self.capture
         rebuilt = capture.rebuild(hidden)
         try:
@@ -414,10 +415,12 @@ def captured_path(keys: tuple, labels: list[str]) -> str:
     return labels[index.idx] + jax.tree_util.keystr(tuple(rest))
 
 
-def describe_captures(hidden: tuple, labels: list[str]) -> dict[str, tuple[str, str]]:
+def describe_captures(
+    hidden: tuple | None, labels: list[str]
+) -> dict[str, tuple[str, str]]:
     """`_explain.describe_call` for the captured values, under their labels."""
     out = {}
-    for label, value in zip(labels, hidden):
+    for label, value in zip(labels, hidden or ()):
         if value is not None:
             for path, text in describe_call((value,), {}).items():
                 out[label + path.removeprefix("args[0]")] = text
@@ -481,13 +484,17 @@ class CallState:
     def forget(self) -> None:
         self.warned.clear()
 
-    def hidden_now(self) -> tuple:
+    def hidden_now(self) -> tuple | None:
         """The hidden argument for the names' current values."""
         return _hidden(self.capture.read())
 
 
-def _hidden(values: list[Any]) -> tuple:
-    return tuple(v if v is not _MISSING and has_arrays(v) else None for v in values)
+def _hidden(values: list[Any]) -> tuple | None:
+    """The hidden argument: one entry per name, `None` for those without arrays; or
+    `None` itself when no name holds arrays, which the argument walk takes in one
+    step (an all-`None` tuple costs a tuple walk on every call)."""
+    hidden = tuple(v if v is not _MISSING and has_arrays(v) else None for v in values)
+    return None if all(v is None for v in hidden) else hidden
 
 
 def make_call(
