@@ -67,8 +67,13 @@ def encode_metadata(leaves: list[Leaf], metadata: dict | None) -> dict[str, str]
 def to_host(leaves: list[Leaf], copy: bool) -> list[tuple[str, np.ndarray]]:
     """Every stored leaf as a NumPy array (typed keys as their key data).
 
-    With `copy=True` the arrays own their memory, so that the device buffers may be
-    donated or deleted right after this returns (background saves need this).
+    With `copy=True` nothing the caller can still change is shared, so that the
+    tree may be changed, donated or deleted right after this returns (background
+    saves need this): NumPy leaves are copied. A `jax.Array` needs no copy: on an
+    accelerator `np.asarray` is a host copy of its own, and on the CPU it is a view
+    of the device buffer that JAX keeps alive and never reuses while the view
+    exists (a later donation of that buffer is skipped; `delete()` keeps the memory
+    until the view is gone). All transfers are started before the first is awaited.
     """
     values = [
         jax.random.key_data(leaf.value) if leaf.key_impl else leaf.value
@@ -78,19 +83,14 @@ def to_host(leaves: list[Leaf], copy: bool) -> list[tuple[str, np.ndarray]]:
         if isinstance(v, jax.Array):
             v.copy_to_host_async()  # all transfers in flight before the first wait
     return [
-        (leaf.name, np.array(v, copy=True) if copy and _shared(v) else np.asarray(v))
+        (
+            leaf.name,
+            np.array(v, copy=True)
+            if copy and not isinstance(v, jax.Array)
+            else np.asarray(v),
+        )
         for leaf, v in zip(leaves, values)
     ]
-
-
-def _shared(value: Any) -> bool:
-    """Whether `np.asarray(value)` may share memory with something the caller can
-    change or donate: a NumPy array, or an array on a CPU device (whose host view
-    is the device buffer itself). An accelerator's array comes back as a host copy
-    of its own, which needs no second copy."""
-    if not isinstance(value, jax.Array):
-        return True
-    return any(d.platform == "cpu" for d in value.sharding.device_set)
 
 
 def check_savable(tree: Any) -> list[Leaf]:
