@@ -120,7 +120,14 @@ def _run_two_processes(worker: str, directory: str) -> None:
     }
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(worker), str(port), str(i), directory],
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(worker),
+                str(port),
+                str(i),
+                directory,
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -223,7 +230,9 @@ def test_checkpointer_orbax_steps_in_one_process(tmp_path):
     assert ckpt.restore({"w": jnp.zeros(3)})["w"].tolist() == [3, 3, 3]
     assert ckpt.read_metadata(2) == {"step": 2}
     # a step saved again as a file replaces its directory
-    boxwood.Checkpointer(tmp_path / "run", format="safetensors").save(3, {"w": jnp.ones(3)})
+    boxwood.Checkpointer(tmp_path / "run", format="safetensors").save(
+        3, {"w": jnp.ones(3)}
+    )
     assert sorted(os.listdir(tmp_path / "run")) == [
         "step_000002",
         "step_000003.safetensors",
@@ -260,7 +269,11 @@ def test_sigkill_during_checkpointer_orbax_save(tmp_path):
     ckpt = boxwood.Checkpointer(directory, keep=2, format="orbax")
     like = {"w": jnp.zeros(200_000), "b": jnp.zeros(3)}
     ckpt.save(0, like)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "JAX_PLATFORMS": "cpu",
+    }
     left = 0
     for delay in (0.1, 0.4, 0.7, 1.3):
         proc = subprocess.Popen(

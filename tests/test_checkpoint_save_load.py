@@ -334,9 +334,7 @@ def test_loaded_arrays_can_be_donated(path):
     np.testing.assert_array_equal(again, np.arange(1000.0))
 
 
-def test_save_starts_the_disk_write_in_chunks(
-    tmp_path, monkeypatch
-):
+def test_save_starts_the_disk_write_in_chunks(tmp_path, monkeypatch):
     from boxwood._checkpoint import _format, _save_load
 
     monkeypatch.setattr(_format, "WRITEBACK_CHUNK", 1000)

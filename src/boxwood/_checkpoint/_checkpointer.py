@@ -82,7 +82,8 @@ class Checkpointer:
         return self.directory / f"step_{step:06d}"
 
     def all_steps(self) -> list[int]:
-        """The steps of the checkpoint files present, oldest first."""
+        """The steps of the checkpoints present (files or step directories), oldest
+        first."""
         _background.wait_all()
         return self._steps()
 

@@ -98,14 +98,14 @@ def save_step(
     def publish() -> None:
         fsync_tree(staging)
         _barrier(f"{tag}-written")
-        if primary():
-            if final.exists():  # the same step saved again
-                remove_dir(final)
-            os.rename(staging, final)
-            fsync_path(final.parent)
-            then()
-        _barrier(f"{tag}-published")  # every process sees the same steps after
+        try:
+            if primary():
+                if final.exists():  # the same step saved again
+                    remove_dir(final)
+                os.rename(staging, final)
+                fsync_path(final.parent)
+                then()
+        finally:  # reached even when process 0 failed: no process waits forever
+            _barrier(f"{tag}-published")  # every process sees the same steps after
 
-    return save_orbax(
-        staging, tree, metadata=metadata, blocking=blocking, then=publish
-    )
+    return save_orbax(staging, tree, metadata=metadata, blocking=blocking, then=publish)
