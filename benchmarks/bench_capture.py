@@ -1,12 +1,16 @@
 """Figure 7, captured values: what it costs that `filter_jit` treats the arrays and
 modules a function reads from its globals or closure as inputs.
 
-- *dispatch*: time per call of a function that reads a helper function and a Python
-  float from its globals (watched, no arrays), against the same wrapper with
-  `capture="constants"` (JAX's behaviour, nothing watched); and of `model(x)` with
-  the 130-leaf model read from a global, against the model passed as an argument.
-  A function that reads nothing watched (only arguments, builtins and Python
-  modules such as `jnp`) is compiled exactly as before, with no layer at all.
+- *dispatch*: time per call of a function that reads nothing watched (only
+  arguments, constants and Python modules such as `jnp`: compiled exactly as
+  before, with no layer at all), and of one that reads a helper function and a
+  Python float from its globals (watched, no arrays), each against the same wrapper
+  with `capture="constants"` (JAX's behaviour, nothing watched); and of `model(x)`
+  with the 130-leaf model read from a global, against the model passed as an
+  argument. The column "called from a def" is `capture="constants"` called through
+  a one-line Python function: what any Python frame between the caller and JAX's
+  dispatch costs (on Python 3.11 JAX records a traceback of the calling frames with
+  every dispatch, which makes an extra frame dearer than a plain Python call).
 - *the layer alone*: the per-call work that capturing adds (read the watched names,
   test them, call the core with the hidden tuple), with a core that does nothing,
   against calling that core directly: the added cost without the noise of a
@@ -50,6 +54,10 @@ def _reads_helper(x):
     return _helper(x)
 
 
+def _reads_nothing(x):
+    return jnp.tanh(x) * 0.5  # a module (`jnp`) and constants: nothing watched
+
+
 def _reads_model(x):
     return MODEL(x)
 
@@ -74,11 +82,27 @@ def _dispatch_rows(quick: bool) -> list[dict]:
     x = jnp.asarray(np.linspace(-1.0, 1.0, WIDTH, dtype=np.float32))
     runners = {
         "capture='constants'": _batch(
-            boxwood.filter_jit(_reads_helper, capture="constants"), x
+            boxwood.filter_jit(_reads_nothing, capture="constants"), x
         ),
-        "captures watched (default)": _batch(boxwood.filter_jit(_reads_helper), x),
+        "captures watched (default)": _batch(boxwood.filter_jit(_reads_nothing), x),
     }
     rows = timing_rows(
+        FIGURE,
+        "reads nothing watched (jnp, constants)",
+        interleave(runners, reps=reps, target_s=target),
+        limit="capture='constants'",
+    )
+    constants = boxwood.filter_jit(_reads_helper, capture="constants")
+
+    def in_a_def(x):  # any Python function between the caller and the dispatch
+        return constants(x)
+
+    runners = {
+        "capture='constants'": _batch(constants, x),
+        "captures watched (default)": _batch(boxwood.filter_jit(_reads_helper), x),
+        "capture='constants' called from a def": _batch(in_a_def, x),
+    }
+    rows += timing_rows(
         FIGURE,
         "reads a helper and a float (no arrays)",
         interleave(runners, reps=reps, target_s=target),

@@ -375,3 +375,74 @@ def test_lower_passes_the_captured_values():
     assert main in f.lower(jnp.ones(3)).as_text()  # an input, not a constant
     g = bw.filter_jit(lambda x: w @ x, capture="constants")
     assert "@main(%arg0: tensor<3xf32>)" in g.lower(jnp.ones(3)).as_text()
+
+
+# ------------------------------------------------- bound methods and partials
+@jax.tree_util.register_pytree_node_class
+class _Scaler:
+    """A plain Python pytree (not a boxwood module) with methods."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def tree_flatten(self):
+        return (self.w,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+    def times(self, x):
+        return self.w * x
+
+    def plus(self, x):
+        return self.w + x
+
+
+def test_partial_holding_arrays_is_an_input(getkey):
+    import functools
+
+    def loss(model, x, scale):
+        return model(x) * scale
+
+    model = nn.Linear(2, 1, key=getkey())
+    apply = functools.partial(loss, model, scale=2.0)
+    f = bw.filter_jit(lambda x: apply(x), explain=True)
+    x = jnp.ones(2)
+    np.testing.assert_allclose(f(x), loss(model, x, 2.0), rtol=1e-6)
+    other = nn.Linear(2, 1, key=getkey())
+    apply = functools.partial(loss, other, scale=2.0)  # same structure: no retrace
+    np.testing.assert_allclose(f(x), loss(other, x, 2.0), rtol=1e-6)
+    assert f.cache_info().traces == 1
+    apply = functools.partial(loss, other, scale=3.0)  # a static value: retrace
+    with pytest.warns(bw.RecompileWarning, match=r"closure 'apply'\[1\]\['scale'\]"):
+        np.testing.assert_allclose(f(x), loss(other, x, 3.0), rtol=1e-6)
+    # a partial without arrays is a trace-time constant, as before
+    add = functools.partial(jnp.add, 1.0)
+    g = bw.filter_jit(lambda x: add(x))
+    assert g(jnp.zeros(())) == 1.0
+    add = functools.partial(jnp.add, 2.0)
+    with pytest.warns(bw.CapturedValueWarning, match="closure 'add' changed"):
+        assert g(jnp.zeros(())) == 1.0
+
+
+def test_bound_method_of_a_pytree_is_an_input():
+    scaler = _Scaler(jnp.full(2, 3.0))
+    method = scaler.times
+    f = bw.filter_jit(lambda x: method(x), explain=True)
+    x = jnp.ones(2)
+    assert f(x).tolist() == [3.0, 3.0]
+    method = _Scaler(jnp.full(2, 5.0)).times  # another object: no retrace
+    assert f(x).tolist() == [5.0, 5.0]
+    assert f.cache_info().traces == 1
+    method = _Scaler(jnp.full(2, 5.0)).plus  # another function: retraced
+    with pytest.warns(
+        bw.RecompileWarning,
+        match=r"captured callables: .*bound method of _Scaler\.times.* -> "
+        r".*bound method of _Scaler\.plus",
+    ):
+        assert f(x).tolist() == [6.0, 6.0]
+    assert f.cache_info().traces == 2
+    method = _Scaler(jnp.full(2, 7.0)).times  # back to the first: compiled already
+    assert f(x).tolist() == [7.0, 7.0]
+    assert f.cache_info().traces == 2

@@ -118,3 +118,31 @@ def test_checkpointer_bad_arguments(tmp_path):
 
 def test_wait_all_with_nothing_pending():
     _background.wait_all()
+
+
+def test_background_save_survives_delete_and_reuse_of_the_memory(tmp_path):
+    """The arrays a background save holds are never overwritten: deleted or donated
+    right after the call, their contents still reach the file."""
+    path = tmp_path / "big.safetensors"
+    a = jnp.arange(4_000_000, dtype=jnp.float32)
+    b = jnp.full(4_000_000, 3.0)
+    handle = boxwood.save(path, {"a": a, "b": b}, blocking=False)
+    a.delete()  # its memory is not given back while the save holds it
+    step = jax.jit(lambda x: x * 0 - 1, donate_argnums=0)
+    b = step(b)  # donation is skipped while the save holds the buffer
+    junk = [jnp.full(4_000_000, -7.0) for _ in range(4)]  # reuse freed memory
+    jax.block_until_ready(junk)
+    handle.wait()
+    out = boxwood.load(path, {"a": jnp.zeros(4_000_000), "b": jnp.zeros(4_000_000)})
+    np.testing.assert_array_equal(out["a"], np.arange(4_000_000, dtype=np.float32))
+    assert out["b"].min() == out["b"].max() == 3.0
+    assert b.min() == -1.0
+
+
+def test_background_save_copies_numpy_leaves(tmp_path):
+    path = tmp_path / "np.safetensors"
+    x = np.ones(3_000_000, np.float32)
+    handle = boxwood.save(path, {"x": x}, blocking=False)
+    x[:] = 5.0  # changed in place right after the call
+    handle.wait()
+    assert boxwood.load(path, {"x": x})["x"].max() == 1.0

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import jax.numpy as jnp
@@ -107,7 +108,9 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_processes_save_sharded_and_restore_resharded(tmp_path):
+def _run_two_processes(worker: str, directory: str) -> None:
+    """Run `worker` as processes 0 and 1 of a 2-process JAX job on localhost (4 CPU
+    devices each); both are always reaped, even after a timeout or a failure."""
     port = _free_port()
     env = {
         **os.environ,
@@ -115,13 +118,12 @@ def test_two_processes_save_sharded_and_restore_resharded(tmp_path):
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
-    directory = str(tmp_path / "sharded")
     procs = [
         subprocess.Popen(
             [
                 sys.executable,
                 "-c",
-                textwrap.dedent(WORKER),
+                textwrap.dedent(worker),
                 str(port),
                 str(i),
                 directory,
@@ -138,10 +140,162 @@ def test_two_processes_save_sharded_and_restore_resharded(tmp_path):
         for proc in procs:
             outputs.append(proc.communicate(timeout=240)[0])
     finally:
-        for proc in procs:  # always reaped, even after a timeout or a failure
+        for proc in procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
     for i, (proc, out) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0, out[-4000:]
         assert f"PROCESS-{i}-OK" in out
+
+
+def test_two_processes_save_sharded_and_restore_resharded(tmp_path):
+    _run_two_processes(WORKER, str(tmp_path / "sharded"))
+
+
+CHECKPOINTER_WORKER = r"""
+import os, sys, warnings
+import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+port, pid, directory = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+jax.distributed.initialize(
+    coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
+    initialization_timeout=120,
+)
+import boxwood
+
+mesh = Mesh(np.array(jax.devices()), ("x",))
+rows = NamedSharding(mesh, P("x", None))
+columns = NamedSharding(mesh, P(None, "x"))
+
+def full(step):
+    return np.arange(64 * 8, dtype=np.float32).reshape(64, 8) + 1000 * step
+
+def tree(step):
+    w = jax.make_array_from_callback((64, 8), rows, lambda index: full(step)[index])
+    return {"w": w, "step": np.int32(step)}
+
+ckpt = boxwood.Checkpointer(directory, keep=2)
+assert ckpt.latest_step() is None
+if pid == 0:  # what a killed save left: removed by the next save
+    os.makedirs(os.path.join(directory, ".step_000005.saving", "state"))
+multihost_utils.sync_global_devices("leftover made")
+for step in (10, 20, 30):
+    handle = ckpt.save(step, tree(step), metadata={"loss": step / 10}, blocking=step != 20)
+    if handle is not None:
+        handle.wait()
+ckpt.wait()
+assert sorted(os.listdir(directory)) == ["step_000020", "step_000030"], os.listdir(directory)
+assert ckpt.all_steps() == [20, 30] and ckpt.latest_step() == 30
+assert ckpt.read_metadata() == {"loss": 3.0, "step": 30}
+
+like = {"w": jax.ShapeDtypeStruct((64, 8), jnp.float32, sharding=columns), "step": np.int32(0)}
+for step in (None, 20):
+    out = ckpt.restore(like, step=step)
+    want = step or 30
+    assert out["step"] == want and out["w"].sharding == columns
+    for shard in out["w"].addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), full(want)[shard.index])
+
+# a damaged newest step (a directory that is not a complete checkpoint) is skipped
+if pid == 0:
+    os.makedirs(os.path.join(directory, "step_000040"))
+multihost_utils.sync_global_devices("damaged made")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert ckpt.latest_step() == 30
+assert any("Skipping a damaged checkpoint" in str(w.message) for w in caught), caught
+assert ckpt.restore(like)["step"] == 30
+multihost_utils.sync_global_devices("done")
+print(f"PROCESS-{pid}-OK", flush=True)
+jax.distributed.shutdown()
+"""
+
+
+def test_two_processes_checkpointer_keeps_newest_and_resumes(tmp_path):
+    _run_two_processes(CHECKPOINTER_WORKER, str(tmp_path / "run"))
+
+
+def test_checkpointer_orbax_steps_in_one_process(tmp_path):
+    ckpt = boxwood.Checkpointer(tmp_path / "run", keep=2, format="orbax")
+    assert repr(ckpt).endswith("keep=2, format='orbax')")
+    (tmp_path / "run" / "step_000001.safetensors").write_bytes(b"old form")
+    for step in (1, 2, 3):
+        ckpt.save(step, {"w": jnp.full(3, float(step))}, blocking=step == 2)
+    ckpt.wait()
+    assert sorted(os.listdir(tmp_path / "run")) == ["step_000002", "step_000003"]
+    assert ckpt.path(3) == tmp_path / "run" / "step_000003"
+    assert ckpt.restore({"w": jnp.zeros(3)})["w"].tolist() == [3, 3, 3]
+    assert ckpt.read_metadata(2) == {"step": 2}
+    # a step saved again as a file replaces its directory
+    boxwood.Checkpointer(tmp_path / "run", format="safetensors").save(
+        3, {"w": jnp.ones(3)}
+    )
+    assert sorted(os.listdir(tmp_path / "run")) == [
+        "step_000002",
+        "step_000003.safetensors",
+    ]
+    with pytest.raises(ValueError, match="`format` must be"):
+        boxwood.Checkpointer(tmp_path, format="npz")
+
+
+def test_checkpointer_skips_a_damaged_step_directory(tmp_path):
+    ckpt = boxwood.Checkpointer(tmp_path, format="orbax")
+    ckpt.save(1, {"w": jnp.ones(2)})
+    (tmp_path / "step_000002").mkdir()
+    with pytest.warns(UserWarning, match="step_000002: not a boxwood orbax checkpoint"):
+        assert ckpt.latest_step() == 1
+
+
+KILLED_SAVER = r"""
+import sys
+import jax.numpy as jnp
+import boxwood
+ckpt = boxwood.Checkpointer(sys.argv[1], keep=2, format="orbax")
+step = (ckpt.latest_step() or 0) + 1
+print("READY", flush=True)
+while True:  # until killed
+    ckpt.save(step, {"w": jnp.full(200_000, float(step)), "b": jnp.full(3, float(step))})
+    step += 1
+"""
+
+
+def test_sigkill_during_checkpointer_orbax_save(tmp_path):
+    """Killed at several points of its saves, a process leaves the newest step
+    directory complete, and the next save removes what it left behind."""
+    directory = tmp_path / "run"
+    ckpt = boxwood.Checkpointer(directory, keep=2, format="orbax")
+    like = {"w": jnp.zeros(200_000), "b": jnp.zeros(3)}
+    ckpt.save(0, like)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "JAX_PLATFORMS": "cpu",
+    }
+    left = 0
+    for delay in (0.1, 0.4, 0.7, 1.3):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_SAVER, str(directory)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert proc.stdout.readline().strip() == "READY"
+            time.sleep(delay)
+        finally:
+            proc.kill()  # SIGKILL, mid-save or between saves
+            proc.communicate()
+        left += any(name.startswith(".") for name in os.listdir(directory))
+        step = ckpt.latest_step()
+        out = ckpt.restore(like)  # the newest step directory is complete
+        assert out["w"].min() == out["w"].max() == out["b"][0] == step
+    ckpt.save(step + 1, like)  # removes what the killed saves left
+    assert sorted(os.listdir(directory)) == [
+        f"step_{step:06d}",
+        f"step_{step + 1:06d}",
+    ]
+    assert left > 0  # at least one kill came in the middle of a save

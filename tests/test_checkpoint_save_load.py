@@ -332,3 +332,30 @@ def test_loaded_arrays_can_be_donated(path):
     assert out["w"].is_deleted() and y[3] == 6
     again = boxwood.load(path, {"w": jnp.zeros(1000)})["w"]
     np.testing.assert_array_equal(again, np.arange(1000.0))
+
+
+def test_save_starts_the_disk_write_in_chunks(tmp_path, monkeypatch):
+    from boxwood._checkpoint import _format, _save_load
+
+    monkeypatch.setattr(_format, "WRITEBACK_CHUNK", 1000)
+    calls = []
+    real = _save_load.start_writeback
+
+    def recording(fd, offset, nbytes):
+        calls.append((offset, nbytes))
+        real(fd, offset, nbytes)  # the real call, on a real file
+
+    monkeypatch.setattr(_save_load, "start_writeback", recording)
+    tree = {"a": np.arange(700, dtype=np.float32), "b": np.ones(300, np.float64)}
+    boxwood.save(tmp_path / "x.safetensors", tree)
+    read = safetensors_numpy.load_file(str(tmp_path / "x.safetensors"))
+    assert read.keys() == {"a", "b"}
+    same(boxwood.load(tmp_path / "x.safetensors", tree), tree)
+    data_start = os.path.getsize(tmp_path / "x.safetensors") - 700 * 4 - 300 * 8
+    # contiguous ranges of at least a chunk, from the first byte of data on
+    assert calls[0][0] == data_start
+    for (offset, nbytes), (following, _) in zip(calls, calls[1:]):
+        assert offset + nbytes == following
+    assert all(nbytes >= 1000 for _, nbytes in calls)
+    end = calls[-1][0] + calls[-1][1]
+    assert os.path.getsize(tmp_path / "x.safetensors") - end < 1000

@@ -51,8 +51,9 @@ def save(
       them (a whole training checkpoint).
     - `metadata`: a JSON-serialisable dict stored in the file (step,
       hyperparameters); read it back with [`boxwood.read_metadata`][].
-    - `blocking`: if `False`, return as soon as the arrays are copied to host and
-      write the file in the background.
+    - `blocking`: if `False`, return as soon as every array is on the host (NumPy
+      leaves copied; a `jax.Array`'s host view held, which JAX never reuses while
+      it is held) and write the file in the background.
     - `format`: `"safetensors"` (one file), `"orbax"` (a directory written by
       orbax-checkpoint, for trees spread over several processes), or `None` to
       choose orbax exactly when the tree spans several processes.
@@ -86,7 +87,7 @@ def save_file(
     """Write `tree` to the safetensors file `path`, then call `then` (if given)."""
     leaves = check_savable(tree)
     meta = encode_metadata(leaves, metadata)
-    arrays = to_host(leaves, copy=not blocking)  # background: host copies first
+    arrays = to_host(leaves, copy=not blocking)  # background: nothing shared
 
     def write() -> None:
         write_file(path, arrays, meta)

@@ -1,4 +1,4 @@
-"""Background saves: the arrays are copied to host, then a thread writes the file.
+"""Background saves: the arrays are brought to host, then a thread writes the file.
 
 Saves run one after another: a new save (or `Checkpointer` operation) first waits
 for the earlier ones, and process exit waits for them too (the threads are not
@@ -22,8 +22,10 @@ class SaveHandle:
     """A save running in the background, returned by `save(..., blocking=False)`.
 
     `done()` says whether it finished; `wait()` blocks until it has and raises its
-    error, if any. The arrays were copied to host before the handle was returned,
-    so the saved tree may be changed, donated or deleted right away.
+    error, if any. The arrays were on the host before the handle was returned
+    (NumPy leaves copied; a `jax.Array`'s host view held, which JAX does not reuse
+    while it is held), so the saved tree may be changed, donated or deleted right
+    away.
     """
 
     def __init__(self, path: Any, write: Callable[[], None]):

@@ -10,17 +10,25 @@ import warnings
 from typing import Any
 
 from . import _background
-from ._api import load, save_file
+from ._api import _check_format, _wants_orbax, load, save_file
 from ._error import CheckpointError
 from ._format import read_header
 from ._save_load import decode_user_metadata
 
-_NAME = re.compile(r"^step_(\d+)\.safetensors$")
+_FILE = re.compile(r"^step_(\d+)\.safetensors$")
+_DIR = re.compile(r"^step_(\d+)$")  # a tree that spans processes: orbax
 
 
 class Checkpointer:
     """Saves `step_000100.safetensors` files in a directory and resumes from the
     newest valid one.
+
+    A tree that spans several processes (sharded over the devices of several
+    hosts) is saved as a directory `step_000100` written by orbax-checkpoint
+    (install `boxwood[orbax]`); every process calls `save`, `latest_step` and
+    `restore` together, and process 0 deletes the old steps. A step directory is
+    as crash-safe as a file: it gets its name only once every process's part is
+    written and fsynced.
 
     ```python
     ckpt = boxwood.Checkpointer("runs/exp1", keep=3)
@@ -36,30 +44,57 @@ class Checkpointer:
     ```
     """
 
-    def __init__(self, directory: str | os.PathLike, keep: int | None = None):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        keep: int | None = None,
+        *,
+        format: str | None = None,
+    ):
         """**Arguments:**
 
         - `directory`: where the checkpoints go (created if needed).
         - `keep`: how many of the newest checkpoints to keep; `None` keeps all.
+        - `format`: `"safetensors"` (a file per step), `"orbax"` (a directory per
+          step), or `None` (default) to choose orbax exactly when the saved tree
+          spans several processes, as [`boxwood.save`][] does.
         """
-        if keep is not None and (not isinstance(keep, int) or keep < 1):
+        if keep is not None and (
+            isinstance(keep, bool) or not isinstance(keep, int) or keep < 1
+        ):
             raise ValueError(f"`keep` must be a positive int or None, got {keep!r}.")
+        _check_format(format)
         self.directory = pathlib.Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.keep = keep
+        self.format = format
 
     def path(self, step: int) -> pathlib.Path:
-        """The file of checkpoint `step`."""
+        """Where checkpoint `step` is: its directory if it was saved as one (a tree
+        that spans processes), otherwise its `.safetensors` file."""
+        folder = self._dir(step)
+        return folder if folder.is_dir() else self._file(step)
+
+    def _file(self, step: int) -> pathlib.Path:
         return self.directory / f"step_{step:06d}.safetensors"
 
+    def _dir(self, step: int) -> pathlib.Path:
+        return self.directory / f"step_{step:06d}"
+
     def all_steps(self) -> list[int]:
-        """The steps of the checkpoint files present, oldest first."""
+        """The steps of the checkpoints present (files or step directories), oldest
+        first."""
         _background.wait_all()
         return self._steps()
 
     def _steps(self) -> list[int]:
-        names = os.listdir(self.directory)
-        return sorted(int(m.group(1)) for m in map(_NAME.match, names) if m)
+        steps = set()
+        for entry in os.scandir(self.directory):
+            pattern = _DIR if entry.is_dir() else _FILE
+            match = pattern.match(entry.name)
+            if match:
+                steps.add(int(match.group(1)))
+        return sorted(steps)
 
     def save(
         self,
@@ -84,14 +119,38 @@ class Checkpointer:
             raise ValueError(f"`step` must be a non-negative int, got {step!r}.")
         _background.wait_all()
         metadata = {**(metadata or {}), "step": step}
-        return save_file(self.path(step), tree, metadata, blocking, then=self._prune)
+        if _wants_orbax(tree, self.format):
+            from ._orbax_step import save_step
 
-    def _prune(self) -> None:
-        if self.keep is None:
-            return
-        for step in self._steps()[: -self.keep]:
+            def then() -> None:
+                self._prune(step, saved_dir=True)
+
+            return save_step(self._dir(step), tree, metadata, blocking, then)
+        return save_file(
+            self._file(step), tree, metadata, blocking, then=lambda: self._prune(step)
+        )
+
+    def _prune(self, saved: int, saved_dir: bool = False) -> None:
+        """After saving step `saved`: remove its other form (a file where a
+        directory was saved, or the other way round), the steps beyond `keep`, and
+        what interrupted directory saves left."""
+        from ._orbax_step import remove_dir, remove_leftovers
+
+        def remove(step: int) -> None:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path(step))
+                os.unlink(self._file(step))
+            if self._dir(step).is_dir():
+                remove_dir(self._dir(step))
+
+        if saved_dir:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._file(saved))
+        elif self._dir(saved).is_dir():
+            remove_dir(self._dir(saved))
+        if self.keep is not None:
+            for step in self._steps()[: -self.keep]:
+                remove(step)
+        remove_leftovers(self.directory)
 
     def latest_step(self) -> int | None:
         """The newest step whose file is a complete checkpoint, or `None`.
@@ -100,7 +159,7 @@ class Checkpointer:
         """
         for step in reversed(self.all_steps()):
             try:
-                read_header(self.path(step))
+                self._check(self.path(step))
             except CheckpointError as e:
                 warnings.warn(f"Skipping a damaged checkpoint: {e}", stacklevel=2)
                 continue
@@ -127,7 +186,22 @@ class Checkpointer:
     def read_metadata(self, step: int | None = None) -> dict:
         """The metadata of checkpoint `step` (default: the newest valid one)."""
         path = self._resolve(step)
+        if path.is_dir():
+            from ._orbax import read_orbax_metadata
+
+            return read_orbax_metadata(path)
         return decode_user_metadata(str(path), read_header(path))
+
+    @staticmethod
+    def _check(path: pathlib.Path) -> None:
+        """Raise `CheckpointError` unless `path` is a complete checkpoint (its
+        header, or its orbax metadata and boxwood's item, can be read)."""
+        if path.is_dir():
+            from ._orbax import item_metadata
+
+            item_metadata(str(path))
+        else:
+            read_header(path)
 
     def _resolve(self, step: int | None) -> pathlib.Path:
         if step is None:
@@ -135,7 +209,8 @@ class Checkpointer:
             if step is None:
                 raise CheckpointError(
                     f"{self.directory}: no checkpoint to restore (no complete "
-                    "step_*.safetensors file). Check `latest_step()` first."
+                    "step_*.safetensors file or step_* directory). Check "
+                    "`latest_step()` first."
                 )
         return self.path(step)
 
@@ -144,4 +219,5 @@ class Checkpointer:
         _background.wait_all()
 
     def __repr__(self) -> str:
-        return f"Checkpointer({str(self.directory)!r}, keep={self.keep})"
+        fmt = "" if self.format is None else f", format={self.format!r}"
+        return f"Checkpointer({str(self.directory)!r}, keep={self.keep}{fmt})"

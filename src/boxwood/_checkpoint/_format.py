@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -113,15 +113,43 @@ def encode_header(
     return struct.pack("<Q", len(text)) + text
 
 
-def write_arrays(f: BinaryIO, arrays: list[tuple[str, np.ndarray]], meta: dict) -> None:
-    """Write a whole safetensors file to the open binary file `f`."""
+# With `writeback`, the kernel is asked to start writing every this many bytes.
+WRITEBACK_CHUNK = 32 * 2**20
+
+
+def write_arrays(
+    f: BinaryIO,
+    arrays: list[tuple[str, np.ndarray]],
+    meta: dict,
+    writeback: Callable[[int, int, int], None] | None = None,
+) -> None:
+    """Write a whole safetensors file to the open binary file `f`.
+
+    **Arguments:** `writeback(fd, offset, nbytes)`, if given, is called after each
+    `WRITEBACK_CHUNK` bytes have been handed to the kernel (to start their write to
+    disk while the rest is written: `_atomic.start_writeback`).
+    """
     f.write(encode_header(arrays, meta))
+    if writeback is not None:
+        f.flush()
+    offset = done = f.tell() if writeback is not None else 0
     for _, array in arrays:
         array = np.ascontiguousarray(array)
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
         # The array's own buffer goes to the file: no bytes object in between.
-        f.write(array.reshape(-1).view(np.uint8).data)
+        data = array.reshape(-1).view(np.uint8).data
+        if writeback is None:
+            f.write(data)
+            continue
+        for start in range(0, len(data), WRITEBACK_CHUNK):
+            piece = data[start : start + WRITEBACK_CHUNK]
+            f.write(piece)
+            offset += len(piece)
+            if offset - done >= WRITEBACK_CHUNK:
+                f.flush()
+                writeback(f.fileno(), done, offset - done)
+                done = offset
 
 
 def _bad(path: str, what: str) -> CheckpointError:

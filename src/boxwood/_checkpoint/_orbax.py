@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -65,9 +66,15 @@ def _flat(tree: Any) -> tuple[list, dict[str, Any]]:
 
 
 def save_orbax(
-    path: Any, tree: Any, *, metadata: dict | None, blocking: bool
+    path: Any,
+    tree: Any,
+    *,
+    metadata: dict | None,
+    blocking: bool,
+    then: Callable[[], None] | None = None,
 ) -> _background.SaveHandle | None:
-    """Save `tree` to the directory `path` with orbax (every process must call it)."""
+    """Save `tree` to the directory `path` with orbax (every process must call it),
+    then call `then` (if given; in the background thread when not blocking)."""
     ocp = _ocp()
     leaves, flat = _flat(tree)
     meta = encode_metadata(leaves, metadata)
@@ -77,12 +84,20 @@ def save_orbax(
     path = os.path.abspath(os.fspath(path))
     if blocking:
         ocp.Checkpointer(_handler(ocp)).save(path, args=args, force=True)
+        if then is not None:
+            then()
         return None
     # orbax copies the arrays off the devices before `save` returns, then writes in
     # its own threads; boxwood's handle waits for those and keeps their error.
     checkpointer = ocp.AsyncCheckpointer(_handler(ocp))
     checkpointer.save(path, args=args, force=True)
-    return _background.start(path, checkpointer.wait_until_finished)
+
+    def finish() -> None:
+        checkpointer.wait_until_finished()
+        if then is not None:
+            then()
+
+    return _background.start(path, finish)
 
 
 class _OrbaxTensor:
@@ -96,7 +111,7 @@ class _OrbaxTensor:
         raise AssertionError("orbax checkpoints are read by `_restore`, all at once")
 
 
-def _item_metadata(path: str) -> tuple[dict, dict]:
+def item_metadata(path: str) -> tuple[dict, dict]:
     ocp = _ocp()
     checkpointer = ocp.Checkpointer(_handler(ocp))
     try:
@@ -155,7 +170,7 @@ def _restore(path: str, plans: list[Plan]) -> dict[str, Any]:
 def load_orbax(path: Any, like: Any, *, strict: bool, dtype: Any) -> Any:
     """Load the orbax checkpoint directory `path` into `like`, validated first."""
     path = os.path.abspath(os.fspath(path))
-    tensors, meta = _item_metadata(path)
+    tensors, meta = item_metadata(path)
     like_leaves, _, _ = stored_leaves(like)
     check_keys(path, meta, tensors, like_leaves)
     tree, _ = assemble(
@@ -172,7 +187,7 @@ def load_orbax(path: Any, like: Any, *, strict: bool, dtype: Any) -> Any:
 
 def read_orbax_metadata(path: Any) -> dict:
     """The user metadata of the orbax checkpoint directory `path`."""
-    _, meta = _item_metadata(os.path.abspath(os.fspath(path)))
+    _, meta = item_metadata(os.path.abspath(os.fspath(path)))
     try:
         return json.loads(meta.get(USER_KEY, "{}"))
     except json.JSONDecodeError:

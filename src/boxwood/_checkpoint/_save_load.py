@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from ._assemble import assemble
-from ._atomic import atomic_write
+from ._atomic import atomic_write, start_writeback
 from ._error import CheckpointError
 from ._format import (
     Header,
@@ -67,8 +67,13 @@ def encode_metadata(leaves: list[Leaf], metadata: dict | None) -> dict[str, str]
 def to_host(leaves: list[Leaf], copy: bool) -> list[tuple[str, np.ndarray]]:
     """Every stored leaf as a NumPy array (typed keys as their key data).
 
-    With `copy=True` the arrays own their memory, so that the device buffers may be
-    donated or deleted right after this returns (background saves need this).
+    With `copy=True` nothing the caller can still change is shared, so that the
+    tree may be changed, donated or deleted right after this returns (background
+    saves need this): NumPy leaves are copied. A `jax.Array` needs no copy: on an
+    accelerator `np.asarray` is a host copy of its own, and on the CPU it is a view
+    of the device buffer that JAX keeps alive and never reuses while the view
+    exists (a later donation of that buffer is skipped; `delete()` keeps the memory
+    until the view is gone). All transfers are started before the first is awaited.
     """
     values = [
         jax.random.key_data(leaf.value) if leaf.key_impl else leaf.value
@@ -78,7 +83,12 @@ def to_host(leaves: list[Leaf], copy: bool) -> list[tuple[str, np.ndarray]]:
         if isinstance(v, jax.Array):
             v.copy_to_host_async()  # all transfers in flight before the first wait
     return [
-        (leaf.name, np.array(v, copy=True) if copy else np.asarray(v))
+        (
+            leaf.name,
+            np.array(v, copy=True)
+            if copy and not isinstance(v, jax.Array)
+            else np.asarray(v),
+        )
         for leaf, v in zip(leaves, values)
     ]
 
@@ -105,7 +115,7 @@ def check_savable(tree: Any) -> list[Leaf]:
 
 
 def write_file(path: Any, arrays: list[tuple[str, np.ndarray]], meta: dict) -> None:
-    atomic_write(path, lambda f: write_arrays(f, arrays, meta))
+    atomic_write(path, lambda f: write_arrays(f, arrays, meta, start_writeback))
 
 
 def save_now(path: Any, tree: Any, metadata: dict | None) -> None:

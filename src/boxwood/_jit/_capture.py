@@ -12,7 +12,8 @@ function: one dict lookup or cell read and one identity test per name) and
 - passes the values that hold arrays (arrays, modules, pytrees with array leaves) to
   the compiled function as one extra, hidden argument: a tuple with one entry per
   watched name (labelled `global 'model'`, `closure 'w'` in messages), `None` for
-  the names that hold no arrays. A tuple of arrays, modules and `None` is what the
+  the names that hold no arrays (and `None` instead of the tuple when no name holds
+  arrays). A tuple of arrays, modules and `None` is what the
   fast paths walk without calling back into Python. The values are traced like
   arguments, so rebinding the name is seen on the next call and a new structure
   retraces;
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import functools
 import inspect
 import os
 import threading
@@ -221,6 +223,39 @@ def has_arrays(value: Any) -> bool:
     return any(map(is_array, jax.tree_util.tree_leaves(value)))
 
 
+_METHOD, _PARTIAL = "method", "partial"
+
+
+def split_callable(value: Any) -> tuple[tuple[str, Any], Any] | None:
+    """`((kind, function), part)` for a callable whose data holds arrays: a bound
+    method of a module or other pytree (`part`: the object) or a `functools.partial`
+    (`part`: `(args, keywords)`). The part is an input, traced like a captured
+    module; the function is fixed (part of the cache key). `None` for anything
+    else."""
+    typ = type(value)
+    if typ is types.MethodType:
+        obj = value.__self__
+        if not isinstance(obj, type) and has_arrays(obj):
+            return (_METHOD, value.__func__), obj
+    elif typ is functools.partial:
+        part = (value.args, value.keywords)
+        if has_arrays(part):
+            return (_PARTIAL, value.func), part
+    return None
+
+
+def is_input(value: Any) -> bool:
+    """Whether a captured value is passed to the compiled code (it holds arrays)."""
+    return has_arrays(value) or split_callable(value) is not None
+
+
+def _join_callable(kind: str, func: Any, part: Any) -> Any:
+    if kind == _METHOD:
+        return types.MethodType(func, part)
+    args, keywords = part
+    return functools.partial(func, *args, **keywords)
+
+
 # ------------------------------------------------------------------ at trace time
 def _copy_function(
     fun: types.FunctionType, g: dict, closure: tuple | None
@@ -251,6 +286,58 @@ class Capture:
         self._cell_label = {id(cell): label for label, cell in self.reads.cells}
         self.baseline: dict[str, Any] = {}  # label -> value read at the last trace
         self.lock = threading.Lock()
+        # Which names hold bound methods or partials, with their functions: each
+        # combination is named by a string (`global 'f': partial of loss`), passed
+        # as the hidden tuple's last entry: a static part of the cache key, so that
+        # another function retraces, and the explanation shows it.
+        self._signature_names: dict[tuple, str] = {}
+        self._signatures: dict[str, tuple] = {}
+
+    def hidden(self, values: list[Any]) -> tuple | None:
+        """The hidden argument for `values` (one per label): the value where it
+        holds arrays, else `None`; the data part of a bound method or partial that
+        holds arrays, and then the name of their functions as one more entry; or
+        `None` itself when no name holds arrays (the argument walk takes it in one
+        step, where an all-`None` tuple would cost a tuple walk on every call)."""
+        entries: list[Any] = []
+        functions = []
+        for i, value in enumerate(values):
+            split = None if value is _MISSING else split_callable(value)
+            if split is not None:
+                functions.append((i, *split[0]))
+                entries.append(split[1])
+            elif value is not _MISSING and has_arrays(value):
+                entries.append(value)
+            else:
+                entries.append(None)
+        if functions:
+            return (*entries, self._signature_name(tuple(functions)))
+        return None if all(e is None for e in entries) else tuple(entries)
+
+    def _signature_name(self, signature: tuple) -> str:
+        with self.lock:
+            name = self._signature_names.get(signature)
+            if name is None:
+                name = "; ".join(
+                    f"{self.labels[i]}: "
+                    f"{'bound method' if kind == _METHOD else 'functools.partial'} of "
+                    f"{getattr(func, '__qualname__', type(func).__name__)}"
+                    for i, kind, func in signature
+                )
+                if name in self._signatures:  # same names, other functions
+                    name += f" (#{len(self._signatures)})"
+                self._signature_names[signature] = name
+                self._signatures[name] = signature
+            return name
+
+    def _joined(self, hidden: tuple | None) -> tuple:
+        """`hidden` with bound methods and partials put back together."""
+        if hidden is None or len(hidden) == len(self.labels):
+            return hidden or ()
+        entries = list(hidden[:-1])
+        for i, kind, func in self._signatures[hidden[-1]]:
+            entries[i] = _join_callable(kind, func, entries[i])
+        return tuple(entries)
 
     @property
     def empty(self) -> bool:
@@ -263,15 +350,15 @@ class Capture:
         values = [g.get(n, _MISSING) for n in self.reads.globals]
         return values + [_contents(c) for c in self.cells]
 
-    def rebuild(self, hidden: tuple) -> types.FunctionType:
+    def rebuild(self, hidden: tuple | None) -> types.FunctionType:
         """The function with the values in `hidden` (one per label, `None`: not
-        captured) substituted for the names they were read from; every other name
+        captured; or `None`: nothing captured) substituted for the names they were read from; every other name
         is read as it is now."""
         fun, g = self._fun(), self.g
         assert fun is not None, "the wrappers of a function hold it"
         given = {
             label: value
-            for label, value in zip(self.labels, hidden)
+            for label, value in zip(self.labels, self._joined(hidden))
             if value is not None
         }
         self.baseline = {
@@ -303,7 +390,7 @@ class Capture:
             if label in warned or label not in self.baseline:
                 continue
             old = self.baseline[label]
-            if old is value or has_arrays(value) or _equal(old, value):
+            if old is value or is_input(value) or _equal(old, value):
                 continue
             warned.add(label)
             out.append((label, old, value))
@@ -378,7 +465,7 @@ class Traced:
         """The user's function (`None` once it is gone)."""
         return self.capture._fun()
 
-    def __call__(self, hidden: tuple, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, hidden: tuple | None, *args: Any, **kwargs: Any) -> Any:
         capture = self.capture
         rebuilt = capture.rebuild(hidden)
         try:
@@ -414,13 +501,17 @@ def captured_path(keys: tuple, labels: list[str]) -> str:
     return labels[index.idx] + jax.tree_util.keystr(tuple(rest))
 
 
-def describe_captures(hidden: tuple, labels: list[str]) -> dict[str, tuple[str, str]]:
+def describe_captures(
+    hidden: tuple | None, labels: list[str]
+) -> dict[str, tuple[str, str]]:
     """`_explain.describe_call` for the captured values, under their labels."""
     out = {}
-    for label, value in zip(labels, hidden):
+    for label, value in zip(labels, hidden or ()):
         if value is not None:
             for path, text in describe_call((value,), {}).items():
                 out[label + path.removeprefix("args[0]")] = text
+    if hidden is not None and len(hidden) > len(labels):  # bound methods, partials
+        out["captured callables"] = ("field", hidden[-1])
     return out
 
 
@@ -481,13 +572,9 @@ class CallState:
     def forget(self) -> None:
         self.warned.clear()
 
-    def hidden_now(self) -> tuple:
+    def hidden_now(self) -> tuple | None:
         """The hidden argument for the names' current values."""
-        return _hidden(self.capture.read())
-
-
-def _hidden(values: list[Any]) -> tuple:
-    return tuple(v if v is not _MISSING and has_arrays(v) else None for v in values)
+        return self.capture.hidden(self.capture.read())
 
 
 def make_call(
@@ -540,7 +627,7 @@ def make_call(
 
     def slow(args: tuple, kwargs: dict) -> Any:
         values = capture.read()
-        hidden = _hidden(values)
+        hidden = capture.hidden(values)
         with capture.lock:
             changed = capture.changed(values, state.warned)
         state.snap = (*values, hidden)
