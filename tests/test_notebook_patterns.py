@@ -116,7 +116,11 @@ def build_and_apply(x):
     fn = kernel["build_and_apply"]
     np.testing.assert_array_equal(fn(1.0), [1, 1])
     cell(kernel, CLASS_CELL, FACTOR=7)
-    with pytest.warns(CapturedValueWarning, match="global 'Scale' changed"):
+    with pytest.warns(
+        CapturedValueWarning,
+        match=r"global 'Scale' changed from <class .*Scale'> to <class .*Scale'> "
+        r"\(a new object with the same name: a class or function defined again\?\)",
+    ):
         fn(1.0)
     fn.clear_cache()  # the documented fix: trace again with the new class
     np.testing.assert_array_equal(fn(1.0), [7, 7])

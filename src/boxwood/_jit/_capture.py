@@ -442,9 +442,15 @@ def _equal(a: Any, b: Any) -> bool:
         return False
 
 
-def _short(x: Any) -> str:
+def _short(x: Any, old: Any = _MISSING) -> str:
+    """`x` for a message; `old`, when given, is the value `x` replaced: if the two
+    print alike (a class or function defined again, as a re-run notebook cell does),
+    the text says that `x` is a new object."""
     text = "unbound" if x is _MISSING else repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
+    text = text if len(text) <= 60 else text[:57] + "..."
+    if old is not _MISSING and x is not _MISSING and _short(old) == text:
+        text += " (a new object with the same name: a class or function defined again?)"
+    return text
 
 
 class Traced:
@@ -634,7 +640,7 @@ def make_call(
         for label, old, new in changed:
             warnings.warn(
                 MSG_CHANGED.format(
-                    label=label, old=_short(old), new=_short(new), name=name
+                    label=label, old=_short(old), new=_short(new, old), name=name
                 ),
                 CapturedValueWarning,
                 stacklevel=user_stacklevel(),
