@@ -109,8 +109,8 @@ class _JitWrapper:
             bool(self._store.fun_dyn_idx), self._except_first
         )
         if _native.FastCall is not None:
-            # The fast path in C. It hands every other call to the Python path,
-            # which need not walk the arguments again.
+            # The fast path in C, keyword calls included. It hands every other
+            # call to the Python path, which need not walk the arguments again.
             plain = self._convention == _convention.PLAIN
             call = self._fast = _native.FastCall(
                 fallback=self._make_call(walk_first=False),
@@ -126,6 +126,7 @@ class _JitWrapper:
                 walkable=_WALKABLE,
                 fun_dyn=None if plain else self._fun_dyn,
                 split_first=self._convention == _convention.SPLIT_FIRST,
+                first_name=self._first_name,
             )
         else:
             call = self._make_call(walk_first=True)
@@ -152,8 +153,8 @@ class _JitWrapper:
         fast path, which has just tried it)."""
         store = self._store
         fun_dyn = self._fun_dyn
+        # behind the C path every call it hands over has been walked already
         fast_plans = store.fast_plans if walk_first else {}
-        kw_fast_plans = store.fast_plans  # the C path hands keyword calls over
         pos_plans = store.plans
         kw_plans = store.kw_plans
         conv = self._convention
@@ -167,13 +168,13 @@ class _JitWrapper:
                 kwargs = dict(kwargs)  # the first argument, by keyword: positional
                 args = (kwargs.pop(first_name),)
             if kwargs:
-                if kw_fast_plans:
+                if fast_plans:
                     # the key of `(args, kwargs)`: the keywords walk as a dict does
                     # (sorted names, as jax flattens them), after the arguments
                     key = []
                     dyn = []
                     if walk(args, key, dyn) and walk(kwargs, key, dyn):
-                        found = kw_fast_plans.get(tuple(key))
+                        found = fast_plans.get(tuple(key))
                         if found is not None:
                             plan, entry = found
             elif fast_plans:

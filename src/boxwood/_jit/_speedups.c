@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <string.h>
 #include <structmember.h>
 
 /* A dict sized for `n` items up front (an instance dict is filled right away). */
@@ -32,6 +33,8 @@
 #else
 #define new_dict(n) PyDict_New()
 #endif
+
+#define MAX_KW 32 /* calls with more keyword arguments take the Python path */
 
 typedef struct {
     PyObject_HEAD
@@ -50,8 +53,14 @@ typedef struct {
     PyObject *module_types; /* set of module classes */
     PyObject *walkable;     /* dict: type -> bool (`_flat_cache._WALKABLE`) */
     PyObject *fun_dyn;      /* the function's own arrays, or None: call `jitted(dyn)` */
+    PyObject *first_name;   /* donate="...-except-first": the first parameter's name, or None */
     int split_first;        /* call `jitted(fun_dyn, first, rest)` */
     Py_ssize_t hits;
+    /* the last keyword names seen, their sorted order and where each sorted name
+       sits among the call's keywords (call sites pass the same tuple each time) */
+    PyObject *kw_names;
+    PyObject *kw_order;
+    Py_ssize_t kw_perm[MAX_KW];
 } FastCall;
 
 static PyObject *s_flat, *s_cold, *s_tracing, *s_jitted, *s_traces, *s_n_first,
@@ -133,12 +142,48 @@ static int attr_true(PyObject *obj, PyObject *name) {
     return r;
 }
 
+/* The sorted keyword names of a call (a new reference) and, in `perm`, the
+ * position among `kwnames` of each sorted name: the order in which the Python
+ * `walk` visits a dict of the keyword arguments (`_flat_cache._dict_order`). */
+static PyObject *kw_order(FastCall *self, PyObject *kwnames, Py_ssize_t *perm) {
+    Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+    if (kwnames != self->kw_names) {
+        PyObject *names = PySequence_List(kwnames);
+        if (names == NULL) return NULL;
+        if (PyList_Sort(names) < 0) {
+            Py_DECREF(names);
+            return NULL;
+        }
+        PyObject *order = PyList_AsTuple(names);
+        Py_DECREF(names);
+        if (order == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *name = PyTuple_GET_ITEM(order, i);
+            for (Py_ssize_t j = 0; j < n; j++) {
+                if (PyTuple_GET_ITEM(kwnames, j) == name) {
+                    self->kw_perm[i] = j;
+                    break;
+                }
+            }
+        }
+        Py_INCREF(kwnames);
+        Py_XSETREF(self->kw_names, kwnames);
+        Py_XSETREF(self->kw_order, order);
+    }
+    memcpy(perm, self->kw_perm, n * sizeof(Py_ssize_t));
+    Py_INCREF(self->kw_order);
+    return self->kw_order;
+}
+
 static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
                                      size_t nargsf, PyObject *kwnames) {
     FastCall *self = (FastCall *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) ||
-        PyDict_GET_SIZE(self->plans) == 0) {
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (PyDict_GET_SIZE(self->plans) == 0 || nkw > MAX_KW ||
+        (nkw > 0 && nargs == 0 && self->first_name != Py_None)) {
+        /* the last: the first argument may come by keyword (the Python path
+           makes it positional) */
         return fall_back(self, args, nargsf, kwnames);
     }
     PyObject *key = PyList_New(0);
@@ -155,6 +200,19 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
     Py_XDECREF(n_args);
     for (Py_ssize_t i = 0; r == 1 && i < nargs; i++) {
         r = walk_obj(self, args[i], key, dyn, 0);
+    }
+    if (r == 1 && nkw > 0) {
+        /* then the keyword arguments, as the Python `walk` of a dict of them */
+        Py_ssize_t perm[MAX_KW];
+        PyObject *order = kw_order(self, kwnames, perm);
+        r = order != NULL && PyList_Append(key, (PyObject *)&PyDict_Type) == 0 &&
+                    PyList_Append(key, order) == 0
+                ? 1
+                : -1;
+        Py_XDECREF(order);
+        for (Py_ssize_t i = 0; r == 1 && i < nkw; i++) {
+            r = walk_obj(self, args[nargs + perm[i]], key, dyn, 0);
+        }
     }
     if (r < 0) goto done;
     PyObject *found = NULL;
@@ -240,6 +298,11 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
     } else {
         PyObject *n = PyNumber_Subtract(after, before);
         PyObject *kwargs = n ? PyDict_New() : NULL;
+        for (Py_ssize_t i = 0; kwargs != NULL && i < nkw; i++) {
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+                Py_CLEAR(kwargs);
+            }
+        }
         PyObject *argt = kwargs ? PyTuple_New(nargs) : NULL;
         if (argt != NULL) {
             for (Py_ssize_t i = 0; i < nargs; i++) {
@@ -292,15 +355,16 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     static char *names[] = {"fallback", "plans", "store", "walk", "after_trace",
                             "on_error", "array_type", "array_token", "none_token",
                             "module_types", "walkable", "fun_dyn", "split_first",
-                            NULL};
+                            "first_name", NULL};
     PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
         *array_token, *none_token, *module_types, *walkable, *fun_dyn;
+    PyObject *first_name = Py_None;
     int split_first;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOOO!O!Op:FastCall", names, &fallback, &PyDict_Type,
+            args, kw, "OO!OOOOOOOO!O!Op|O:FastCall", names, &fallback, &PyDict_Type,
             &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
-            &fun_dyn, &split_first)) {
+            &fun_dyn, &split_first, &first_name)) {
         return NULL;
     }
     if (fun_dyn != Py_None && !PyList_CheckExact(fun_dyn)) {
@@ -314,8 +378,10 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     KEEP(fallback); KEEP(plans); KEEP(store); KEEP(walk); KEEP(after_trace);
     KEEP(on_error);
     KEEP(array_type); KEEP(array_token); KEEP(none_token); KEEP(module_types);
-    KEEP(walkable); KEEP(fun_dyn);
+    KEEP(walkable); KEEP(fun_dyn); KEEP(first_name);
 #undef KEEP
+    self->kw_names = NULL;
+    self->kw_order = NULL;
     self->split_first = split_first;
     self->hits = 0;
     return (PyObject *)self;
@@ -325,7 +391,8 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
 #define FASTCALL_OBJECTS(X)                                                        \
     X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(on_error)       \
     X(array_type)                                                                  \
-    X(array_token) X(none_token) X(module_types) X(walkable) X(fun_dyn)
+    X(array_token) X(none_token) X(module_types) X(walkable) X(fun_dyn)         \
+    X(first_name) X(kw_names) X(kw_order)
 
 static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
 #define VISIT(field) Py_VISIT(self->field);
