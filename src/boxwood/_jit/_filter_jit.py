@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
 import jax
 
+from .._errors import raise_as_boxwood_error
 from .._filters import is_array
 from .._module._module import MODULE_TYPES
 from . import _capture, _convention, _native
@@ -99,6 +100,7 @@ class _JitWrapper:
             _first_parameter(self._fun) if options.except_first and not hidden else None
         )
         self._seen: set[int] = set()  # module arguments of the last slow call
+        self._warned: set[str] = set()  # donation warnings given (once each)
         self._hits = 0
         self._misses = 0
         self._traces = 0
@@ -204,7 +206,7 @@ class _JitWrapper:
                 else:
                     statics = plan.get_statics(leaves)
                     try:
-                        entry = plan.entries.get(statics)
+                        entry = plan.entries.get(plan.key_of(statics))
                     except TypeError:
                         raise _unhashable_error(
                             args, kwargs, plan, self._hidden
@@ -225,8 +227,8 @@ class _JitWrapper:
                     traces = store.traces
                     result = call_inner(conv, entry.jitted, fun_dyn, dyn, plan.n_first)
                     traced = store.traces - traces
-            except BaseException:
-                self._on_error()
+            except BaseException as error:
+                self._on_error(error)  # raises a failed `error_if` check's error
                 raise
             if traced:
                 self._after_trace(traced, args, kwargs, plan)
@@ -293,10 +295,13 @@ class _JitWrapper:
             entry.cold = False
             return result, store.traces - traces
 
-    def _on_error(self) -> None:
-        """After a call that raised: undo what a failed trace left behind."""
+    def _on_error(self, error: BaseException) -> None:
+        """After a call that raised `error`: undo what a failed trace left behind,
+        then raise the [`boxwood.BoxwoodRuntimeError`][] of a failed `error_if`
+        check in place of XLA's report of it (the C path calls this too)."""
         restore_warnings()
         self._store.pending.__dict__.pop("n", None)
+        raise_as_boxwood_error(error)
 
     def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
         restore_warnings()
@@ -322,7 +327,8 @@ class _JitWrapper:
     def _entry(self, plan: _Plan, statics: tuple, args, kwargs) -> _Entry:
         store = self._store
         with store.lock:
-            entry = plan.only if not statics else plan.entries.get(statics)
+            key = plan.key_of(statics)
+            entry = plan.only if not statics else plan.entries.get(key)
             if entry is not None:
                 return entry
             entry = _Entry()
@@ -330,7 +336,7 @@ class _JitWrapper:
             if plan.get_statics is None:
                 plan.only = entry
             else:
-                plan.entries[statics] = entry
+                plan.entries[key] = entry
         return entry
 
     def _jit(self, store: _Store, plan: _Plan, statics: tuple, entry: _Entry) -> Any:
@@ -519,8 +525,10 @@ def filter_jit(
     - `donate`: `"none"` (default), `"all"` (donate every input array's buffer and
       suppress JAX's "not usable" warning), `"all-except-first"` (all but those of
       the first argument), `"warn"` / `"warn-except-first"` (the same, keeping JAX's
-      warning when a buffer cannot be donated). The arrays of a bound method's
-      module are never donated.
+      warning when a buffer cannot be donated). A bound method's module
+      (`filter_jit(model.__call__)`, `filter_jit(model)`) is donated too, as in
+      Equinox: its arrays are deleted by the call, so pass the model as an
+      argument instead to keep using it.
     - `explain`: `True` warns with a [`boxwood.RecompileWarning`][] on every retrace
       after the first, naming what changed; `None` follows
       `boxwood.config.explain_recompiles`.

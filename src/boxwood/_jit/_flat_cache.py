@@ -31,6 +31,7 @@ order against a real flatten before it trusts a key (see `_JitWrapper._note_fast
 from __future__ import annotations
 
 import threading
+from math import copysign
 import types
 import weakref
 from typing import Any, cast
@@ -181,6 +182,8 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
     if typ in STATIC_TYPES:
         key.append(typ)
         key.append(obj)
+        if typ is float:  # `-0.0 == 0.0`: the sign tells them apart
+            key.append(copysign(1.0, obj))
         return True
     if typ is dict:
         order = _dict_order(cast(dict, obj))

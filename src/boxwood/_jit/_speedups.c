@@ -46,7 +46,7 @@ typedef struct {
     PyObject *store;       /* `_Store`: `traces`, `tracing` */
     PyObject *walk;        /* `_flat_cache.walk(obj, key, dyn) -> bool` */
     PyObject *after_trace; /* `after_trace(n, args, kwargs, plan)` */
-    PyObject *on_error;    /* `on_error()`: called when the compiled call raised */
+    PyObject *on_error;    /* `on_error(exc)`: called when the compiled call raised */
     PyObject *array_type;
     PyObject *array_token;
     PyObject *none_token;
@@ -271,7 +271,11 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         /* undo what a failed trace left behind, keeping its exception */
         PyObject *exc_type, *exc_value, *exc_tb;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-        PyObject *res = PyObject_CallNoArgs(self->on_error);
+        PyErr_NormalizeException(&exc_type, &exc_value, &exc_tb);
+        if (exc_tb != NULL && exc_value != NULL) PyException_SetTraceback(exc_value, exc_tb);
+        /* `on_error(exc)` cleans up and may raise another exception in its place
+           (a failed `error_if` check); otherwise the original is restored */
+        PyObject *res = exc_value ? PyObject_CallOneArg(self->on_error, exc_value) : NULL;
         Py_XDECREF(res);
         if (res == NULL) {
             Py_XDECREF(exc_type);

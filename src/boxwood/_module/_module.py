@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 from ._abstract import abstract_kind
 from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
 from ._field import converter_of, field, is_static
-from ._register import REBUILD, REBUILD_NAME, register
+from . import _static_key
+from ._register import KEY_NAME, REBUILD, REBUILD_NAME, register
 
 try:  # Python >= 3.11
     from typing import dataclass_transform
@@ -136,9 +137,11 @@ def _wrap_init(cls: Any) -> None:
         for n in names
     )
     source = (
-        f"def __init__(__bw_self, *__bw_args, {params}{REBUILD_NAME}=None, **__bw_kw):\n"
+        f"def __init__(__bw_self, *__bw_args, {params}{REBUILD_NAME}=None, "
+        f"{KEY_NAME}=None, **__bw_kw):\n"
         f"    if {REBUILD_NAME} is __bw_REBUILD:\n"
-        f"        __bw_set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: __bw_REBUILD}})\n"
+        f"        __bw_set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: __bw_REBUILD, "
+        f"{KEY_NAME!r}: {KEY_NAME}}})\n"
         "        return\n"
         f"{regather}"
         "    __bw_construct(__bw_self, __bw_args, __bw_kw)\n"
@@ -290,6 +293,7 @@ def _constructor(user_init: Any) -> Any:
         finally:
             _INITIALISING.discard(key)
         _finish_init(cls, self)
+        self.__dict__[KEY_NAME] = _static_key.key(cls, self.__dict__)
 
     return construct
 

@@ -24,7 +24,12 @@ from typing import Any
 
 import jax
 
+from ._static_key import StaticKey
+
 REBUILD_NAME = "_boxwood_rebuild"
+# The second hidden meta field: the class and the strict form of the static fields
+# (`_static_key.py`), so that treedefs tell apart what `==` on the values does not.
+KEY_NAME = "_boxwood_key"
 
 
 class _RebuildSentinel:
@@ -43,6 +48,9 @@ REBUILD = _RebuildSentinel()
 def register(cls: type, data_fields: list[str], meta_fields: list[str]) -> None:
     """Register `cls` (already a dataclass) with JAX's C++ dataclass flattening."""
     setattr(cls, REBUILD_NAME, REBUILD)
+    # the key of an instance without one of its own (e.g. unpickled from an older
+    # version): the class alone
+    setattr(cls, KEY_NAME, StaticKey((cls,)))
     real = cls.__dict__["__dataclass_fields__"]
     # Non-init fields are state too: show them as init fields so that they can be
     # registered (the rebuild path never calls `__init__`).
@@ -52,16 +60,17 @@ def register(cls: type, data_fields: list[str], meta_fields: list[str]) -> None:
             f = copy.copy(f)
             f.init = True
         shown[name] = f
-    sentinel_field: Any = dataclasses.field(default=None)
-    sentinel_field.name = REBUILD_NAME
-    sentinel_field._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
-    shown[REBUILD_NAME] = sentinel_field
+    for hidden in (REBUILD_NAME, KEY_NAME):
+        sentinel_field: Any = dataclasses.field(default=None)
+        sentinel_field.name = hidden
+        sentinel_field._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
+        shown[hidden] = sentinel_field
     type.__setattr__(cls, "__dataclass_fields__", shown)
     try:
         jax.tree_util.register_dataclass(
             cls,
             data_fields=data_fields,
-            meta_fields=[*meta_fields, REBUILD_NAME],
+            meta_fields=[*meta_fields, REBUILD_NAME, KEY_NAME],
         )
     finally:
         type.__setattr__(cls, "__dataclass_fields__", real)
