@@ -147,6 +147,13 @@ class _Store:
     """Compiled code for one function, shared by wrappers of the same function (for
     example the bound methods of two modules with the same structure)."""
 
+    # slots: the C fast path reads `traces` and `tracing` through their descriptors
+    __slots__ = (
+        "fun_def", "fun_dyn_idx", "fun_static_idx", "fun_statics", "plans",
+        "kw_plans", "fast_plans", "plan_variants", "lock", "traces", "tracing",
+        "pending", "size", "records", "__weakref__",
+    )  # fmt: skip
+
     def __init__(self, fun_def: Any, fun_dyn_idx, fun_static_idx, fun_statics) -> None:
         self.fun_def = fun_def
         self.fun_dyn_idx = fun_dyn_idx

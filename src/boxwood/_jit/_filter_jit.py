@@ -37,7 +37,7 @@ import jax
 
 from .._errors import raise_as_boxwood_error
 from .._filters import is_array
-from .._module._module import MODULE_TYPES
+from .._module._module import FLAT, MODULE_TYPES
 from . import _capture, _convention, _native
 from ._bound import as_pytree_function
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
@@ -129,6 +129,15 @@ class _JitWrapper:
                 fun_dyn=None if plain else self._fun_dyn,
                 split_first=self._convention == _convention.SPLIT_FIRST,
                 first_name=self._first_name,
+                # how C reads what it uses: names defined here, never in C
+                flat_key=FLAT,
+                entry_cold=_Entry.cold,
+                entry_jitted=_Entry.jitted,
+                entry_fast_build=_Entry.fast_build,
+                entry_output=_Entry.output,
+                plan_n_first=_Plan.n_first,
+                store_traces=_Store.traces,
+                store_tracing=_Store.tracing,
             )
         else:
             call = self._make_call(walk_first=True)
