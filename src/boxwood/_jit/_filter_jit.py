@@ -56,6 +56,7 @@ from ._flat_cache import (
     NONE_TOKEN,
     remember_walkable,
     walk,
+    walk_keywords,
 )
 from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
 from . import _shardings
@@ -184,7 +185,7 @@ class _JitWrapper:
                     # (sorted names, as jax flattens them), after the arguments
                     key = []
                     dyn = []
-                    if walk(args, key, dyn) and walk(kwargs, key, dyn):
+                    if walk(args, key, dyn) and walk_keywords(kwargs, key, dyn):
                         found = fast_plans.get(tuple(key))
                         if found is not None:
                             plan, entry = found

@@ -198,6 +198,31 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
     return False
 
 
+def walk_keywords(kwargs: dict, key: list, dyn: list) -> bool:
+    """`walk(kwargs, key, dyn)` for a call's keyword arguments (a dict with string
+    keys), with arrays and flat-form modules inline: the same key, fewer calls."""
+    keys = tuple(kwargs)
+    order = _ORDERS.get(keys)
+    if order is None:
+        order = _dict_order(kwargs)
+        if order is None:
+            return False
+    key.append(dict)
+    key.append(order)
+    for name in order:
+        value = kwargs[name]
+        t = type(value)
+        if t is ARRAY_TYPE:
+            key.append(ARRAY_TOKEN)
+            dyn.append(value)
+        elif t in MODULE_TYPES and (record := value._boxwood_flat) is not None:
+            key.append(record[0])
+            dyn += record[1]
+        elif not walk(value, key, dyn):
+            return False
+    return True
+
+
 # A dict's keys in insertion order -> the same keys sorted, as jax flattens dicts
 # (a tuple of the keys is cheaper to look up here than to sort on every call).
 _ORDERS: dict[tuple, tuple] = {}
