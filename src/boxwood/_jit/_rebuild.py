@@ -31,7 +31,7 @@ from typing import Any, cast
 import jax
 
 from .._module._module import FLAT, _set_dict
-from .._module._register import KEY_NAME, REBUILD_NAME
+from .._module._register import REBUILD_NAME
 from . import _native
 from ._flat_cache import immutable, is_module_class, token_for
 
@@ -127,8 +127,8 @@ def _one_level(td: Any) -> Any:
 
 
 def _statics(typ: type, aux: Any) -> dict:
-    """A module's static fields (and the rebuild marker) as they go in its dict."""
-    return dict(zip((*typ._boxwood_static, REBUILD_NAME, KEY_NAME), aux))
+    """A module's static fields (and its static key) as they go in its dict."""
+    return dict(zip((*typ._boxwood_static, REBUILD_NAME), aux))
 
 
 class _Source:

@@ -6,20 +6,27 @@
  * built. It does what the fast path at the top of `_filter_jit.py`'s `call` does, with
  * the same key format and the same table (`_Store.fast_plans`):
  *
- *   1. walk the positional arguments (as one tuple, as the Python path does): arrays, modules carrying their flat form,
- *      tuples/lists/NamedTuples of those and `None` are handled here; any other
- *      object is handed to the Python `walk` (`_flat_cache.py`), which appends to
- *      the same key and leaf lists;
+ *   1. walk the positional arguments (as one tuple, as the Python path does), then
+ *      the keyword arguments (as a dict: sorted names, then the values): arrays,
+ *      modules carrying their flat form, tuples/lists/NamedTuples of those and
+ *      `None` are handled here; any other object is handed to the Python `walk`
+ *      (`_flat_cache.py`), which appends to the same key and leaf lists;
  *   2. look the key up in `fast_plans`, giving `(plan, entry)`;
  *   3. call `entry.jitted` on the dynamic leaves (as `([], first, rest)`, split at
  *      `plan.n_first`, when the first argument is kept out of donation);
  *   4. notice a retrace (`store.traces` moved) and report it to `after_trace`;
  *   5. build the output with `entry.fast_build` (or `entry.output`).
  *
- * Anything else (keyword arguments, a key not in the table, an entry whose first
- * call has not finished, another thread tracing) goes to `fallback`: the Python
- * `call`, which owns every slow path. The C code holds no cache of its own, so
- * the two paths cannot disagree about what is compiled.
+ * Anything else (a key not in the table, an entry whose first call has not
+ * finished, another thread tracing) goes to `fallback`: the Python `call`, which
+ * owns every slow path. The C code holds no cache of its own, so the two paths
+ * cannot disagree about what is compiled.
+ *
+ * The boundary is narrow: C reads no Python attribute by name. The fields it reads
+ * (`entry.cold`, `store.traces`, ...) are read through the descriptors handed to
+ * `FastCall` when it is built, the flat form through the instance-dict key it is
+ * handed, and the Builder's opcodes are handed to each Builder (`_rebuild.py`
+ * numbers them). See `README.md`, "The C boundary".
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -784,21 +791,22 @@ static PyTypeObject BuilderType = {
 
 /* ------------------------------------------------------------ install_init
  *
- * JAX's C++ unflatten rebuilds a module with `cls(**fields, _boxwood_rebuild=REBUILD)`.
- * The class's Python `__init__` (`_module._wrap_init`) recognises the marker and
- * makes the keywords its instance dict. `install_init(cls, name, marker)` gives the
+ * JAX's C++ unflatten rebuilds a module with `cls(**fields, _boxwood_rebuild=key)`,
+ * where `key` is the module's static key (of type `_static_key.StaticKey`). The
+ * class's Python `__init__` (`_module._wrap_init`) recognises the key by its type and
+ * makes the keywords its instance dict. `install_init(cls, name, marker_type)` gives the
  * class a C `tp_init` slot that does the same before any Python runs: it receives
  * JAX's keyword dict as it is (CPython's generic slot would look `__init__` up and
  * unpack the dict into a call), and a copy of it becomes the instance dict. Every
  * other call (a user constructing a module) goes to the class's `__init__`, as the
  * generic slot would. Assigning `cls.__init__` later resets the slot to CPython's.
  */
-static PyObject *s_init, *rebuild_name, *rebuild_marker;
+static PyObject *s_init, *rebuild_name, *rebuild_marker; /* marker: a type */
 
 static int rebuild_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
     if (kwds != NULL && PyTuple_GET_SIZE(args) == 0) {
         PyObject *mark = PyDict_GetItemWithError(kwds, rebuild_name);
-        if (mark == rebuild_marker) {
+        if (mark != NULL && (PyObject *)Py_TYPE(mark) == rebuild_marker) {
             PyObject *values = PyDict_Copy(kwds);
             if (values == NULL) return -1;
             int err = PyObject_GenericSetDict(self, values, NULL);
@@ -831,8 +839,8 @@ static int rebuild_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
 
 static PyObject *install_init(PyObject *module, PyObject *args) {
     PyObject *cls, *name, *marker;
-    if (!PyArg_ParseTuple(args, "O!UO:install_init", &PyType_Type, &cls, &name,
-                          &marker)) {
+    if (!PyArg_ParseTuple(args, "O!UO!:install_init", &PyType_Type, &cls, &name,
+                          &PyType_Type, &marker)) {
         return NULL;
     }
     if (!PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_HEAPTYPE)) {
@@ -858,7 +866,7 @@ static PyObject *install_init(PyObject *module, PyObject *args) {
 
 static PyMethodDef speedups_methods[] = {
     {"install_init", install_init, METH_VARARGS,
-     "install_init(cls, name, marker): rebuild `cls` from JAX's keywords in C."},
+     "install_init(cls, name, marker_type): rebuild `cls` from JAX's keywords in C."},
     {NULL}};
 
 static struct PyModuleDef speedups_module = {

@@ -17,7 +17,7 @@ from . import _module as _core
 from ._field import field
 from ._module import Module, _set_dict
 from ._static_key import StaticKey
-from ._register import KEY_NAME, REBUILD, REBUILD_NAME
+from ._register import REBUILD_NAME
 
 
 class BoundMethod(Module):
@@ -60,7 +60,7 @@ def _bind(func: Callable, obj: Any) -> BoundMethod:
     bound = _new(BoundMethod)
     _set_dict(
         bound,
-        {"func": func, "instance": obj, REBUILD_NAME: REBUILD, KEY_NAME: _KEY},
+        {"func": func, "instance": obj, REBUILD_NAME: _KEY},
     )
     return bound
 

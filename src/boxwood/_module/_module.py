@@ -13,7 +13,7 @@ from ._abstract import abstract_kind
 from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
 from ._field import converter_of, field, is_static
 from . import _static_key
-from ._register import KEY_NAME, REBUILD, REBUILD_NAME, register
+from ._register import REBUILD, REBUILD_NAME, register
 
 try:  # Python >= 3.11
     from typing import dataclass_transform
@@ -113,8 +113,8 @@ _NOT_GIVEN = object()  # default of the generated `__init__`'s field parameters
 def _wrap_init(cls: Any) -> None:
     """Give `cls` an `__init__` that also serves as the pytree rebuild path.
 
-    JAX's C++ unflatten calls `cls(_boxwood_rebuild=REBUILD, **fields)`. Checking for
-    the sentinel inside `__init__` (rather than in a metaclass `__call__`) keeps the
+    JAX's C++ unflatten calls `cls(_boxwood_rebuild=<StaticKey>, **fields)`. Checking
+    for the key inside `__init__` (rather than in a metaclass `__call__`) keeps the
     rebuild on CPython's fast `type.__call__` path. The `__init__` is generated for
     each class with one keyword parameter per registered field, so that CPython
     binds the fields to parameters (as for a dataclass's own `__init__`) instead of
@@ -137,11 +137,9 @@ def _wrap_init(cls: Any) -> None:
         for n in names
     )
     source = (
-        f"def __init__(__bw_self, *__bw_args, {params}{REBUILD_NAME}=None, "
-        f"{KEY_NAME}=None, **__bw_kw):\n"
-        f"    if {REBUILD_NAME} is __bw_REBUILD:\n"
-        f"        __bw_set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: __bw_REBUILD, "
-        f"{KEY_NAME!r}: {KEY_NAME}}})\n"
+        f"def __init__(__bw_self, *__bw_args, {params}{REBUILD_NAME}=None, **__bw_kw):\n"
+        f"    if {REBUILD_NAME}.__class__ is __bw_Key or {REBUILD_NAME} is __bw_REBUILD:\n"
+        f"        __bw_set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: {REBUILD_NAME}}})\n"
         "        return\n"
         f"{regather}"
         "    __bw_construct(__bw_self, __bw_args, __bw_kw)\n"
@@ -149,6 +147,7 @@ def _wrap_init(cls: Any) -> None:
     set_dict = globals().get("_set_dict") or _set_dict_slowly  # Module itself: slowly
     namespace = {
         "__bw_NOT_GIVEN": _NOT_GIVEN, "__bw_REBUILD": REBUILD,
+        "__bw_Key": _static_key.StaticKey,
         "__bw_set_dict": set_dict, "__bw_construct": construct,
     }  # fmt: skip
     exec(
@@ -286,14 +285,14 @@ def _constructor(user_init: Any) -> Any:
         if cls.__boxwood_abstract__:
             names = sorted(cls.__boxwood_abstract__)
             raise TypeError(MSG_ABSTRACT.format(cls=cls.__name__, **plural(names)))
-        self.__dict__[REBUILD_NAME] = REBUILD  # see _register.py
+        self.__dict__[REBUILD_NAME] = cls._boxwood_rebuild  # see _register.py
         _INITIALISING.add(key)
         try:
             user_init(self, *args, **kwargs)
         finally:
             _INITIALISING.discard(key)
         _finish_init(cls, self)
-        self.__dict__[KEY_NAME] = _static_key.key(cls, self.__dict__)
+        self.__dict__[REBUILD_NAME] = _static_key.key(cls, self.__dict__)
 
     return construct
 

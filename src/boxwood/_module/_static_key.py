@@ -8,9 +8,9 @@ of a float, recursively through tuples and frozensets. Keys of compiled code
 include it next to the value itself.
 
 A module carries the strict form of its static fields (with its class, see
-`key`) in a hidden meta field (`KEY_NAME`), so its treedef tells such modules
-apart too: treedefs of two module classes with the same field values may
-otherwise compare equal (seen with jax 0.10.2).
+`key`) in its hidden meta field (`_register.REBUILD_NAME`), so its treedef tells
+such modules apart too: treedefs of two module classes with the same field values
+would otherwise compare equal (seen with jax 0.10.2).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def needs_strict(types_: tuple) -> bool:
 class StaticKey(tuple):
     """A module's hidden meta field: its class, then the strict form of each static
     field. A tuple (compared and hashed as one, in C) with a short repr, as it
-    shows in treedefs."""
+    shows in treedefs. Its type also marks JAX's rebuild of a module (`_register`)."""
 
     __slots__ = ()
 
@@ -71,5 +71,5 @@ def key(cls: type, values: dict) -> StaticKey:
     """The hidden meta field of an instance of `cls` whose dict is `values`."""
     names = cls._boxwood_static  # type: ignore[attr-defined]
     if not names:
-        return cls._boxwood_key  # type: ignore[attr-defined]
+        return cls._boxwood_rebuild  # type: ignore[attr-defined]
     return StaticKey((cls, *[strict(values[n]) for n in names]))
