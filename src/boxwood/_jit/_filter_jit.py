@@ -183,9 +183,13 @@ class _JitWrapper:
                 if fast_plans:
                     # the key of `(args, kwargs)`: the keywords walk as a dict does
                     # (sorted names, as jax flattens them), after the arguments
-                    key = []
+                    # (an empty `args` walks as `[tuple, 0]`: written out, it
+                    # saves a call in the common all-keyword call)
+                    key = [] if args else [tuple, 0]
                     dyn = []
-                    if walk(args, key, dyn) and walk_keywords(kwargs, key, dyn):
+                    if (not args or walk(args, key, dyn)) and walk_keywords(
+                        kwargs, key, dyn
+                    ):
                         found = fast_plans.get(tuple(key))
                         if found is not None:
                             plan, entry = found
