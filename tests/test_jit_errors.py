@@ -126,3 +126,12 @@ def test_donation_warning_is_given_once_per_wrapper_and_message():
     assert count(f, jnp.ones(3), jnp.ones(4)) == 0
     g = bw.filter_jit(lambda x: x.sum(), donate="warn")  # another wrapper: warns
     assert count(g, jnp.ones(3)) == 1
+
+
+def test_a_failed_check_is_not_also_logged_by_jax(caplog):
+    f = bw.filter_jit(_positive)
+    f(jnp.ones(2))
+    with caplog.at_level("ERROR", logger="jax._src.callback"):
+        with pytest.raises(bw.BoxwoodRuntimeError):
+            f(-jnp.ones(2))
+    assert not [r for r in caplog.records if "pure_callback" in r.getMessage()]

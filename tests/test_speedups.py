@@ -239,7 +239,7 @@ def test_fast_call_reads_fields_through_the_descriptors_it_is_given():
             walkable={}, fun_dyn=None, split_first=False, first_name=None,
             flat_key="f", entry_cold="cold", entry_jitted="jitted",
             entry_fast_build="fast_build", entry_output=print, plan_n_first="n",
-            store_traces="traces", store_tracing="tracing",
+            store_traces="traces", store_tracing="tracing", name="f",
         )  # fmt: skip
 
 

@@ -139,6 +139,7 @@ class _JitWrapper:
                 plan_n_first=_Plan.n_first,
                 store_traces=_Store.traces,
                 store_tracing=_Store.tracing,
+                name=str(self.__qualname__),
             )
         else:
             call = self._make_call(walk_first=True)

@@ -55,6 +55,7 @@ typedef struct {
     PyObject *fun_dyn;      /* the function's own arrays, or None: call `jitted(dyn)` */
     PyObject *first_name;   /* donate="...-except-first": the first parameter's name, or None */
     PyObject *flat_key;     /* the instance-dict key of a module's flat form */
+    PyObject *name;         /* the wrapped function's qualified name (its repr) */
     /* how to read the Python objects this path uses: member descriptors (slots)
        and a function, handed over by `_filter_jit.py` (C names no attribute) */
     PyObject *entry_cold, *entry_jitted, *entry_fast_build, *entry_output;
@@ -384,19 +385,19 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
                             "module_types", "walkable", "fun_dyn", "split_first",
                             "first_name", "flat_key", "entry_cold", "entry_jitted",
                             "entry_fast_build", "entry_output", "plan_n_first",
-                            "store_traces", "store_tracing", NULL};
+                            "store_traces", "store_tracing", "name", NULL};
     PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
         *array_token, *none_token, *module_types, *walkable, *fun_dyn;
     PyObject *first_name, *flat_key, *entry_cold, *entry_jitted, *entry_fast_build,
-        *entry_output, *plan_n_first, *store_traces, *store_tracing;
+        *entry_output, *plan_n_first, *store_traces, *store_tracing, *name;
     int split_first;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOOO!O!OpOUOOOOOOO:FastCall", names, &fallback, &PyDict_Type,
+            args, kw, "OO!OOOOOOOO!O!OpOUOOOOOOOU:FastCall", names, &fallback, &PyDict_Type,
             &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
             &fun_dyn, &split_first, &first_name, &flat_key, &entry_cold, &entry_jitted,
             &entry_fast_build, &entry_output, &plan_n_first, &store_traces,
-            &store_tracing)) {
+            &store_tracing, &name)) {
         return NULL;
     }
     PyObject *fields[] = {entry_cold, entry_jitted, entry_fast_build, plan_n_first,
@@ -421,7 +422,7 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     KEEP(array_type); KEEP(array_token); KEEP(none_token); KEEP(module_types);
     KEEP(walkable); KEEP(fun_dyn); KEEP(first_name); KEEP(flat_key);
     KEEP(entry_cold); KEEP(entry_jitted); KEEP(entry_fast_build); KEEP(entry_output);
-    KEEP(plan_n_first); KEEP(store_traces); KEEP(store_tracing);
+    KEEP(plan_n_first); KEEP(store_traces); KEEP(store_tracing); KEEP(name);
 #undef KEEP
     self->kw_names = NULL;
     self->kw_order = NULL;
@@ -437,7 +438,7 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     X(array_token) X(none_token) X(module_types) X(walkable) X(fun_dyn)         \
     X(first_name) X(kw_names) X(kw_order) X(flat_key) X(entry_cold)              \
     X(entry_jitted) X(entry_fast_build) X(entry_output) X(plan_n_first)          \
-    X(store_traces) X(store_tracing)
+    X(store_traces) X(store_tracing) X(name)
 
 static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
 #define VISIT(field) Py_VISIT(self->field);
@@ -470,14 +471,7 @@ static PyObject *fastcall_get(PyObject *self, PyObject *obj, PyObject *type) {
 }
 
 static PyObject *fastcall_repr(PyObject *self) {
-    PyObject *name = PyObject_GetAttrString(self, "__qualname__");
-    if (name == NULL) {
-        PyErr_Clear();
-        return PyUnicode_FromFormat("<function (filter_jit) at %p>", self);
-    }
-    PyObject *r = PyUnicode_FromFormat("<function %U at %p>", name, self);
-    Py_DECREF(name);
-    return r;
+    return PyUnicode_FromFormat("<function %U at %p>", ((FastCall *)self)->name, self);
 }
 
 static PyMemberDef fastcall_members[] = {
