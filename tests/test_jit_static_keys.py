@@ -100,7 +100,9 @@ def test_module_treedefs_compare_equal_only_for_equal_values():
     ta = jax.tree_util.tree_structure(Scaled(w, 2.0))
     assert ta == jax.tree_util.tree_structure(Scaled(w, 2.0))
     assert hash(ta) == hash(jax.tree_util.tree_structure(Scaled(w, 2.0)))
-    assert ta == jax.tree_util.tree_structure(jax.tree_util.tree_map(lambda a: a, Scaled(w, 2.0)))
+    assert ta == jax.tree_util.tree_structure(
+        jax.tree_util.tree_map(lambda a: a, Scaled(w, 2.0))
+    )
 
 
 class First(bw.Module):

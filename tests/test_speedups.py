@@ -197,11 +197,10 @@ def test_rebuilt_modules_have_the_fields_and_keep_user_construction():
 
 
 def test_builder_rejects_malformed_programs():
+    from boxwood._jit._rebuild import FLAT, OPCODES
     from boxwood._jit._speedups import (
         Builder,  # built (test above), whatever the switch
     )
-
-    from boxwood._jit._rebuild import FLAT, OPCODES
 
     def build(program):
         return Builder(program, FLAT, **OPCODES)

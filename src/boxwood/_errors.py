@@ -122,6 +122,7 @@ _QUIET = _QuietFailedChecks()
 
 def _raise_branch(leaves: list, index: Any, msgs: tuple) -> list:
     logging.getLogger("jax._src.callback").addFilter(_QUIET)  # once: a set
+
     def raises(i: Any) -> Any:
         raise BoxwoodRuntimeError(msgs[int(i)])
 

@@ -38,7 +38,7 @@ import jax
 from .._errors import raise_as_boxwood_error
 from .._filters import is_array
 from .._module._module import FLAT, MODULE_TYPES
-from . import _capture, _convention, _native
+from . import _capture, _convention, _native, _shardings
 from ._bound import as_pytree_function
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._diagnostics import (
@@ -59,7 +59,6 @@ from ._flat_cache import (
     walk_keywords,
 )
 from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
-from . import _shardings
 
 _flatten = jax.tree_util.tree_flatten
 

@@ -31,9 +31,9 @@ order against a real flatten before it trusts a key (see `_JitWrapper._note_fast
 from __future__ import annotations
 
 import threading
-from math import copysign
 import types
 import weakref
+from math import copysign
 from typing import Any, cast
 
 import jax

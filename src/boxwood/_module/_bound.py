@@ -16,8 +16,8 @@ from typing import Any
 from . import _module as _core
 from ._field import field
 from ._module import Module, _set_dict
-from ._static_key import StaticKey
 from ._register import REBUILD_NAME
+from ._static_key import StaticKey
 
 
 class BoundMethod(Module):

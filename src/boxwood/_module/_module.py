@@ -9,10 +9,10 @@ import types
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from . import _static_key
 from ._abstract import abstract_kind
 from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
 from ._field import converter_of, field, is_static
-from . import _static_key
 from ._register import REBUILD, REBUILD_NAME, register
 
 try:  # Python >= 3.11
