@@ -276,3 +276,29 @@ def test_tree_pformat_prints_a_jitted_function_like_a_function():
 
     text = bw.tree_pformat(Holds(bw.filter_jit(h)), width=1000)
     assert text == f"Holds(fn=<function {h.__qualname__}>)"
+
+
+def test_install_init_accepts_only_classes_with_a_python_init():
+    from boxwood._jit._speedups import install_init
+    from boxwood._module._register import REBUILD_NAME
+    from boxwood._module._static_key import StaticKey
+
+    class Installed(bw.Module):  # a module class: installed when created
+        w: jax.Array
+
+    class NotAModule(dict):  # dict's own C __init__
+        pass
+
+    with pytest.raises(TypeError, match="must be defined in Python"):
+        install_init(NotAModule, REBUILD_NAME, StaticKey)
+
+    class Plain:
+        def __init__(self, a):
+            self.a = a
+
+    with pytest.raises(ValueError, match="one name and marker"):
+        install_init(Plain, "other", StaticKey)
+    assert Plain(3).a == 3  # left as it was
+    # a user's construction and JAX's rebuild both work
+    m = Installed(jnp.ones(2))
+    assert jnp.allclose(jax.tree_util.tree_map(lambda a: a + 1, m).w, 2.0)

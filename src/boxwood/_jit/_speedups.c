@@ -792,10 +792,14 @@ static PyTypeObject BuilderType = {
  * class a C `tp_init` slot that does the same before any Python runs: it receives
  * JAX's keyword dict as it is (CPython's generic slot would look `__init__` up and
  * unpack the dict into a call), and a copy of it becomes the instance dict. Every
- * other call (a user constructing a module) goes to the class's `__init__`, as the
- * generic slot would. Assigning `cls.__init__` later resets the slot to CPython's.
+ * other call (a user constructing a module) goes to CPython's generic slot, which
+ * calls the class's `__init__`. Assigning `cls.__init__` later resets the slot to
+ * CPython's.
  */
-static PyObject *s_init, *rebuild_name, *rebuild_marker; /* marker: a type */
+static PyObject *rebuild_name, *rebuild_marker; /* marker: a type */
+/* the slot a Python-defined `__init__` gives a class (CPython's `slot_tp_init`),
+ * taken from the first class installed: every other call goes there */
+static initproc generic_init;
 
 static int rebuild_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
     if (kwds != NULL && PyTuple_GET_SIZE(args) == 0) {
@@ -809,26 +813,8 @@ static int rebuild_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
         }
         if (mark == NULL && PyErr_Occurred()) return -1;
     }
-    /* a user's construction: the class's `__init__`, as CPython's own slot calls it */
-    PyObject *init = PyObject_GetAttr((PyObject *)Py_TYPE(self), s_init);
-    if (init == NULL) return -1;
-    PyObject *bound = Py_TYPE(init)->tp_descr_get
-                          ? Py_TYPE(init)->tp_descr_get(init, self,
-                                                        (PyObject *)Py_TYPE(self))
-                          : (Py_INCREF(init), init);
-    Py_DECREF(init);
-    if (bound == NULL) return -1;
-    PyObject *res = PyObject_Call(bound, args, kwds);
-    Py_DECREF(bound);
-    if (res == NULL) return -1;
-    if (res != Py_None) {
-        PyErr_Format(PyExc_TypeError, "__init__() should return None, not '%.200s'",
-                     Py_TYPE(res)->tp_name);
-        Py_DECREF(res);
-        return -1;
-    }
-    Py_DECREF(res);
-    return 0;
+    /* a user's construction: CPython's own slot, which calls the class's `__init__` */
+    return generic_init(self, args, kwds);
 }
 
 static PyObject *install_init(PyObject *module, PyObject *args) {
@@ -839,6 +825,15 @@ static PyObject *install_init(PyObject *module, PyObject *args) {
     }
     if (!PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_HEAPTYPE)) {
         PyErr_SetString(PyExc_TypeError, "install_init: a class defined in Python expected");
+        return NULL;
+    }
+    initproc current = ((PyTypeObject *)cls)->tp_init;
+    if (current == rebuild_tp_init) Py_RETURN_NONE; /* installed already */
+    if (generic_init == NULL) {
+        generic_init = current;
+    } else if (current != generic_init) {
+        PyErr_SetString(PyExc_TypeError,
+                        "install_init: the class's __init__ must be defined in Python");
         return NULL;
     }
     if (rebuild_name == NULL) {
@@ -872,10 +867,6 @@ static struct PyModuleDef speedups_module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-#define INTERN(var, text) \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
-    INTERN(s_init, "__init__");
-#undef INTERN
     if ((empty_tuple = PyTuple_New(0)) == NULL) return NULL;
     if (PyType_Ready(&FastCallType) < 0 || PyType_Ready(&BuilderType) < 0) {
         return NULL;
