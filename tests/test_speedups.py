@@ -286,6 +286,8 @@ def test_install_init_accepts_only_classes_with_a_python_init():
     class Installed(bw.Module):  # a module class: installed when created
         w: jax.Array
 
+    install_init(Installed, REBUILD_NAME, StaticKey)  # (a no-op where installed)
+
     class NotAModule(dict):  # dict's own C __init__
         pass
 

@@ -798,7 +798,7 @@ static PyTypeObject BuilderType = {
  */
 static PyObject *rebuild_name, *rebuild_marker; /* marker: a type */
 /* the slot a Python-defined `__init__` gives a class (CPython's `slot_tp_init`),
- * taken from the first class installed: every other call goes there */
+ * taken from the classes installed: every other call goes there */
 static initproc generic_init;
 
 static int rebuild_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
@@ -829,9 +829,18 @@ static PyObject *install_init(PyObject *module, PyObject *args) {
     }
     initproc current = ((PyTypeObject *)cls)->tp_init;
     if (current == rebuild_tp_init) Py_RETURN_NONE; /* installed already */
-    if (generic_init == NULL) {
-        generic_init = current;
-    } else if (current != generic_init) {
+    /* an `__init__` defined in Python gives the class CPython's generic slot, which
+       no built-in type has: an `__init__` inherited from one (`dict`, `object`) is
+       turned down */
+    PyObject *mro = ((PyTypeObject *)cls)->tp_mro;
+    int python_init = mro != NULL && PyTuple_Check(mro);
+    for (Py_ssize_t i = 0; python_init && i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (!PyType_HasFeature(base, Py_TPFLAGS_HEAPTYPE) && base->tp_init == current) {
+            python_init = 0;
+        }
+    }
+    if (!python_init || (generic_init != NULL && current != generic_init)) {
         PyErr_SetString(PyExc_TypeError,
                         "install_init: the class's __init__ must be defined in Python");
         return NULL;
@@ -849,6 +858,7 @@ static PyObject *install_init(PyObject *module, PyObject *args) {
         }
         return NULL;
     }
+    generic_init = current;
     ((PyTypeObject *)cls)->tp_init = rebuild_tp_init;
     Py_RETURN_NONE;
 }
