@@ -197,16 +197,49 @@ def test_rebuilt_modules_have_the_fields_and_keep_user_construction():
 
 
 def test_builder_rejects_malformed_programs():
+    from boxwood._jit._rebuild import FLAT, OPCODES
     from boxwood._jit._speedups import (
         Builder,  # built (test above), whatever the switch
     )
 
+    def build(program):
+        return Builder(program, FLAT, **OPCODES)
+
     with pytest.raises(TypeError, match="malformed program"):
-        Builder((99, 0))([])
+        build((99, 0))([])
     with pytest.raises(TypeError, match="the leaves must be a list"):
-        Builder((0, 0))((1,))
+        build((0, 0))((1,))
     with pytest.raises(IndexError):
-        Builder((0, 5))([1])
+        build((0, 5))([1])
+
+
+def test_builder_takes_its_opcodes_from_python():
+    from boxwood._jit._rebuild import FLAT, OPCODES
+    from boxwood._jit._speedups import Builder
+
+    # renumbered opcodes: the C builder follows what it is handed
+    shifted = {name: op + 10 for name, op in OPCODES.items()}
+    program = (shifted["tuple"], ((shifted["leaf"], 1), (shifted["const"], "c")))
+    assert Builder(program, FLAT, **shifted)(["a", "b"]) == ("b", "c")
+    with pytest.raises(TypeError, match="malformed program node"):
+        Builder(program, FLAT, **OPCODES)(["a", "b"])  # 13 is no opcode there
+    with pytest.raises(ValueError, match="opcodes must be distinct"):
+        Builder(program, FLAT, **{**OPCODES, "const": OPCODES["leaf"]})
+
+
+def test_fast_call_reads_fields_through_the_descriptors_it_is_given():
+    from boxwood._jit._speedups import FastCall
+
+    with pytest.raises(TypeError, match="fields must be descriptors"):
+        FastCall(
+            fallback=print, plans={}, store=object(), walk=print,
+            after_trace=print, on_error=print, array_type=jax.Array,
+            array_token=object(), none_token=object(), module_types=set(),
+            walkable={}, fun_dyn=None, split_first=False, first_name=None,
+            flat_key="f", entry_cold="cold", entry_jitted="jitted",
+            entry_fast_build="fast_build", entry_output=print, plan_n_first="n",
+            store_traces="traces", store_tracing="tracing", name="f",
+        )  # fmt: skip
 
 
 def test_lists_and_dicts_inside_arguments_take_the_fast_path(monkeypatch):
@@ -243,3 +276,31 @@ def test_tree_pformat_prints_a_jitted_function_like_a_function():
 
     text = bw.tree_pformat(Holds(bw.filter_jit(h)), width=1000)
     assert text == f"Holds(fn=<function {h.__qualname__}>)"
+
+
+def test_install_init_accepts_only_classes_with_a_python_init():
+    from boxwood._jit._speedups import install_init
+    from boxwood._module._register import REBUILD_NAME
+    from boxwood._module._static_key import StaticKey
+
+    class Installed(bw.Module):  # a module class: installed when created
+        w: jax.Array
+
+    install_init(Installed, REBUILD_NAME, StaticKey)  # (a no-op where installed)
+
+    class NotAModule(dict):  # dict's own C __init__
+        pass
+
+    with pytest.raises(TypeError, match="must be defined in Python"):
+        install_init(NotAModule, REBUILD_NAME, StaticKey)
+
+    class Plain:
+        def __init__(self, a):
+            self.a = a
+
+    with pytest.raises(ValueError, match="one name and marker"):
+        install_init(Plain, "other", StaticKey)
+    assert Plain(3).a == 3  # left as it was
+    # a user's construction and JAX's rebuild both work
+    m = Installed(jnp.ones(2))
+    assert jnp.allclose(jax.tree_util.tree_map(lambda a: a + 1, m).w, 2.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -18,16 +19,34 @@ from ._unvmap import unvmap_any, unvmap_max
 class BoxwoodRuntimeError(RuntimeError):
     """Raised by [`boxwood.error_if`][] when its predicate is true.
 
-    Also available as `boxwood.EquinoxRuntimeError`. When the check runs inside a
-    compiled computation (`jax.jit`, `boxwood.filter_jit`), XLA reports it as a
-    `jax.errors.JaxRuntimeError` (also a `RuntimeError`) whose text contains
-    `BoxwoodRuntimeError: <your message>`.
+    Also available as `boxwood.EquinoxRuntimeError`. A check that fails inside
+    `boxwood.filter_jit` raises this class, with your message (as Equinox's
+    `filter_jit` does). Inside a plain `jax.jit`, XLA reports it as its own
+    runtime error (a `RuntimeError` or `ValueError`) whose text contains
+    `BoxwoodRuntimeError: <your message>`; `as_boxwood_error`
+    recovers it.
     """
 
 
 EquinoxRuntimeError = BoxwoodRuntimeError  # Equinox's name for the same class
 
 _MARKER = "BoxwoodRuntimeError: "
+
+_HINT = (
+    "\n\n(raised by `boxwood.error_if` inside a compiled function. To debug: set "
+    "the environment variable BOXWOOD_ON_ERROR=breakpoint to stop in a debugger "
+    "where the check failed, or JAX_DISABLE_JIT=1 to run the function eagerly.)"
+)
+
+
+def raise_as_boxwood_error(error: BaseException) -> None:
+    """`filter_jit`'s hook for an exception raised by calling compiled code: when
+    it reports a failed `error_if` check, raise the check's
+    [`boxwood.BoxwoodRuntimeError`][] instead (`from None`, hiding XLA's long
+    report); otherwise return, and the caller re-raises `error`."""
+    found = as_boxwood_error(error)
+    if found is not None:
+        raise BoxwoodRuntimeError(str(found) + _HINT) from None
 
 
 def as_boxwood_error(error: BaseException) -> BoxwoodRuntimeError | None:
@@ -49,10 +68,14 @@ def as_boxwood_error(error: BaseException) -> BoxwoodRuntimeError | None:
 
     A `BoxwoodRuntimeError` with the original message, or `None`.
     """
-    text = str(error)
-    if isinstance(error, BoxwoodRuntimeError) or _MARKER not in text:
+    if isinstance(error, BoxwoodRuntimeError) or not isinstance(
+        error, (RuntimeError, ValueError)
+    ):
         return None
-    return BoxwoodRuntimeError(text[text.rindex(_MARKER) + len(_MARKER) :])
+    text = str(error)
+    if _MARKER not in text:
+        return None
+    return BoxwoodRuntimeError(text[text.rindex(_MARKER) + len(_MARKER) :].rstrip())
 
 
 _ON_ERROR = ("raise", "nan", "breakpoint", "off")
@@ -86,7 +109,21 @@ def _struct(x: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
 
 
+class _QuietFailedChecks(logging.Filter):
+    """Drops JAX's log record of a host callback that raised a failed check's
+    `BoxwoodRuntimeError` (the error reaches the caller anyway, with the message)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, BoxwoodRuntimeError)
+
+
+_QUIET = _QuietFailedChecks()
+
+
 def _raise_branch(leaves: list, index: Any, msgs: tuple) -> list:
+    logging.getLogger("jax._src.callback").addFilter(_QUIET)  # once: a set
+
     def raises(i: Any) -> Any:
         raise BoxwoodRuntimeError(msgs[int(i)])
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 import jax
 
 from .._filters import is_array
+from .._module._static_key import needs_strict, strict
 from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
 from ._capture import Traced
@@ -47,7 +48,7 @@ class _Out:
     __slots__ = ("key", "build")
 
     def __init__(self, treedef: Any, static_idx: tuple, statics: tuple):
-        self.key = (treedef, static_idx, statics)
+        self.key = (treedef, static_idx, statics, tuple(map(strict, statics)))
         # static outputs are built into the builder: it takes the arrays only
         self.build = compile_builder(
             treedef, dict(zip(static_idx, statics)), remember=True
@@ -97,12 +98,20 @@ class _Entry:
         return cast(_Out, self.out).build(result)
 
 
+def _same(statics: tuple) -> tuple:
+    return statics
+
+
+def _strict_key(statics: tuple) -> tuple:
+    return (statics, tuple(map(strict, statics)))
+
+
 class _Plan:
     """How to split the leaves of one treedef (with given leaf types)."""
 
     __slots__ = (
         "treedef", "types", "n", "dyn_idx", "static_idx", "get_dyn", "get_statics",
-        "n_first", "entries", "only", "kw", "fast",
+        "n_first", "entries", "only", "kw", "fast", "key_of",
     )  # fmt: skip
 
     def __init__(
@@ -119,6 +128,11 @@ class _Plan:
         self.static_idx = tuple(i for i, d in enumerate(dyn_mask) if not d)
         self.get_dyn = _picker(self.dyn_idx) if self.dyn_idx else lambda leaves: ()
         self.get_statics = _picker(self.static_idx) if self.static_idx else None
+        # the key of `entries` for the static leaves: the values, and where values
+        # of these types can equal another type's or differ in sign (`0.0` and
+        # `-0.0`), their strict form too (`_static_key.py`)
+        strict_types = needs_strict(tuple(types[i] for i in self.static_idx))
+        self.key_of = _strict_key if strict_types else _same
         # Dynamic leaves of the first `first_args` arguments come first: how many
         # there are (for donation; 2 when `args[0]` is the captured values).
         args_def = treedef.children()[0] if kw else treedef
@@ -133,6 +147,13 @@ class _Plan:
 class _Store:
     """Compiled code for one function, shared by wrappers of the same function (for
     example the bound methods of two modules with the same structure)."""
+
+    # slots: the C fast path reads `traces` and `tracing` through their descriptors
+    __slots__ = (
+        "fun_def", "fun_dyn_idx", "fun_static_idx", "fun_statics", "plans",
+        "kw_plans", "fast_plans", "plan_variants", "lock", "traces", "tracing",
+        "pending", "size", "records", "__weakref__",
+    )  # fmt: skip
 
     def __init__(self, fun_def: Any, fun_dyn_idx, fun_static_idx, fun_statics) -> None:
         self.fun_def = fun_def
@@ -233,7 +254,7 @@ def _store_for(fun: Callable, options: JitOptions) -> tuple[_Store, list]:
     dyn_idx = tuple(i for i, x in enumerate(leaves) if is_array(x))
     static_idx = tuple(i for i, x in enumerate(leaves) if not is_array(x))
     statics = tuple(leaves[i] for i in static_idx)
-    key = (fun_def, statics, options.key)
+    key = (fun_def, statics, tuple(map(strict, statics)), options.key)
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:

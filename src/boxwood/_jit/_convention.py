@@ -4,9 +4,9 @@ the parts (`fun_dyn`, `split_first`) by `_filter_jit.py` and follows them.
 
 - `PLAIN`: `inner(dyn)`, the arguments' arrays in flatten order.
 - `WITH_FUN`: `inner(fun_dyn, dyn)`: first the function's own arrays (the module of
-  a bound method, `filter_jit(model)`), never donated.
+  a bound method, `filter_jit(model)`), donated with the arguments' (as in Equinox).
 - `SPLIT_FIRST`: `inner(fun_dyn, first, rest)`: the arrays of the first argument
-  apart, so that `donate="all-except-first"` donates `rest` only.
+  apart, so that `donate="all-except-first"` donates `fun_dyn` and `rest` only.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def convention(has_fun_dyn: bool, except_first: bool) -> str:
 
 def donate_argnums(conv: str) -> tuple[int, ...]:
     """The positional arguments of the inner function that donation covers."""
-    return {PLAIN: (0,), WITH_FUN: (1,), SPLIT_FIRST: (2,)}[conv]
+    return {PLAIN: (0,), WITH_FUN: (0, 1), SPLIT_FIRST: (0, 2)}[conv]
 
 
 def call(conv: str, jitted: Any, fun_dyn: list, dyn: list, n_first: int) -> Any:

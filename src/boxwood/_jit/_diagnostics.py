@@ -121,16 +121,19 @@ def _warn_undonated(
         for i in plan.dyn_idx[start:]
         if not (isinstance(keyed[i][1], jax.Array) and keyed[i][1].is_deleted())
     ]
-    if kept:
-        warnings.warn(
-            f"filter_jit({getattr(wrapper, '__qualname__', 'function')}, "
-            f"donate={wrapper._options.donate!r}): {len(kept)} input buffer(s) could not be "
-            f"donated (no output of the same shape and dtype could reuse them): "
-            f"{', '.join(kept)}. Use donate='all' to donate without this warning, or "
-            "donate='none'.",
-            UserWarning,
-            stacklevel=user_stacklevel(),
-        )
+    if not kept:
+        return
+    message = (
+        f"filter_jit({getattr(wrapper, '__qualname__', 'function')}, "
+        f"donate={wrapper._options.donate!r}): {len(kept)} input buffer(s) could not be "
+        f"donated (no output of the same shape and dtype could reuse them): "
+        f"{', '.join(kept)}. Use donate='all' to donate without this warning, or "
+        "donate='none'."
+    )
+    if message in wrapper._warned:  # once per wrapper and message, not per trace
+        return
+    wrapper._warned.add(message)
+    warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
 
 
 # A warnings filter pushed at the end of a successful trace with donate="all" and

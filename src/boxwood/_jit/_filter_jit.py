@@ -35,8 +35,9 @@ from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
 import jax
 
+from .._errors import raise_as_boxwood_error
 from .._filters import is_array
-from .._module._module import MODULE_TYPES
+from .._module._module import FLAT, MODULE_TYPES
 from . import _capture, _convention, _native, _shardings
 from ._bound import as_pytree_function
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
@@ -55,6 +56,7 @@ from ._flat_cache import (
     NONE_TOKEN,
     remember_walkable,
     walk,
+    walk_keywords,
 )
 from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
 
@@ -98,6 +100,7 @@ class _JitWrapper:
             _first_parameter(self._fun) if options.except_first and not hidden else None
         )
         self._seen: set[int] = set()  # module arguments of the last slow call
+        self._warned: set[str] = set()  # donation warnings given (once each)
         self._hits = 0
         self._misses = 0
         self._traces = 0
@@ -108,8 +111,8 @@ class _JitWrapper:
             bool(self._store.fun_dyn_idx), self._except_first
         )
         if _native.FastCall is not None:
-            # The fast path in C. It hands every other call to the Python path,
-            # which need not walk the arguments again.
+            # The fast path in C, keyword calls included. It hands every other
+            # call to the Python path, which need not walk the arguments again.
             plain = self._convention == _convention.PLAIN
             call = self._fast = _native.FastCall(
                 fallback=self._make_call(walk_first=False),
@@ -125,6 +128,17 @@ class _JitWrapper:
                 walkable=_WALKABLE,
                 fun_dyn=None if plain else self._fun_dyn,
                 split_first=self._convention == _convention.SPLIT_FIRST,
+                first_name=self._first_name,
+                # how C reads what it uses: names defined here, never in C
+                flat_key=FLAT,
+                entry_cold=_Entry.cold,
+                entry_jitted=_Entry.jitted,
+                entry_fast_build=_Entry.fast_build,
+                entry_output=_Entry.output,
+                plan_n_first=_Plan.n_first,
+                store_traces=_Store.traces,
+                store_tracing=_Store.tracing,
+                name=str(self.__qualname__),
             )
         else:
             call = self._make_call(walk_first=True)
@@ -151,8 +165,8 @@ class _JitWrapper:
         fast path, which has just tried it)."""
         store = self._store
         fun_dyn = self._fun_dyn
+        # behind the C path every call it hands over has been walked already
         fast_plans = store.fast_plans if walk_first else {}
-        kw_fast_plans = store.fast_plans  # the C path hands keyword calls over
         pos_plans = store.plans
         kw_plans = store.kw_plans
         conv = self._convention
@@ -166,13 +180,17 @@ class _JitWrapper:
                 kwargs = dict(kwargs)  # the first argument, by keyword: positional
                 args = (kwargs.pop(first_name),)
             if kwargs:
-                if kw_fast_plans:
+                if fast_plans:
                     # the key of `(args, kwargs)`: the keywords walk as a dict does
                     # (sorted names, as jax flattens them), after the arguments
-                    key = []
+                    # (an empty `args` walks as `[tuple, 0]`: written out, it
+                    # saves a call in the common all-keyword call)
+                    key = [] if args else [tuple, 0]
                     dyn = []
-                    if walk(args, key, dyn) and walk(kwargs, key, dyn):
-                        found = kw_fast_plans.get(tuple(key))
+                    if (not args or walk(args, key, dyn)) and walk_keywords(
+                        kwargs, key, dyn
+                    ):
+                        found = fast_plans.get(tuple(key))
                         if found is not None:
                             plan, entry = found
             elif fast_plans:
@@ -202,7 +220,7 @@ class _JitWrapper:
                 else:
                     statics = plan.get_statics(leaves)
                     try:
-                        entry = plan.entries.get(statics)
+                        entry = plan.entries.get(plan.key_of(statics))
                     except TypeError:
                         raise _unhashable_error(
                             args, kwargs, plan, self._hidden
@@ -223,8 +241,8 @@ class _JitWrapper:
                     traces = store.traces
                     result = call_inner(conv, entry.jitted, fun_dyn, dyn, plan.n_first)
                     traced = store.traces - traces
-            except BaseException:
-                self._on_error()
+            except BaseException as error:
+                self._on_error(error)  # raises a failed `error_if` check's error
                 raise
             if traced:
                 self._after_trace(traced, args, kwargs, plan)
@@ -291,10 +309,13 @@ class _JitWrapper:
             entry.cold = False
             return result, store.traces - traces
 
-    def _on_error(self) -> None:
-        """After a call that raised: undo what a failed trace left behind."""
+    def _on_error(self, error: BaseException) -> None:
+        """After a call that raised `error`: undo what a failed trace left behind,
+        then raise the [`boxwood.BoxwoodRuntimeError`][] of a failed `error_if`
+        check in place of XLA's report of it (the C path calls this too)."""
         restore_warnings()
         self._store.pending.__dict__.pop("n", None)
+        raise_as_boxwood_error(error)
 
     def _after_trace(self, n: int, args: tuple, kwargs: dict, plan: _Plan) -> None:
         restore_warnings()
@@ -320,7 +341,8 @@ class _JitWrapper:
     def _entry(self, plan: _Plan, statics: tuple, args, kwargs) -> _Entry:
         store = self._store
         with store.lock:
-            entry = plan.only if not statics else plan.entries.get(statics)
+            key = plan.key_of(statics)
+            entry = plan.only if not statics else plan.entries.get(key)
             if entry is not None:
                 return entry
             entry = _Entry()
@@ -328,7 +350,7 @@ class _JitWrapper:
             if plan.get_statics is None:
                 plan.only = entry
             else:
-                plan.entries[statics] = entry
+                plan.entries[key] = entry
         return entry
 
     def _jit(self, store: _Store, plan: _Plan, statics: tuple, entry: _Entry) -> Any:
@@ -517,8 +539,10 @@ def filter_jit(
     - `donate`: `"none"` (default), `"all"` (donate every input array's buffer and
       suppress JAX's "not usable" warning), `"all-except-first"` (all but those of
       the first argument), `"warn"` / `"warn-except-first"` (the same, keeping JAX's
-      warning when a buffer cannot be donated). The arrays of a bound method's
-      module are never donated.
+      warning when a buffer cannot be donated). A bound method's module
+      (`filter_jit(model.__call__)`, `filter_jit(model)`) is donated too, as in
+      Equinox: its arrays are deleted by the call, so pass the model as an
+      argument instead to keep using it.
     - `explain`: `True` warns with a [`boxwood.RecompileWarning`][] on every retrace
       after the first, naming what changed; `None` follows
       `boxwood.config.explain_recompiles`.

@@ -15,7 +15,8 @@ from typing import Any
 
 from .._config import _env_flag
 from .._module._module import CLASS_HOOKS, MODULE_TYPES
-from .._module._register import REBUILD, REBUILD_NAME
+from .._module._register import REBUILD_NAME
+from .._module._static_key import StaticKey
 
 FastCall: Any = None
 Builder: Any = None
@@ -36,7 +37,7 @@ def active() -> bool:
 def _install_rebuild_init(cls: type) -> None:
     """Give a Module class the C rebuild slot (read at class creation)."""
     if install_init is not None:
-        install_init(cls, REBUILD_NAME, REBUILD)
+        install_init(cls, REBUILD_NAME, StaticKey)
 
 
 # classes created before this import (the Module core's own), then every new one

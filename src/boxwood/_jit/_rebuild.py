@@ -46,9 +46,13 @@ def _is_namedtuple(cls: type) -> bool:
     )
 
 
-# Opcodes of a build program (the same numbers as in `_speedups.c`). A program is
-# a tree of tuples, each starting with its opcode.
+# Opcodes of a build program: a tree of tuples, each starting with its opcode. They
+# are defined here only; the C `Builder` is handed them (`OPCODES`) when it is built.
 LEAF, CONST, LIST, TUPLE, NTUPLE, DICT, MODULE, LAZY, CALL = range(9)
+OPCODES = {
+    "leaf": LEAF, "const": CONST, "list": LIST, "tuple": TUPLE, "ntuple": NTUPLE,
+    "dict": DICT, "module": MODULE, "lazy": LAZY, "call": CALL,
+}  # fmt: skip
 # where a node keeps its children (the tuple of child nodes)
 _CHILDREN_AT = {LIST: 1, TUPLE: 1, NTUPLE: 2, DICT: 2, MODULE: 3, CALL: 2}
 
@@ -123,7 +127,7 @@ def _one_level(td: Any) -> Any:
 
 
 def _statics(typ: type, aux: Any) -> dict:
-    """A module's static fields (and the rebuild marker) as they go in its dict."""
+    """A module's static fields (and its static key) as they go in its dict."""
     return dict(zip((*typ._boxwood_static, REBUILD_NAME), aux))
 
 
@@ -208,7 +212,7 @@ def compile_builder(
     except RecursionError:
         return _merging_unflatten(treedef, constants)
     if _native.Builder is not None:
-        return _native.Builder(program)
+        return _native.Builder(program, FLAT, **OPCODES)
     source = _Source()
     text = f"def build(L):\n    return {source.expr(program)}\n"
     code = compile(text, f"<boxwood rebuild of {treedef.num_leaves} leaves>", "exec")

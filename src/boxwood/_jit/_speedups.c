@@ -6,32 +6,35 @@
  * built. It does what the fast path at the top of `_filter_jit.py`'s `call` does, with
  * the same key format and the same table (`_Store.fast_plans`):
  *
- *   1. walk the positional arguments (as one tuple, as the Python path does): arrays, modules carrying their flat form,
- *      tuples/lists/NamedTuples of those and `None` are handled here; any other
- *      object is handed to the Python `walk` (`_flat_cache.py`), which appends to
- *      the same key and leaf lists;
+ *   1. walk the positional arguments (as one tuple, as the Python path does), then
+ *      the keyword arguments (as a dict: sorted names, then the values): arrays,
+ *      modules carrying their flat form, tuples/lists/NamedTuples of those and
+ *      `None` are handled here; any other object is handed to the Python `walk`
+ *      (`_flat_cache.py`), which appends to the same key and leaf lists;
  *   2. look the key up in `fast_plans`, giving `(plan, entry)`;
  *   3. call `entry.jitted` on the dynamic leaves (as `([], first, rest)`, split at
  *      `plan.n_first`, when the first argument is kept out of donation);
  *   4. notice a retrace (`store.traces` moved) and report it to `after_trace`;
  *   5. build the output with `entry.fast_build` (or `entry.output`).
  *
- * Anything else (keyword arguments, a key not in the table, an entry whose first
- * call has not finished, another thread tracing) goes to `fallback`: the Python
- * `call`, which owns every slow path. The C code holds no cache of its own, so
- * the two paths cannot disagree about what is compiled.
+ * Anything else (a key not in the table, an entry whose first call has not
+ * finished, another thread tracing) goes to `fallback`: the Python `call`, which
+ * owns every slow path. The C code holds no cache of its own, so the two paths
+ * cannot disagree about what is compiled.
+ *
+ * The boundary is narrow: C reads no Python attribute by name. The fields it reads
+ * (`entry.cold`, `store.traces`, ...) are read through the descriptors handed to
+ * `FastCall` when it is built, the flat form through the instance-dict key it is
+ * handed, and the Builder's opcodes are handed to each Builder (`_rebuild.py`
+ * numbers them). See `README.md`, "The C boundary".
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <string.h>
 #include <structmember.h>
 
-/* A dict sized for `n` items up front (an instance dict is filled right away). */
-#if PY_VERSION_HEX < 0x030D0000
-#define new_dict(n) _PyDict_NewPresized(n)
-#else
-#define new_dict(n) PyDict_New()
-#endif
+#define MAX_KW 32 /* calls with more keyword arguments take the Python path */
 
 typedef struct {
     PyObject_HEAD
@@ -43,19 +46,49 @@ typedef struct {
     PyObject *store;       /* `_Store`: `traces`, `tracing` */
     PyObject *walk;        /* `_flat_cache.walk(obj, key, dyn) -> bool` */
     PyObject *after_trace; /* `after_trace(n, args, kwargs, plan)` */
-    PyObject *on_error;    /* `on_error()`: called when the compiled call raised */
+    PyObject *on_error;    /* `on_error(exc)`: called when the compiled call raised */
     PyObject *array_type;
     PyObject *array_token;
     PyObject *none_token;
     PyObject *module_types; /* set of module classes */
     PyObject *walkable;     /* dict: type -> bool (`_flat_cache._WALKABLE`) */
     PyObject *fun_dyn;      /* the function's own arrays, or None: call `jitted(dyn)` */
+    PyObject *first_name;   /* donate="...-except-first": the first parameter's name, or None */
+    PyObject *flat_key;     /* the instance-dict key of a module's flat form */
+    PyObject *name;         /* the wrapped function's qualified name (its repr) */
+    /* how to read the Python objects this path uses: member descriptors (slots)
+       and a function, handed over by `_filter_jit.py` (C names no attribute) */
+    PyObject *entry_cold, *entry_jitted, *entry_fast_build, *entry_output;
+    PyObject *plan_n_first, *store_traces, *store_tracing;
     int split_first;        /* call `jitted(fun_dyn, first, rest)` */
     Py_ssize_t hits;
+    /* the last keyword names seen, their sorted order and where each sorted name
+       sits among the call's keywords (call sites pass the same tuple each time) */
+    PyObject *kw_names;
+    PyObject *kw_order;
+    Py_ssize_t kw_perm[MAX_KW];
 } FastCall;
 
-static PyObject *s_flat, *s_cold, *s_tracing, *s_jitted, *s_traces, *s_n_first,
-    *s_fast_build, *s_output;
+/* `obj.<field>`, where `field` is the class's descriptor for it (e.g. a slot's
+ * member descriptor), handed over when the FastCall was built: a new reference. */
+static PyObject *read_field(PyObject *field, PyObject *obj) {
+    descrgetfunc get = Py_TYPE(field)->tp_descr_get;
+    if (get == NULL) {
+        PyErr_SetString(PyExc_TypeError, "FastCall: a field descriptor expected");
+        return NULL;
+    }
+    return get(field, obj, (PyObject *)Py_TYPE(obj));
+}
+
+/* a module's flat form `(token, leaves)` from its instance dict, borrowed; NULL
+ * with no error set when it has none */
+static PyObject *flat_form(PyObject *obj, PyObject *flat_key) {
+    PyObject *dict = PyObject_GenericGetDict(obj, NULL);
+    if (dict == NULL) return NULL;
+    PyObject *flat = PyDict_GetItemWithError(dict, flat_key); /* borrowed */
+    Py_DECREF(dict); /* the instance keeps its dict (and the record) alive */
+    return flat;
+}
 
 /* Walk one object: 1 walked, 0 not walkable (leave it to the slow path), -1 error. */
 static int walk_obj(FastCall *self, PyObject *obj, PyObject *key, PyObject *dyn,
@@ -71,13 +104,13 @@ static int walk_obj(FastCall *self, PyObject *obj, PyObject *key, PyObject *dyn,
     int is_module = PySet_Contains(self->module_types, (PyObject *)t);
     if (is_module < 0) return -1;
     if (is_module) {
-        PyObject *flat = PyObject_GetAttr(obj, s_flat);
-        if (flat == NULL) return -1;
+        PyObject *flat = flat_form(obj, self->flat_key);
+        if (flat == NULL) return PyErr_Occurred() ? -1 : 0;
         if (!PyTuple_CheckExact(flat) || PyTuple_GET_SIZE(flat) != 2 ||
             !PyList_CheckExact(PyTuple_GET_ITEM(flat, 1))) {
-            Py_DECREF(flat); /* None: no flat form */
-            return 0;
+            return 0; /* not a flat form: leave it to the slow path */
         }
+        Py_INCREF(flat);
         PyObject *leaves = PyTuple_GET_ITEM(flat, 1);
         Py_ssize_t n = PyList_GET_SIZE(dyn);
         int err = PyList_Append(key, PyTuple_GET_ITEM(flat, 0)) < 0 ||
@@ -124,21 +157,57 @@ static PyObject *fall_back(FastCall *self, PyObject *const *args, size_t nargsf,
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
-/* `obj.name` is truthy: 1, falsy: 0, error: -1 */
-static int attr_true(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
+/* `obj.<field>` is truthy: 1, falsy: 0, error: -1 */
+static int field_true(PyObject *field, PyObject *obj) {
+    PyObject *v = read_field(field, obj);
     if (v == NULL) return -1;
     int r = PyObject_IsTrue(v);
     Py_DECREF(v);
     return r;
 }
 
+/* The sorted keyword names of a call (a new reference) and, in `perm`, the
+ * position among `kwnames` of each sorted name: the order in which the Python
+ * `walk` visits a dict of the keyword arguments (`_flat_cache._dict_order`). */
+static PyObject *kw_order(FastCall *self, PyObject *kwnames, Py_ssize_t *perm) {
+    Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+    if (kwnames != self->kw_names) {
+        PyObject *names = PySequence_List(kwnames);
+        if (names == NULL) return NULL;
+        if (PyList_Sort(names) < 0) {
+            Py_DECREF(names);
+            return NULL;
+        }
+        PyObject *order = PyList_AsTuple(names);
+        Py_DECREF(names);
+        if (order == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *name = PyTuple_GET_ITEM(order, i);
+            for (Py_ssize_t j = 0; j < n; j++) {
+                if (PyTuple_GET_ITEM(kwnames, j) == name) {
+                    self->kw_perm[i] = j;
+                    break;
+                }
+            }
+        }
+        Py_INCREF(kwnames);
+        Py_XSETREF(self->kw_names, kwnames);
+        Py_XSETREF(self->kw_order, order);
+    }
+    memcpy(perm, self->kw_perm, n * sizeof(Py_ssize_t));
+    Py_INCREF(self->kw_order);
+    return self->kw_order;
+}
+
 static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
                                      size_t nargsf, PyObject *kwnames) {
     FastCall *self = (FastCall *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) ||
-        PyDict_GET_SIZE(self->plans) == 0) {
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (PyDict_GET_SIZE(self->plans) == 0 || nkw > MAX_KW ||
+        (nkw > 0 && nargs == 0 && self->first_name != Py_None)) {
+        /* the last: the first argument may come by keyword (the Python path
+           makes it positional) */
         return fall_back(self, args, nargsf, kwnames);
     }
     PyObject *key = PyList_New(0);
@@ -156,6 +225,19 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
     for (Py_ssize_t i = 0; r == 1 && i < nargs; i++) {
         r = walk_obj(self, args[i], key, dyn, 0);
     }
+    if (r == 1 && nkw > 0) {
+        /* then the keyword arguments, as the Python `walk` of a dict of them */
+        Py_ssize_t perm[MAX_KW];
+        PyObject *order = kw_order(self, kwnames, perm);
+        r = order != NULL && PyList_Append(key, (PyObject *)&PyDict_Type) == 0 &&
+                    PyList_Append(key, order) == 0
+                ? 1
+                : -1;
+        Py_XDECREF(order);
+        for (Py_ssize_t i = 0; r == 1 && i < nkw; i++) {
+            r = walk_obj(self, args[nargs + perm[i]], key, dyn, 0);
+        }
+    }
     if (r < 0) goto done;
     PyObject *found = NULL;
     if (r == 1) {
@@ -171,15 +253,15 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
     Py_INCREF(found); /* the table may change while Python code runs */
     PyObject *plan = PyTuple_GET_ITEM(found, 0);
     PyObject *entry = PyTuple_GET_ITEM(found, 1);
-    int busy = attr_true(entry, s_cold);
-    if (busy == 0) busy = attr_true(self->store, s_tracing);
+    int busy = field_true(self->entry_cold, entry);
+    if (busy == 0) busy = field_true(self->store_tracing, self->store);
     if (busy != 0) {
         if (busy > 0) out = fall_back(self, args, nargsf, kwnames);
         Py_DECREF(found);
         goto done;
     }
-    jitted = PyObject_GetAttr(entry, s_jitted);
-    before = jitted ? PyObject_GetAttr(self->store, s_traces) : NULL;
+    jitted = read_field(self->entry_jitted, entry);
+    before = jitted ? read_field(self->store_traces, self->store) : NULL;
     if (before == NULL) {
         Py_DECREF(found);
         goto done;
@@ -191,7 +273,7 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         PyObject *call_args[2] = {self->fun_dyn, dyn};
         result = PyObject_Vectorcall(jitted, call_args, 2, NULL);
     } else {
-        PyObject *k_obj = PyObject_GetAttr(plan, s_n_first);
+        PyObject *k_obj = read_field(self->plan_n_first, plan);
         Py_ssize_t k = k_obj ? PyLong_AsSsize_t(k_obj) : -1;
         Py_XDECREF(k_obj);
         if (k < 0 && PyErr_Occurred()) {
@@ -213,7 +295,11 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         /* undo what a failed trace left behind, keeping its exception */
         PyObject *exc_type, *exc_value, *exc_tb;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-        PyObject *res = PyObject_CallNoArgs(self->on_error);
+        PyErr_NormalizeException(&exc_type, &exc_value, &exc_tb);
+        if (exc_tb != NULL && exc_value != NULL) PyException_SetTraceback(exc_value, exc_tb);
+        /* `on_error(exc)` cleans up and may raise another exception in its place
+           (a failed `error_if` check); otherwise the original is restored */
+        PyObject *res = exc_value ? PyObject_CallOneArg(self->on_error, exc_value) : NULL;
         Py_XDECREF(res);
         if (res == NULL) {
             Py_XDECREF(exc_type);
@@ -225,7 +311,7 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         Py_DECREF(found);
         goto done;
     }
-    after = PyObject_GetAttr(self->store, s_traces);
+    after = read_field(self->store_traces, self->store);
     if (after == NULL) {
         Py_DECREF(found);
         goto done;
@@ -240,6 +326,11 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
     } else {
         PyObject *n = PyNumber_Subtract(after, before);
         PyObject *kwargs = n ? PyDict_New() : NULL;
+        for (Py_ssize_t i = 0; kwargs != NULL && i < nkw; i++) {
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+                Py_CLEAR(kwargs);
+            }
+        }
         PyObject *argt = kwargs ? PyTuple_New(nargs) : NULL;
         if (argt != NULL) {
             for (Py_ssize_t i = 0; i < nargs; i++) {
@@ -259,7 +350,7 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         }
         Py_DECREF(res);
     }
-    build = PyObject_GetAttr(entry, s_fast_build);
+    build = read_field(self->entry_fast_build, entry);
     if (build == NULL) {
         Py_DECREF(found);
         goto done;
@@ -270,8 +361,8 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         PyObject *fun_dyn = self->fun_dyn == Py_None ? PyList_New(0) : self->fun_dyn;
         if (self->fun_dyn != Py_None) Py_INCREF(fun_dyn);
         if (fun_dyn != NULL) {
-            out = PyObject_CallMethodObjArgs(entry, s_output, fun_dyn, dyn, result,
-                                             NULL);
+            out = PyObject_CallFunctionObjArgs(self->entry_output, entry, fun_dyn, dyn,
+                                               result, NULL);
             Py_DECREF(fun_dyn);
         }
     }
@@ -292,16 +383,31 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     static char *names[] = {"fallback", "plans", "store", "walk", "after_trace",
                             "on_error", "array_type", "array_token", "none_token",
                             "module_types", "walkable", "fun_dyn", "split_first",
-                            NULL};
+                            "first_name", "flat_key", "entry_cold", "entry_jitted",
+                            "entry_fast_build", "entry_output", "plan_n_first",
+                            "store_traces", "store_tracing", "name", NULL};
     PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
         *array_token, *none_token, *module_types, *walkable, *fun_dyn;
+    PyObject *first_name, *flat_key, *entry_cold, *entry_jitted, *entry_fast_build,
+        *entry_output, *plan_n_first, *store_traces, *store_tracing, *name;
     int split_first;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOOO!O!Op:FastCall", names, &fallback, &PyDict_Type,
+            args, kw, "OO!OOOOOOOO!O!OpOUOOOOOOOU:FastCall", names, &fallback, &PyDict_Type,
             &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
-            &fun_dyn, &split_first)) {
+            &fun_dyn, &split_first, &first_name, &flat_key, &entry_cold, &entry_jitted,
+            &entry_fast_build, &entry_output, &plan_n_first, &store_traces,
+            &store_tracing, &name)) {
         return NULL;
+    }
+    PyObject *fields[] = {entry_cold, entry_jitted, entry_fast_build, plan_n_first,
+                          store_traces, store_tracing};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (Py_TYPE(fields[i])->tp_descr_get == NULL) {
+            PyErr_SetString(PyExc_TypeError,
+                            "FastCall: fields must be descriptors (e.g. Cls.slot)");
+            return NULL;
+        }
     }
     if (fun_dyn != Py_None && !PyList_CheckExact(fun_dyn)) {
         PyErr_SetString(PyExc_TypeError, "FastCall: fun_dyn must be a list or None");
@@ -314,8 +420,12 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     KEEP(fallback); KEEP(plans); KEEP(store); KEEP(walk); KEEP(after_trace);
     KEEP(on_error);
     KEEP(array_type); KEEP(array_token); KEEP(none_token); KEEP(module_types);
-    KEEP(walkable); KEEP(fun_dyn);
+    KEEP(walkable); KEEP(fun_dyn); KEEP(first_name); KEEP(flat_key);
+    KEEP(entry_cold); KEEP(entry_jitted); KEEP(entry_fast_build); KEEP(entry_output);
+    KEEP(plan_n_first); KEEP(store_traces); KEEP(store_tracing); KEEP(name);
 #undef KEEP
+    self->kw_names = NULL;
+    self->kw_order = NULL;
     self->split_first = split_first;
     self->hits = 0;
     return (PyObject *)self;
@@ -325,7 +435,10 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
 #define FASTCALL_OBJECTS(X)                                                        \
     X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(on_error)       \
     X(array_type)                                                                  \
-    X(array_token) X(none_token) X(module_types) X(walkable) X(fun_dyn)
+    X(array_token) X(none_token) X(module_types) X(walkable) X(fun_dyn)         \
+    X(first_name) X(kw_names) X(kw_order) X(flat_key) X(entry_cold)              \
+    X(entry_jitted) X(entry_fast_build) X(entry_output) X(plan_n_first)          \
+    X(store_traces) X(store_tracing) X(name)
 
 static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
 #define VISIT(field) Py_VISIT(self->field);
@@ -358,14 +471,7 @@ static PyObject *fastcall_get(PyObject *self, PyObject *obj, PyObject *type) {
 }
 
 static PyObject *fastcall_repr(PyObject *self) {
-    PyObject *name = PyObject_GetAttrString(self, "__qualname__");
-    if (name == NULL) {
-        PyErr_Clear();
-        return PyUnicode_FromFormat("<function (filter_jit) at %p>", self);
-    }
-    PyObject *r = PyUnicode_FromFormat("<function %U at %p>", name, self);
-    Py_DECREF(name);
-    return r;
+    return PyUnicode_FromFormat("<function %U at %p>", ((FastCall *)self)->name, self);
 }
 
 static PyMemberDef fastcall_members[] = {
@@ -405,37 +511,45 @@ static PyTypeObject FastCallType = {
  * with an opcode; the same program is turned into Python source where this
  * extension is not built, so both build exactly the same objects.
  */
+/* What a node does. The opcodes that stand for these in a program are numbered in
+ * `_rebuild.py` (the one definition) and handed to each Builder when it is built;
+ * `handler[opcode]` maps them to these. */
 enum {
-    OP_LEAF = 0,   /* (op, i): leaves[i] */
-    OP_CONST = 1,  /* (op, value) */
-    OP_LIST = 2,   /* (op, children) */
-    OP_TUPLE = 3,  /* (op, children) */
-    OP_NTUPLE = 4, /* (op, cls, children): a NamedTuple (tuple subclass) */
-    OP_DICT = 5,   /* (op, keys, children) */
-    OP_MODULE = 6, /* (op, cls, names, children, statics): instance dict of
-                      {names[i]: child i} then the static fields */
-    OP_LAZY = 7,   /* (op, cls, statics, token, start, stop): static fields and
-                      the flat form (token, leaves[start:stop]) */
-    OP_CALL = 8,   /* (op, fn, children): fn([child, ...]) (other node types) */
+    K_NONE = 0,  /* an opcode with no handler */
+    K_LEAF,   /* (op, i): leaves[i] */
+    K_CONST,  /* (op, value) */
+    K_LIST,   /* (op, children) */
+    K_TUPLE,  /* (op, children) */
+    K_NTUPLE, /* (op, cls, children): a NamedTuple (tuple subclass) */
+    K_DICT,   /* (op, keys, children) */
+    K_MODULE, /* (op, cls, names, children, statics): instance dict of
+                 {names[i]: child i} then the static fields */
+    K_LAZY,   /* (op, cls, statics, token, start, stop): static fields and
+                 the flat form (token, leaves[start:stop]) */
+    K_CALL,   /* (op, fn, children): fn([child, ...]) (other node types) */
 };
+#define MAX_OP 64
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *program;
+    PyObject *flat_key;              /* the instance-dict key of a flat form */
+    unsigned char handler[MAX_OP];   /* opcode -> K_* */
 } Builder;
 
 static PyObject *empty_tuple;
 
-static PyObject *run_node(PyObject *node, PyObject *leaves, int depth);
+static PyObject *run_node(Builder *b, PyObject *node, PyObject *leaves, int depth);
 
 /* Build each child node (a tuple of nodes) into the new list or tuple `out`, of the
  * same length; `out` is released on error. */
-static PyObject *fill(PyObject *out, PyObject *children, PyObject *leaves, int depth) {
+static PyObject *fill(Builder *b, PyObject *out, PyObject *children, PyObject *leaves,
+                      int depth) {
     if (out == NULL) return NULL;
     PyObject **items = PySequence_Fast_ITEMS(out); /* a list's or a tuple's */
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(children); i++) {
-        PyObject *v = run_node(PyTuple_GET_ITEM(children, i), leaves, depth + 1);
+        PyObject *v = run_node(b, PyTuple_GET_ITEM(children, i), leaves, depth + 1);
         if (v == NULL) {
             Py_DECREF(out);
             return NULL;
@@ -446,17 +560,18 @@ static PyObject *fill(PyObject *out, PyObject *children, PyObject *leaves, int d
 }
 
 /* children -> a new list of built objects */
-static PyObject *run_children(PyObject *children, PyObject *leaves, int depth) {
-    return fill(PyList_New(PyTuple_GET_SIZE(children)), children, leaves, depth);
+static PyObject *run_children(Builder *b, PyObject *children, PyObject *leaves,
+                              int depth) {
+    return fill(b, PyList_New(PyTuple_GET_SIZE(children)), children, leaves, depth);
 }
 
 /* children -> a new tuple of type `type` (a NamedTuple is a tuple subclass: its
  * instances are allocated the same way, as `tuple.__new__(cls, items)` does) */
-static PyObject *run_tuple(PyTypeObject *type, PyObject *children, PyObject *leaves,
-                           int depth) {
+static PyObject *run_tuple(Builder *b, PyTypeObject *type, PyObject *children,
+                           PyObject *leaves, int depth) {
     Py_ssize_t n = PyTuple_GET_SIZE(children);
     PyObject *out = type == &PyTuple_Type ? PyTuple_New(n) : type->tp_alloc(type, n);
-    return fill(out, children, leaves, depth);
+    return fill(b, out, children, leaves, depth);
 }
 
 /* a new instance of `cls` (as `object.__new__(cls)`) whose `__dict__` is `values` */
@@ -474,7 +589,7 @@ static PyObject *new_with_dict(PyObject *cls, PyObject *values) {
     return obj;
 }
 
-static PyObject *run_node(PyObject *node, PyObject *leaves, int depth) {
+static PyObject *run_node(Builder *b, PyObject *node, PyObject *leaves, int depth) {
     if (depth > 200) {
         PyErr_SetString(PyExc_RecursionError, "Builder: output tree too deep");
         return NULL;
@@ -485,35 +600,35 @@ static PyObject *run_node(PyObject *node, PyObject *leaves, int depth) {
     }
     long op = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
     Py_ssize_t size = PyTuple_GET_SIZE(node);
-    switch (op) {
-    case OP_LEAF: {
+    switch (op >= 0 && op < MAX_OP ? b->handler[op] : K_NONE) {
+    case K_LEAF: {
         Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 1));
         if (i < 0 && PyErr_Occurred()) return NULL;
         PyObject *v = PyList_GetItem(leaves, i);
         Py_XINCREF(v);
         return v;
     }
-    case OP_CONST: {
+    case K_CONST: {
         PyObject *v = PyTuple_GET_ITEM(node, 1);
         Py_INCREF(v);
         return v;
     }
-    case OP_LIST:
-        return run_children(PyTuple_GET_ITEM(node, 1), leaves, depth);
-    case OP_TUPLE:
-        return run_tuple(&PyTuple_Type, PyTuple_GET_ITEM(node, 1), leaves, depth);
-    case OP_NTUPLE: {
+    case K_LIST:
+        return run_children(b, PyTuple_GET_ITEM(node, 1), leaves, depth);
+    case K_TUPLE:
+        return run_tuple(b, &PyTuple_Type, PyTuple_GET_ITEM(node, 1), leaves, depth);
+    case K_NTUPLE: {
         if (size < 3) break;
         PyObject *cls = PyTuple_GET_ITEM(node, 1);
         if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
             break;
         }
-        return run_tuple((PyTypeObject *)cls, PyTuple_GET_ITEM(node, 2), leaves, depth);
+        return run_tuple(b, (PyTypeObject *)cls, PyTuple_GET_ITEM(node, 2), leaves, depth);
     }
-    case OP_DICT: {
+    case K_DICT: {
         if (size < 3) break;
         PyObject *keys = PyTuple_GET_ITEM(node, 1);
-        PyObject *items = run_children(PyTuple_GET_ITEM(node, 2), leaves, depth);
+        PyObject *items = run_children(b, PyTuple_GET_ITEM(node, 2), leaves, depth);
         if (items == NULL) return NULL;
         PyObject *d = PyDict_New();
         for (Py_ssize_t i = 0; d != NULL && i < PyList_GET_SIZE(items); i++) {
@@ -525,13 +640,13 @@ static PyObject *run_node(PyObject *node, PyObject *leaves, int depth) {
         Py_DECREF(items);
         return d;
     }
-    case OP_MODULE: {
+    case K_MODULE: {
         if (size < 5) break;
         PyObject *names = PyTuple_GET_ITEM(node, 2);
         PyObject *statics = PyTuple_GET_ITEM(node, 4);
-        PyObject *items = run_children(PyTuple_GET_ITEM(node, 3), leaves, depth);
+        PyObject *items = run_children(b, PyTuple_GET_ITEM(node, 3), leaves, depth);
         if (items == NULL) return NULL;
-        PyObject *d = new_dict(PyList_GET_SIZE(items) + PyDict_Size(statics));
+        PyObject *d = PyDict_New();
         for (Py_ssize_t i = 0; d != NULL && i < PyList_GET_SIZE(items); i++) {
             if (PyDict_SetItem(d, PyTuple_GET_ITEM(names, i),
                                PyList_GET_ITEM(items, i)) < 0) {
@@ -547,7 +662,7 @@ static PyObject *run_node(PyObject *node, PyObject *leaves, int depth) {
         Py_DECREF(d);
         return obj;
     }
-    case OP_LAZY: {
+    case K_LAZY: {
         if (size < 6) break;
         Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 4));
         Py_ssize_t stop = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 5));
@@ -558,7 +673,7 @@ static PyObject *run_node(PyObject *node, PyObject *leaves, int depth) {
         PyObject *record = part ? PyTuple_Pack(2, PyTuple_GET_ITEM(node, 3), part)
                                 : NULL;
         Py_XDECREF(part);
-        if (record == NULL || PyDict_SetItem(d, s_flat, record) < 0) {
+        if (record == NULL || PyDict_SetItem(d, b->flat_key, record) < 0) {
             Py_XDECREF(record);
             Py_DECREF(d);
             return NULL;
@@ -568,9 +683,9 @@ static PyObject *run_node(PyObject *node, PyObject *leaves, int depth) {
         Py_DECREF(d);
         return obj;
     }
-    case OP_CALL: {
+    case K_CALL: {
         if (size < 3) break;
-        PyObject *items = run_children(PyTuple_GET_ITEM(node, 2), leaves, depth);
+        PyObject *items = run_children(b, PyTuple_GET_ITEM(node, 2), leaves, depth);
         if (items == NULL) return NULL;
         PyObject *v = PyObject_CallOneArg(PyTuple_GET_ITEM(node, 1), items);
         Py_DECREF(items);
@@ -594,31 +709,51 @@ static PyObject *builder_vectorcall(PyObject *callable, PyObject *const *args,
         PyErr_SetString(PyExc_TypeError, "Builder: the leaves must be a list");
         return NULL;
     }
-    return run_node(((Builder *)callable)->program, args[0], 0);
+    Builder *b = (Builder *)callable;
+    return run_node(b, b->program, args[0], 0);
 }
 
 static PyObject *builder_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *names[] = {"program", NULL};
-    PyObject *program;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!:Builder", names, &PyTuple_Type,
-                                     &program)) {
+    /* the opcode of each node kind, numbered by `_rebuild.py` */
+    static char *names[] = {"program", "flat_key", "leaf", "const", "list", "tuple",
+                            "ntuple", "dict", "module", "lazy", "call", NULL};
+    PyObject *program, *flat_key;
+    int ops[9];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O$iiiiiiiii:Builder", names,
+                                     &PyTuple_Type, &program, &flat_key, &ops[0],
+                                     &ops[1], &ops[2], &ops[3], &ops[4], &ops[5],
+                                     &ops[6], &ops[7], &ops[8])) {
         return NULL;
     }
     Builder *self = (Builder *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
+    memset(self->handler, K_NONE, sizeof(self->handler));
+    for (int k = 0; k < 9; k++) {
+        if (ops[k] < 0 || ops[k] >= MAX_OP || self->handler[ops[k]] != K_NONE) {
+            Py_DECREF(self);
+            PyErr_SetString(PyExc_ValueError,
+                            "Builder: opcodes must be distinct, in [0, 64)");
+            return NULL;
+        }
+        self->handler[ops[k]] = (unsigned char)(K_LEAF + k);
+    }
     self->vectorcall = builder_vectorcall;
     Py_INCREF(program);
     self->program = program;
+    Py_INCREF(flat_key);
+    self->flat_key = flat_key;
     return (PyObject *)self;
 }
 
 static int builder_traverse(Builder *self, visitproc visit, void *arg) {
     Py_VISIT(self->program);
+    Py_VISIT(self->flat_key);
     return 0;
 }
 
 static int builder_clear(Builder *self) {
     Py_CLEAR(self->program);
+    Py_CLEAR(self->flat_key);
     return 0;
 }
 
@@ -650,21 +785,26 @@ static PyTypeObject BuilderType = {
 
 /* ------------------------------------------------------------ install_init
  *
- * JAX's C++ unflatten rebuilds a module with `cls(**fields, _boxwood_rebuild=REBUILD)`.
- * The class's Python `__init__` (`_module._wrap_init`) recognises the marker and
- * makes the keywords its instance dict. `install_init(cls, name, marker)` gives the
+ * JAX's C++ unflatten rebuilds a module with `cls(**fields, _boxwood_rebuild=key)`,
+ * where `key` is the module's static key (of type `_static_key.StaticKey`). The
+ * class's Python `__init__` (`_module._wrap_init`) recognises the key by its type and
+ * makes the keywords its instance dict. `install_init(cls, name, marker_type)` gives the
  * class a C `tp_init` slot that does the same before any Python runs: it receives
  * JAX's keyword dict as it is (CPython's generic slot would look `__init__` up and
  * unpack the dict into a call), and a copy of it becomes the instance dict. Every
- * other call (a user constructing a module) goes to the class's `__init__`, as the
- * generic slot would. Assigning `cls.__init__` later resets the slot to CPython's.
+ * other call (a user constructing a module) goes to CPython's generic slot, which
+ * calls the class's `__init__`. Assigning `cls.__init__` later resets the slot to
+ * CPython's.
  */
-static PyObject *s_init, *rebuild_name, *rebuild_marker;
+static PyObject *rebuild_name, *rebuild_marker; /* marker: a type */
+/* the slot a Python-defined `__init__` gives a class (CPython's `slot_tp_init`),
+ * taken from the classes installed: every other call goes there */
+static initproc generic_init;
 
 static int rebuild_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
     if (kwds != NULL && PyTuple_GET_SIZE(args) == 0) {
         PyObject *mark = PyDict_GetItemWithError(kwds, rebuild_name);
-        if (mark == rebuild_marker) {
+        if (mark != NULL && (PyObject *)Py_TYPE(mark) == rebuild_marker) {
             PyObject *values = PyDict_Copy(kwds);
             if (values == NULL) return -1;
             int err = PyObject_GenericSetDict(self, values, NULL);
@@ -673,37 +813,36 @@ static int rebuild_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
         }
         if (mark == NULL && PyErr_Occurred()) return -1;
     }
-    PyObject *init = _PyType_Lookup(Py_TYPE(self), s_init); /* borrowed */
-    if (init == NULL) {
-        PyErr_SetString(PyExc_TypeError, "the class has no __init__");
-        return -1;
-    }
-    PyObject *bound = Py_TYPE(init)->tp_descr_get
-                          ? Py_TYPE(init)->tp_descr_get(init, self,
-                                                        (PyObject *)Py_TYPE(self))
-                          : (Py_INCREF(init), init);
-    if (bound == NULL) return -1;
-    PyObject *res = PyObject_Call(bound, args, kwds);
-    Py_DECREF(bound);
-    if (res == NULL) return -1;
-    if (res != Py_None) {
-        PyErr_Format(PyExc_TypeError, "__init__() should return None, not '%.200s'",
-                     Py_TYPE(res)->tp_name);
-        Py_DECREF(res);
-        return -1;
-    }
-    Py_DECREF(res);
-    return 0;
+    /* a user's construction: CPython's own slot, which calls the class's `__init__` */
+    return generic_init(self, args, kwds);
 }
 
 static PyObject *install_init(PyObject *module, PyObject *args) {
     PyObject *cls, *name, *marker;
-    if (!PyArg_ParseTuple(args, "O!UO:install_init", &PyType_Type, &cls, &name,
-                          &marker)) {
+    if (!PyArg_ParseTuple(args, "O!UO!:install_init", &PyType_Type, &cls, &name,
+                          &PyType_Type, &marker)) {
         return NULL;
     }
     if (!PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_HEAPTYPE)) {
         PyErr_SetString(PyExc_TypeError, "install_init: a class defined in Python expected");
+        return NULL;
+    }
+    initproc current = ((PyTypeObject *)cls)->tp_init;
+    if (current == rebuild_tp_init) Py_RETURN_NONE; /* installed already */
+    /* an `__init__` defined in Python gives the class CPython's generic slot, which
+       no built-in type has: an `__init__` inherited from one (`dict`, `object`) is
+       turned down */
+    PyObject *mro = ((PyTypeObject *)cls)->tp_mro;
+    int python_init = mro != NULL && PyTuple_Check(mro);
+    for (Py_ssize_t i = 0; python_init && i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (!PyType_HasFeature(base, Py_TPFLAGS_HEAPTYPE) && base->tp_init == current) {
+            python_init = 0;
+        }
+    }
+    if (!python_init || (generic_init != NULL && current != generic_init)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "install_init: the class's __init__ must be defined in Python");
         return NULL;
     }
     if (rebuild_name == NULL) {
@@ -719,13 +858,14 @@ static PyObject *install_init(PyObject *module, PyObject *args) {
         }
         return NULL;
     }
+    generic_init = current;
     ((PyTypeObject *)cls)->tp_init = rebuild_tp_init;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef speedups_methods[] = {
     {"install_init", install_init, METH_VARARGS,
-     "install_init(cls, name, marker): rebuild `cls` from JAX's keywords in C."},
+     "install_init(cls, name, marker_type): rebuild `cls` from JAX's keywords in C."},
     {NULL}};
 
 static struct PyModuleDef speedups_module = {
@@ -737,18 +877,6 @@ static struct PyModuleDef speedups_module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-#define INTERN(var, text) \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
-    INTERN(s_flat, "_boxwood_flat");
-    INTERN(s_cold, "cold");
-    INTERN(s_tracing, "tracing");
-    INTERN(s_jitted, "jitted");
-    INTERN(s_traces, "traces");
-    INTERN(s_n_first, "n_first");
-    INTERN(s_fast_build, "fast_build");
-    INTERN(s_output, "output");
-    INTERN(s_init, "__init__");
-#undef INTERN
     if ((empty_tuple = PyTuple_New(0)) == NULL) return NULL;
     if (PyType_Ready(&FastCallType) < 0 || PyType_Ready(&BuilderType) < 0) {
         return NULL;

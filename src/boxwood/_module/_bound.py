@@ -16,7 +16,8 @@ from typing import Any
 from . import _module as _core
 from ._field import field
 from ._module import Module, _set_dict
-from ._register import REBUILD, REBUILD_NAME
+from ._register import REBUILD_NAME
+from ._static_key import StaticKey
 
 
 class BoundMethod(Module):
@@ -52,11 +53,15 @@ class BoundMethod(Module):
 
 
 _new = object.__new__
+_KEY = StaticKey((BoundMethod, None))  # `_static_key.key` of any bound function
 
 
 def _bind(func: Callable, obj: Any) -> BoundMethod:
     bound = _new(BoundMethod)
-    _set_dict(bound, {"func": func, "instance": obj, REBUILD_NAME: REBUILD})
+    _set_dict(
+        bound,
+        {"func": func, "instance": obj, REBUILD_NAME: _KEY},
+    )
     return bound
 
 

@@ -9,6 +9,7 @@ import types
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from . import _static_key
 from ._abstract import abstract_kind
 from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
 from ._field import converter_of, field, is_static, static_field
@@ -114,8 +115,8 @@ _NOT_GIVEN = object()  # default of the generated `__init__`'s field parameters
 def _wrap_init(cls: Any) -> None:
     """Give `cls` an `__init__` that also serves as the pytree rebuild path.
 
-    JAX's C++ unflatten calls `cls(_boxwood_rebuild=REBUILD, **fields)`. Checking for
-    the sentinel inside `__init__` (rather than in a metaclass `__call__`) keeps the
+    JAX's C++ unflatten calls `cls(_boxwood_rebuild=<StaticKey>, **fields)`. Checking
+    for the key inside `__init__` (rather than in a metaclass `__call__`) keeps the
     rebuild on CPython's fast `type.__call__` path. The `__init__` is generated for
     each class with one keyword parameter per registered field, so that CPython
     binds the fields to parameters (as for a dataclass's own `__init__`) instead of
@@ -139,8 +140,8 @@ def _wrap_init(cls: Any) -> None:
     )
     source = (
         f"def __init__(__bw_self, *__bw_args, {params}{REBUILD_NAME}=None, **__bw_kw):\n"
-        f"    if {REBUILD_NAME} is __bw_REBUILD:\n"
-        f"        __bw_set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: __bw_REBUILD}})\n"
+        f"    if {REBUILD_NAME}.__class__ is __bw_Key or {REBUILD_NAME} is __bw_REBUILD:\n"
+        f"        __bw_set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: {REBUILD_NAME}}})\n"
         "        return\n"
         f"{regather}"
         "    __bw_construct(__bw_self, __bw_args, __bw_kw)\n"
@@ -148,6 +149,7 @@ def _wrap_init(cls: Any) -> None:
     set_dict = globals().get("_set_dict") or _set_dict_slowly  # Module itself: slowly
     namespace = {
         "__bw_NOT_GIVEN": _NOT_GIVEN, "__bw_REBUILD": REBUILD,
+        "__bw_Key": _static_key.StaticKey,
         "__bw_set_dict": set_dict, "__bw_construct": construct,
     }  # fmt: skip
     exec(
@@ -285,13 +287,14 @@ def _constructor(user_init: Any) -> Any:
         if cls.__boxwood_abstract__:
             names = sorted(cls.__boxwood_abstract__)
             raise TypeError(MSG_ABSTRACT.format(cls=cls.__name__, **plural(names)))
-        self.__dict__[REBUILD_NAME] = REBUILD  # see _register.py
+        self.__dict__[REBUILD_NAME] = cls._boxwood_rebuild  # see _register.py
         _INITIALISING.add(key)
         try:
             user_init(self, *args, **kwargs)
         finally:
             _INITIALISING.discard(key)
         _finish_init(cls, self)
+        self.__dict__[REBUILD_NAME] = _static_key.key(cls, self.__dict__)
 
     return construct
 

@@ -3,17 +3,19 @@
 `jax.tree_util.register_dataclass` flattens in C++ (as fast as JAX gets), but its
 unflatten calls `cls(**fields)`, which would run a user's custom `__init__` and its
 converters on every rebuild. We register one extra *meta* field, `_boxwood_rebuild`,
-whose value is a class attribute holding a private sentinel. C++ unflatten therefore
-calls `cls(_boxwood_rebuild=SENTINEL, **fields)`, and the class's `__init__` (or,
-with the C extension, its C `tp_init` slot; see `_module._wrap_init`) recognises the
-sentinel and fills the instance's `__dict__` directly. Every instance
-also holds the sentinel in its own `__dict__` (an instance-dict hit is the cheapest
-attribute read for the C++ flatten: measured 1.1x a plain dataclass, against 1.4x
-for a class attribute); the class attribute remains as a fallback.
+whose value is the instance's static key (`_static_key.StaticKey`: its class and the
+strict form of its static fields, so that treedefs also tell apart what `==` on the
+static values does not). C++ unflatten therefore calls
+`cls(_boxwood_rebuild=<a StaticKey>, **fields)`, and the class's `__init__` (or,
+with the C extension, its C `tp_init` slot; see `_module._wrap_init`) recognises
+the key by its type and fills the instance's `__dict__` directly. Every instance
+holds its key in its own `__dict__` (an instance-dict hit is the cheapest attribute
+read for the C++ flatten: measured 1.1x a plain dataclass, against 1.4x for a class
+attribute); a class attribute (the class alone) remains as a fallback.
 
 `register_dataclass` checks that the registered names equal the dataclass's
-`init=True` fields; the sentinel is not a field, so during registration we show it a
-field table that includes the sentinel. Nothing else sees that table.
+`init=True` fields; the key is not a field, so during registration we show it a
+field table that includes it. Nothing else sees that table.
 """
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ from typing import Any
 
 import jax
 
+from ._static_key import StaticKey
+
 REBUILD_NAME = "_boxwood_rebuild"
 
 
 class _RebuildSentinel:
+    """The marker of earlier versions (kept so that their pickles load: such a
+    module is rebuilt through its class, as any construction)."""
+
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -42,7 +49,8 @@ REBUILD = _RebuildSentinel()
 
 def register(cls: type, data_fields: list[str], meta_fields: list[str]) -> None:
     """Register `cls` (already a dataclass) with JAX's C++ dataclass flattening."""
-    setattr(cls, REBUILD_NAME, REBUILD)
+    # the key of an instance without one of its own: the class alone
+    setattr(cls, REBUILD_NAME, StaticKey((cls,)))
     real = cls.__dict__["__dataclass_fields__"]
     # Non-init fields are state too: show them as init fields so that they can be
     # registered (the rebuild path never calls `__init__`).
@@ -53,10 +61,10 @@ def register(cls: type, data_fields: list[str], meta_fields: list[str]) -> None:
             f = copy.copy(f)
             f.init = True
         shown[name] = f
-    sentinel_field: Any = dataclasses.field(default=None)
-    sentinel_field.name = REBUILD_NAME
-    sentinel_field._field_type = dataclasses._FIELD  # pyright: ignore[reportAttributeAccessIssue]
-    shown[REBUILD_NAME] = sentinel_field
+    key_field: Any = dataclasses.field(default=None)
+    key_field.name = REBUILD_NAME
+    key_field._field_type = dataclasses._FIELD  # pyright: ignore[reportAttributeAccessIssue]
+    shown[REBUILD_NAME] = key_field
     type.__setattr__(cls, "__dataclass_fields__", shown)
     try:
         jax.tree_util.register_dataclass(
