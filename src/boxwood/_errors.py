@@ -265,9 +265,9 @@ def error_if(x: Any, pred: Any, msg: str, *, on_error: str = "default") -> Any:
 
     `x`, unchanged.
 
-    Under `jax.jit` the error reaches Python as a `jax.errors.JaxRuntimeError` whose
-    message contains `BoxwoodRuntimeError: <msg>`; without a compiled computation (a
-    `pred` known at trace time, or eager code) it is a `BoxwoodRuntimeError`.
+    Inside `boxwood.filter_jit`, in eager code and for a `pred` known at trace time,
+    the error is a `BoxwoodRuntimeError`. Under a plain `jax.jit` it reaches Python as
+    a `jax.errors.JaxRuntimeError` whose message contains `BoxwoodRuntimeError: <msg>`.
 
     >>> import boxwood, jax, jax.numpy as jnp
     >>> @jax.jit
