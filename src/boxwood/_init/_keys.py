@@ -27,17 +27,35 @@ def _rotl(x: np.ndarray, d: int) -> np.ndarray:
 def threefry2x32(k0: Any, k1: Any, x0: np.ndarray, x1: np.ndarray) -> tuple:
     """The Threefry-2x32 hash (20 rounds) of the counters `(x0, x1)` under the key
     `(k0, k1)`, on uint32 NumPy arrays; the same function as JAX's
-    `threefry2x32_p`."""
-    ks = (np.uint32(k0), np.uint32(k1), np.uint32(k0) ^ np.uint32(k1) ^ _PARITY)
+    `threefry2x32_p`. (`x0`, `x1` are left unchanged; the rounds run in place on
+    copies, so large inputs make few temporaries.)"""
+    k0, k1 = np.uint32(k0), np.uint32(k1)
+    ks = (k0, k1, k0 ^ k1 ^ _PARITY)
     x0, x1 = x0 + ks[0], x1 + ks[1]
+    spare = np.empty_like(x1)
     with np.errstate(over="ignore"):
         for i in range(5):
             for r in _ROTATIONS[i % 2]:
-                x0 = x0 + x1
-                x1 = _rotl(x1, r) ^ x0
-            x0 = x0 + ks[(i + 1) % 3]
-            x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+                np.add(x0, x1, out=x0)
+                np.left_shift(x1, np.uint32(r), out=spare)  # x1 <<< r, then ^ x0
+                np.right_shift(x1, np.uint32(32 - r), out=x1)
+                np.bitwise_or(x1, spare, out=x1)
+                np.bitwise_xor(x1, x0, out=x1)
+            np.add(x0, ks[(i + 1) % 3], out=x0)
+            np.add(x1, ks[(i + 2) % 3] + np.uint32(i + 1), out=x1)
     return x0, x1
+
+
+def counter_bits(data: np.ndarray, offset: int, num: int) -> tuple:
+    """The two uint32 words of Threefry's partitionable random bits for the flat
+    indices `offset, ..., offset + num - 1` of a draw with the key `data`: the hash
+    of the counter `(index >> 32, index & 0xFFFFFFFF)`, as JAX's
+    `threefry_random_bits` computes it (before the words are combined for a bit
+    width)."""
+    index = np.arange(offset, offset + num, dtype=np.uint64)
+    hi = (index >> np.uint64(32)).astype(np.uint32)
+    lo = (index & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    return threefry2x32(data[0], data[1], hi, lo)
 
 
 def _is_tracer(x: Any) -> bool:
