@@ -23,6 +23,7 @@ BUILD_CASES = {
     "mlp": "MLP(64, 10, 256, depth=8)",
     "cnn": "CNN: 4 Conv2d + BatchNorm, Linear head",
     "transformer": "transformer, 12 blocks (d=128)",
+    "keys": "transformer's jax.random.split calls alone (same code in both)",
     "gru": "GRUCell(64, 256)",
     "lstm": "LSTMCell(64, 256)",
 }
