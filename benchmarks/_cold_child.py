@@ -24,7 +24,16 @@ _EVENTS = {
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
     "/jax/core/compile/backend_compile_duration": "compile",
 }
-CASES = ("mlp", "cnn", "transformer", "keys", "gru", "lstm", "step_list", "step_stacked")
+CASES = (
+    "mlp",
+    "cnn",
+    "transformer",
+    "keys",
+    "gru",
+    "lstm",
+    "step_list",
+    "step_stacked",
+)
 D_MODEL, HEADS, BLOCKS, SEQ, BATCH = 128, 4, 12, 16, 4
 
 

@@ -6,12 +6,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from jax.extend.random import threefry2x32_p
 
 import boxwood
 import boxwood.nn as nn
 from boxwood import _init
 from boxwood._init import _draw, _keys
-from jax.extend.random import threefry2x32_p
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
 SHAPES = [
@@ -85,9 +85,7 @@ def _record_kernels(monkeypatch):
     # The `host_bits` flag of every kernel a draw asks for.
     flags = []
     original = _draw._kernel
-    monkeypatch.setattr(
-        _draw, "_kernel", lambda *a: flags.append(a[2]) or original(*a)
-    )
+    monkeypatch.setattr(_draw, "_kernel", lambda *a: flags.append(a[2]) or original(*a))
     return flags
 
 

@@ -199,11 +199,11 @@ def test_layernorm_groupnorm_trace_lean(getkey):
     # No nested `jit` (as `jnp.var` adds) and one subtraction of the mean: this is
     # what keeps the compile of many unrolled blocks short.
     x = jr.normal(getkey(), (4, 6, 8))
-    for norm in [nn.LayerNorm(8), nn.GroupNorm(2, 6, channelwise_affine=False)]:
-        f = jax.vmap(jax.vmap(norm)) if isinstance(norm, nn.LayerNorm) else None
-        f = f or jax.vmap(norm)
-        jaxpr = jax.make_jaxpr(jax.grad(lambda x: f(x).sum()))(x)
+    layer_norm = jax.vmap(jax.vmap(nn.LayerNorm(8)))
+    group_norm = jax.vmap(nn.GroupNorm(2, 6, channelwise_affine=False))
+    for norm in [layer_norm, group_norm]:
+        jaxpr = jax.make_jaxpr(jax.grad(lambda x, norm=norm: norm(x).sum()))(x)
         names = [e.primitive.name for e in jaxpr.eqns]
         assert "jit" not in names and "pjit" not in names, names
-        forward = jax.make_jaxpr(f)(x)
+        forward = jax.make_jaxpr(norm)(x)
         assert [e.primitive.name for e in forward.eqns].count("sub") == 1
