@@ -70,7 +70,9 @@ def test_float64_bit_identical():
                 assert _bits(fast) == _bits(_direct(dist, key, shape, jnp.float64))
 
 
-def test_one_kernel_per_distribution_and_dtype():
+def test_one_kernel_per_distribution_and_dtype(monkeypatch):
+    # (All on the host-bits path: the process-wide count starts afresh.)
+    monkeypatch.setattr(_draw, "_host_hashed", 0)
     _draw._kernel.cache_clear()
     key = jr.key(0)
     for shape in [(3,), (64, 256), (10, 7, 2), (_draw.CHUNK * 3,)]:
