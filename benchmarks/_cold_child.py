@@ -24,7 +24,16 @@ _EVENTS = {
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
     "/jax/core/compile/backend_compile_duration": "compile",
 }
-CASES = ("mlp", "cnn", "transformer", "gru", "lstm", "step_list", "step_stacked")
+CASES = (
+    "mlp",
+    "cnn",
+    "transformer",
+    "keys",
+    "gru",
+    "lstm",
+    "step_list",
+    "step_stacked",
+)
 D_MODEL, HEADS, BLOCKS, SEQ, BATCH = 128, 4, 12, 16, 4
 
 
@@ -97,6 +106,8 @@ def _build(lib, case: str, key):
                  for c_in, c_out, k in zip((3, 16, 32, 64), (16, 32, 64, 64), keys)]  # fmt: skip
         norms = [nn.BatchNorm(c, axis_name="batch") for c in (16, 32, 64, 64)]
         return convs, norms, nn.Linear(64, 10, key=keys[4])
+    if case == "keys":  # the transformer's own key splitting, without the layers
+        return [_split(k) for k in _split(key, BLOCKS)]
     block = _block_class(lib)
     if case == "step_stacked":
         return nn.Stacked(block, BLOCKS, key=key)

@@ -23,6 +23,7 @@ BUILD_CASES = {
     "mlp": "MLP(64, 10, 256, depth=8)",
     "cnn": "CNN: 4 Conv2d + BatchNorm, Linear head",
     "transformer": "transformer, 12 blocks (d=128)",
+    "keys": "transformer's jax.random.split calls alone (same code in both)",
     "gru": "GRUCell(64, 256)",
     "lstm": "LSTMCell(64, 256)",
 }
@@ -45,7 +46,7 @@ def _child(lib: str, case: str, cache: str | None = None) -> dict:
 
 def _round_robin(jobs: list[tuple], reps: int) -> dict[tuple, list[dict]]:
     results: dict[tuple, list[dict]] = {job: [] for job in jobs}
-    for rep in range(reps):
+    for rep in range(reps if jobs else 0):
         for job in jobs[rep % len(jobs) :] + jobs[: rep % len(jobs)]:
             print(f"  [cold start] rep {rep + 1}/{reps}: {job}", file=sys.stderr)
             results[job].append(_child(*job))
@@ -87,26 +88,63 @@ def _warm_restart(reps: int) -> list[dict]:
     return _rows(case, "total", "total", samples, "first process")
 
 
-def run(quick: bool) -> list[dict]:
-    reps = 1 if quick else 3
+def run(quick: bool, cases: list[str] | None = None, reps: int | None = None) -> list:
+    """The cold-start rows. `cases` (default: all; `--quick`: `mlp`, `transformer`
+    and the step cases) picks among `BUILD_CASES`, `STEP_CASES` and `"warm"` (the
+    warm restart); `reps` overrides the repetitions (3; `--quick`: 1)."""
+    reps = reps or (1 if quick else 3)
+    if cases is None:
+        cases = ["mlp", "transformer"] if quick else list(BUILD_CASES)
+        cases += [*STEP_CASES, "warm"]
+    unknown = set(cases) - {*BUILD_CASES, *STEP_CASES, "warm"}
+    if unknown:
+        raise ValueError(f"unknown cold-start cases {sorted(unknown)}")
     rows = []
-    cases = list(BUILD_CASES) if not quick else ["mlp", "transformer"]
-    jobs = [(lib, case) for case in cases for lib in ("boxwood", "equinox")]
+    build = [c for c in BUILD_CASES if c in cases]
+    jobs = [(lib, case) for case in build for lib in ("boxwood", "equinox")]
     results = _round_robin(jobs, reps)
-    for case in cases:
+    for case in build:
         samples = {lib: results[(lib, case)] for lib in ("boxwood", "equinox")}
         rows += _rows(BUILD_CASES[case], "build", "build", samples, "equinox")
-    jobs = [
-        ("boxwood", "step_list"),
-        ("equinox", "step_list"),
-        ("boxwood", "step_stacked"),
-    ]
+    steps = [c for c in STEP_CASES if c in cases]
+    jobs = [("boxwood", case) for case in steps]
+    jobs += [("equinox", "step_list")] if steps else []
     results = _round_robin(jobs, reps)
-    for case in STEP_CASES:
+    for case in steps:
         samples = {
             "boxwood": results[("boxwood", case)],
             "equinox": results[("equinox", "step_list")],
         }
         for metric in ("total", "build", "step", "trace", "lower", "compile"):
             rows += _rows(STEP_CASES[case], metric, metric, samples, "equinox")
-    return rows + _warm_restart(reps)
+    return rows + (_warm_restart(reps) if "warm" in cases else [])
+
+
+def main(argv: list[str]) -> None:
+    """`python benchmarks/bench_cold_start.py [--cases a,b] [--reps N] [--out F]`:
+    run chosen cases only, print their rows as a table, and write them (with every
+    sample) to the JSON file `F`."""
+    import argparse
+    import datetime
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", help="comma-separated, e.g. transformer,lstm")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", help="JSON file for the rows")
+    args = parser.parse_args(argv)
+    cases = args.cases.split(",") if args.cases else None
+    load = os.getloadavg()[0]
+    start = datetime.datetime.now(datetime.timezone.utc)
+    rows = run(False, cases, args.reps)
+    print(f"{start:%Y-%m-%d %H:%M} UTC, load average at start {load:.1f}, "
+          f"at end {os.getloadavg()[0]:.1f}, {args.reps} repetitions")  # fmt: skip
+    for r in rows:
+        ratio = "" if r.get("ratio") is None else f" ({r['ratio']:.2f}x)"
+        print(f"| {r['case']} | {r['metric']} | {r['contender']} | "
+              f"{r['value']:.3g} s{ratio} |")  # fmt: skip
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -6,11 +6,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from jax.extend.random import threefry2x32_p
 
 import boxwood
 import boxwood.nn as nn
 from boxwood import _init
-from boxwood._init import _draw
+from boxwood._init import _draw, _keys
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
 SHAPES = [
@@ -69,7 +70,9 @@ def test_float64_bit_identical():
                 assert _bits(fast) == _bits(_direct(dist, key, shape, jnp.float64))
 
 
-def test_one_kernel_per_distribution_and_dtype():
+def test_one_kernel_per_distribution_and_dtype(monkeypatch):
+    # (All on the host-bits path: the process-wide count starts afresh.)
+    monkeypatch.setattr(_draw, "_host_hashed", 0)
     _draw._kernel.cache_clear()
     key = jr.key(0)
     for shape in [(3,), (64, 256), (10, 7, 2), (_draw.CHUNK * 3,)]:
@@ -78,6 +81,51 @@ def test_one_kernel_per_distribution_and_dtype():
     _init.normal(key, (5,), jnp.float32)
     _init.uniform(key, (5,), jnp.bfloat16, -1.0, 1.0)
     assert _draw._kernel.cache_info().currsize == 3
+
+
+def _record_kernels(monkeypatch):
+    # The `host_bits` flag of every kernel a draw asks for.
+    flags = []
+    original = _draw._kernel
+    monkeypatch.setattr(_draw, "_kernel", lambda *a: flags.append(a[2]) or original(*a))
+    return flags
+
+
+@pytest.mark.parametrize("dist", ["uniform", "normal", "truncated_normal"])
+def test_device_bits_kernel_bit_identical(dist, monkeypatch):
+    # Past HOST_BITS_LIMIT the kernel hashes the counters itself: same bits.
+    monkeypatch.setattr(_draw, "HOST_BITS_LIMIT", 0)
+    flags = _record_kernels(monkeypatch)
+    key = jr.key(7)
+    for shape, dtype in [((37, 53), jnp.float32), ((_draw.CHUNK + 1,), jnp.bfloat16)]:
+        fast = _fast(dist, key, shape, dtype)
+        assert _bits(fast) == _bits(_direct(dist, key, shape, dtype)), shape
+    assert flags == [False, False]
+
+
+def test_host_bits_until_the_limit_then_device_bits(monkeypatch):
+    monkeypatch.setattr(_draw, "_host_hashed", 0)
+    monkeypatch.setattr(_draw, "HOST_BITS_LIMIT", 100)
+    flags = _record_kernels(monkeypatch)
+    key = jr.key(1)
+    small = _init.uniform(key, (95,), jnp.float32, -1.0, 1.0)  # 95 <= 100: host
+    big = _init.uniform(key, (6,), jnp.float32, -1.0, 1.0)  # 101 > 100: device
+    assert flags == [True, False]
+    assert _draw._host_hashed == 95
+    for fast, shape in [(small, (95,)), (big, (6,))]:
+        assert _bits(fast) == _bits(jr.uniform(key, shape, jnp.float32, -1.0, 1.0))
+
+
+def test_counter_bits_match_threefry_across_the_high_word():
+    data = np.array([0x12345678, 0x9ABCDEF0], np.uint32)
+    offset = 2**32 - 3  # the low word wraps, the high word carries
+    index = np.arange(offset, offset + 6, dtype=np.uint64)
+    hi = jnp.asarray((index >> np.uint64(32)).astype(np.uint32))
+    lo = jnp.asarray((index & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+    want = threefry2x32_p.bind(jnp.uint32(data[0]), jnp.uint32(data[1]), hi, lo)
+    got = _keys.counter_bits(data, offset, 6)
+    for g, w in zip(got, want):
+        assert _bits(g) == _bits(w)
 
 
 def _count_chunk_calls(monkeypatch):
@@ -149,6 +197,18 @@ def test_split_keys_bit_identical(make_key):
                 jr.key_data(direct),
             )
         assert _bits(jnp.stack(keys)) == _bits(direct)
+
+
+@pytest.mark.parametrize("num", [1, 2, 3, 8])
+def test_small_threefry_matches_array_threefry(num, monkeypatch):
+    # Up to `_SMALL` counters the hash runs on Python ints; the NumPy rounds agree.
+    rng = np.random.default_rng(num)
+    x0, x1 = (rng.integers(0, 2**32, (num,), dtype=np.uint32) for _ in range(2))
+    small = _keys.threefry2x32(0x9E3779B9, 0xFFFFFFFF, x0, x1)
+    monkeypatch.setattr(_keys, "_SMALL", 0)
+    array = _keys.threefry2x32(0x9E3779B9, 0xFFFFFFFF, x0, x1)
+    for a, b in zip(small, array):
+        assert _bits(a) == _bits(b)
 
 
 def test_split_keys_traced_key():

@@ -173,3 +173,37 @@ def test_state_passthrough():
         y, out_state = norm(x, state)
         assert out_state is state
         np.testing.assert_array_equal(y, norm(x))
+
+
+def _reference_standardise(y, eps, axis=None):
+    mean = jnp.mean(y, axis=axis, keepdims=True)
+    var = jnp.maximum(jnp.var(y, axis=axis, keepdims=True), 0.0)
+    return (y - mean) * jax.lax.rsqrt(var + eps)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_layernorm_groupnorm_match_mean_var_formula(getkey, scale):
+    x = jr.normal(getkey(), (6, 35)) * scale + 2.0
+    ln = nn.LayerNorm((6, 35), use_weight=False, use_bias=False)
+    gn = nn.GroupNorm(3, 6, channelwise_affine=False)
+    want_ln = _reference_standardise(x, 1e-5)
+    want_gn = _reference_standardise(x.reshape(3, -1), 1e-5, axis=1).reshape(6, 35)
+    # The same formula; XLA may order the reductions differently (last bits).
+    np.testing.assert_allclose(ln(x), want_ln, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gn(x), want_gn, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jax.jit(ln)(x), want_ln, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jax.jit(gn)(x), want_gn, rtol=1e-5, atol=1e-6)
+
+
+def test_layernorm_groupnorm_trace_lean(getkey):
+    # One subtraction of the mean (`jnp.var` would centre a second time, which made
+    # the compile of many unrolled blocks twice as long), and no nested `jit`.
+    x = jr.normal(getkey(), (4, 6, 8))
+    layer_norm = jax.vmap(jax.vmap(nn.LayerNorm(8)))
+    group_norm = jax.vmap(nn.GroupNorm(2, 6, channelwise_affine=False))
+    for norm in [layer_norm, group_norm]:
+        jaxpr = jax.make_jaxpr(jax.grad(lambda x, norm=norm: norm(x).sum()))(x)
+        names = [e.primitive.name for e in jaxpr.eqns]
+        assert "jit" not in names and "pjit" not in names, names
+        forward = jax.make_jaxpr(norm)(x)
+        assert [e.primitive.name for e in forward.eqns].count("sub") == 1

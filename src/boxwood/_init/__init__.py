@@ -3,6 +3,10 @@ dtype) instead of one per parameter shape, host-side key splitting, and
 `nn.init`. See README.md."""
 
 from ._apply import init as init
+from ._const import full as full
+from ._const import ones as ones
+from ._const import scalar as scalar
+from ._const import zeros as zeros
 from ._draw import draw as draw
 from ._draw import normal as normal
 from ._draw import truncated_normal as truncated_normal

@@ -1,19 +1,29 @@
-"""Fast random draws: one compiled kernel per (distribution, dtype), values
-bit-identical to the `jax.random` call they replace.
+"""Fast random draws: no compiled kernel per shape, values bit-identical to the
+`jax.random` call they replace.
 
 Why: outside `jit`, each `jax.random.uniform(key, shape)` compiles an XLA kernel for
 that shape (0.1-0.8 s each on a 2-core machine), and a model's constructor draws
 many shapes. With `jax_threefry_partitionable=True` (JAX's default) element `i`
-of a draw depends only on the key and on its flat index `i`. So a kernel that draws
-a fixed-size *chunk* of elements starting at an offset serves every shape: a
-parameter of `n` elements is `ceil(n / CHUNK)` calls of the same kernel, joined on
-the host and put back on the device.
+of a draw depends only on the key and on its flat index `i`. So a kernel that turns
+a fixed-size *chunk* of elements starting at an offset into values serves every
+shape: a parameter of `n` elements is `ceil(n / CHUNK)` calls of the same kernel,
+joined on the host and put back on the device.
 
-The chunk kernel calls the very `jax.random` function it replaces, on a key of a
-private PRNG implementation (`_CHUNK_IMPL`) whose random bits are Threefry's at
-`offset + i`; so the float arithmetic (scaling, `erf_inv`, clipping) is JAX's own.
-Where the premise does not hold the draw falls back to the direct call: see
-`_fast_ok`.
+Two kernels per (distribution, dtype), chosen per draw:
+
+- *host bits* (the first `HOST_BITS_LIMIT` elements a process draws): the Threefry
+  hash of the counters is computed in NumPy (`_keys.counter_bits`), and the kernel
+  only turns those bits into values, a handful of elementwise operations that XLA
+  compiles several times faster than the hash. A small model never compiles the
+  hash at all.
+- *device bits* (everything after): the kernel hashes the counters itself, on a key
+  of a private PRNG implementation (`_CHUNK_IMPL`) whose random bits are
+  Threefry's at `offset + i`. Its one larger compile is paid once, where hashing
+  on the host would cost more than compiling.
+
+Either way the kernel calls the very `jax.random` function it replaces, so the
+float arithmetic (scaling, `erf_inv`, clipping) is JAX's own. Where the premise
+does not hold the draw falls back to the direct call: see `_fast_ok`.
 """
 
 from __future__ import annotations
@@ -31,15 +41,32 @@ import numpy as np
 from jax import lax
 from jax.extend.random import define_prng_impl, threefry2x32_p
 
-from ._keys import host_key
+from ._keys import counter_bits, host_key
 
 #: Elements drawn per kernel call.
 CHUNK = 1 << 15
 #: Larger draws go to `jax.random` directly: their compile is small next to the
 #: work, and the host round trip would not pay.
 MAX_FAST_SIZE = 1 << 22
+#: Elements a process hashes on the host before its draws move to the device-bits
+#: kernel (about the time one compile of the hash takes, on a 2-core machine).
+HOST_BITS_LIMIT = 1 << 22
 
 _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+_host_hashed = 0  # elements hashed on the host so far in this process
+
+
+def _combine(bits1: Any, bits2: Any, bit_width: int) -> Any:
+    """The random bits of width `bit_width` from Threefry's two output words, as
+    `threefry_random_bits` combines them."""
+    dtype = _UINT[bit_width]
+    if bit_width == 64:
+        high = lax.convert_element_type(bits1, dtype)
+        low = lax.convert_element_type(bits2, dtype)
+        return lax.shift_left(high, jnp.asarray(32, dtype)) | low
+    if bit_width == 32:
+        return bits1 ^ bits2
+    return lax.convert_element_type(bits1 ^ bits2, dtype)
 
 
 def _chunk_bits(data: Any, bit_width: int, shape: tuple[int, ...]) -> Any:
@@ -49,15 +76,13 @@ def _chunk_bits(data: Any, bit_width: int, shape: tuple[int, ...]) -> Any:
     lo = lax.iota(np.uint32, n) + data[2]
     hi = jnp.broadcast_to(data[3], (n,)) + (lo < data[2]).astype(np.uint32)
     bits1, bits2 = threefry2x32_p.bind(data[0], data[1], hi, lo)
-    bits1, bits2 = bits1.reshape(shape), bits2.reshape(shape)
-    dtype = _UINT[bit_width]
-    if bit_width == 64:
-        high = lax.convert_element_type(bits1, dtype)
-        low = lax.convert_element_type(bits2, dtype)
-        return lax.shift_left(high, jnp.asarray(32, dtype)) | low
-    if bit_width == 32:
-        return bits1 ^ bits2
-    return lax.convert_element_type(bits1 ^ bits2, dtype)
+    return _combine(bits1.reshape(shape), bits2.reshape(shape), bit_width)
+
+
+def _given_bits(data: Any, bit_width: int, shape: tuple[int, ...]) -> Any:
+    """The random bits carried by the key itself: `data` is Threefry's two output
+    words, computed on the host, for `CHUNK` flat indices."""
+    return _combine(data[0].reshape(shape), data[1].reshape(shape), bit_width)
 
 
 def _unsupported(*args: Any) -> Any:
@@ -72,6 +97,15 @@ _CHUNK_IMPL = define_prng_impl(
     fold_in=_unsupported,
     name="boxwood_chunk",
     tag="bwc",
+)
+_BITS_IMPL = define_prng_impl(
+    key_shape=(2, CHUNK),
+    seed=_unsupported,
+    split=_unsupported,
+    random_bits=_given_bits,
+    fold_in=_unsupported,
+    name="boxwood_bits",
+    tag="bwb",
 )
 
 
@@ -99,13 +133,15 @@ DISTRIBUTIONS: dict[str, Callable[..., Any]] = {
 
 
 @functools.lru_cache(maxsize=64)
-def _kernel(dist: str, dtype: np.dtype) -> Callable[..., Any]:
-    """The compiled chunk kernel for `dist` in `dtype` (bounded cache: at most one
-    entry per distribution and dtype, and at most 64)."""
+def _kernel(dist: str, dtype: np.dtype, host_bits: bool) -> Callable[..., Any]:
+    """The compiled chunk kernel for `dist` in `dtype`, taking the host's random
+    bits (`host_bits`) or hashing the counters itself (bounded cache: at most two
+    entries per distribution and dtype, and at most 64)."""
     draw = DISTRIBUTIONS[dist]
+    impl = _BITS_IMPL if host_bits else _CHUNK_IMPL
 
     def kernel(data: Any, *params: Any) -> Any:
-        key = jr.wrap_key_data(data, impl=_CHUNK_IMPL)
+        key = jr.wrap_key_data(data, impl=impl)
         return draw(key, (CHUNK,), dtype, *params)
 
     return jax.jit(kernel)
@@ -115,15 +151,28 @@ def _fast_ok(shape: tuple[int, ...], dtype: np.dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.floating) and math.prod(shape) <= MAX_FAST_SIZE
 
 
+def _host_words(data: np.ndarray, offset: int, num: int) -> np.ndarray:
+    words = np.zeros((2, CHUNK), np.uint32)
+    words[0, :num], words[1, :num] = counter_bits(data, offset, num)
+    return words
+
+
 def _draw_chunks(dist: str, data: np.ndarray, size: int, dtype: Any, params: tuple):
-    kernel = _kernel(dist, dtype)
+    global _host_hashed
+    host_bits = _host_hashed + size <= HOST_BITS_LIMIT
+    kernel = _kernel(dist, dtype, host_bits)
     parts = []
     for offset in range(0, size, CHUNK):
-        words = np.array([data[0], data[1], offset, 0], np.uint32)
+        if host_bits:
+            words = _host_words(data, offset, min(CHUNK, size - offset))
+        else:
+            words = np.array([data[0], data[1], offset, 0], np.uint32)
         out = kernel(words, *params)
         if isinstance(out, jax.core.Tracer):  # called under a trace
             return None
         parts.append(out)
+    if host_bits:
+        _host_hashed += size
     return np.concatenate([np.asarray(p) for p in parts])[:size]
 
 

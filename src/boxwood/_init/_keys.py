@@ -20,6 +20,9 @@ import numpy as np
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
 _THREEFRY = "threefry2x32"
+_MASK = 0xFFFFFFFF
+#: Up to this many counters, `threefry2x32` runs on Python ints.
+_SMALL = 8
 
 
 def _rotl(x: np.ndarray, d: int) -> np.ndarray:
@@ -29,17 +32,60 @@ def _rotl(x: np.ndarray, d: int) -> np.ndarray:
 def threefry2x32(k0: Any, k1: Any, x0: np.ndarray, x1: np.ndarray) -> tuple:
     """The Threefry-2x32 hash (20 rounds) of the counters `(x0, x1)` under the key
     `(k0, k1)`, on uint32 NumPy arrays; the same function as JAX's
-    `threefry2x32_p`."""
-    ks = (np.uint32(k0), np.uint32(k1), np.uint32(k0) ^ np.uint32(k1) ^ _PARITY)
+    `threefry2x32_p`. (`x0`, `x1` are left unchanged; the rounds run in place on
+    copies, so large inputs make few temporaries.)"""
+    if x0.size <= _SMALL:
+        return _threefry_small(int(k0), int(k1), x0, x1)
+    k0, k1 = np.uint32(k0), np.uint32(k1)
+    ks = (k0, k1, k0 ^ k1 ^ _PARITY)
     x0, x1 = x0 + ks[0], x1 + ks[1]
+    spare = np.empty_like(x1)
     with np.errstate(over="ignore"):
         for i in range(5):
             for r in _ROTATIONS[i % 2]:
-                x0 = x0 + x1
-                x1 = _rotl(x1, r) ^ x0
-            x0 = x0 + ks[(i + 1) % 3]
-            x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+                np.add(x0, x1, out=x0)
+                np.left_shift(x1, np.uint32(r), out=spare)  # x1 <<< r, then ^ x0
+                np.right_shift(x1, np.uint32(32 - r), out=x1)
+                np.bitwise_or(x1, spare, out=x1)
+                np.bitwise_xor(x1, x0, out=x1)
+            np.add(x0, ks[(i + 1) % 3], out=x0)
+            np.add(x1, ks[(i + 2) % 3] + np.uint32(i + 1), out=x1)
     return x0, x1
+
+
+def _threefry_small(k0: int, k1: int, x0: np.ndarray, x1: np.ndarray) -> tuple:
+    """`threefry2x32` on Python ints, element by element: for a handful of counters
+    (splitting a key in two or four) this is several times faster than the ~120
+    NumPy calls of the array version."""
+    ks = (k0, k1, k0 ^ k1 ^ int(_PARITY))
+    out0, out1 = [], []
+    for a, b in zip(x0.ravel().tolist(), x1.ravel().tolist()):
+        a, b = (a + ks[0]) & _MASK, (b + ks[1]) & _MASK
+        for i in range(5):
+            for r in _ROTATIONS[i % 2]:
+                a = (a + b) & _MASK
+                b = (((b << r) | (b >> (32 - r))) & _MASK) ^ a
+            a = (a + ks[(i + 1) % 3]) & _MASK
+            b = (b + ks[(i + 2) % 3] + i + 1) & _MASK
+        out0.append(a)
+        out1.append(b)
+    shape = np.shape(x0)
+    return (
+        np.array(out0, np.uint32).reshape(shape),
+        np.array(out1, np.uint32).reshape(shape),
+    )
+
+
+def counter_bits(data: np.ndarray, offset: int, num: int) -> tuple:
+    """The two uint32 words of Threefry's partitionable random bits for the flat
+    indices `offset, ..., offset + num - 1` of a draw with the key `data`: the hash
+    of the counter `(index >> 32, index & 0xFFFFFFFF)`, as JAX's
+    `threefry_random_bits` computes it (before the words are combined for a bit
+    width)."""
+    index = np.arange(offset, offset + num, dtype=np.uint64)
+    hi = (index >> np.uint64(32)).astype(np.uint32)
+    lo = (index & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    return threefry2x32(data[0], data[1], hi, lo)
 
 
 def _is_tracer(x: Any) -> bool:

@@ -12,6 +12,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from .._init import ones, scalar, zeros
 from .._module import field
 from .._warnings import user_stacklevel
 from ._checks import check_input, layer_name
@@ -138,8 +139,8 @@ class BatchNorm(StatefulLayer):
             axis_name = tuple(axis_name)
         dtype = resolve_dtype(dtype, "BatchNorm")
         if channelwise_affine:
-            self.weight = jnp.ones((input_size,), dtype)
-            self.bias = jnp.zeros((input_size,), dtype)
+            self.weight = ones((input_size,), dtype)
+            self.bias = zeros((input_size,), dtype)
         else:
             self.weight = None
             self.bias = None
@@ -154,18 +155,18 @@ class BatchNorm(StatefulLayer):
 
     def _init_state(self, mode: str, size: int, dtype: Any) -> None:
         """Create the state indices of `mode` (those of the other modes are None)."""
-        zeros_ones = (jnp.zeros((size,), dtype), jnp.ones((size,), dtype))
+        zeros_ones = (zeros((size,), dtype), ones((size,), dtype))
         self.ema_first_time_index = self.ema_state_index = None
         self.batch_counter = self.batch_state_index = self.state_index = None
         if mode == "torch":
             self.state_index = StateIndex(zeros_ones)
         elif mode == "batch":
-            self.batch_counter = StateIndex(jnp.array(0))
+            self.batch_counter = StateIndex(scalar(0))
             self.batch_state_index = StateIndex(zeros_ones)
         else:  # ema: the first step overwrites the (zero) buffers
-            self.ema_first_time_index = StateIndex(jnp.array(True))
-            zeros = jnp.zeros((size,), dtype)
-            self.ema_state_index = StateIndex((zeros, zeros))
+            self.ema_first_time_index = StateIndex(scalar(True))
+            empty = zeros((size,), dtype)
+            self.ema_state_index = StateIndex((empty, empty))
 
     def __call__(
         self,
