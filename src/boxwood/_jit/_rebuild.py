@@ -126,7 +126,7 @@ class _Emitter:
 # is copied on every call (`_constant_node`), so that changing what one call
 # returned does not change what the next returns.
 _IMMUTABLE = frozenset(
-    {int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range,
+    {object, int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range,
      slice, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
      types.ModuleType, types.CodeType, np.dtype}
 )  # fmt: skip
@@ -135,7 +135,7 @@ _IMMUTABLE = frozenset(
 def is_immutable_value(value: Any) -> bool:
     """Whether `value` cannot be changed in place (so one object may be returned by
     every call): numbers, strings, bytes, `None`, types and functions, enum members,
-    NumPy dtypes and scalars, and frozensets of those."""
+    NumPy dtypes and scalars, plain `object()` sentinels, and frozensets of those."""
     typ = type(value)
     if typ in _IMMUTABLE or isinstance(value, (enum.Enum, np.generic, np.dtype)):
         return True
