@@ -53,7 +53,9 @@ def test_a_rebound_constant_warns_once_after_warm_calls():
     for _ in range(3):
         np.testing.assert_allclose(f(jnp.ones(3)), 2.0)
     SCALE = 5.0
-    with pytest.warns(bw.CapturedValueWarning, match=r"global 'SCALE' changed from 2\.0 to 5\.0",
+    with pytest.warns(
+        bw.CapturedValueWarning,
+        match=r"global 'SCALE' changed from 2\.0 to 5\.0",
     ):
         np.testing.assert_allclose(f(jnp.ones(3)), 2.0)  # baked in
     with warnings.catch_warnings():
@@ -94,7 +96,9 @@ def test_closure_cells_are_checked_too():
     w = 2.0 * jnp.ones(2)
     np.testing.assert_allclose(g(jnp.ones(2)), 6.0)
     k = 4
-    with pytest.warns(bw.CapturedValueWarning, match=r"closure 'k' changed from 3 to 4"):
+    with pytest.warns(
+        bw.CapturedValueWarning, match=r"closure 'k' changed from 3 to 4"
+    ):
         np.testing.assert_allclose(g(jnp.ones(2)), 6.0)
     assert g.cache_info().traces == 1
 

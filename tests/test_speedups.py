@@ -242,6 +242,34 @@ def test_fast_call_reads_fields_through_the_descriptors_it_is_given():
         )  # fmt: skip
 
 
+def test_fast_call_checks_what_it_is_given_to_watch(call_path):
+    from boxwood._jit._capture import CallState
+    from boxwood._jit._speedups import FastCall
+
+    core = bw.filter_jit(lambda x: x + 1)._boxwood_jit
+    if call_path == "python":  # no `FastCall` was built for it
+        assert core._fast is None and core.watching(None, (), (), print) is None
+        return
+    good = dict(
+        core._fast_kwargs, watch=object(), watch_snap=CallState.snap,
+        watch_fallback=print,
+    )  # fmt: skip
+    bad = [
+        {"watch_sources": ({},), "watch_keys": (None,)},  # a dict needs a name
+        {"watch_sources": (object(),), "watch_keys": (None,)},  # not a cell
+        {"watch_sources": ({},), "watch_keys": ("a", "b")},  # lengths differ
+        {"watch_sources": ({},), "watch_keys": (1,)},  # a name must be a str
+        {"watch_sources": (), "watch_keys": (), "watch_snap": "snap"},
+        {"watch_sources": (), "watch_keys": (), "watch_fallback": 3},
+    ]
+    for kwargs in bad:
+        with pytest.raises(TypeError, match="FastCall: watch needs watch_snap"):
+            FastCall(**{**good, **kwargs})
+    held = 1
+    cell = (lambda: held).__closure__[0]
+    FastCall(**good, watch_sources=({}, cell), watch_keys=("a", None))  # accepted
+
+
 def test_lists_and_dicts_inside_arguments_take_the_fast_path(monkeypatch):
     from boxwood._jit import _filter_jit as _jit
 
