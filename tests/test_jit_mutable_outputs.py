@@ -7,6 +7,7 @@ are (`_rebuild.is_immutable_value`)."""
 import enum
 import threading
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -94,7 +95,7 @@ def test_list_and_dict_outputs_are_fresh_objects():
         (1, True), ("s", True), (None, True), (frozenset({1}), True),
         (frozenset({Counter()}), False), ({1}, False), (bytearray(), False),
         (Counter(), False), (Colour.RED, True), (np.dtype("float32"), True),
-        (object(), True),
+        (object(), True), (jnp.float32, True), (jax.sharding.PartitionSpec("x"), True),
     ],
 )  # fmt: skip
 def test_is_immutable_value(value, immutable):

@@ -132,12 +132,20 @@ _IMMUTABLE = frozenset(
 )  # fmt: skip
 
 
+# ... and their subclasses (a metaclass's classes, say `jnp.float32`)
+_IMMUTABLE_BASES = (
+    type, enum.Enum, np.generic, np.dtype, jax.sharding.Sharding,
+    jax.sharding.PartitionSpec,
+)  # fmt: skip
+
+
 def is_immutable_value(value: Any) -> bool:
     """Whether `value` cannot be changed in place (so one object may be returned by
     every call): numbers, strings, bytes, `None`, types and functions, enum members,
-    NumPy dtypes and scalars, plain `object()` sentinels, and frozensets of those."""
+    NumPy dtypes and scalars, shardings and partition specs, plain `object()`
+    sentinels, and frozensets of those."""
     typ = type(value)
-    if typ in _IMMUTABLE or isinstance(value, (enum.Enum, np.generic, np.dtype)):
+    if typ in _IMMUTABLE or isinstance(value, _IMMUTABLE_BASES):
         return True
     if typ is frozenset:
         return all(map(is_immutable_value, value))
