@@ -77,6 +77,28 @@ def test_warm_calls_keep_reference_counts_of_arguments_and_outputs():
     assert step.cache_info().hits >= 200
 
 
+_WATCHED = jnp.ones(3)
+
+
+def test_warm_calls_that_check_watched_names_keep_reference_counts():
+    def many(*xs):
+        return sum(xs) * _WATCHED
+
+    step = bw.filter_jit(many)
+    x = jnp.ones(3)
+    few, lots = (x, x), (x,) * 20  # the C path's stack buffer, and the heap
+    for args in (few, lots, few, lots):
+        step(*args)
+    gc.collect()  # wrappers of earlier tests that still hold `_WATCHED`
+    before = [sys.getrefcount(a) for a in (x, _WATCHED)]
+    for _ in range(100):
+        step(*few)
+        step(*lots)
+    gc.collect()
+    assert [sys.getrefcount(a) for a in (x, _WATCHED)] == before
+    assert step.cache_info().hits >= 200
+
+
 @jax.numpy_dtype_promotion("standard")  # optax's Adam mixes int32 counts and floats
 def test_training_step_does_not_accumulate_objects():
     tx = optax.adam(1e-2)
