@@ -77,6 +77,28 @@ def test_warm_calls_keep_reference_counts_of_arguments_and_outputs():
     assert step.cache_info().hits >= 200
 
 
+_WATCHED = jnp.ones(3)
+
+
+def test_warm_calls_that_check_watched_names_keep_reference_counts():
+    def many(*xs):
+        return sum(xs) * _WATCHED
+
+    step = bw.filter_jit(many)
+    x = jnp.ones(3)
+    few, lots = (x, x), (x,) * 20  # the C path's stack buffer, and the heap
+    for args in (few, lots, few, lots):
+        step(*args)
+    gc.collect()  # wrappers of earlier tests that still hold `_WATCHED`
+    before = [sys.getrefcount(a) for a in (x, _WATCHED)]
+    for _ in range(100):
+        step(*few)
+        step(*lots)
+    gc.collect()
+    assert [sys.getrefcount(a) for a in (x, _WATCHED)] == before
+    assert step.cache_info().hits >= 200
+
+
 @jax.numpy_dtype_promotion("standard")  # optax's Adam mixes int32 counts and floats
 def test_training_step_does_not_accumulate_objects():
     tx = optax.adam(1e-2)
@@ -240,6 +262,34 @@ def test_fast_call_reads_fields_through_the_descriptors_it_is_given():
             entry_fast_build="fast_build", entry_output=print, plan_n_first="n",
             store_traces="traces", store_tracing="tracing", name="f",
         )  # fmt: skip
+
+
+def test_fast_call_checks_what_it_is_given_to_watch(call_path):
+    from boxwood._jit._capture import CallState
+    from boxwood._jit._speedups import FastCall
+
+    core = bw.filter_jit(lambda x: x + 1)._boxwood_jit
+    if call_path == "python":  # no `FastCall` was built for it
+        assert core._fast is None and core.watching(None, (), (), print) is None
+        return
+    good = dict(
+        core._fast_kwargs, watch=object(), watch_snap=CallState.snap,
+        watch_fallback=print,
+    )  # fmt: skip
+    bad = [
+        {"watch_sources": ({},), "watch_keys": (None,)},  # a dict needs a name
+        {"watch_sources": (object(),), "watch_keys": (None,)},  # not a cell
+        {"watch_sources": ({},), "watch_keys": ("a", "b")},  # lengths differ
+        {"watch_sources": ({},), "watch_keys": (1,)},  # a name must be a str
+        {"watch_sources": (), "watch_keys": (), "watch_snap": "snap"},
+        {"watch_sources": (), "watch_keys": (), "watch_fallback": 3},
+    ]
+    for kwargs in bad:
+        with pytest.raises(TypeError, match="FastCall: watch needs watch_snap"):
+            FastCall(**{**good, **kwargs})
+    held = 1
+    cell = (lambda: held).__closure__[0]
+    FastCall(**good, watch_sources=({}, cell), watch_keys=("a", None))  # accepted
 
 
 def test_lists_and_dicts_inside_arguments_take_the_fast_path(monkeypatch):

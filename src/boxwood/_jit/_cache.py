@@ -195,10 +195,11 @@ class _Store:
 # function's compiled code dies with the last wrapper that uses it.
 _STORES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _STORES_LOCK = threading.Lock()
-# call site -> (wraps of distinct function objects, weakref to the last function),
-# for the most recent `_MAX_SITES` sites; a site is named by file, line and the
-# code's name and first line, so no code object is kept alive.
-_WRAPS_AT_SITE: collections.OrderedDict[tuple, tuple[int, Any]] = (
+# call site -> (wraps of distinct function objects, weakref to the last function,
+# weakref to the code object that made the wraps), for the most recent
+# `_MAX_SITES` sites; a site is named by file, line and the code's name and first
+# line, so no code object is kept alive.
+_WRAPS_AT_SITE: collections.OrderedDict[tuple, tuple[int, Any, Any]] = (
     collections.OrderedDict()
 )
 _MAX_SITES = 256
@@ -214,7 +215,12 @@ MSG_CHURN = (
 
 def _note_wrap(fun: Callable) -> None:
     """Warn once when one line of user code keeps wrapping new function objects of
-    the same code: `filter_jit(lambda ...)` inside a loop."""
+    the same code: `filter_jit(lambda ...)` inside a loop.
+
+    Wraps count while the same code object runs the line: a loop, or a function
+    called again and again. Code compiled anew (a notebook cell run again: ipykernel
+    names a cell's file by a hash of its text, so every run is the same file and
+    line, but each run compiles the cell again) starts the count again."""
     func = fun.func if isinstance(fun, BoundMethod) else fun
     if isinstance(func, Traced):  # a function that captures values: the user's own
         func = func.function
@@ -227,14 +233,18 @@ def _note_wrap(fun: Callable) -> None:
     )  # fmt: skip
     try:
         ref = weakref.ref(func)
+        caller = frame.f_code
+        caller_ref = weakref.ref(caller)
     except TypeError:
         return
     with _STORES_LOCK:
-        n, last = _WRAPS_AT_SITE.get(site, (0, None))
+        n, last, last_caller = _WRAPS_AT_SITE.get(site, (0, None, None))
         if last is not None and last() is func:
             return  # the same function again (its compiled code had been freed)
+        if last_caller is None or last_caller() is not caller:
+            n = 0  # the line's code was compiled again: a re-run cell, not a loop
         n += 1
-        _WRAPS_AT_SITE[site] = (n, ref)
+        _WRAPS_AT_SITE[site] = (n, ref, caller_ref)
         _WRAPS_AT_SITE.move_to_end(site)
         if len(_WRAPS_AT_SITE) > _MAX_SITES:
             _WRAPS_AT_SITE.popitem(last=False)

@@ -650,6 +650,7 @@ def make_call(
     call = namespace["_bw_make"](capture.g, capture.cells, state, core, slow)
     # errors about the call's arguments name the user's function
     call.__code__ = call.__code__.replace(co_name=name, co_qualname=qualname or name)
+    call.__name__, call.__qualname__ = name, qualname or name
     return call
 
 
@@ -671,4 +672,21 @@ def wrap(
     call = make_call(
         capture, core.call, fun.__name__, state, plain_parameters(fun), fun.__qualname__
     )
+    if type(capture.g) is dict:
+        # with the C extension: the identity tests in C, before the compiled call,
+        # with no Python frame in between (`call` takes every call they fail)
+        sources, keys = watched_sources(capture)
+        fast = core.watching(state, sources, keys, call)
+        if fast is not None:
+            call = fast
     return call, core, state
+
+
+def watched_sources(capture: Capture) -> tuple[tuple, tuple]:
+    """Where each watched name is read, in the order of `CallState.snap`: the
+    globals dict and the name for a global, the cell and `None` for a closure
+    variable."""
+    names = capture.reads.globals
+    sources = (capture.g,) * len(names) + tuple(capture.cells)
+    keys = tuple(names) + (None,) * len(capture.cells)
+    return sources, keys

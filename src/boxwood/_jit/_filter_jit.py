@@ -107,6 +107,7 @@ class _JitWrapper:
         wrapped = getattr(fun, "__func__", fun)
         self.__qualname__ = getattr(wrapped, "__qualname__", type(wrapped).__name__)
         self._fast = None
+        self._fast_calls: list[Any] = []  # every `FastCall` of this wrapper (hits)
         self._convention = _convention.convention(
             bool(self._store.fun_dyn_idx), self._except_first
         )
@@ -114,7 +115,7 @@ class _JitWrapper:
             # The fast path in C, keyword calls included. It hands every other
             # call to the Python path, which need not walk the arguments again.
             plain = self._convention == _convention.PLAIN
-            call = self._fast = _native.FastCall(
+            self._fast_kwargs = dict(
                 fallback=self._make_call(walk_first=False),
                 plans=self._store.fast_plans,
                 store=self._store,
@@ -140,6 +141,8 @@ class _JitWrapper:
                 store_tracing=_Store.tracing,
                 name=str(self.__qualname__),
             )
+            call = self._fast = _native.FastCall(**self._fast_kwargs)
+            self._fast_calls.append(call)
         else:
             call = self._make_call(walk_first=True)
         self.call = self.decorate(call, wrapped, self.clear_cache)
@@ -154,6 +157,29 @@ class _JitWrapper:
         call.clear_cache = clear_cache
         call.lower = lower or self.lower
         call._boxwood_jit = self
+        return call
+
+    def watching(
+        self, state: Any, sources: tuple, keys: tuple, fallback: Callable
+    ) -> Any:
+        """With the C extension, a `FastCall` for a function that reads watched
+        names (`_capture.py`): it checks in C that each name (`keys[i]` in the
+        globals dict `sources[i]`, or the closure cell `sources[i]` where the key
+        is `None`) is still bound to the object in `state.snap`, and then calls
+        as this wrapper's own `FastCall` does with the snapshot's hidden argument
+        first; any other call goes to `fallback` (the Python capture layer).
+        `None` without the extension (the capture layer is then the whole path)."""
+        if self._fast is None:
+            return None
+        call = _native.FastCall(
+            **self._fast_kwargs,
+            watch=state,
+            watch_snap=type(state).snap,  # a slot: read through its descriptor
+            watch_sources=sources,
+            watch_keys=keys,
+            watch_fallback=fallback,
+        )
+        self._fast_calls.append(call)
         return call
 
     # ------------------------------------------------------------------ per call
@@ -424,7 +450,7 @@ class _JitWrapper:
     # ------------------------------------------------------------- public API
     def cache_info(self) -> CacheInfo:
         """`(hits, misses, traces, size)` for this wrapper (see [`CacheInfo`][])."""
-        hits = self._hits + (self._fast.hits if self._fast is not None else 0)
+        hits = self._hits + sum(fast.hits for fast in self._fast_calls)
         return CacheInfo(hits, self._misses, self._traces, self._store.size)
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
@@ -461,8 +487,8 @@ class _JitWrapper:
         """Forget compiled code and reset the counters."""
         self._store.clear()
         self._hits = self._misses = self._traces = 0
-        if self._fast is not None:
-            self._fast.hits = 0
+        for fast in self._fast_calls:
+            fast.hits = 0
 
 
 class _Lowerer:

@@ -23,12 +23,16 @@ module of every copy of the model.
 
 from __future__ import annotations
 
+import copy
+import enum
 import itertools
 import operator
+import types
 from collections.abc import Callable
 from typing import Any, cast
 
 import jax
+import numpy as np
 
 from .._module._module import FLAT, _set_dict
 from .._module._register import REBUILD_NAME
@@ -117,6 +121,63 @@ class _Emitter:
         )
 
 
+# Leaf types whose values cannot change: a static output leaf of one of these is
+# built into the builder as it is; any other (a `set`, a `bytearray`, a user object)
+# is copied on every call (`_constant_node`), so that changing what one call
+# returned does not change what the next returns.
+_IMMUTABLE = frozenset(
+    {object, int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range,
+     slice, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+     types.ModuleType, types.CodeType, np.dtype}
+)  # fmt: skip
+
+
+# ... and their subclasses (a metaclass's classes, say `jnp.float32`)
+_IMMUTABLE_BASES = (
+    type, enum.Enum, np.generic, np.dtype, jax.sharding.Sharding,
+    jax.sharding.PartitionSpec,
+)  # fmt: skip
+
+
+def is_immutable_value(value: Any) -> bool:
+    """Whether `value` cannot be changed in place (so one object may be returned by
+    every call): numbers, strings, bytes, `None`, types and functions, enum members,
+    NumPy dtypes and scalars, shardings and partition specs, plain `object()`
+    sentinels, and frozensets of those."""
+    typ = type(value)
+    if typ in _IMMUTABLE or isinstance(value, _IMMUTABLE_BASES):
+        return True
+    if typ is frozenset:
+        return all(map(is_immutable_value, value))
+    return False
+
+
+def _fresh(children: list) -> Any:
+    """A shallow copy of the one child: a mutable static output, per call."""
+    return copy.copy(children[0])
+
+
+def _copies(value: Any) -> bool:
+    """Whether a static output leaf is copied on every call: it can change in place
+    and `copy.copy` takes it (an object that cannot be copied, a lock say, is
+    returned as it is)."""
+    if value is None or is_immutable_value(value):
+        return False
+    try:
+        copy.copy(value)
+    except Exception:
+        return False
+    return True
+
+
+def _constant_node(value: Any) -> tuple:
+    """The node of a static output leaf: the value itself, or (`_copies`) a shallow
+    copy of it made on every call."""
+    if _copies(value):
+        return (CALL, _fresh, ((CONST, value),))
+    return (CONST, value)
+
+
 def _one_level(td: Any) -> Any:
     """The treedef of `td`'s root node whose children are leaves: its `unflatten`
     takes the already-built children."""
@@ -186,7 +247,9 @@ def compile_builder(
     """A function `leaves -> pytree` equivalent to `treedef.unflatten(leaves)`.
 
     With `constants` (leaf position -> value), those leaves are built into the
-    function and it takes only the other leaves, in order. With `remember`, each
+    function and it takes only the other leaves, in order; a constant that can be
+    changed in place (`is_immutable_value` is false: a `set`, a user object) is
+    copied (`copy.copy`) on every call, so that no two calls return the same one. With `remember`, each
     outermost module whose leaves are all taken from the list (and whose subtree is
     immutable) is built from its flat form alone (see `_flat_cache.py`), its fields
     filled in when first read: the list passed in must then hold only arrays.
@@ -201,7 +264,7 @@ def compile_builder(
     dynamic = 0
     for pos in range(treedef.num_leaves):
         if pos in constants:
-            emitter.leaf_nodes.append((CONST, constants[pos]))
+            emitter.leaf_nodes.append(_constant_node(constants[pos]))
             emitter.dyn_index.append(None)
         else:
             emitter.leaf_nodes.append((LEAF, dynamic))
@@ -226,11 +289,18 @@ def _merging_unflatten(
     if not constants:
         return treedef.unflatten
 
+    fresh = {i: _copies(v) for i, v in constants.items()}
+
     def build(dyn: list) -> Any:
         it = iter(dyn)
         n = treedef.num_leaves
         return treedef.unflatten(
-            [constants[i] if i in constants else next(it) for i in range(n)]
+            [
+                (copy.copy(constants[i]) if fresh[i] else constants[i])
+                if i in constants
+                else next(it)
+                for i in range(n)
+            ]
         )
 
     return build

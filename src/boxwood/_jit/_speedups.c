@@ -35,6 +35,7 @@
 #include <structmember.h>
 
 #define MAX_KW 32 /* calls with more keyword arguments take the Python path */
+static PyObject *empty_tuple; /* () */
 
 typedef struct {
     PyObject_HEAD
@@ -60,6 +61,12 @@ typedef struct {
        and a function, handed over by `_filter_jit.py` (C names no attribute) */
     PyObject *entry_cold, *entry_jitted, *entry_fast_build, *entry_output;
     PyObject *plan_n_first, *store_traces, *store_tracing;
+    /* captured values (`_capture.py`), or `watch` None: the watched names' sources
+       (a globals dict or a closure cell each), their keys (the global's name, or
+       None for a cell), the object holding the snapshot of their values and the
+       hidden argument, its field's descriptor, and the Python capture layer that
+       takes every call whose names are not bound as in the snapshot */
+    PyObject *watch, *watch_snap, *watch_sources, *watch_keys, *watch_fallback;
     int split_first;        /* call `jitted(fun_dyn, first, rest)` */
     Py_ssize_t hits;
     /* the last keyword names seen, their sorted order and where each sorted name
@@ -199,9 +206,8 @@ static PyObject *kw_order(FastCall *self, PyObject *kwnames, Py_ssize_t *perm) {
     return self->kw_order;
 }
 
-static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
-                                     size_t nargsf, PyObject *kwnames) {
-    FastCall *self = (FastCall *)callable;
+static PyObject *fastcall_call(FastCall *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     if (PyDict_GET_SIZE(self->plans) == 0 || nkw > MAX_KW ||
@@ -379,26 +385,102 @@ done:
     return out;
 }
 
+/* A function that reads watched names (`watch` is not None): when each name is
+ * bound to the very object of the snapshot (`watch.<snap>`: the values, then the
+ * hidden argument), call as above with the hidden argument first; otherwise hand
+ * the call to the Python capture layer (`watch_fallback`), which reads the names,
+ * warns about changed trace-time constants and takes a new snapshot. The twin of
+ * `_capture.make_call`'s generated function. */
+#define WATCH_STACK 16
+static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
+                                     size_t nargsf, PyObject *kwnames) {
+    FastCall *self = (FastCall *)callable;
+    if (self->watch == Py_None) return fastcall_call(self, args, nargsf, kwnames);
+    Py_ssize_t n = PyTuple_GET_SIZE(self->watch_sources);
+    PyObject *snap = read_field(self->watch_snap, self->watch);
+    if (snap == NULL) return NULL;
+    int same = PyTuple_CheckExact(snap) && PyTuple_GET_SIZE(snap) == n + 1;
+    for (Py_ssize_t i = 0; same && i < n; i++) {
+        PyObject *source = PyTuple_GET_ITEM(self->watch_sources, i);
+        PyObject *name = PyTuple_GET_ITEM(self->watch_keys, i);
+        PyObject *now;
+        if (name == Py_None) {
+            now = PyCell_GET(source);
+        } else {
+            now = PyDict_GetItemWithError(source, name);
+            if (now == NULL && PyErr_Occurred()) {
+                Py_DECREF(snap);
+                return NULL;
+            }
+        }
+        same = now != NULL && now == PyTuple_GET_ITEM(snap, i);
+    }
+    if (!same) {
+        Py_DECREF(snap);
+        return PyObject_Vectorcall(self->watch_fallback, args, nargsf, kwnames);
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+    PyObject *stack[WATCH_STACK];
+    PyObject **full = total < WATCH_STACK ? stack : PyMem_New(PyObject *, total + 1);
+    if (full == NULL) {
+        Py_DECREF(snap);
+        return PyErr_NoMemory();
+    }
+    full[0] = PyTuple_GET_ITEM(snap, n); /* the hidden argument (snap holds it) */
+    if (total > 0) memcpy(full + 1, args, total * sizeof(PyObject *));
+    PyObject *out = fastcall_call(self, full, (size_t)(nargs + 1), kwnames);
+    if (full != stack) PyMem_Free(full);
+    Py_DECREF(snap);
+    return out;
+}
+
 static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"fallback", "plans", "store", "walk", "after_trace",
                             "on_error", "array_type", "array_token", "none_token",
                             "module_types", "walkable", "fun_dyn", "split_first",
                             "first_name", "flat_key", "entry_cold", "entry_jitted",
                             "entry_fast_build", "entry_output", "plan_n_first",
-                            "store_traces", "store_tracing", "name", NULL};
+                            "store_traces", "store_tracing", "name", "watch",
+                            "watch_snap", "watch_sources", "watch_keys",
+                            "watch_fallback", NULL};
     PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
         *array_token, *none_token, *module_types, *walkable, *fun_dyn;
     PyObject *first_name, *flat_key, *entry_cold, *entry_jitted, *entry_fast_build,
         *entry_output, *plan_n_first, *store_traces, *store_tracing, *name;
+    PyObject *watch = Py_None, *watch_snap = Py_None, *watch_sources = NULL,
+             *watch_keys = NULL, *watch_fallback = Py_None;
     int split_first;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOOO!O!OpOUOOOOOOOU:FastCall", names, &fallback, &PyDict_Type,
+            args, kw, "OO!OOOOOOOO!O!OpOUOOOOOOOU|OOO!O!O:FastCall", names, &fallback, &PyDict_Type,
             &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
             &fun_dyn, &split_first, &first_name, &flat_key, &entry_cold, &entry_jitted,
             &entry_fast_build, &entry_output, &plan_n_first, &store_traces,
-            &store_tracing, &name)) {
+            &store_tracing, &name, &watch, &watch_snap, &PyTuple_Type, &watch_sources,
+            &PyTuple_Type, &watch_keys, &watch_fallback)) {
         return NULL;
+    }
+    if (watch != Py_None) {
+        Py_ssize_t n = watch_sources ? PyTuple_GET_SIZE(watch_sources) : -1;
+        int ok = watch_keys != NULL && PyTuple_GET_SIZE(watch_keys) == n &&
+                 Py_TYPE(watch_snap)->tp_descr_get != NULL && PyCallable_Check(watch_fallback);
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            PyObject *source = PyTuple_GET_ITEM(watch_sources, i);
+            PyObject *name = PyTuple_GET_ITEM(watch_keys, i);
+            ok = name == Py_None ? PyCell_Check(source)
+                                 : PyDict_CheckExact(source) && PyUnicode_CheckExact(name);
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError,
+                            "FastCall: watch needs watch_snap (a descriptor), "
+                            "watch_sources and watch_keys (tuples of the same length: "
+                            "a dict and a str, or a cell and None, each) and a callable "
+                            "watch_fallback");
+            return NULL;
+        }
+    } else {
+        watch_sources = watch_keys = empty_tuple;
     }
     PyObject *fields[] = {entry_cold, entry_jitted, entry_fast_build, plan_n_first,
                           store_traces, store_tracing};
@@ -423,6 +505,8 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     KEEP(walkable); KEEP(fun_dyn); KEEP(first_name); KEEP(flat_key);
     KEEP(entry_cold); KEEP(entry_jitted); KEEP(entry_fast_build); KEEP(entry_output);
     KEEP(plan_n_first); KEEP(store_traces); KEEP(store_tracing); KEEP(name);
+    KEEP(watch); KEEP(watch_snap); KEEP(watch_sources); KEEP(watch_keys);
+    KEEP(watch_fallback);
 #undef KEEP
     self->kw_names = NULL;
     self->kw_order = NULL;
@@ -438,7 +522,8 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     X(array_token) X(none_token) X(module_types) X(walkable) X(fun_dyn)         \
     X(first_name) X(kw_names) X(kw_order) X(flat_key) X(entry_cold)              \
     X(entry_jitted) X(entry_fast_build) X(entry_output) X(plan_n_first)          \
-    X(store_traces) X(store_tracing) X(name)
+    X(store_traces) X(store_tracing) X(name) X(watch) X(watch_snap)               \
+    X(watch_sources) X(watch_keys) X(watch_fallback)
 
 static int fastcall_traverse(FastCall *self, visitproc visit, void *arg) {
 #define VISIT(field) Py_VISIT(self->field);
