@@ -266,7 +266,9 @@ def vit_program(eqx):
     grads = eqx.filter_grad(loss)(model, images, labels, jr.PRNGKey(6))
     model = eqx.apply_updates(model, jax.tree_util.tree_map(lambda g: -0.1 * g, grads))
     evaluate = eqx.nn.inference_mode(model)
-    logits = eqx.filter_jit(eqx.filter_vmap(evaluate))(images, jr.split(jr.PRNGKey(7), 4))
+    logits = eqx.filter_jit(eqx.filter_vmap(evaluate))(
+        images, jr.split(jr.PRNGKey(7), 4)
+    )
     assert logits.shape == (4, 3)
     return logits.ravel()
 

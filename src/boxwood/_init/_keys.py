@@ -109,9 +109,7 @@ def host_key(key: Any) -> tuple[np.ndarray, bool] | None:
         return None
     if not _on_default_device(key):
         return None
-    if isinstance(key, jax.Array) and jnp.issubdtype(
-        key.dtype, jax.dtypes.prng_key
-    ):
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != () or str(jr.key_impl(key)) != _THREEFRY:
             return None
         data = jr.key_data(key)
