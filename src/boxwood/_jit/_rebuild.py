@@ -23,6 +23,8 @@ module of every copy of the model.
 
 from __future__ import annotations
 
+import array
+import collections
 import copy
 import enum
 import itertools
@@ -121,10 +123,8 @@ class _Emitter:
         )
 
 
-# Leaf types whose values cannot change: a static output leaf of one of these is
-# built into the builder as it is; any other (a `set`, a `bytearray`, a user object)
-# is copied on every call (`_constant_node`), so that changing what one call
-# returned does not change what the next returns.
+# Leaf types whose values cannot change (see also `_MUTABLE_CONTAINERS`, the static
+# output leaves that are copied on every call).
 _IMMUTABLE = frozenset(
     {object, int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range,
      slice, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
@@ -157,17 +157,20 @@ def _fresh(children: list) -> Any:
     return copy.copy(children[0])
 
 
+# Python's own containers that change in place. A static output leaf that is one of
+# these (a `set`, a `bytearray`, a `Counter`: list and dict subclasses that are not
+# pytree nodes) is copied on every call; any other object (a function, a jitted
+# function, an object of the user's own class) is returned as it is, as JAX and
+# Equinox return it.
+_MUTABLE_CONTAINERS = (
+    set, bytearray, list, dict, collections.deque, array.array,
+)  # fmt: skip
+
+
 def _copies(value: Any) -> bool:
-    """Whether a static output leaf is copied on every call: it can change in place
-    and `copy.copy` takes it (an object that cannot be copied, a lock say, is
-    returned as it is)."""
-    if value is None or is_immutable_value(value):
-        return False
-    try:
-        copy.copy(value)
-    except Exception:
-        return False
-    return True
+    """Whether a static output leaf is copied on every call: it is one of Python's
+    mutable containers (`_MUTABLE_CONTAINERS`)."""
+    return isinstance(value, _MUTABLE_CONTAINERS) and not is_immutable_value(value)
 
 
 def _constant_node(value: Any) -> tuple:
