@@ -146,3 +146,49 @@ def test_background_save_copies_numpy_leaves(tmp_path):
     x[:] = 5.0  # changed in place right after the call
     handle.wait()
     assert boxwood.load(path, {"x": x})["x"].max() == 1.0
+
+
+def test_wait_with_a_timeout_raises_while_the_save_runs(tmp_path, monkeypatch):
+    import threading
+
+    from boxwood._checkpoint import _save_load
+
+    release = threading.Event()
+    real = _save_load.write_arrays
+
+    def slow_write(*args, **kwargs):
+        release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_save_load, "write_arrays", slow_write)
+    path = tmp_path / "slow.safetensors"
+    handle = boxwood.save(path, {"w": jnp.ones(3)}, blocking=False)
+    try:
+        with pytest.raises(
+            TimeoutError, match=r"The background save to .*slow.safetensors is still"
+        ):
+            handle.wait(timeout=0.05)
+        assert not handle.done()
+    finally:
+        release.set()
+    handle.wait()
+    assert boxwood.load(path, {"w": jnp.zeros(3)})["w"].tolist() == [1, 1, 1]
+
+
+def test_a_file_cut_short_while_loading_is_reported(tmp_path, monkeypatch):
+    from boxwood._checkpoint import _save_load
+
+    path = tmp_path / "cut.safetensors"
+    boxwood.save(path, {"w": jnp.arange(1000.0)})
+    real = _save_load.aligned_empty
+
+    def truncate_then_allocate(*args, **kwargs):
+        with open(path, "r+b") as f:  # another process rewrote the file meanwhile
+            f.truncate(path.stat().st_size - 400)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_save_load, "aligned_empty", truncate_then_allocate)
+    with pytest.raises(
+        boxwood.CheckpointError, match=r"cut.safetensors: the file changed while loading"
+    ):
+        boxwood.load(path, {"w": jnp.zeros(1000)})

@@ -78,6 +78,12 @@ rows = NamedSharding(mesh, P("x", None))
 w = jax.make_array_from_callback(full.shape, rows, lambda index: full[index])
 assert not w.is_fully_addressable
 tree = {"encoder": {"weight": w}, "step": np.int32(7)}
+try:  # one .safetensors file cannot hold an array no process holds whole
+    boxwood.save(directory + ".safetensors", tree, format="safetensors")
+except boxwood.CheckpointError as e:
+    assert "Cannot save `encoder.weight` to one file: it spans several processes" in str(e), e
+else:
+    raise AssertionError("no error")
 boxwood.save(directory, tree, metadata={"step": 7})  # spans two processes: orbax
 
 columns = NamedSharding(mesh, P(None, "x"))
