@@ -189,6 +189,7 @@ def test_a_file_cut_short_while_loading_is_reported(tmp_path, monkeypatch):
 
     monkeypatch.setattr(_save_load, "aligned_empty", truncate_then_allocate)
     with pytest.raises(
-        boxwood.CheckpointError, match=r"cut.safetensors: the file changed while loading"
+        boxwood.CheckpointError,
+        match=r"cut.safetensors: the file changed while loading",
     ):
         boxwood.load(path, {"w": jnp.zeros(1000)})
