@@ -330,3 +330,20 @@ def modules(depth: int = 2) -> st.SearchStrategy:
     """An instance of a freshly generated Module subclass, possibly holding an
     instance of another generated class in one of its dynamic fields."""
     return recipes(depth).map(build)
+
+
+def trees_with_a_float() -> st.SearchStrategy:
+    """`trees()` holding at least one floating-point array (something to
+    differentiate)."""
+    return trees().filter(
+        lambda t: any(bw.is_inexact_array(x) for x in jax.tree_util.tree_leaves(t))
+    )
+
+
+def sin_loss(tree: Any) -> Any:
+    """A scalar of every floating-point array of `tree` (JAX or NumPy)."""
+    total = jnp.float32(0)
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if is_np_or_jax_array(leaf) and jnp.issubdtype(leaf.dtype, jnp.inexact):
+            total = total + jnp.sum(jnp.sin(leaf).astype(jnp.float32))
+    return total

@@ -33,3 +33,20 @@ def call_path(request, monkeypatch):
             "set BOXWOOD_PURE_PYTHON=1 to test the Python path alone"
         )
     return request.param
+
+
+@pytest.fixture
+def count_flattens(monkeypatch):
+    """`count_flattens["n"]`: how many times `filter_jit` flattened its arguments
+    (its slow path) since the fixture was set up."""
+    from boxwood._jit import _filter_jit
+
+    calls = {"n": 0}
+    real = _filter_jit._flatten
+
+    def counting(tree, *a, **k):
+        calls["n"] += 1
+        return real(tree, *a, **k)
+
+    monkeypatch.setattr(_filter_jit, "_flatten", counting)
+    return calls

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-import boxwood._jit._filter_jit as jit_module
 from boxwood._jit._flat_cache import FLAT
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
@@ -48,19 +47,6 @@ class ListNet(bw.Module):
 def net(cls=Net, n=2, scale=1.0):
     layers = [Lin(jnp.eye(3) * scale, jnp.zeros(3)) for _ in range(n)]
     return cls(tuple(layers) if cls is Net else layers)
-
-
-@pytest.fixture
-def count_flattens(monkeypatch):
-    calls = {"n": 0}
-    real = jit_module._flatten
-
-    def counting(tree, *a, **k):
-        calls["n"] += 1
-        return real(tree, *a, **k)
-
-    monkeypatch.setattr(jit_module, "_flatten", counting)
-    return calls
 
 
 def test_repeated_module_argument_is_not_reflattened(count_flattens):

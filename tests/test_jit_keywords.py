@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import pytest
 
 import boxwood as bw
-import boxwood._jit._filter_jit as jit_module
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
 pytestmark = pytest.mark.usefixtures("call_path")
@@ -19,19 +18,6 @@ class Lin(bw.Module):
 
     def __call__(self, x):
         return jnp.tanh(self.weight @ x + self.bias)
-
-
-@pytest.fixture
-def count_flattens(monkeypatch):
-    calls = {"n": 0}
-    real = jit_module._flatten
-
-    def counting(tree, *a, **k):
-        calls["n"] += 1
-        return real(tree, *a, **k)
-
-    monkeypatch.setattr(jit_module, "_flatten", counting)
-    return calls
 
 
 def _c_hits(fun) -> int:

@@ -29,7 +29,9 @@ from _strategies import (
     plain_trees,
     recipes,
     scalars,
+    sin_loss,
     trees,
+    trees_with_a_float,
 )
 
 
@@ -43,41 +45,39 @@ class EqxPair(eqx.Module):
     second: Any
 
 
-def to_eqx(tree):
-    """The same tree with boxwood's `Box`/`Pair` swapped for Equinox twins."""
+def _swap(tree, box, pair):
+    """`tree` with its `Box`/`Pair` modules (of either library) rebuilt as `box` /
+    `pair`."""
 
     def convert(x):
-        if isinstance(x, Box):
-            return EqxBox(to_eqx(x.value), x.tag)
-        if isinstance(x, Pair):
-            return EqxPair(to_eqx(x.first), to_eqx(x.second))
+        if isinstance(x, (Box, EqxBox)):
+            return box(_swap(x.value, box, pair), x.tag)
+        if isinstance(x, (Pair, EqxPair)):
+            return pair(_swap(x.first, box, pair), _swap(x.second, box, pair))
         if isinstance(x, (list, tuple, dict)):
             return jax.tree_util.tree_map(
-                to_eqx, x, is_leaf=lambda y: y is not x and y is not None
+                lambda y: _swap(y, box, pair),
+                x,
+                is_leaf=lambda y: y is not x and y is not None,
             )
         return x
 
     return convert(tree)
+
+
+def to_eqx(tree):
+    """The same tree with boxwood's `Box`/`Pair` swapped for Equinox twins."""
+    return _swap(tree, EqxBox, EqxPair)
+
+
+def from_eqx(tree):
+    """The same tree with Equinox's twins swapped back for boxwood's classes."""
+    return _swap(tree, Box, Pair)
 
 
 def same_up_to_module_types(a, b):
     """`assert_same` after mapping Equinox's twins back onto boxwood's classes."""
     assert_same(a, from_eqx(b))
-
-
-def from_eqx(tree):
-    def convert(x):
-        if isinstance(x, EqxBox):
-            return Box(from_eqx(x.value), x.tag)
-        if isinstance(x, EqxPair):
-            return Pair(from_eqx(x.first), from_eqx(x.second))
-        if isinstance(x, (list, tuple, dict)):
-            return jax.tree_util.tree_map(
-                from_eqx, x, is_leaf=lambda y: y is not x and y is not None
-            )
-        return x
-
-    return convert(tree)
 
 
 NAMES = ["is_array", "is_array_like", "is_inexact_array", "is_inexact_array_like"]
@@ -216,28 +216,18 @@ def test_filter_jit_and_filter_eval_shape():
     check()
 
 
-def _loss(tree):
-    total = jnp.float32(0)
-    for leaf in jax.tree_util.tree_leaves(tree):
-        if is_np_or_jax_array(leaf) and jnp.issubdtype(leaf.dtype, jnp.inexact):
-            total = total + jnp.sum(jnp.sin(leaf).astype(jnp.float32))
-    return total
-
-
 def test_filter_grad_and_value_and_grad():
-    with_a_float = trees().filter(
-        lambda t: any(bw.is_inexact_array(x) for x in jax.tree_util.tree_leaves(t))
-    )
+    with_a_float = trees_with_a_float()
 
     @settings(**SETTINGS)
     @given(with_a_float)
     def check(tree):
         twin = to_eqx(tree)
         same_up_to_module_types(
-            bw.filter_grad(_loss)(tree), eqx.filter_grad(_loss)(twin)
+            bw.filter_grad(sin_loss)(tree), eqx.filter_grad(sin_loss)(twin)
         )
-        (v1, g1) = bw.filter_value_and_grad(_loss)(tree)
-        (v2, g2) = eqx.filter_value_and_grad(_loss)(twin)
+        (v1, g1) = bw.filter_value_and_grad(sin_loss)(tree)
+        (v2, g2) = eqx.filter_value_and_grad(sin_loss)(twin)
         np.testing.assert_allclose(v1, v2, rtol=1e-6)
         same_up_to_module_types(g1, g2)
         # the updates they produce apply alike
@@ -283,8 +273,8 @@ def test_filter_jvp():
         tangents = jax.tree_util.tree_map(
             lambda x: jnp.ones_like(x) if bw.is_inexact_array(x) else None, tree
         )
-        p1, t1 = bw.filter_jvp(_loss, (tree,), (tangents,))
-        p2, t2 = eqx.filter_jvp(_loss, (tree,), (tangents,))
+        p1, t1 = bw.filter_jvp(sin_loss, (tree,), (tangents,))
+        p2, t2 = eqx.filter_jvp(sin_loss, (tree,), (tangents,))
         np.testing.assert_allclose(p1, p2, rtol=1e-6)
         if t2 is None:  # no floating-point input: no tangent in either
             assert t1 is None
@@ -338,17 +328,17 @@ def test_jacobians_vjp_and_make_jaxpr():
             (bw.filter_jacfwd, eqx.filter_jacfwd),
             (bw.filter_jacrev, eqx.filter_jacrev),
         ]:
-            a = outcome(lambda jac=ours: jac(_loss)(tree))
-            b = outcome(lambda jac=theirs: jac(_loss)(twin))
+            a = outcome(lambda jac=ours: jac(sin_loss)(tree))
+            b = outcome(lambda jac=theirs: jac(sin_loss)(twin))
             assert a[0] == b[0], (a, b)  # no float at all: both raise
             if a[0] == "ok":
                 same_up_to_module_types(a[1], b[1])
-        out1, vjp1 = bw.filter_vjp(_loss, tree)
-        out2, vjp2 = eqx.filter_vjp(_loss, twin)
+        out1, vjp1 = bw.filter_vjp(sin_loss, tree)
+        out2, vjp2 = eqx.filter_vjp(sin_loss, twin)
         np.testing.assert_allclose(out1, out2, rtol=1e-6)
         same_up_to_module_types(vjp1(jnp.float32(1)), vjp2(jnp.float32(1)))
-        jaxpr1, shapes1, statics1 = bw.filter_make_jaxpr(_loss)(tree)
-        jaxpr2, shapes2, statics2 = eqx.filter_make_jaxpr(_loss)(twin)
+        jaxpr1, shapes1, statics1 = bw.filter_make_jaxpr(sin_loss)(tree)
+        jaxpr2, shapes2, statics2 = eqx.filter_make_jaxpr(sin_loss)(twin)
         assert str(jaxpr1) == str(jaxpr2)
         assert shapes1 == shapes2 and statics1 == statics2
 

@@ -89,24 +89,21 @@ def _unsupported(*args: Any) -> Any:
     raise NotImplementedError("boxwood's chunk keys only draw random bits.")
 
 
-_CHUNK_IMPL = define_prng_impl(
-    key_shape=(4,),
-    seed=_unsupported,
-    split=_unsupported,
-    random_bits=_chunk_bits,
-    fold_in=_unsupported,
-    name="boxwood_chunk",
-    tag="bwc",
-)
-_BITS_IMPL = define_prng_impl(
-    key_shape=(2, CHUNK),
-    seed=_unsupported,
-    split=_unsupported,
-    random_bits=_given_bits,
-    fold_in=_unsupported,
-    name="boxwood_bits",
-    tag="bwb",
-)
+def _bits_only_impl(key_shape: tuple, random_bits: Any, name: str, tag: str) -> Any:
+    """A PRNG implementation whose keys only draw random bits."""
+    return define_prng_impl(
+        key_shape=key_shape,
+        seed=_unsupported,
+        split=_unsupported,
+        random_bits=random_bits,
+        fold_in=_unsupported,
+        name=name,
+        tag=tag,
+    )
+
+
+_CHUNK_IMPL = _bits_only_impl((4,), _chunk_bits, "boxwood_chunk", "bwc")
+_BITS_IMPL = _bits_only_impl((2, CHUNK), _given_bits, "boxwood_bits", "bwb")
 
 
 def _uniform(key: Any, shape: tuple, dtype: Any, minval: Any, maxval: Any) -> Any:

@@ -56,7 +56,6 @@ from ._flat_cache import (
     NONE_TOKEN,
     remember_walkable,
     walk,
-    walk_keywords,
 )
 from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
 
@@ -213,9 +212,7 @@ class _JitWrapper:
                     # saves a call in the common all-keyword call)
                     key = [] if args else [tuple, 0]
                     dyn = []
-                    if (not args or walk(args, key, dyn)) and walk_keywords(
-                        kwargs, key, dyn
-                    ):
+                    if (not args or walk(args, key, dyn)) and walk(kwargs, key, dyn):
                         found = fast_plans.get(tuple(key))
                         if found is not None:
                             plan, entry = found

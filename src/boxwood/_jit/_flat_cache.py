@@ -188,42 +188,25 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
         if typ is float:  # `-0.0 == 0.0`: the sign tells them apart
             key.append(copysign(1.0, cast(float, obj)))
         return True
-    if typ is dict:
+    if typ is dict:  # keyword arguments too: values inline, as for tuples
         order = _dict_order(cast(dict, obj))
         if order is None:
             return False
         key.append(dict)
         key.append(order)
         for k in order:
-            if not walk(obj[k], key, dyn):
+            child = obj[k]
+            t = type(child)
+            if t is ARRAY_TYPE:
+                key.append(ARRAY_TOKEN)
+                dyn.append(child)
+            elif t in MODULE_TYPES and (record := child._boxwood_flat) is not None:
+                key.append(record[0])
+                dyn += record[1]
+            elif not walk(child, key, dyn):
                 return False
         return True
     return False
-
-
-def walk_keywords(kwargs: dict, key: list, dyn: list) -> bool:
-    """`walk(kwargs, key, dyn)` for a call's keyword arguments (a dict with string
-    keys), with arrays and flat-form modules inline: the same key, fewer calls."""
-    keys = tuple(kwargs)
-    order = _ORDERS.get(keys)
-    if order is None:
-        order = _dict_order(kwargs)
-        if order is None:
-            return False
-    key.append(dict)
-    key.append(order)
-    for name in order:
-        value = kwargs[name]
-        t = type(value)
-        if t is ARRAY_TYPE:
-            key.append(ARRAY_TOKEN)
-            dyn.append(value)
-        elif t in MODULE_TYPES and (record := value._boxwood_flat) is not None:
-            key.append(record[0])
-            dyn += record[1]
-        elif not walk(value, key, dyn):
-            return False
-    return True
 
 
 # A dict's keys in insertion order -> the same keys sorted, as jax flattens dicts
