@@ -28,6 +28,7 @@ CASES = (
     "mlp",
     "cnn",
     "transformer",
+    "transformer_jax_split",
     "keys",
     "gru",
     "lstm",
@@ -86,10 +87,14 @@ def _block_class(lib):
     return Block
 
 
-def _split(key, n=2):
-    import jax
+#: How the model code splits its keys: each library's own idiom (boxwood:
+#: `bw.random.split_keys`, computed on the host; equinox: `jax.random.split`). Case
+#: `transformer_jax_split` runs boxwood's models with `jax.random.split` too.
+_SPLITTER: list = []
 
-    return tuple(jax.random.split(key, n))
+
+def _split(key, n=2):
+    return tuple(_SPLITTER[0](key, n))
 
 
 def _build(lib, case: str, key):
@@ -109,6 +114,8 @@ def _build(lib, case: str, key):
     if case == "keys":  # the transformer's own key splitting, without the layers
         return [_split(k) for k in _split(key, BLOCKS)]
     block = _block_class(lib)
+    if case == "transformer_jax_split":
+        case = "transformer"
     if case == "step_stacked":
         return nn.Stacked(block, BLOCKS, key=key)
     return [block(k) for k in _split(key, BLOCKS)]
@@ -150,6 +157,8 @@ def main(argv: list[str]) -> None:
 
     if cache is not None:
         lib.enable_compilation_cache(cache)
+    own = lib_name == "boxwood" and case != "transformer_jax_split"
+    _SPLITTER.append(lib.random.split_keys if own else jax.random.split)
     key = jax.random.key(0)
     jax.block_until_ready(key)
     after_import = time.perf_counter()

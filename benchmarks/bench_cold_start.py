@@ -23,7 +23,8 @@ BUILD_CASES = {
     "mlp": "MLP(64, 10, 256, depth=8)",
     "cnn": "CNN: 4 Conv2d + BatchNorm, Linear head",
     "transformer": "transformer, 12 blocks (d=128)",
-    "keys": "transformer's jax.random.split calls alone (same code in both)",
+    "transformer_jax_split": "transformer, boxwood's model code with jax.random.split",
+    "keys": "transformer's key splitting alone (boxwood: bw.random.split_keys)",
     "gru": "GRUCell(64, 256)",
     "lstm": "LSTMCell(64, 256)",
 }
@@ -76,16 +77,29 @@ def _rows(case: str, metric: str, key: str, samples: dict, ratio_to: str) -> lis
     return rows
 
 
+WARM_CASES = {
+    "step_list": "transformer (list), with enable_compilation_cache",
+    "step_stacked": "transformer (nn.Stacked), with enable_compilation_cache",
+}
+
+
 def _warm_restart(reps: int) -> list[dict]:
-    firsts, seconds = [], []
-    for rep in range(reps):
-        with tempfile.TemporaryDirectory(prefix="boxwood-cache-") as folder:
-            print(f"  [cold start] rep {rep + 1}/{reps}: warm restart", file=sys.stderr)
-            firsts.append(_child("boxwood", "step_list", folder))
-            seconds.append(_child("boxwood", "step_list", folder))
-    samples = {"first process": firsts, "second process": seconds}
-    case = "transformer (list), with enable_compilation_cache"
-    return _rows(case, "total", "total", samples, "first process")
+    """Two processes in a row on one fresh cache folder, per model; rows for the
+    total and for its parts (`compile` in the second process is loading the
+    cached executables)."""
+    rows = []
+    for case, label in WARM_CASES.items():
+        firsts, seconds = [], []
+        for rep in range(reps):
+            with tempfile.TemporaryDirectory(prefix="boxwood-cache-") as folder:
+                print(f"  [cold start] rep {rep + 1}/{reps}: warm restart, {case}",
+                      file=sys.stderr)  # fmt: skip
+                firsts.append(_child("boxwood", case, folder))
+                seconds.append(_child("boxwood", case, folder))
+        samples = {"first process": firsts, "second process": seconds}
+        for metric in ("total", "import", "build", "trace", "lower", "compile"):
+            rows += _rows(label, metric, metric, samples, "first process")
+    return rows
 
 
 def run(quick: bool, cases: list[str] | None = None, reps: int | None = None) -> list:
@@ -101,10 +115,21 @@ def run(quick: bool, cases: list[str] | None = None, reps: int | None = None) ->
         raise ValueError(f"unknown cold-start cases {sorted(unknown)}")
     rows = []
     build = [c for c in BUILD_CASES if c in cases]
-    jobs = [(lib, case) for case in build for lib in ("boxwood", "equinox")]
+    jobs = [
+        (lib, case)
+        for case in build
+        for lib in ("boxwood", "equinox")
+        if (lib, case) != ("equinox", "transformer_jax_split")
+    ]
+    if "transformer_jax_split" in build and "transformer" not in build:
+        jobs.append(("equinox", "transformer"))
     results = _round_robin(jobs, reps)
     for case in build:
-        samples = {lib: results[(lib, case)] for lib in ("boxwood", "equinox")}
+        base = "transformer" if case == "transformer_jax_split" else case
+        samples = {
+            "boxwood": results[("boxwood", case)],
+            "equinox": results[("equinox", base)],
+        }
         rows += _rows(BUILD_CASES[case], "build", "build", samples, "equinox")
     steps = [c for c in STEP_CASES if c in cases]
     jobs = [("boxwood", case) for case in steps]

@@ -81,8 +81,12 @@ EXPLAIN = {
     "cold start": "Each measurement in a fresh process (round-robin repetitions). "
     "`build`: the constructor, arrays ready. `total`: from the top of the script "
     "(imports) to the end of the first training step (optax adam). `trace`, "
-    "`lower`, `compile`: JAX's own durations summed over the process. Ratio: to "
-    "equinox (warm restart: to the first process).",
+    "`lower`, `compile`: JAX's own durations summed over the process (in a warm "
+    "restart's second process, `compile` is loading the cached executables). Each "
+    "library's model code splits keys its own way: boxwood with "
+    "`bw.random.split_keys` (on the host), equinox with `jax.random.split`; one "
+    "row runs boxwood's with `jax.random.split` too. Ratio: to equinox (warm "
+    "restart: to the first process).",
     "memory (donation)": "A training loop with the model and optimiser state "
     'donated (`filter_jit(donate="all-except-first")`, batch first and kept).',
     "captured values": "Arrays and modules read from globals or closures are "

@@ -3,6 +3,7 @@
 from . import debug as debug
 from . import internal as internal
 from . import nn as nn
+from . import random as random
 from ._ad import filter_grad as filter_grad
 from ._ad import filter_value_and_grad as filter_value_and_grad
 from ._caches import clear_caches as clear_caches

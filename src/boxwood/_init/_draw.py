@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -173,6 +174,27 @@ def _draw_chunks(dist: str, data: np.ndarray, size: int, dtype: Any, params: tup
     return np.concatenate([np.asarray(p) for p in parts])[:size]
 
 
+def _check_shape(shape: Any, dist: str) -> tuple[int, ...]:
+    """`shape` as a tuple of non-negative ints (an int `n` is `(n,)`, as in
+    `jax.random`), or an error naming the argument."""
+    try:
+        given = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+        bools = any(isinstance(d, (bool, np.bool_)) for d in given)
+        dims = None if bools else tuple(operator.index(d) for d in given)
+    except TypeError:
+        dims = None
+    if dims is None:
+        raise TypeError(
+            f"{dist}: `shape` must be a tuple of ints, got {shape!r}; e.g. "
+            "shape=(3, 5)."
+        )
+    if any(d < 0 for d in dims):
+        raise ValueError(
+            f"{dist}: `shape` must not have negative sizes, got {dims}."
+        )
+    return dims
+
+
 def draw(dist: str, key: Any, shape: Any, dtype: Any, *params: Any) -> jax.Array:
     """`DISTRIBUTIONS[dist](key, shape, dtype, *params)`, bit for bit, from the
     shared chunk kernel where it can.
@@ -200,7 +222,7 @@ def draw(dist: str, key: Any, shape: Any, dtype: Any, *params: Any) -> jax.Array
     >>> bool((fast == jax.random.uniform(key, (3, 5), jnp.float32, -1.0, 1.0)).all())
     True
     """
-    shape = tuple(int(s) for s in shape)
+    shape = _check_shape(shape, dist)
     dtype = jnp.dtype(jax.dtypes.canonicalize_dtype(dtype))
     found = host_key(key) if _fast_ok(shape, dtype) else None
     if found is not None:
@@ -219,7 +241,7 @@ def uniform(
     key: Any, shape: Any, dtype: Any = float, minval: Any = 0.0, maxval: Any = 1.0
 ) -> jax.Array:
     """`jax.random.uniform(key, shape, dtype, minval, maxval)`, bit for bit, without
-    compiling a kernel per shape (see `draw`).
+    compiling a kernel per shape (see `boxwood.random`).
 
     >>> import jax
     >>> uniform(jax.random.key(0), (2, 3), minval=-0.5, maxval=0.5).shape
@@ -243,7 +265,7 @@ def truncated_normal(
     key: Any, lower: Any, upper: Any, shape: Any, dtype: Any = float
 ) -> jax.Array:
     """`jax.random.truncated_normal(key, lower, upper, shape, dtype)`, bit for bit,
-    without compiling a kernel per shape (see `draw`).
+    without compiling a kernel per shape (see `boxwood.random`).
 
     >>> import jax
     >>> truncated_normal(jax.random.key(0), -2.0, 2.0, (4,)).shape

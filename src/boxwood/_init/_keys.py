@@ -9,6 +9,7 @@ done here in NumPy, bit for bit the same (tests/test_init.py checks it).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import jax
@@ -132,20 +133,45 @@ def _as_key(data: np.ndarray, typed: bool) -> Any:
     return jax.device_put(data)
 
 
+def _check_num(num: Any) -> int:
+    try:
+        index = None if isinstance(num, (bool, np.bool_)) else operator.index(num)
+    except TypeError:
+        index = None
+    if index is None:
+        raise TypeError(
+            f"split_keys: `num` must be an int, got {num!r} of type "
+            f"{type(num).__name__}; pass the number of keys, e.g. num=4."
+        )
+    if index < 0:
+        raise ValueError(
+            f"split_keys: `num` must be non-negative, got {index}; pass the number "
+            "of keys, e.g. num=4."
+        )
+    return index
+
+
 def split_keys(key: Any, num: int = 2) -> tuple:
     """`tuple(jax.random.split(key, num))`, without compiling a kernel per `num`.
 
-    Bit-identical to `jax.random.split`. Falls back to it for keys it cannot
-    split on the host (see `host_key`).
+    Bit-identical to `jax.random.split`: the keys are computed on the host
+    (Threefry-2x32 in NumPy), so no kernel is compiled per `num` and none for
+    unpacking. Falls back to `jax.random.split` for keys it cannot split on the
+    host: a traced key (inside `jit`/`vmap`), a PRNG implementation other than
+    threefry, `jax_threefry_partitionable=False`, a batch of keys, or a key on a
+    non-default device.
 
     **Arguments:**
 
-    - `key`: a scalar PRNG key, typed or raw.
-    - `num`: how many keys.
+    - `key`: a scalar PRNG key, typed (`jax.random.key`) or raw
+      (`jax.random.PRNGKey`).
+    - `num`: how many keys (a non-negative int).
 
     **Returns:**
 
-    A tuple of `num` keys of the same kind as `key`.
+    A tuple (not an array) of `num` keys of the same kind as `key`: unpack it or
+    index it as you would `jax.random.split`'s result; `jnp.stack` it where an
+    array of keys is needed (for `vmap`).
 
     >>> import jax
     >>> a, b = split_keys(jax.random.key(0))
@@ -153,6 +179,7 @@ def split_keys(key: Any, num: int = 2) -> tuple:
     ...     jax.random.key(0))[0])).all())
     True
     """
+    num = _check_num(num)
     found = host_key(key)
     if found is None:
         return tuple(jr.split(key, num))
