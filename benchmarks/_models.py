@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import equinox as eqx
 import jax
@@ -96,6 +96,24 @@ class BwMLP(boxwood.Module):
         for layer in self.layers:
             x = layer(x)
         return x
+
+
+class BwFnLinear(boxwood.Module):
+    """`BwLinear` with its activation in an ordinary field, as Equinox code often
+    writes it (`activation: Callable`): a non-array leaf, static for `filter_jit`."""
+
+    weight: jax.Array
+    bias: jax.Array
+    activation: Callable
+
+    def __call__(self, x):
+        return self.activation(x @ self.weight + self.bias)
+
+
+def boxwood_fn_field(weights: list) -> BwMLP:
+    """The boxwood MLP whose layers hold `jnp.tanh` in a field (`BwFnLinear`)."""
+    pairs = [(jnp.asarray(w), jnp.asarray(b)) for w, b in weights]
+    return BwMLP(tuple(BwFnLinear(w, b, jnp.tanh) for w, b in pairs))
 
 
 # ------------------------------------------------------------------------ equinox

@@ -18,6 +18,7 @@ import boxwood
 from _models import (
     PURE,
     WIDTH,
+    boxwood_fn_field,
     build,
     count_leaves,
     layers_for,
@@ -63,6 +64,7 @@ def _kw_batch(fn, model, x):
 
 
 KEYWORDS = ", keywords"
+FN_FIELD = "boxwood, activation in a field"
 
 
 def _contenders(leaves: int, quick: bool) -> tuple[dict, dict, list]:
@@ -86,6 +88,11 @@ def _contenders(leaves: int, quick: bool) -> tuple[dict, dict, list]:
             skipped.append(skipped_row(FIGURE, _case(leaves), name, "skipped (quick)"))
     runners = {k: _batch(f, models[k], x) for k, f in fns.items()}
     outputs = {k: f(models[k], x) for k, f in fns.items()}
+    # a function in an ordinary field (Equinox style): a static leaf in the flat form
+    fn_model = boxwood_fn_field(weights)
+    fn = boxwood.filter_jit(_apply)
+    outputs[FN_FIELD] = fn(fn_model, x)
+    runners[FN_FIELD] = _batch(fn, fn_model, x)
     for k in ("raw", "boxwood"):  # keyword arguments, ratio to raw positional calls
         fn = jax.jit(_raw_kw) if k == "raw" else boxwood.filter_jit(_apply)
         outputs[k + KEYWORDS] = fn(model=models[k], x=x)

@@ -1,7 +1,8 @@
 """A captured value without arrays (a `filter_grad` wrapper, an `nn.Lambda`) is an
 input like any module, but it is passed to the compiled code as a number standing
-for it: such a module cannot carry a flat form, and as itself it would send every
-warm call to the slow path (a full flatten of the arguments)."""
+for it: one step of the argument walk, the same for a new but equal value, where
+the value itself would need a flat form (and a wrapper made afresh on every call
+would never get one)."""
 
 import warnings
 

@@ -212,17 +212,24 @@ def test_tuple_types_with_their_own_flatten_are_never_walked(count_flattens):
     assert count_flattens["n"] == before + 1
 
 
-def test_outputs_holding_constants_are_not_remembered():
+def test_outputs_holding_constants_are_remembered_with_them(count_flattens):
     class Scaled(bw.Module):
         layer: Lin
         scale: float  # a dynamic field holding a Python float: a constant output
 
     f = bw.filter_jit(lambda m: Scaled(m, 2.0))
     out = f(net().layers[0])
-    assert FLAT not in vars(out) and out.scale == 2.0
+    token, arrays = vars(out)[FLAT]
+    assert (
+        token.statics == ((2, 2.0),) and len(arrays) == 2
+    )  # the constant: in the token
+    assert out.scale == 2.0 and type(out.scale) is float
     g = bw.filter_jit(lambda s, x: s.layer(x) * s.scale)
+    g(out, jnp.ones(3))
+    before = count_flattens["n"]
     for _ in range(3):
         assert jnp.allclose(g(out, jnp.ones(3)), 2 * out.layer(jnp.ones(3)))
+    assert count_flattens["n"] == before  # walked, not flattened
 
 
 def test_outputs_rebuilt_inside_an_outer_trace_stay_correct():

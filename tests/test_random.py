@@ -52,9 +52,7 @@ def test_split_keys_bit_identical(seed, num, typed):
     assert isinstance(keys, tuple) and len(keys) == num
     if num:
         direct = jr.split(key, num)
-        assert all(
-            (k.dtype, k.shape) == (direct.dtype, direct.shape[1:]) for k in keys
-        )
+        assert all((k.dtype, k.shape) == (direct.dtype, direct.shape[1:]) for k in keys)
         assert _words(keys) == _words(direct)
 
 

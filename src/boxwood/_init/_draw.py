@@ -189,9 +189,7 @@ def _check_shape(shape: Any, dist: str) -> tuple[int, ...]:
             "shape=(3, 5)."
         )
     if any(d < 0 for d in dims):
-        raise ValueError(
-            f"{dist}: `shape` must not have negative sizes, got {dims}."
-        )
+        raise ValueError(f"{dist}: `shape` must not have negative sizes, got {dims}.")
     return dims
 
 

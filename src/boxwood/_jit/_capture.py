@@ -341,10 +341,11 @@ class Capture:
     def _stand_in(self, value: Any) -> Any:
         """`value` itself when it has an array leaf; otherwise (a module of static
         fields only, say a `filter_grad` wrapper) an `int` that stands for it: a
-        static leaf that the fast path's argument walk takes in one step (such a
-        module cannot carry a flat form, and would send every call to the slow
-        path), while a value that is not the same (nor equal) gets another number,
-        so that rebinding the name still recompiles. The newest few are kept."""
+        static leaf that the fast path's argument walk takes in one step, and the
+        same number for a new but equal value (a wrapper made afresh, which as
+        itself would be a first sighting on every call, never remembered), while a
+        value that is not the same (nor equal) gets another number, so that
+        rebinding the name still recompiles. The newest few are kept."""
         if any(map(is_array, jax.tree_util.tree_leaves(value))):
             return value
         with self.lock:

@@ -19,9 +19,15 @@ see `Module.__getstate__`) create new instance dicts without it, so a modified c
 never inherits a stale one.
 
 Only modules whose whole subtree is immutable get a record: every node a boxwood
-`Module`, a tuple, a NamedTuple (flattened by jax into its elements) or `None`, and
-every leaf an array. A module holding a list (which could be mutated in place) is
-always flattened afresh.
+`Module`, a tuple, a NamedTuple (flattened by jax into its elements) or `None`. A
+module holding a list (which could be mutated in place) is always flattened afresh.
+Every leaf is a `jax.Array` or a hashable non-array value (a function in an ordinary
+field, as Equinox code writes `activation: Callable`; a `filter_grad` wrapper's
+function; a number): the record's leaves are the arrays alone, and the non-array
+leaves, which `filter_jit` treats as static, are part of what the token stands for
+(a token per structure *and* those values, told apart as static fields are, so
+that `1`, `1.0` and `True` differ). A NumPy array or scalar leaf (dynamic, but not
+a `jax.Array`) or an unhashable one means no record.
 
 `walk` turns call arguments into a key (tokens of modules with records, markers for
 tuples, lists, dicts and `None`, static scalars by value) and the list of dynamic leaves,
@@ -40,8 +46,10 @@ from typing import Any, cast
 import jax
 from jax._src.array import ArrayImpl
 
+from .._filters import is_array
 from .._module import Module
 from .._module._module import FLAT, MODULE_TYPES
+from .._module._static_key import strict
 
 # The concrete `jax.Array` class, named without creating an array: importing
 # boxwood must not start JAX's backend.
@@ -54,29 +62,70 @@ STATIC_TYPES = frozenset({int, float, bool, str, types.FunctionType})
 
 
 class _Token:
-    """Stands for one module structure (treedef) in keys."""
+    """Stands for one module structure (treedef) in keys, and for the values of its
+    non-array leaves, if it has any (`statics`: `(leaf index, value)` pairs)."""
 
-    __slots__ = ("treedef", "__weakref__")
+    __slots__ = ("treedef", "statics", "__weakref__")
 
-    def __init__(self, treedef: Any) -> None:
+    def __init__(self, treedef: Any, statics: tuple = ()) -> None:
         self.treedef = treedef
+        self.statics = statics
+
+    def unflatten(self, arrays: list) -> Any:
+        """The module of this structure with these arrays (the record's leaves)."""
+        if not self.statics:
+            return self.treedef.unflatten(arrays)
+        leaves: list = [None] * self.treedef.num_leaves
+        for i, value in self.statics:
+            leaves[i] = value
+        it = iter(arrays)
+        for i, value in enumerate(leaves):
+            if value is None:
+                leaves[i] = next(it)
+        return self.treedef.unflatten(leaves)
 
 
-# treedef -> its token, held weakly: a token lives as long as something uses it (a
-# module's flat form, a fast-path key, an output builder), and the treedef, with
-# the static field values inside it, is not kept alive after that.
+# treedef (or treedef and static leaves) -> its token, held weakly: a token lives
+# as long as something uses it (a module's flat form, a fast-path key, an output
+# builder), and the treedef, with the static values inside it, is not kept alive
+# after that.
 _TOKENS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _TOKENS_LOCK = threading.Lock()
 
 
-def token_for(treedef: Any) -> _Token:
-    token = _TOKENS.get(treedef)
-    if token is None:
-        with _TOKENS_LOCK:
-            token = _TOKENS.get(treedef)
-            if token is None:
-                token = _TOKENS[treedef] = _Token(treedef)
+def token_for(treedef: Any, statics: tuple = ()) -> _Token | None:
+    """The token of `treedef` whose non-array leaves are `statics` (`(leaf index,
+    value)` pairs, none of them `None`). `None` if a value cannot be a key (it is
+    unhashable, or comparing it fails)."""
+    lookup: Any = treedef
+    if statics:
+        lookup = (treedef, tuple((i, v, strict(v)) for i, v in statics))
+    try:
+        token = _TOKENS.get(lookup)
+        if token is None:
+            with _TOKENS_LOCK:
+                token = _TOKENS.get(lookup)
+                if token is None:
+                    token = _TOKENS[lookup] = _Token(treedef, statics)
+    except Exception:  # unhashable, or an `__eq__` that fails: no token
+        return None
     return token
+
+
+def split_leaves(leaves: list) -> tuple[list, tuple] | None:
+    """`(arrays, statics)`: a module's `jax.Array` leaves, and its other leaves as
+    `(index, value)` pairs (`filter_jit`'s static leaves); `None` if a leaf is an
+    array of another kind (NumPy, a tracer), which only a real flatten handles."""
+    arrays = []
+    statics = []
+    for i, x in enumerate(leaves):
+        if type(x) is ARRAY_TYPE:
+            arrays.append(x)
+        elif is_array(x):
+            return None
+        else:
+            statics.append((i, x))
+    return arrays, tuple(statics)
 
 
 def is_module_class(typ: Any) -> bool:
@@ -111,15 +160,28 @@ def immutable(treedef: Any) -> bool:
 
 def remember(obj: Module) -> tuple | None:
     """Flatten `obj` and attach its flat form, if it is eligible (see the module
-    docstring). **Returns** the record `(token, leaves)` or `None`."""
+    docstring). **Returns** the record `(token, arrays)` or `None`."""
     leaves, treedef = jax.tree_util.tree_flatten(obj)
-    if not leaves or any(type(x) is not ARRAY_TYPE for x in leaves):
+    split = split_leaves(leaves) if leaves else None
+    if split is None or not immutable(treedef):
         return None
-    if not immutable(treedef):
+    arrays, statics = split
+    token = token_for(treedef, statics)
+    if token is None:
         return None
-    record = (token_for(treedef), leaves)
+    record = (token, arrays)
     vars(obj)[FLAT] = record
     return record
+
+
+def _module_statics(obj: Module, record: tuple, statics: list) -> None:
+    """Append the static leaves of `obj` (which carries `record`) to `statics`, in
+    flatten order: `obj`'s own objects (the token may have been made by an equal
+    module)."""
+    if record[0].statics:
+        statics.extend(
+            x for x in jax.tree_util.tree_leaves(obj) if type(x) is not ARRAY_TYPE
+        )
 
 
 # NamedTuple classes (and other tuple subclasses): True where jax flattens an
@@ -242,12 +304,16 @@ def remember_walkable(obj: Any, statics: list, seen: set, now: set) -> Any:
     """
     typ = type(obj)
     if typ in MODULE_TYPES:
-        if obj._boxwood_flat is not None:
-            return True
-        if id(obj) not in seen:
-            now.add(id(obj))
-            return None
-        return remember(obj) is not None
+        record = obj._boxwood_flat
+        if record is None:
+            if id(obj) not in seen:
+                now.add(id(obj))
+                return None
+            record = remember(obj)
+            if record is None:
+                return False
+        _module_statics(obj, record, statics)
+        return True
     if typ is dict:
         order = _dict_order(obj)
         children = [obj[k] for k in order] if order is not None else ()

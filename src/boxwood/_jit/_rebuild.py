@@ -31,11 +31,12 @@ import itertools
 import operator
 import types
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import jax
 import numpy as np
 
+from .._filters import is_array
 from .._module._module import FLAT, _set_dict
 from .._module._register import REBUILD_NAME
 from . import _native
@@ -66,10 +67,11 @@ _CHILDREN_AT = {LIST: 1, TUPLE: 1, NTUPLE: 2, DICT: 2, MODULE: 3, CALL: 2}
 class _Emitter:
     """Turns one treedef into a build program (see `compile_builder`)."""
 
-    def __init__(self, remember: bool) -> None:
+    def __init__(self, remember: bool, constants: dict[int, Any]) -> None:
         self.leaf_nodes: list[tuple] = []  # the node for each leaf position
         self.dyn_index: list[int | None] = []  # its index in the list (None: constant)
         self.remember = remember
+        self.constants = constants  # leaf position -> static value
 
     def emit(self, td: Any, pos: int, depth: int, outer: bool = True) -> tuple:
         """The node for the subtree `td` whose first leaf is at `pos`; `outer`: no
@@ -108,19 +110,23 @@ class _Emitter:
 
     def _lazy(self, td: Any, typ: type, aux: Any, pos: int) -> tuple | None:
         """An outermost module with its static fields and flat form alone
-        (`_flat_cache.py`), when all its leaves are arrays returned by the
-        computation (no constants) and its subtree is immutable."""
+        (`_flat_cache.py`), when its subtree is immutable and its leaves are arrays
+        returned by the computation or static values that are neither copied per
+        call (`_copies`) nor unhashable (they go in the token)."""
         dyn = self.dyn_index[pos : pos + td.num_leaves]
-        if not dyn or None in dyn or not immutable(td):
+        if not dyn or not immutable(td):
             return None
-        return (
-            LAZY,
-            typ,
-            _statics(typ, aux),
-            token_for(td),
-            dyn[0],
-            cast(int, dyn[-1]) + 1,
+        statics = tuple(
+            (i, self.constants[pos + i]) for i, d in enumerate(dyn) if d is None
         )
+        if any(_copies(value) or is_array(value) for _, value in statics):
+            return None  # (a NumPy constant is a dynamic leaf to the next call)
+        token = token_for(td, statics)
+        if token is None:
+            return None
+        arrays = [d for d in dyn if d is not None]
+        start = arrays[0] if arrays else 0
+        return (LAZY, typ, _statics(typ, aux), token, start, start + len(arrays))
 
 
 # Leaf types whose values cannot change (see also `_MUTABLE_CONTAINERS`, the static
@@ -263,7 +269,7 @@ def compile_builder(
     constants = constants or {}
     if treedef.num_nodes == 1 and treedef.num_leaves == 1 and not constants:
         return operator.itemgetter(0)  # one array: no Python frame at all
-    emitter = _Emitter(remember)
+    emitter = _Emitter(remember, constants)
     dynamic = 0
     for pos in range(treedef.num_leaves):
         if pos in constants:

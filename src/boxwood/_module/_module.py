@@ -207,7 +207,7 @@ def materialise(obj: Any) -> None:
     if record is None or all(n in values for n in type(obj)._boxwood_data):
         return
     token, leaves = record
-    full = token.treedef.unflatten(leaves)
+    full = token.unflatten(leaves)
     for name, value in full.__dict__.items():
         values.setdefault(name, value)  # another thread may have been first
 
