@@ -109,6 +109,24 @@ def test_checkpointer_skips_a_damaged_newest_file(tmp_path):
         assert ckpt.latest_step() == 1
 
 
+def test_checkpointer_keep_counts_complete_checkpoints_only(tmp_path):
+    ckpt = boxwood.Checkpointer(tmp_path, keep=2)
+    for step in (1, 2, 3):
+        ckpt.save(step, {"w": jnp.full(4, float(step))})
+    data = ckpt.path(3).read_bytes()
+    ckpt.path(3).write_bytes(data[:-3])  # the newest file is damaged
+    ckpt.save(4, {"w": jnp.full(4, 4.0)})
+    # two complete checkpoints remain (2 and 4); the damaged 3 is not one of them
+    assert ckpt.all_steps() == [2, 3, 4]
+    with pytest.warns(UserWarning, match="Skipping a damaged checkpoint"):
+        assert ckpt.restore({"w": jnp.zeros(4)}, step=2)["w"].tolist() == [2.0] * 4
+        ckpt.path(4).write_bytes(ckpt.path(4).read_bytes()[:-3])
+        assert ckpt.latest_step() == 2  # still one to fall back on
+    ckpt.save(5, {"w": jnp.full(4, 5.0)})
+    ckpt.save(6, {"w": jnp.full(4, 6.0)})
+    assert ckpt.all_steps() == [5, 6]  # older steps, damaged or not, go
+
+
 def test_checkpointer_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="`keep` must be a positive int"):
         boxwood.Checkpointer(tmp_path, keep=0)

@@ -54,7 +54,9 @@ class Checkpointer:
         """**Arguments:**
 
         - `directory`: where the checkpoints go (created if needed).
-        - `keep`: how many of the newest checkpoints to keep; `None` keeps all.
+        - `keep`: how many of the newest complete checkpoints to keep; `None`
+          keeps all. A damaged checkpoint (truncated, corrupted) does not count,
+          so a damaged newest file never costs an older complete one.
         - `format`: `"safetensors"` (a file per step), `"orbax"` (a directory per
           step), or `None` (default) to choose orbax exactly when the saved tree
           spans several processes, as [`boxwood.save`][] does.
@@ -148,9 +150,23 @@ class Checkpointer:
         elif self._dir(saved).is_dir():
             remove_dir(self._dir(saved))
         if self.keep is not None:
-            for step in self._steps()[: -self.keep]:
-                remove(step)
+            # the newest `keep` complete steps stay; a damaged step does not count
+            # (it cannot be restored), and stays only while it is newer than the
+            # oldest step kept, for inspection (`latest_step` skips it)
+            kept = 0
+            for step in reversed(self._steps()):
+                if kept == self.keep:
+                    remove(step)
+                elif step == saved or self._complete(step):
+                    kept += 1
         remove_leftovers(self.directory)
+
+    def _complete(self, step: int) -> bool:
+        try:
+            self._check(self.path(step))
+        except CheckpointError:
+            return False
+        return True
 
     def latest_step(self) -> int | None:
         """The newest step whose file is a complete checkpoint, or `None`.
