@@ -252,12 +252,17 @@ CASES = {
     "omega-structure": (
         lambda: internal.ω([1.0]) + internal.ω([1.0, 2.0]),
         ValueError,
-        r"`ω __add__ ω` needs pytrees of the same structure",
+        r"`ω \+ ω` needs pytrees of the same structure",
     ),
     "omega-operand": (
         lambda: internal.ω([1.0]) + "x",
         TypeError,
-        r"`ω __add__ \.\.\.` takes another `ω`, a scalar or an array; got str",
+        r"`ω \+ \.\.\.` takes another `ω`, a scalar or an array; got str",
+    ),
+    "omega-operand-reflected": (
+        lambda: "x" @ internal.ω([1.0]),
+        TypeError,
+        r"`\.\.\. @ ω` takes another `ω`, a scalar or an array; got str",
     ),
     "max-traces": (
         lambda: _traced_twice(),

@@ -56,7 +56,11 @@ class ω(metaclass=_OmegaMeta):  # noqa: N801 (Equinox's name)
         return _At(self)
 
 
-def _binary_operand(self: ω, other: Any, op_name: str) -> Callable[[Callable], ω]:
+def _binary_operand(
+    self: ω, other: Any, op_name: str, reflected: bool = False
+) -> Callable[[Callable], ω]:
+    """`op_name`: the operator as written (`+`, `.at[].set`); `reflected`: `ω` is
+    on its right (`2 * ω(a)`), as the messages show it."""
     if isinstance(other, ω):
         mine = jax.tree_util.tree_structure(self.ω, is_leaf=self.is_leaf)
         theirs = jax.tree_util.tree_structure(other.ω, is_leaf=self.is_leaf)
@@ -68,15 +72,20 @@ def _binary_operand(self: ω, other: Any, op_name: str) -> Callable[[Callable], 
         return lambda op: self._map(op, other.ω)
     if isinstance(other, _SCALARS):
         return lambda op: self._map(lambda x: op(x, other))
+    if reflected:
+        raise TypeError(
+            f"`... {op_name} ω` takes another `ω`, a scalar or an array; got "
+            f"{type(other).__name__}."
+        )
     raise TypeError(
         f"`ω {op_name} ...` takes another `ω`, a scalar or an array; got "
         f"{type(other).__name__}."
     )
 
 
-def _install_binary(name: str, op: Callable) -> None:
+def _install_binary(name: str, op: Callable, symbol: str, reflected: bool) -> None:
     def method(self: ω, other: Any) -> ω:
-        return _binary_operand(self, other, name)(op)
+        return _binary_operand(self, other, symbol, reflected)(op)
 
     method.__name__ = name
     setattr(ω, name, method)
@@ -86,18 +95,21 @@ def _flip(op: Callable) -> Callable:
     return lambda x, y: op(y, x)
 
 
+# name -> (operator, symbol)
 _BINARY = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
-    "matmul": operator.matmul, "truediv": operator.truediv,
-    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
-    "lshift": operator.lshift, "rshift": operator.rshift, "and": operator.and_,
-    "xor": operator.xor, "or": operator.or_,
+    "add": (operator.add, "+"), "sub": (operator.sub, "-"),
+    "mul": (operator.mul, "*"), "matmul": (operator.matmul, "@"),
+    "truediv": (operator.truediv, "/"), "floordiv": (operator.floordiv, "//"),
+    "mod": (operator.mod, "%"), "pow": (operator.pow, "**"),
+    "lshift": (operator.lshift, "<<"), "rshift": (operator.rshift, ">>"),
+    "and": (operator.and_, "&"), "xor": (operator.xor, "^"), "or": (operator.or_, "|"),
 }  # fmt: skip
-for _name, _op in _BINARY.items():
-    _install_binary(f"__{_name}__", _op)
-    _install_binary(f"__r{_name}__", _flip(_op))
-for _name in ("lt", "le", "eq", "ne", "gt", "ge"):
-    _install_binary(f"__{_name}__", getattr(operator, _name))
+for _name, (_op, _symbol) in _BINARY.items():
+    _install_binary(f"__{_name}__", _op, _symbol, reflected=False)
+    _install_binary(f"__r{_name}__", _flip(_op), _symbol, reflected=True)
+for _name, _symbol in (("lt", "<"), ("le", "<="), ("eq", "=="), ("ne", "!="),
+                       ("gt", ">"), ("ge", ">=")):  # fmt: skip
+    _install_binary(f"__{_name}__", getattr(operator, _name), _symbol, False)
 for _name, _op in (("__neg__", operator.neg), ("__pos__", operator.pos),
                    ("__abs__", operator.abs), ("__invert__", operator.invert)):  # fmt: skip
     setattr(ω, _name, lambda self, _op=_op: self._map(_op))
