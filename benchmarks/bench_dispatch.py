@@ -41,6 +41,14 @@ def _raw_kw(model, x):
     return raw_apply(model, x)
 
 
+def _apply_key(model, x, key):  # a typed PRNG key passed along (dropout's, say)
+    return model(x)
+
+
+def _raw_key(model, x, key):
+    return raw_apply(model, x)
+
+
 def _batch(fn, *args):
     def run(n: int) -> None:
         out = None
@@ -65,6 +73,7 @@ def _kw_batch(fn, model, x):
 
 KEYWORDS = ", keywords"
 FN_FIELD = "boxwood, activation in a field"
+WITH_KEY = ", typed key argument"
 
 
 def _contenders(leaves: int, quick: bool) -> tuple[dict, dict, list]:
@@ -93,6 +102,11 @@ def _contenders(leaves: int, quick: bool) -> tuple[dict, dict, list]:
     fn = boxwood.filter_jit(_apply)
     outputs[FN_FIELD] = fn(fn_model, x)
     runners[FN_FIELD] = _batch(fn, fn_model, x)
+    key = jax.random.key(0)
+    for k in ("raw", "boxwood"):  # a typed key argument, ratio to raw without one
+        fn = jax.jit(_raw_key) if k == "raw" else boxwood.filter_jit(_apply_key)
+        outputs[k + WITH_KEY] = fn(models[k], x, key)
+        runners[k + WITH_KEY] = _batch(fn, models[k], x, key)
     for k in ("raw", "boxwood"):  # keyword arguments, ratio to raw positional calls
         fn = jax.jit(_raw_kw) if k == "raw" else boxwood.filter_jit(_apply)
         outputs[k + KEYWORDS] = fn(model=models[k], x=x)

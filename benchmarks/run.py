@@ -53,7 +53,9 @@ EXPLAIN = {
     "dispatch": "Time per call of `f(model, x) = model(x)` (tiny MLP, width 4, tanh), "
     "calls not blocked one by one. `activation in a field`: the same MLP with "
     "`jnp.tanh` held in an ordinary field of each layer (Equinox style), a "
-    "non-array leaf. Ratio: to raw `jax.jit` on the flat list of the same arrays.",
+    "non-array leaf. `typed key argument`: `f(model, x, key)` with a "
+    "`jax.random.key` passed along. Ratio: to raw `jax.jit` on the flat list of the "
+    "same arrays.",
     "train step": "Time per step: value-and-grad of an MSE loss + optax adam, "
     "returning the new model and optimiser state (fed into the next step). Ratio: "
     "to raw `jax.jit` over flat lists of parameters and optimiser-state leaves.",

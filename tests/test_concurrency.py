@@ -156,3 +156,78 @@ def test_an_error_in_one_thread_does_not_block_the_others():
     results = run_threads(step, good, xs[:-1])
     for got, want in zip(results, serial(good, xs[:-1])):
         assert_same_models(got, want)
+
+
+class _Gate:
+    """A pytree node whose unflatten, armed, blocks the first trace that reaches it
+    (before `filter_jit`'s trace bookkeeping runs)."""
+
+    armed = False
+    entered = threading.Event()
+    release = threading.Event()
+
+    def __init__(self, value):
+        self.value = value
+
+
+SHORT = 20  # seconds: a deadlock below fails the test after this long
+
+
+def _gate_unflatten(aux, children):
+    (value,) = children
+    if _Gate.armed and isinstance(value, jax.core.Tracer):
+        _Gate.armed = False
+        _Gate.entered.set()
+        _Gate.release.wait(SHORT)
+    return _Gate(value)
+
+
+jax.tree_util.register_pytree_node(_Gate, lambda g: ((g.value,), None), _gate_unflatten)
+
+
+def test_a_trace_in_progress_and_a_locked_first_call_do_not_deadlock():
+    # Thread Y traces a new shape of a warm entry without boxwood's lock and stops
+    # in the middle of JAX's trace; thread Z traces another entry (so a trace is in
+    # progress); thread X then calls Y's signature: JAX makes it wait for Y's trace
+    # while X holds boxwood's lock, so Y's trace must not need that lock.
+    z_in, z_release = threading.Event(), threading.Event()
+
+    @bw.filter_jit
+    def f(gate, x, flag):
+        if flag and x.shape == (3,):
+            z_in.set()
+            z_release.wait(SHORT)
+        return gate.value * x
+
+    g2, x2 = _Gate(jnp.ones(2)), jnp.ones(2)
+    g3, x3 = _Gate(jnp.ones(3)), jnp.ones(3)
+    f(g2, x2, False), f(g2, x2, True)  # both entries warm (shape 2)
+    _Gate.entered.clear()
+    _Gate.release.clear()
+    _Gate.armed = True
+    results = {}
+
+    def run(name, flag):
+        results[name] = f(g3, x3, flag)
+
+    threads = {
+        "y": threading.Thread(target=run, args=("y", False), daemon=True),
+        "z": threading.Thread(target=run, args=("z", True), daemon=True),
+        "x": threading.Thread(target=run, args=("x", False), daemon=True),
+    }
+    try:
+        threads["y"].start()
+        assert _Gate.entered.wait(SHORT)  # Y is inside JAX's trace
+        threads["z"].start()
+        assert z_in.wait(SHORT)  # Z's trace is in progress
+        threads["x"].start()
+        threads["x"].join(1.0)  # X waits on Y's trace in JAX
+    finally:
+        _Gate.release.set()
+        z_release.set()
+    for t in threads.values():
+        t.join(SHORT)
+    assert not any(t.is_alive() for t in threads.values()), "deadlock"
+    for name in "yzx":
+        assert results[name].tolist() == [1.0, 1.0, 1.0]
+    assert f.cache_info().traces == 4

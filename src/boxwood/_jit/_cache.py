@@ -151,8 +151,8 @@ class _Store:
     # slots: the C fast path reads `traces` and `tracing` through their descriptors
     __slots__ = (
         "fun_def", "fun_dyn_idx", "fun_static_idx", "fun_statics", "plans",
-        "kw_plans", "fast_plans", "plan_variants", "lock", "traces", "tracing",
-        "pending", "size", "records", "__weakref__",
+        "kw_plans", "fast_plans", "plan_variants", "lock", "trace_lock", "traces",
+        "tracing", "pending", "size", "records", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, fun_def: Any, fun_dyn_idx, fun_static_idx, fun_statics) -> None:
@@ -165,7 +165,14 @@ class _Store:
         # `_flat_cache.walk` keys -> (plan, entry): calls that skip flattening
         self.fast_plans: dict[tuple, tuple[_Plan, _Entry]] = {}
         self.plan_variants: dict[tuple, _Plan] = {}
+        # `lock`: plans, entries, and a cold entry's first call (held across that
+        # call into JAX). `trace_lock`: what a trace records (`_on_trace`), and
+        # nothing else. A trace must never need `lock`: JAX makes a thread that
+        # calls a signature another thread is tracing wait for that trace, and the
+        # waiting thread may hold `lock` (`_call_locked`); so that trace, needing
+        # `lock`, would never finish. Order: `lock` before `trace_lock`.
         self.lock = threading.RLock()
+        self.trace_lock = threading.Lock()
         self.traces = 0  # every thread's: a call compares it before and after
         self.tracing = 0  # traces in progress (any thread)
         # this thread's traces not yet reported (`pending.n`): a call that saw
@@ -182,7 +189,7 @@ class _Store:
         return self.fun_def.unflatten(leaves)
 
     def clear(self) -> None:
-        with self.lock:
+        with self.lock, self.trace_lock:
             self.plans.clear()
             self.kw_plans.clear()
             self.fast_plans.clear()

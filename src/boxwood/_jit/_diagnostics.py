@@ -170,7 +170,7 @@ def _on_trace(
     kwargs: dict,
     hidden: list[str] | None = None,
 ) -> None:
-    with store.lock:
+    with store.trace_lock:  # never `store.lock` in a trace: see `_Store`
         store.traces += 1
         store.size += 1
         store.pending.n = getattr(store.pending, "n", 0) + 1

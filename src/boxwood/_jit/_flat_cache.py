@@ -21,7 +21,7 @@ never inherits a stale one.
 Only modules whose whole subtree is immutable get a record: every node a boxwood
 `Module`, a tuple, a NamedTuple (flattened by jax into its elements) or `None`. A
 module holding a list (which could be mutated in place) is always flattened afresh.
-Every leaf is a `jax.Array` or a hashable non-array value (a function in an ordinary
+Every leaf is a `jax.Array` (a typed PRNG key too) or a hashable non-array value (a function in an ordinary
 field, as Equinox code writes `activation: Callable`; a `filter_grad` wrapper's
 function; a number): the record's leaves are the arrays alone, and the non-array
 leaves, which `filter_jit` treats as static, are part of what the token stands for
@@ -55,6 +55,28 @@ from .._module._static_key import strict
 # boxwood must not start JAX's backend.
 ARRAY_TYPE: type = ArrayImpl
 ARRAY_TOKEN = object()  # stands for "a jax.Array" in a key
+
+
+# Typed PRNG keys (`jax.random.key`): arrays of their own class, dynamic like any
+# array (their implementation is part of their dtype, which JAX's own cache sees).
+def _key_array_type() -> type:
+    """JAX's class of typed key arrays (private, and it has moved between JAX
+    versions); a class nothing is an instance of where it is not found, so keys
+    then take the slow path, as any unknown leaf does."""
+    import importlib
+
+    for where in ("jax._src.random.prng", "jax._src.prng"):
+        try:
+            return importlib.import_module(where).PRNGKeyArray
+        except (ImportError, AttributeError):
+            continue
+    return type("_NoKeyArrays", (), {})
+
+
+KEY_ARRAY_TYPE: type = _key_array_type()
+KEY_TOKEN = object()  # stands for "a typed PRNG key array" in a key
+# the leaf classes a flat form's arrays may have
+_FLAT_ARRAY_TYPES = frozenset({ARRAY_TYPE, KEY_ARRAY_TYPE})
 NONE_TOKEN = object()  # stands for `None` (an empty pytree node)
 # Leaf types whose values go into a key as they are (hashed by value, as filter_jit
 # does for static leaves); their type goes in too, so that `1` and `True` differ.
@@ -119,7 +141,7 @@ def split_leaves(leaves: list) -> tuple[list, tuple] | None:
     arrays = []
     statics = []
     for i, x in enumerate(leaves):
-        if type(x) is ARRAY_TYPE:
+        if type(x) in _FLAT_ARRAY_TYPES:
             arrays.append(x)
         elif is_array(x):
             return None
@@ -180,7 +202,9 @@ def _module_statics(obj: Module, record: tuple, statics: list) -> None:
     module)."""
     if record[0].statics:
         statics.extend(
-            x for x in jax.tree_util.tree_leaves(obj) if type(x) is not ARRAY_TYPE
+            x
+            for x in jax.tree_util.tree_leaves(obj)
+            if type(x) not in _FLAT_ARRAY_TYPES
         )
 
 
@@ -212,8 +236,8 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
 
     **Returns** `False` (leaving `key` and `dyn` partly filled) when `obj` holds
     something only a real flatten can handle: a module without a flat form, a dict
-    whose keys don't sort, a custom pytree node, an array that is not a `jax.Array`
-    (NumPy, a tracer).
+    whose keys don't sort, a custom pytree node, an array that is neither a
+    `jax.Array` nor a typed PRNG key (NumPy, a tracer).
     """
     typ = type(obj)
     if typ is ARRAY_TYPE:
@@ -249,6 +273,10 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
         key.append(obj)
         if typ is float:  # `-0.0 == 0.0`: the sign tells them apart
             key.append(copysign(1.0, cast(float, obj)))
+        return True
+    if typ is KEY_ARRAY_TYPE:
+        key.append(KEY_TOKEN)
+        dyn.append(obj)
         return True
     if typ is dict:  # keyword arguments too: values inline, as for tuples
         order = _dict_order(cast(dict, obj))
