@@ -244,6 +244,10 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
         key.append(ARRAY_TOKEN)
         dyn.append(obj)
         return True
+    if typ is KEY_ARRAY_TYPE:
+        key.append(KEY_TOKEN)
+        dyn.append(obj)
+        return True
     if typ in MODULE_TYPES:
         record = obj._boxwood_flat
         if record is None:
@@ -273,10 +277,6 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
         key.append(obj)
         if typ is float:  # `-0.0 == 0.0`: the sign tells them apart
             key.append(copysign(1.0, cast(float, obj)))
-        return True
-    if typ is KEY_ARRAY_TYPE:
-        key.append(KEY_TOKEN)
-        dyn.append(obj)
         return True
     if typ is dict:  # keyword arguments too: values inline, as for tuples
         order = _dict_order(cast(dict, obj))

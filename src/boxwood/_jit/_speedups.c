@@ -50,6 +50,8 @@ typedef struct {
     PyObject *on_error;    /* `on_error(exc)`: called when the compiled call raised */
     PyObject *array_type;
     PyObject *array_token;
+    PyObject *key_type;     /* typed PRNG key arrays' class, or None */
+    PyObject *key_token;
     PyObject *none_token;
     PyObject *module_types; /* set of module classes */
     PyObject *walkable;     /* dict: type -> bool (`_flat_cache._WALKABLE`) */
@@ -103,6 +105,10 @@ static int walk_obj(FastCall *self, PyObject *obj, PyObject *key, PyObject *dyn,
     PyTypeObject *t = Py_TYPE(obj);
     if ((PyObject *)t == self->array_type) {
         if (PyList_Append(key, self->array_token) < 0) return -1;
+        return PyList_Append(dyn, obj) < 0 ? -1 : 1;
+    }
+    if ((PyObject *)t == self->key_type) { /* a typed PRNG key: as an array */
+        if (PyList_Append(key, self->key_token) < 0) return -1;
         return PyList_Append(dyn, obj) < 0 ? -1 : 1;
     }
     if (obj == Py_None) {
@@ -443,22 +449,23 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
                             "entry_fast_build", "entry_output", "plan_n_first",
                             "store_traces", "store_tracing", "name", "watch",
                             "watch_snap", "watch_sources", "watch_keys",
-                            "watch_fallback", NULL};
+                            "watch_fallback", "key_type", "key_token", NULL};
     PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
         *array_token, *none_token, *module_types, *walkable, *fun_dyn;
     PyObject *first_name, *flat_key, *entry_cold, *entry_jitted, *entry_fast_build,
         *entry_output, *plan_n_first, *store_traces, *store_tracing, *name;
     PyObject *watch = Py_None, *watch_snap = Py_None, *watch_sources = NULL,
              *watch_keys = NULL, *watch_fallback = Py_None;
+    PyObject *key_type = Py_None, *key_token = Py_None;
     int split_first;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOOO!O!OpOUOOOOOOOU|OOO!O!O:FastCall", names, &fallback, &PyDict_Type,
+            args, kw, "OO!OOOOOOOO!O!OpOUOOOOOOOU|OOO!O!OOO:FastCall", names, &fallback, &PyDict_Type,
             &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
             &fun_dyn, &split_first, &first_name, &flat_key, &entry_cold, &entry_jitted,
             &entry_fast_build, &entry_output, &plan_n_first, &store_traces,
             &store_tracing, &name, &watch, &watch_snap, &PyTuple_Type, &watch_sources,
-            &PyTuple_Type, &watch_keys, &watch_fallback)) {
+            &PyTuple_Type, &watch_keys, &watch_fallback, &key_type, &key_token)) {
         return NULL;
     }
     if (watch != Py_None) {
@@ -501,7 +508,8 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
 #define KEEP(field) Py_INCREF(field); self->field = field
     KEEP(fallback); KEEP(plans); KEEP(store); KEEP(walk); KEEP(after_trace);
     KEEP(on_error);
-    KEEP(array_type); KEEP(array_token); KEEP(none_token); KEEP(module_types);
+    KEEP(array_type); KEEP(array_token); KEEP(key_type); KEEP(key_token);
+    KEEP(none_token); KEEP(module_types);
     KEEP(walkable); KEEP(fun_dyn); KEEP(first_name); KEEP(flat_key);
     KEEP(entry_cold); KEEP(entry_jitted); KEEP(entry_fast_build); KEEP(entry_output);
     KEEP(plan_n_first); KEEP(store_traces); KEEP(store_tracing); KEEP(name);
@@ -518,7 +526,7 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
 /* every object a FastCall holds, for the garbage collector */
 #define FASTCALL_OBJECTS(X)                                                        \
     X(dict) X(fallback) X(plans) X(store) X(walk) X(after_trace) X(on_error)       \
-    X(array_type)                                                                  \
+    X(array_type) X(key_type) X(key_token)                                         \
     X(array_token) X(none_token) X(module_types) X(walkable) X(fun_dyn)         \
     X(first_name) X(kw_names) X(kw_order) X(flat_key) X(entry_cold)              \
     X(entry_jitted) X(entry_fast_build) X(entry_output) X(plan_n_first)          \
