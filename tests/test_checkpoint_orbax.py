@@ -41,6 +41,18 @@ def test_orbax_format_round_trip_and_validation(tmp_path, getkey):
     assert boxwood.tree_equal(boxwood.load(tmp_path / "later", tree)[0], model)
 
 
+def test_checkpointer_keep_does_not_count_an_empty_step_directory(tmp_path):
+    ckpt = boxwood.Checkpointer(tmp_path, keep=2, format="orbax")
+    for step in (1, 2):
+        ckpt.save(step, {"w": jnp.full(3, float(step))})
+    os.makedirs(tmp_path / "step_000003")  # damaged: its contents are gone
+    ckpt.save(4, {"w": jnp.full(3, 4.0)})
+    assert ckpt.all_steps() == [2, 3, 4]  # two complete ones: 2 and 4
+    ckpt.save(5, {"w": jnp.full(3, 5.0)})
+    assert ckpt.all_steps() == [4, 5]
+    assert ckpt.restore({"w": jnp.zeros(3)})["w"].tolist() == [5.0] * 3
+
+
 def test_not_an_orbax_checkpoint(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(

@@ -55,8 +55,9 @@ class Checkpointer:
 
         - `directory`: where the checkpoints go (created if needed).
         - `keep`: how many of the newest complete checkpoints to keep; `None`
-          keeps all. A damaged checkpoint (truncated, corrupted) does not count,
-          so a damaged newest file never costs an older complete one.
+          keeps all. A damaged checkpoint file (truncated, corrupted) or an empty
+          step directory does not count, so it never costs an older complete
+          one.
         - `format`: `"safetensors"` (a file per step), `"orbax"` (a directory per
           step), or `None` (default) to choose orbax exactly when the saved tree
           spans several processes, as [`boxwood.save`][] does.
@@ -162,8 +163,16 @@ class Checkpointer:
         remove_leftovers(self.directory)
 
     def _complete(self, step: int) -> bool:
+        """Whether step `step` counts toward `keep`: a file whose header reads, or a
+        step directory that is not empty. Local checks only: this runs on process
+        0 alone, where orbax's own metadata read would wait for the other
+        processes (a step directory is complete by construction: it is renamed
+        into place after every process has written its part)."""
+        path = self.path(step)
+        if path.is_dir():
+            return any(path.iterdir())
         try:
-            self._check(self.path(step))
+            read_header(path)
         except CheckpointError:
             return False
         return True
