@@ -1,3 +1,5 @@
+import contextlib
+
 import jax
 import jax.random as jr
 import pytest
@@ -50,3 +52,25 @@ def count_flattens(monkeypatch):
 
     monkeypatch.setattr(_filter_jit, "_flatten", counting)
     return calls
+
+
+@pytest.fixture
+def count_compiles():
+    """`with count_compiles() as events:` lists XLA compiles (one entry each) made
+    inside the block."""
+
+    @contextlib.contextmanager
+    def counting():
+        events = []
+
+        def listen(event, duration, **kwargs):
+            if event == "/jax/core/compile/backend_compile_duration":
+                events.append(event)
+
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            yield events
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+
+    return counting

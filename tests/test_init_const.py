@@ -1,8 +1,6 @@
 """Layer constructors make their constant arrays without compiling anything
 (`boxwood._init._const`), and those arrays are the ones `jnp` would make."""
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -12,23 +10,6 @@ import pytest
 import boxwood.nn as nn
 from boxwood import _init
 from boxwood._init import _draw
-
-_COMPILE = "/jax/core/compile/backend_compile_duration"
-
-
-@contextlib.contextmanager
-def _count_compiles():
-    events = []
-
-    def listen(event, duration, **kwargs):
-        if event == _COMPILE:
-            events.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        yield events
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
 
 
 def _same(a, b):
@@ -82,7 +63,7 @@ def test_scalar_rejects_other_values():
         lambda n: nn.Linear(n, 3, key=jr.key(2)),
     ],
 )
-def test_constructors_compile_nothing(make, monkeypatch):
+def test_constructors_compile_nothing(make, monkeypatch, count_compiles):
     # The first build may compile the shared draw kernel (once per process); a
     # second build with new shapes compiles nothing (`jnp.ones` would compile a
     # kernel per new shape, `jax.random.uniform` one per new shape).
@@ -90,7 +71,7 @@ def test_constructors_compile_nothing(make, monkeypatch):
     # take the same path whatever other tests drew before.)
     monkeypatch.setattr(_draw, "_host_hashed", 0)
     jax.block_until_ready(make(237))
-    with _count_compiles() as compiles:
+    with count_compiles() as compiles:
         jax.block_until_ready(make(301))
     assert compiles == []
 

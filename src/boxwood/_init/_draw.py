@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +41,7 @@ import numpy as np
 from jax import lax
 from jax.extend.random import define_prng_impl, threefry2x32_p
 
+from .._shape import as_shape
 from ._keys import counter_bits, host_key
 
 #: Elements drawn per kernel call.
@@ -174,25 +174,6 @@ def _draw_chunks(dist: str, data: np.ndarray, size: int, dtype: Any, params: tup
     return np.concatenate([np.asarray(p) for p in parts])[:size]
 
 
-def _check_shape(shape: Any, dist: str) -> tuple[int, ...]:
-    """`shape` as a tuple of non-negative ints (an int `n` is `(n,)`, as in
-    `jax.random`), or an error naming the argument."""
-    try:
-        given = (shape,) if np.ndim(shape) == 0 else tuple(shape)
-        bools = any(isinstance(d, (bool, np.bool_)) for d in given)
-        dims = None if bools else tuple(operator.index(d) for d in given)
-    except TypeError:
-        dims = None
-    if dims is None:
-        raise TypeError(
-            f"{dist}: `shape` must be a tuple of ints, got {shape!r}; e.g. "
-            "shape=(3, 5)."
-        )
-    if any(d < 0 for d in dims):
-        raise ValueError(f"{dist}: `shape` must not have negative sizes, got {dims}.")
-    return dims
-
-
 def draw(dist: str, key: Any, shape: Any, dtype: Any, *params: Any) -> jax.Array:
     """`DISTRIBUTIONS[dist](key, shape, dtype, *params)`, bit for bit, from the
     shared chunk kernel where it can.
@@ -220,7 +201,7 @@ def draw(dist: str, key: Any, shape: Any, dtype: Any, *params: Any) -> jax.Array
     >>> bool((fast == jax.random.uniform(key, (3, 5), jnp.float32, -1.0, 1.0)).all())
     True
     """
-    shape = _check_shape(shape, dist)
+    shape = as_shape(shape, dist)
     dtype = jnp.dtype(jax.dtypes.canonicalize_dtype(dtype))
     found = host_key(key) if _fast_ok(shape, dtype) else None
     if found is not None:

@@ -19,6 +19,7 @@ from .._module._static_key import needs_strict, strict
 from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
 from ._capture import Traced
+from ._flat_cache import merge_leaves as _merge
 from ._options import JitOptions
 from ._rebuild import compile_builder
 
@@ -31,15 +32,6 @@ def _picker(indices: tuple[int, ...]) -> Callable[[list], tuple]:
         (i,) = indices
         return lambda leaves: (leaves[i],)
     return operator.itemgetter(*indices)
-
-
-def _merge(n: int, dyn_idx, dyn, static_idx, statics) -> list:
-    leaves: list = [None] * n
-    for i, x in zip(dyn_idx, dyn):
-        leaves[i] = x
-    for i, x in zip(static_idx, statics):
-        leaves[i] = x
-    return leaves
 
 
 class _Out:

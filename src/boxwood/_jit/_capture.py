@@ -38,7 +38,6 @@ import builtins
 import dis
 import functools
 import inspect
-import itertools
 import os
 import threading
 import types
@@ -225,11 +224,6 @@ def has_arrays(value: Any) -> bool:
 
 
 _METHOD, _PARTIAL = "method", "partial"
-_MAX_STAND_INS = 64  # array-less captured values remembered per function
-# stand-in number -> a short text of its value, for recompile explanations (numbers
-# are unique in the process; the oldest texts are dropped)
-_STAND_IN_TEXT: dict[int, str] = {}
-_stand_in_numbers = itertools.count()
 
 
 def split_callable(value: Any) -> tuple[tuple[str, Any], Any] | None:
@@ -298,8 +292,6 @@ class Capture:
         # another function retraces, and the explanation shows it.
         self._signature_names: dict[tuple, str] = {}
         self._signatures: dict[str, tuple] = {}
-        # values without arrays passed as numbers (`_stand_in`)
-        self._stand_ins: dict[int, Any] = {}
 
     def hidden(self, values: list[Any]) -> tuple | None:
         """The hidden argument for `values` (one per label): the value where it
@@ -313,9 +305,9 @@ class Capture:
             split = None if value is _MISSING else split_callable(value)
             if split is not None:
                 functions.append((i, *split[0]))
-                entries.append(self._stand_in(split[1]))
+                entries.append(split[1])
             elif value is not _MISSING and has_arrays(value):
-                entries.append(self._stand_in(value))
+                entries.append(value)
             else:
                 entries.append(None)
         if functions:
@@ -338,43 +330,13 @@ class Capture:
                 self._signatures[name] = signature
             return name
 
-    def _stand_in(self, value: Any) -> Any:
-        """`value` itself when it has an array leaf; otherwise (a module of static
-        fields only, say a `filter_grad` wrapper) an `int` that stands for it: a
-        static leaf that the fast path's argument walk takes in one step, and the
-        same number for a new but equal value (a wrapper made afresh, which as
-        itself would be a first sighting on every call, never remembered), while a
-        value that is not the same (nor equal) gets another number, so that
-        rebinding the name still recompiles. The newest few are kept."""
-        if any(map(is_array, jax.tree_util.tree_leaves(value))):
-            return value
-        with self.lock:
-            for number, known in self._stand_ins.items():
-                if known is value or (
-                    type(known) is type(value) and _equal(known, value)
-                ):
-                    return number
-            number = next(_stand_in_numbers)
-            self._stand_ins[number] = value
-            text = " ".join(repr(value).split())  # on one line
-            _STAND_IN_TEXT[number] = text if len(text) <= 70 else text[:67] + "..."
-            if len(_STAND_IN_TEXT) > 64 * _MAX_STAND_INS:
-                del _STAND_IN_TEXT[next(iter(_STAND_IN_TEXT))]
-            if len(self._stand_ins) > _MAX_STAND_INS:
-                del self._stand_ins[next(iter(self._stand_ins))]
-            return number
-
-    def _resolved(self, entry: Any) -> Any:
-        return self._stand_ins[entry] if type(entry) is int else entry
-
     def _joined(self, hidden: tuple | None) -> tuple:
-        """`hidden` with stand-ins replaced by their values, and bound methods and
-        partials put back together."""
+        """`hidden` with bound methods and partials put back together."""
         if hidden is None:
             return ()
         if len(hidden) == len(self.labels):
-            return tuple(map(self._resolved, hidden))
-        entries = list(map(self._resolved, hidden[:-1]))
+            return tuple(hidden)
+        entries = list(hidden[:-1])
         for i, kind, func in self._signatures[hidden[-1]]:
             entries[i] = _join_callable(kind, func, entries[i])
         return tuple(entries)
@@ -553,9 +515,7 @@ def describe_captures(
     """`_explain.describe_call` for the captured values, under their labels."""
     out = {}
     for label, value in zip(labels, hidden or ()):
-        if type(value) is int:  # a value without arrays (`Capture._stand_in`)
-            out[label] = ("field", _STAND_IN_TEXT.get(value, f"object #{value}"))
-        elif value is not None:
+        if value is not None:
             for path, text in describe_call((value,), {}).items():
                 out[label + path.removeprefix("args[0]")] = text
     if hidden is not None and len(hidden) > len(labels):  # bound methods, partials

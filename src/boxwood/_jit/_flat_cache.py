@@ -97,14 +97,22 @@ class _Token:
         """The module of this structure with these arrays (the record's leaves)."""
         if not self.statics:
             return self.treedef.unflatten(arrays)
-        leaves: list = [None] * self.treedef.num_leaves
-        for i, value in self.statics:
-            leaves[i] = value
-        it = iter(arrays)
-        for i, value in enumerate(leaves):
-            if value is None:
-                leaves[i] = next(it)
+        n = self.treedef.num_leaves
+        static_idx, values = zip(*self.statics)
+        dyn_idx = sorted(set(range(n)).difference(static_idx))
+        leaves = merge_leaves(n, dyn_idx, arrays, static_idx, values)
         return self.treedef.unflatten(leaves)
+
+
+def merge_leaves(n: int, dyn_idx: Any, dyn: Any, static_idx: Any, statics: Any) -> list:
+    """The `n` leaves of a tree from its dynamic and static leaves and where each
+    goes."""
+    leaves: list = [None] * n
+    for i, x in zip(dyn_idx, dyn):
+        leaves[i] = x
+    for i, x in zip(static_idx, statics):
+        leaves[i] = x
+    return leaves
 
 
 # treedef (or treedef and static leaves) -> its token, held weakly: a token lives
@@ -279,6 +287,9 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
             key.append(copysign(1.0, cast(float, obj)))
         return True
     if typ is dict:  # keyword arguments too: values inline, as for tuples
+        # (the same loop as the tuple branch's, written twice on purpose: one
+        # shared loop over `map(obj.__getitem__, order)` measured +0.02-0.04x of
+        # `jax.jit` for pure-Python dispatch at 4 leaves, +0.05-0.1x with keywords)
         order = _dict_order(cast(dict, obj))
         if order is None:
             return False

@@ -60,18 +60,3 @@ def compute_dtype(dtype: Any) -> Any:
     """
     with jax.numpy_dtype_promotion("standard"):
         return jnp.result_type(dtype, jnp.float32)
-
-
-def as_shape(shape: int | Sequence[int], name: str) -> tuple[int, ...]:
-    """`shape` as a tuple of non-negative Python ints (an int means `(shape,)`)."""
-    if isinstance(shape, int):
-        shape = (shape,)
-    try:
-        out = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name}: `shape` must be an int or a sequence of ints, got {shape!r}."
-        ) from None
-    if any(s < 0 for s in out):
-        raise ValueError(f"{name}: `shape` must not be negative, got {out}.")
-    return out

@@ -14,9 +14,10 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._init import ones, zeros
 from .._module import Module, field
+from .._shape import as_shape
 from .._warnings import user_stacklevel
 from ._checks import check_input, layer_name
-from ._misc import as_shape, compute_dtype, resolve_dtype
+from ._misc import compute_dtype, resolve_dtype
 
 # (An alias: the string `"channels *spatial"` inside an annotation would be read by
 # linters as the Python expression `channels * spatial`.)
