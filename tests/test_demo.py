@@ -1,7 +1,6 @@
 """The main demo end to end, its option checks, and the MNIST IDX loader."""
 
 import gzip
-import os
 import pathlib
 import re
 import subprocess
@@ -207,35 +206,24 @@ def test_compile_counts_read_as_words():
     assert [times(n) for n in (1, 2, 3)] == ["once", "twice", "3 times"]
 
 
-def test_the_demo_itself_shows_the_pure_python_path_in_its_first_line():
+def test_under_the_demo_the_notice_gives_way_to_the_demos_first_line(monkeypatch):
     # The import-time notice points at the line importing boxwood; under
     # `boxwood-demo` that line is the launcher, so the demo says it itself.
-    code = (
-        "import sys; sys.argv[0] = '/venv/bin/boxwood-demo'\n"
-        "sys.modules['boxwood._jit._speedups'] = None\n"
-        "import boxwood.demo._run as r; print(r._PURE_PYTHON)"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "BOXWOOD_PURE_PYTHON"}
-    run = subprocess.run(
-        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True,
-        env=env, cwd=ROOT,
-    )  # fmt: skip
-    assert run.returncode == 0 and run.stderr == ""
-    assert run.stdout.startswith("pure Python: the C extension is not built")
+    import warnings
 
+    from boxwood import _info
+    from boxwood.demo._run import _PURE_PYTHON
 
-def test_the_import_notice_points_at_the_importing_line(tmp_path):
-    (tmp_path / "mylib.py").write_text("x = 1\nimport boxwood\n")
-    (tmp_path / "main.py").write_text(
-        "import sys; sys.modules['boxwood._jit._speedups'] = None\nimport mylib\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "BOXWOOD_PURE_PYTHON"}
-    run = subprocess.run(
-        [sys.executable, "-W", "default", str(tmp_path / "main.py")],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    assert run.stderr.startswith(f"{tmp_path / 'mylib.py'}:2: PerformanceWarning")
+    monkeypatch.setattr(_info._native, "active", lambda: False)
+    monkeypatch.delenv("BOXWOOD_PURE_PYTHON", raising=False)
+    monkeypatch.setattr(sys, "orig_argv", ["python", "script.py"])
+    for launcher, notices in [("/venv/bin/boxwood-demo", 0), ("script.py", 1)]:
+        monkeypatch.setattr(sys, "argv", [launcher])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _info.notice_pure_python()
+        assert len(caught) == notices
+    assert _PURE_PYTHON.startswith("pure Python: the C extension is not built")
 
 
 def test_running_the_demo_is_recognised(monkeypatch):
