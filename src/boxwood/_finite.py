@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -62,7 +63,7 @@ def _in_host_memory_and_ready(x: Any) -> bool:
         return (
             x.is_fully_addressable
             and all(d.platform == "cpu" for d in x.devices())
-            and x.is_ready()
+            and x.is_ready()  # pyright: ignore[reportAttributeAccessIssue]
         )
     except Exception:  # a deleted or donated buffer: do not touch it
         return False
