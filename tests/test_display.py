@@ -246,7 +246,14 @@ def test_a_large_model_is_not_read_for_the_display_unless_asked(monkeypatch):
     assert _heads(module_html(model, check_finite=True))[-1].startswith(
         "NaN/Inf in 1 array: w (8 NaN"
     )
-    assert len(reads) == 2  # the floating-point arrays, on request
+    assert {id(x) for x in reads} == {id(model.w), id(model.half)}  # on request
+
+
+def test_a_model_of_many_arrays_is_not_read_for_the_display(monkeypatch):
+    from boxwood import _finite
+
+    monkeypatch.setattr(_finite, "CHEAP_ARRAYS", 1)  # the model has two float arrays
+    assert _heads(_mixed()._repr_html_())[-1].startswith("NaN/Inf not checked")
 
 
 def test_many_arrays_with_nan_are_named_five_at_a_time():

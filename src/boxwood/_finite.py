@@ -20,6 +20,7 @@ import numpy as np
 from ._paths import leaves_with_dotted_paths
 
 CHEAP_ELEMENTS = 1 << 20  # the display checks by itself up to this many elements
+CHEAP_ARRAYS = 1000  # ... in at most this many arrays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,30 +77,39 @@ def host_values(x: Any) -> np.ndarray:
 
 
 def cheap_to_check(arrays: list[Any]) -> bool:
-    """Whether reading `arrays` neither waits for a device nor copies much."""
+    """Whether reading `arrays` neither waits for a device nor copies much, and
+    is quick: few arrays, few elements, all computed and in host memory."""
+    if len(arrays) > CHEAP_ARRAYS:
+        return False
     total = sum(int(np.prod(x.shape, dtype=np.int64)) for x in arrays)
     return total <= CHEAP_ELEMENTS and all(map(_in_host_memory_and_ready, arrays))
+
+
+def _all_finite(x: Any) -> bool:
+    try:
+        return bool(np.isfinite(host_values(x)).all())
+    except (RuntimeError, ValueError):  # a deleted, donated or remote buffer
+        return True
 
 
 def finite_report(tree: Any, check: bool | None) -> FiniteReport:
     """Check the floating-point arrays of `tree` for NaN and Inf: always when
     `check` is true, never when false, and when `check` is `None` only if that is
     cheap (`cheap_to_check`)."""
+    arrays = [x for x in jax.tree_util.tree_leaves(tree) if _floating(x)]
     if check is None:
-        check = cheap_to_check(
-            [x for x in jax.tree_util.tree_leaves(tree) if _floating(x)]
-        )
+        check = cheap_to_check(arrays)
     if not check:
         return FiniteReport(checked=False)
-    named = [(p, x) for p, x in leaves_with_dotted_paths(tree) if _floating(x)]
-    bad = []
-    for path, x in named:
-        try:
+    if all(map(_all_finite, arrays)):
+        return FiniteReport(checked=True)
+    bad = []  # rare: name and count what is wrong
+    for path, x in leaves_with_dotted_paths(tree):
+        if _floating(x) and not _all_finite(x):
             values = host_values(x)
-        except (RuntimeError, ValueError):  # a deleted, donated or remote buffer
-            continue
-        nan = int(np.count_nonzero(np.isnan(values)))
-        inf = int(np.count_nonzero(np.isinf(values)))
-        if nan or inf:
-            bad.append((path, nan, inf))
+            nan, inf = (
+                np.count_nonzero(np.isnan(values)),
+                np.count_nonzero(np.isinf(values)),
+            )
+            bad.append((path, int(nan), int(inf)))
     return FiniteReport(checked=True, bad=tuple(bad))
