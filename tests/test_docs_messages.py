@@ -2,7 +2,7 @@
 its page as written, then the error is raised and its text compared with the quote.
 
 A quote matches when it is the start of `Class: message` (the whole of it where the
-docs quote the whole message), with `...` (or `…`) standing for any text and runs
+docs quote the whole message, any part where they quote a part), with `...` (or `…`) standing for any text and runs
 of white space (a quote wrapped over lines) equal to one space. The static side, a
 catalogue row for every error the source builds, is tests/test_error_catalogue.py.
 """
@@ -32,7 +32,9 @@ def quote_pattern(quote: str, whole: bool) -> re.Pattern:
     return re.compile(body + ("" if not whole else r"\Z"), re.S)
 
 
-def matches(quote: str, error: BaseException, whole: bool, stand_ins: dict) -> bool:
+def matches(
+    quote: str, error: BaseException, whole: bool, stand_ins: dict, part: bool = False
+) -> bool:
     text = str(error)
     for real, shown in stand_ins.items():
         text = text.replace(real, shown)
@@ -40,7 +42,8 @@ def matches(quote: str, error: BaseException, whole: bool, stand_ins: dict) -> b
     names = {type(error).__name__, f"{type(error).__module__}.{type(error).__name__}"}
     names.add("boxwood." + type(error).__name__)
     candidates = [_squash(text)] + [_squash(f"{n}: {text}") for n in names]
-    return any(pattern.match(c) for c in candidates)
+    find = pattern.search if part else pattern.match
+    return any(find(c) for c in candidates)
 
 
 @dataclasses.dataclass
@@ -49,6 +52,7 @@ class Quote:
     quote: str
     raise_it: Callable  # (tmp_path) -> raises the error
     whole: bool = False  # the docs quote the whole message
+    part: bool = False  # the docs quote a part from the middle
     stand_ins: Callable = lambda tmp_path: {}  # real text -> the docs' stand-in
 
 
@@ -81,6 +85,25 @@ def _load_two_problems(tmp_path):
 def _rule_does_not_fit(tmp_path):
     mesh = AbstractMesh((8,), ("data",))
     bw.sharding_plan({"w": jnp.zeros((4, 3))}, mesh, [("w", P(None, "data"))])
+
+
+def _unhashable_argument(tmp_path):
+    @dataclasses.dataclass  # a dataclass with eq=True is unhashable
+    class Config:
+        sizes: list
+
+    @dataclasses.dataclass
+    class Settings:
+        config: Config
+
+    bw.filter_jit(lambda x, settings: x)(jnp.ones(1), Settings(Config([32, 32])))
+
+
+def _unhashable_static_field(tmp_path):
+    class Block(bw.Module):
+        sizes: list = bw.field(static=True)
+
+    Block([32, 32])
 
 
 def _error_if_in_filter_jit(tmp_path):
@@ -127,6 +150,9 @@ size of mesh axes ('data',); pick a dimension or a mesh axis that divides it, or
 replicate this leaf with an earlier rule.""",
         _rule_does_not_fit, whole=True,
     ),
+    Quote("docs/errors.md", "TypeError: `filter_jit`: the non-array value at `args[1].config.sizes` (of type list) is not hashable", _unhashable_argument),
+    Quote("docs/filter_jit.md", "the non-array value at `args[1].config.sizes` (of type list) is not hashable", _unhashable_argument, part=True),
+    Quote("docs/concepts.md", "`Block.sizes` is a static field but its value of type list is not hashable", _unhashable_static_field),
     Quote("docs/errors.md", "ValueError: summary: `max_rows` must be a positive int", lambda t: bw.summary([], max_rows=0)),
     Quote("docs/errors.md", "TypeError: summary: `check_finite` must be True or False", lambda t: bw.summary([], check_finite=1)),
     Quote("docs/errors.md", "TypeError: split_keys: `num` must be an int, got ...", lambda t: bw.random.split_keys(jax.random.key(0), 2.5)),
@@ -146,7 +172,8 @@ def test_a_quoted_message_is_the_real_one(quote, tmp_path):
     assert _squash(quote.quote) in page, "the page no longer quotes this"
     with pytest.raises(Exception) as info:
         quote.raise_it(tmp_path)
-    assert matches(quote.quote, info.value, quote.whole, quote.stand_ins(tmp_path)), (
+    stand_ins = quote.stand_ins(tmp_path)
+    assert matches(quote.quote, info.value, quote.whole, stand_ins, quote.part), (
         f"{quote.page} quotes\n  {quote.quote}\nbut the error is\n  "
         f"{type(info.value).__name__}: {info.value}"
     )
