@@ -57,6 +57,13 @@ def test_demo_trains_reports_and_reloads(tmp_path, capsys):
     assert f"checkpoint written to {tmp_path / 'demo.safetensors'}" in out
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert re.search(r"\d+ steps in \d+\.\ds: \d+(\.\d+)? steps?/s \(compilation", out)
+    one_step = run_demo(
+        ["--epochs", "1", "--batch-size", "1259", "--out", str(tmp_path)], capsys
+    )
+    assert re.search(
+        r"^1 step in \d+\.\ds: \d+(\.\d+)? steps?/s \(compilation", one_step, re.M
+    )
+    assert ": 0 steps/s" not in one_step  # a slow single step still shows its rate
     assert "encoder.hidden    Linear" in out  # the summary table of the three modules
 
 

@@ -91,7 +91,8 @@ def run(opts: Options) -> None:
     print(f"test accuracy {test_acc:.3f} ({len(test_set)} images)")
     print(f"compiles: train_step {train_step.cache_info().traces}, "
           f"evaluate {evaluate.cache_info().traces} (from cache_info())")  # fmt: skip
-    print(f"{history.steps} steps in {history.seconds:.1f}s: "
+    steps = f"{history.steps} step{'' if history.steps == 1 else 's'}"
+    print(f"{steps} in {history.seconds:.1f}s: "
           f"{steps_per_second(history.steps, history.seconds)} (compilation included)")  # fmt: skip
 
     checkpoint = opts.out / "demo.safetensors"
