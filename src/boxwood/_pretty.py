@@ -32,20 +32,53 @@ def array_summary(x: Any) -> str:
     return text
 
 
+_PLAIN_FUNCTIONS = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    np.ufunc,
+    type(jax.jit(abs)),  # `jax.jit` results, also many `jax.numpy` functions
+)
+
+
+def shown_as(x: Any) -> Any:
+    """What the display shows for `x`: for a wrapper of boxwood's own that only
+    holds a function (its class names the field in `__boxwood_shown_as__`, as
+    `nn.StaticFunction` does), the function it holds; otherwise `x`."""
+    field = getattr(type(x), "__boxwood_shown_as__", None)
+    while field is not None:
+        x = getattr(x, field)
+        field = getattr(type(x), "__boxwood_shown_as__", None)
+    return x
+
+
+def function_name(x: Any) -> str | None:
+    """`<function relu>` for a function (plain, jitted, `custom_jvp`/`custom_vjp`,
+    `filter_jit`, a ufunc, or held by `nn.StaticFunction`), `partial(<function
+    f>, ...)` for a `functools.partial`, `None` for anything else. Every display
+    (`repr`, the notebook tree, treescope) names a function with this text.
+
+    >>> import jax
+    >>> function_name(jax.nn.relu), function_name(len), function_name(3)
+    ('<function relu>', '<function len>', None)
+    """
+    x = shown_as(x)
+    if isinstance(x, functools.partial):
+        return f"partial({function_name(x.func) or repr(x.func)}, ...)"
+    if isinstance(x, (jax.custom_jvp, jax.custom_vjp)):
+        return function_name(x.fun) or f"<function {type(x.fun).__name__}>"
+    if isinstance(x, _PLAIN_FUNCTIONS) or hasattr(x, "_boxwood_jit"):
+        name = getattr(x, "__qualname__", None) or getattr(x, "__name__", None)
+        return f"<function {name}>" if isinstance(name, str) else None
+    return None
+
+
 def _leaf_text(x: Any, short_arrays: bool) -> str:
     if isinstance(x, (jax.Array, np.ndarray, np.generic)):
         if short_arrays or isinstance(x, jax.core.Tracer):
             return array_summary(x)
         return repr(x)
-    if isinstance(x, functools.partial):
-        return f"partial({_leaf_text(x.func, short_arrays)}, ...)"
-    if isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
-        return f"<function {getattr(x, '__qualname__', x.__name__)}>"
-    if hasattr(x, "_boxwood_jit"):  # a `filter_jit` function (a C callable, or not)
-        return f"<function {x.__qualname__}>"
-    if isinstance(x, jax.custom_jvp) or isinstance(x, jax.custom_vjp):
-        return f"<function {getattr(x.fun, '__name__', repr(x.fun))}>"
-    return repr(x)
+    return function_name(x) or repr(x)
 
 
 def _block(open_: str, items: list[str], close: str, width: int, indent: int) -> str:
@@ -71,6 +104,8 @@ def _format(
     )  # fmt: skip
     if truncate(x):
         return f"{type(x).__name__}(...)"
+    if function_name(x) is not None:  # also a function held by nn.StaticFunction
+        return _leaf_text(x, short)
     if struct and isinstance(x, jax.ShapeDtypeStruct):
         return array_summary(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
