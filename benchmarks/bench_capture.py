@@ -126,7 +126,7 @@ def _dispatch_rows(quick: bool) -> list[dict]:
 
 
 def _layer_rows(reps: int) -> list[dict]:
-    from boxwood._jit._capture import (
+    from boxwood._jit.capture import (
         CallState,
         make_call,
         plain_parameters,

@@ -18,7 +18,7 @@ from .._filters import is_array
 from .._module._static_key import needs_strict, strict
 from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
-from ._capture import Traced
+from .capture import Traced
 from ._flat_cache import merge_leaves as _merge
 from ._options import JitOptions
 from ._rebuild import compile_builder

@@ -15,7 +15,7 @@ from .._filters import is_array
 from .._pretty import array_summary
 from .._warnings import RecompileWarning, user_stacklevel
 from . import _convention
-from ._capture import captured_path, describe_captures
+from .capture import captured_path, describe_captures
 from ._explain import describe_call, explain
 
 if TYPE_CHECKING:

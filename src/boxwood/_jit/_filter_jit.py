@@ -38,7 +38,8 @@ import jax
 from .._errors import raise_as_boxwood_error
 from .._filters import is_array
 from .._module._module import FLAT, MODULE_TYPES
-from . import _capture, _convention, _native, _shardings
+from . import _convention, _native, _shardings
+from . import capture as _capture
 from ._bound import as_pytree_function
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._diagnostics import (
@@ -620,20 +621,12 @@ def filter_jit(
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
     options = JitOptions(donate, explain, jit_kwargs)
     if capture == "inputs":
-        captured = _capture.wrap(
+        layer = _capture.wrap(
             fun,
             options.key,  # what the core is compiled with
             lambda traced: _JitWrapper(traced, options, traced.capture.labels),
+            lambda plain: _JitWrapper(plain, options),
         )
-        if captured is not None:
-            call, core, state = captured
-
-            def clear_cache() -> None:
-                core.clear_cache()
-                state.forget()
-
-            def lower(*args: Any, **kwargs: Any) -> Any:
-                return core.lower(state.hidden_now(), *args, **kwargs)
-
-            return core.decorate(call, fun, clear_cache, lower)
+        if layer is not None:
+            return layer.core.decorate(layer.call, fun, layer.clear_cache, layer.lower)
     return _JitWrapper(fun, options).call

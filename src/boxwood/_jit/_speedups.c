@@ -567,6 +567,40 @@ static PyObject *fastcall_repr(PyObject *self) {
     return PyUnicode_FromFormat("<function %U at %p>", ((FastCall *)self)->name, self);
 }
 
+/* `_rewatch(sources, keys)`: read the watched names from here on (the capture
+ * layer scanned again: a helper defined after the function was wrapped reads more
+ * names). The snapshot's length changes with them, so a call that sees the old
+ * snapshot goes to the fallback. */
+static PyObject *fastcall_rewatch(FastCall *self, PyObject *args) {
+    PyObject *sources, *keys;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &sources, &PyTuple_Type, &keys))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(sources);
+    int ok = self->watch != Py_None && PyTuple_GET_SIZE(keys) == n;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *source = PyTuple_GET_ITEM(sources, i);
+        PyObject *name = PyTuple_GET_ITEM(keys, i);
+        ok = name == Py_None ? PyCell_Check(source)
+                             : PyDict_CheckExact(source) && PyUnicode_CheckExact(name);
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_TypeError,
+                        "FastCall._rewatch: a watching FastCall and two tuples of the "
+                        "same length (a dict and a str, or a cell and None, each)");
+        return NULL;
+    }
+    Py_INCREF(sources);
+    Py_INCREF(keys);
+    Py_SETREF(self->watch_sources, sources);
+    Py_SETREF(self->watch_keys, keys);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef fastcall_methods[] = {
+    {"_rewatch", (PyCFunction)fastcall_rewatch, METH_VARARGS,
+     "read the watched names from these sources and keys from now on"},
+    {NULL}};
+
 static PyMemberDef fastcall_members[] = {
     {"hits", T_PYSSIZET, offsetof(FastCall, hits), 0,
      "calls that ran compiled code on the C path"},
@@ -594,6 +628,7 @@ static PyTypeObject FastCallType = {
     .tp_descr_get = fastcall_get,
     .tp_repr = fastcall_repr,
     .tp_members = fastcall_members,
+    .tp_methods = fastcall_methods,
     .tp_getset = fastcall_getset,
 };
 
