@@ -1,5 +1,5 @@
 """Arrays and modules that a `filter_jit` function reads from its globals or its
-closure are inputs: rebinding them is seen on the next call (`_jit/_capture.py`)."""
+closure are inputs: rebinding them is seen on the next call (`_jit/capture/`)."""
 
 import gc
 import threading

@@ -92,7 +92,7 @@ class _JitWrapper:
         self._options = options
         self._store, self._fun_dyn = _store_for(self._fun, options)
         # `hidden` (their labels): `args[0]` is the tuple of captured values
-        # (`_capture.py`), never donated; the user's arguments follow it.
+        # (`capture/`), never donated; the user's arguments follow it.
         self._hidden = hidden
         self._first_args = bool(hidden) + options.except_first
         self._except_first = options.donates and self._first_args > 0
@@ -167,7 +167,7 @@ class _JitWrapper:
         self, state: Any, sources: tuple, keys: tuple, fallback: Callable
     ) -> Any:
         """With the C extension, a `FastCall` for a function that reads watched
-        names (`_capture.py`): it checks in C that each name (`keys[i]` in the
+        names (`capture/`): it checks in C that each name (`keys[i]` in the
         globals dict `sources[i]`, or the closure cell `sources[i]` where the key
         is `None`) is still bound to the object in `state.snap`, and then calls
         as this wrapper's own `FastCall` does with the snapshot's hidden argument
