@@ -256,10 +256,12 @@ class Rebuilder:
             if all(a is b for (_, a), (_, b) in zip(new, items)):
                 return v
             return dict(new) if typ is dict else typ(x for _, x in new)
-        if isinstance(v, Module):
-            return jax.tree_util.tree_map(
-                lambda x: self.value(x, depth + 1) if callable(x) else x, v
-            )
+        if isinstance(v, Module):  # a transform's wrapper: its function is a leaf
+            leaves, treedef = jax.tree_util.tree_flatten(v)
+            new = [self.value(x, depth + 1) if callable(x) else x for x in leaves]
+            if all(a is b for a, b in zip(new, leaves)):
+                return v
+            return jax.tree_util.tree_unflatten(treedef, new)
         return v
 
     def cell(self, c: types.CellType, depth: int = 0) -> types.CellType:
