@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import boxwood as bw
+from boxwood._jit import _native
 from boxwood._jit.capture import CapturedValueWarning
 
 pytestmark = pytest.mark.usefixtures("call_path")
@@ -123,6 +124,11 @@ def test_helper_defined_after_wrapping():
         _rebind(value)
         np.testing.assert_allclose(step(X), later(X))
     assert step.cache_info().traces == 1  # the new global is an input: no retrace
+    if isinstance(step, _native.FastCall or ()):  # the C check reads the new names
+        hits = step.hits
+        for _ in range(3):
+            step(X)
+        assert step.hits == hits + 3
 
 
 def test_helper_redefined_after_the_first_call():

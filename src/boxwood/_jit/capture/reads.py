@@ -21,6 +21,7 @@ import builtins
 import dis
 import functools
 import inspect
+import itertools
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -32,6 +33,7 @@ from .values import MISSING, closure_label, contents, is_input
 MAX_FUNCTIONS = 64  # functions scanned per wrapped function
 _MAX_DEPTH = 4  # wrappers and containers looked through from one value
 _MAX_ITEMS = 64  # items of one container looked at
+_MAX_VISITS = 512  # values looked at from one name
 _CONTAINERS = (dict, list, tuple)
 
 
@@ -94,42 +96,48 @@ def _unbound(item: Any, klass: type) -> Any:
         return None
 
 
-def reach(value: Any, g: dict, followed: bool = True, depth: int = 0):
+def reach(value: Any, g: dict, followed: bool = True):
     """`(function, followed)` for the functions with globals `g` reached from
     `value` (see the module doc); `followed` is `False` below a method or class
-    attribute."""
+    attribute. At most `_MAX_VISITS` values are looked at."""
+    return _reach(value, g, followed, 0, [_MAX_VISITS])
+
+
+def _reach(value: Any, g: dict, followed: bool, depth: int, budget: list[int]):
     value = unwrap_jitted(value)
     typ = type(value)
-    if depth > _MAX_DEPTH or value is MISSING or typ is type(None):
+    budget[0] -= 1
+    if depth > _MAX_DEPTH or budget[0] < 0 or value is MISSING or value is None:
         return
+    deeper = depth + 1
     if typ is types.FunctionType:
         if value.__globals__ is g:
             yield value, followed
         else:  # a wrapper from elsewhere keeps the function in its closure
             for cell in value.__closure__ or ():
-                yield from reach(contents(cell), g, followed, depth + 1)
+                yield from _reach(contents(cell), g, followed, deeper, budget)
     elif typ in (functools.partial, types.MethodType, staticmethod, classmethod):
-        yield from reach(getattr(value, "func", None) or value.__func__, g, followed,
-                         depth + 1)  # fmt: skip
+        func = value.func if typ is functools.partial else value.__func__
+        yield from _reach(func, g, followed, deeper, budget)
     elif typ is BoundMethod:
-        yield from reach(value.func, g, followed, depth + 1)
+        yield from _reach(value.func, g, followed, deeper, budget)
     elif typ in _CONTAINERS:
         items = value.values() if typ is dict else value
-        for item in list(items)[:_MAX_ITEMS]:
+        for item in itertools.islice(items, _MAX_ITEMS):
             if callable(item) or type(item) in _CONTAINERS:
-                yield from reach(item, g, followed, depth + 1)
+                yield from _reach(item, g, followed, deeper, budget)
     elif isinstance(value, type):
         for item in _class_functions(value, g):
-            yield from reach(item, g, False, depth + 1)
+            yield from _reach(item, g, False, deeper, budget)
     elif isinstance(value, Module):
         for leaf in _leaves(value):
             if callable(leaf):
-                yield from reach(leaf, g, followed, depth + 1)
+                yield from _reach(leaf, g, followed, deeper, budget)
         for item in _class_functions(typ, g):
-            yield from reach(item, g, False, depth + 1)
+            yield from _reach(item, g, False, deeper, budget)
     elif _own_class(typ, g):  # an object of a class of this module
         for item in _class_functions(typ, g):
-            yield from reach(item, g, False, depth + 1)
+            yield from _reach(item, g, False, deeper, budget)
 
 
 def _leaves(module: Module) -> list:
@@ -192,7 +200,7 @@ class Reads:
         self.stored: set[str] = set()
         self.global_helpers: list[str] = []
         self.cell_helpers: set[int] = set()
-        self.roots: dict[str, int | None] = {}
+        self.roots: dict[str, tuple] = {}
         cells: dict[int, tuple[str, types.CellType]] = {}
         stored_cells: set[int] = set()
         plain = type(fun) is types.FunctionType
@@ -223,11 +231,12 @@ class Reads:
                     self.unfollowed[name] = h.__qualname__
                 if value is MISSING:
                     if not hasattr(builtins, name):
-                        self.roots[name] = None
+                        self.roots[name] = (None, frozenset())
                     continue
                 reached, followed = follow(value, fol)
-                if reached and isinstance(value, (types.FunctionType, type)):
-                    self.roots[name] = id(value)  # a helper: redefined, scan again
+                if followed or reached and isinstance(value, type):
+                    # a helper: redefined, scan again
+                    self.roots[name] = (id(value), _functions(value, g))
                 if followed and name not in self.global_helpers:
                     self.global_helpers.append(name)
             if not fol:
@@ -243,6 +252,8 @@ class Reads:
                 cells[id(cell)] = (label, cell)
                 if follow(contents(cell), True):
                     self.cell_helpers.add(id(cell))
+        # the functions scanned, alive while the scan is: their ids are in `roots`
+        self.functions = [f for f, _ in functions]
         self.globals = [n for n in names if _watched_global(g, n, self.stored)]
         # read only where they cannot be passed: watched to warn, never inputs
         self.warn_only = {n for n in self.unfollowed if n not in names}
@@ -259,11 +270,19 @@ class Reads:
     def stale(self, values: Any) -> bool:
         """Whether a name looked into at the scan (or unbound then) is bound to
         another object now: a helper defined or redefined since."""
-        for name, ident in self.roots.items():
+        for name, (ident, functions) in list(self.roots.items()):
             value = values.get(name, MISSING)
-            if (None if value is MISSING else id(value)) != ident:
+            if (None if value is MISSING else id(value)) == ident:
+                continue
+            if value is MISSING or _functions(value, self.g) != functions:
                 return True
+            # another object holding the same functions (a partial made anew)
+            self.roots[name] = (id(value), functions)
         return False
+
+
+def _functions(value: Any, g: dict) -> frozenset:
+    return frozenset((id(f), fol) for f, fol in reach(value, g))
 
 
 def _unfollowed_watch(value: Any, name: str) -> bool:
