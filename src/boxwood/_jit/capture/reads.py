@@ -23,6 +23,7 @@ import functools
 import inspect
 import itertools
 import types
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -195,81 +196,94 @@ class Reads:
     def __init__(self, fun: Any, g: dict | None = None) -> None:
         g = fun.__globals__ if g is None else g
         self.g = g
-        names: dict[str, None] = {}
         self.unfollowed: dict[str, str] = {}
         self.stored: set[str] = set()
         self.global_helpers: list[str] = []
         self.cell_helpers: set[int] = set()
         self.roots: dict[str, tuple] = {}
-        cells: dict[int, tuple[str, types.CellType]] = {}
-        stored_cells: set[int] = set()
+        self._names: dict[str, None] = {}  # read by followed functions
+        self._cells: dict[int, tuple[str, types.CellType]] = {}
+        self._stored_cells: set[int] = set()
         plain = type(fun) is types.FunctionType
         functions = [(fun, True)] if plain else list(reach(fun, g, False))
-        seen = {id(f): fol for f, fol in functions}
-
-        def follow(value: Any, fol: bool) -> tuple[bool, bool]:
-            """(any function reached, a followed one reached)"""
-            reached = followed = False
-            for f, f_fol in reach(value, g, fol):
-                reached, followed = True, followed or f_fol
-                known = seen.get(id(f))
-                if len(functions) < MAX_FUNCTIONS and (
-                    known is None or (f_fol and not known)
-                ):
-                    seen[id(f)] = f_fol
-                    functions.append((f, f_fol))
-            return reached, followed
-
+        self._functions, self._seen = functions, {id(f): b for f, b in functions}
         for h, fol in functions:  # grows while it is walked
             loads, stores, deref_stores = scan_code(h.__code__)
             self.stored |= stores
-            for name in loads:
-                value = g.get(name, MISSING)
-                if fol:
-                    names[name] = None
-                elif name not in self.unfollowed and _unfollowed_watch(value, name):
-                    self.unfollowed[name] = h.__qualname__
-                if value is MISSING:
-                    if not hasattr(builtins, name):
-                        self.roots[name] = (None, frozenset())
-                    continue
-                reached, followed = follow(value, fol)
-                if followed or reached and isinstance(value, type):
-                    # a helper: redefined, scan again
-                    self.roots[name] = (id(value), _functions(value, g))
-                if followed and name not in self.global_helpers:
-                    self.global_helpers.append(name)
-            if not fol:
-                continue
-            for name, cell in zip(h.__code__.co_freevars, h.__closure__ or ()):
-                if name in deref_stores:
-                    stored_cells.add(id(cell))
-                if id(cell) in cells:
-                    continue
-                label = closure_label(name)
-                if any(label == other for other, _ in cells.values()):
-                    label = closure_label(f"{h.__name__}.{name}")
-                cells[id(cell)] = (label, cell)
-                if follow(contents(cell), True):
-                    self.cell_helpers.add(id(cell))
-        # the functions scanned, alive while the scan is: their ids are in `roots`
-        self.functions = [f for f, _ in functions]
+            self._scan_globals(h, fol, loads)
+            if fol:
+                self._scan_cells(h, deref_stores)
+        # weakly (a helper may hold `fun`): when one dies, its id in `roots` may be
+        # reused by a new function, so the scan is out of date
+        self._alive = [weakref.ref(f) for f, _ in functions]
+        del self._functions, self._seen  # the scan's work lists: nothing kept
+        names = self._names
         self.globals = [n for n in names if _watched_global(g, n, self.stored)]
         # read only where they cannot be passed: watched to warn, never inputs
         self.warn_only = {n for n in self.unfollowed if n not in names}
         self.globals += [n for n in self.unfollowed if n in self.warn_only]
         self.cells = [
             (label, cell)
-            for key, (label, cell) in cells.items()
-            if key not in stored_cells
+            for key, (label, cell) in self._cells.items()
+            if key not in self._stored_cells
             and label != "closure '__class__'"  # `super()`'s cell in a method
             and not _is_module(contents(cell))
             and contents(cell) is not fun  # a recursive inner function
         ]
 
+    def _follow(self, value: Any, fol: bool) -> tuple[bool, bool]:
+        """Queue the functions reached from `value`: (any function reached, a
+        followed one reached)."""
+        reached = followed = False
+        functions, seen = self._functions, self._seen
+        for f, f_fol in reach(value, self.g, fol):
+            reached, followed = True, followed or f_fol
+            known = seen.get(id(f))
+            if len(functions) < MAX_FUNCTIONS and (
+                known is None or f_fol and not known
+            ):
+                seen[id(f)] = f_fol
+                functions.append((f, f_fol))
+        return reached, followed
+
+    def _scan_globals(self, h: types.FunctionType, fol: bool, loads: list[str]) -> None:
+        g = self.g
+        for name in loads:
+            value = g.get(name, MISSING)
+            if fol:
+                self._names[name] = None
+            elif name not in self.unfollowed and _unfollowed_watch(value, name):
+                self.unfollowed[name] = h.__qualname__
+            if value is MISSING:
+                if not hasattr(builtins, name):
+                    self.roots[name] = (None, frozenset())
+                continue
+            reached, followed = self._follow(value, fol)
+            if followed or reached and isinstance(value, type):
+                # a helper: redefined, scan again
+                self.roots[name] = (id(value), _functions(value, g))
+            if followed and name not in self.global_helpers:
+                self.global_helpers.append(name)
+
+    def _scan_cells(self, h: types.FunctionType, deref_stores: set[str]) -> None:
+        cells = self._cells
+        for name, cell in zip(h.__code__.co_freevars, h.__closure__ or ()):
+            if name in deref_stores:
+                self._stored_cells.add(id(cell))
+            if id(cell) in cells:
+                continue
+            label = closure_label(name)
+            if any(label == other for other, _ in cells.values()):
+                label = closure_label(f"{h.__name__}.{name}")
+            cells[id(cell)] = (label, cell)
+            if self._follow(contents(cell), True)[1]:
+                self.cell_helpers.add(id(cell))
+
     def stale(self, values: Any) -> bool:
         """Whether a name looked into at the scan (or unbound then) is bound to
         another object now: a helper defined or redefined since."""
+        if any(ref() is None for ref in self._alive):
+            return True
         for name, (ident, functions) in list(self.roots.items()):
             value = values.get(name, MISSING)
             if (None if value is MISSING else id(value)) == ident:
