@@ -7,7 +7,10 @@ modules a function reads from its globals or closure as inputs.
   Python float from its globals (watched, no arrays), each against the same wrapper
   with `capture="constants"` (JAX's behaviour, nothing watched); and of `model(x)`
   with the 130-leaf model read from a global, against the model passed as an
-  argument. The column "called from a def" is `capture="constants"` called through
+  argument; `filter_jit(model)` whose method reads nothing, or reads a global
+  array (then watched by a Python layer, to warn when it is rebound), and a
+  function calling a `filter_value_and_grad` helper that reads a global array,
+  each against `capture="constants"`. The column "called from a def" is `capture="constants"` called through
   a one-line Python function: what any Python frame between the caller and JAX's
   dispatch costs (on Python 3.11 JAX records a traceback of the calling frames with
   every dispatch, which makes an extra frame dearer than a plain Python call).
