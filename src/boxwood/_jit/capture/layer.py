@@ -247,9 +247,12 @@ class Layer:
             self.capture.baseline = {}
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
-        if self.hidden:
-            return self.core.lower(self.state.hidden_now(), *args, **kwargs)
-        return self.core.lower(*args, **kwargs)
+        if not self.hidden:
+            return self.core.lower(*args, **kwargs)
+        lower_with = getattr(self.core, "lower_with", None)
+        if lower_with is not None:  # the core binds the hidden argument itself
+            return lower_with(lambda: (self.state.hidden_now(),), args, kwargs)
+        return self.core.lower(self.state.hidden_now(), *args, **kwargs)
 
 
 def _callable_name(fun: Any) -> str:
