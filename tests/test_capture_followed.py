@@ -197,6 +197,36 @@ def test_unfollowed_reads_warn_when_the_global_changes(make, where):
     np.testing.assert_allclose(step(X), expected)  # retraced with the new value
 
 
+def test_a_watched_method_global_is_checked_in_c(call_path):
+    step = bw.filter_jit(_model())
+    step.clear_cache()  # same structure as in other tests: shared compiled code
+    step(X)
+    if call_path == "compiled":
+        assert isinstance(step, _native.FastCall)
+        hits = step.hits
+        for _ in range(3):
+            step(X)
+        assert step.hits == hits + 3  # no Python frame: the check runs in C
+    _rebind(2.0)
+    with pytest.warns(CapturedValueWarning, match=r"global 'Y'.*Affine\.__call__"):
+        step(X)
+
+
+def test_wrappers_sharing_compiled_code_compare_with_its_trace():
+    # two wrappers of same-structured modules share compiled code: the second
+    # compares the global with the value the shared code was traced with
+    first = bw.filter_jit(_model())
+    first.clear_cache()
+    first(X)
+    _rebind(1.0)
+    second = bw.filter_jit(_model())
+    with pytest.warns(CapturedValueWarning, match=r"global 'Y'.*Affine\.__call__"):
+        stale = second(X)
+    np.testing.assert_allclose(stale, X @ jnp.ones((2, 1)))  # traced with Y = 0
+    second.clear_cache()
+    np.testing.assert_allclose(second(X), X @ jnp.ones((2, 1)) + 4.0)
+
+
 def test_unfollowed_reads_of_constants_cost_nothing():
     # a method reading no global array: the wrapper is the plain one (no layer)
     class Plain(bw.Module):

@@ -164,7 +164,12 @@ class _JitWrapper:
         return call
 
     def watching(
-        self, state: Any, sources: tuple, keys: tuple, fallback: Callable
+        self,
+        state: Any,
+        sources: tuple,
+        keys: tuple,
+        fallback: Callable,
+        hidden: bool = True,
     ) -> Any:
         """With the C extension, a `FastCall` for a function that reads watched
         names (`capture/`): it checks in C that each name (`keys[i]` in the
@@ -172,7 +177,9 @@ class _JitWrapper:
         is `None`) is still bound to the object in `state.snap`, and then calls
         as this wrapper's own `FastCall` does with the snapshot's hidden argument
         first; any other call goes to `fallback` (the Python capture layer).
-        `None` without the extension (the capture layer is then the whole path)."""
+        `hidden=False`: the hidden argument is not passed (the names are
+        watched only to warn when they change). `None` without the extension
+        (the capture layer is then the whole path)."""
         if self._fast is None:
             return None
         call = _native.FastCall(
@@ -182,6 +189,7 @@ class _JitWrapper:
             watch_sources=sources,
             watch_keys=keys,
             watch_fallback=fallback,
+            watch_hidden=hidden,
         )
         self._fast_calls.append(call)
         return call

@@ -18,6 +18,7 @@ import os
 import threading
 import types
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -131,6 +132,10 @@ def watched_sources(capture: Capture) -> tuple[tuple, tuple]:
 
 
 _RESCAN_LOCK = threading.Lock()
+# A callable object's compiled code is shared by every wrapper of the same
+# function and structure (`_cache._Store`): the values of its watched names when
+# it was last traced are kept with it, so that each wrapper compares with those.
+_BASELINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Layer:
@@ -160,12 +165,11 @@ class Layer:
         self.state = CallState(capture)
         self.py_call = self._generate(None)
         self.fast = None
-        if hidden and type(capture.g) is dict:
+        if type(capture.g) is dict:
             # with the C extension: the identity tests in C, before the compiled
             # call, with no Python frame in between (`py_call` takes the others)
-            self.fast = core.watching(
-                self.state, *watched_sources(capture), self.py_call
-            )
+            sources, keys = watched_sources(capture)
+            self.fast = core.watching(self.state, sources, keys, self.py_call, hidden)
         self.call = self.fast or self.py_call
         capture.layers.add(self)
 
@@ -197,9 +201,10 @@ class Layer:
             self.rescan()
         values = capture.read()
         hidden = capture.hidden(values) if self.hidden else None
+        store = None if self.hidden else self.core._store
         with capture.lock:
-            if not self.hidden and not capture.baseline:  # the core traces now
-                capture.baseline = dict(zip(capture.labels, values))
+            if store is not None:  # what the shared compiled code was traced with
+                capture.baseline = _BASELINES.get(store, {})
             changed = capture.changed(values, state.warned)
         state.snap = (*values, hidden)
         for label, old, new in changed:
@@ -218,7 +223,11 @@ class Layer:
             )
         if self.hidden:
             return self.core_call(hidden, *args, **kwargs)
-        return self.core_call(*args, **kwargs)
+        traces = store.traces
+        out = self.core_call(*args, **kwargs)
+        if store.traces != traces:  # traced now, with these values
+            _BASELINES[store] = dict(zip(capture.labels, values))
+        return out
 
     def rescan(self) -> None:
         """Scan the function again (a helper was defined or redefined since the
@@ -244,7 +253,7 @@ class Layer:
         self.core.clear_cache()
         self.state.forget()
         if not self.hidden:
-            self.capture.baseline = {}
+            _BASELINES.pop(self.core._store, None)
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         if not self.hidden:
