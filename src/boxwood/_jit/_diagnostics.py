@@ -15,8 +15,8 @@ from .._filters import is_array
 from .._pretty import array_summary
 from .._warnings import RecompileWarning, user_stacklevel
 from . import _convention
-from .capture import captured_path, describe_captures
 from ._explain import describe_call, explain
+from .capture import captured_path, describe_captures
 
 if TYPE_CHECKING:
     from ._cache import _Plan, _Store
