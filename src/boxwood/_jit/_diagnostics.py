@@ -174,7 +174,7 @@ def _on_trace(
         store.traces += 1
         store.size += 1
         store.pending.n = getattr(store.pending, "n", 0) + 1
-        if hidden:  # `args[0]` holds the captured values (`_capture.py`)
+        if hidden:  # `args[0]` holds the captured values (`capture/`)
             record = describe_captures(args[0], hidden) | describe_call(
                 args[1:], kwargs
             )

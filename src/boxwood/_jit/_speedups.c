@@ -63,7 +63,7 @@ typedef struct {
        and a function, handed over by `_filter_jit.py` (C names no attribute) */
     PyObject *entry_cold, *entry_jitted, *entry_fast_build, *entry_output;
     PyObject *plan_n_first, *store_traces, *store_tracing;
-    /* captured values (`_capture.py`), or `watch` None: the watched names' sources
+    /* captured values (`capture/`), or `watch` None: the watched names' sources
        (a globals dict or a closure cell each), their keys (the global's name, or
        None for a cell), the object holding the snapshot of their values and the
        hidden argument, its field's descriptor, and the Python capture layer that
