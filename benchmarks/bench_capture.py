@@ -7,13 +7,16 @@ modules a function reads from its globals or closure as inputs.
   Python float from its globals (watched, no arrays), each against the same wrapper
   with `capture="constants"` (JAX's behaviour, nothing watched); and of `model(x)`
   with the 130-leaf model read from a global, against the model passed as an
-  argument. The column "called from a def" is `capture="constants"` called through
+  argument; `filter_jit(model)` whose method reads nothing, or reads a global
+  array (then watched by a Python layer, to warn when it is rebound), and a
+  function calling a `filter_value_and_grad` helper that reads a global array,
+  each against `capture="constants"`. The column "called from a def" is `capture="constants"` called through
   a one-line Python function: what any Python frame between the caller and JAX's
   dispatch costs (on Python 3.11 JAX records a traceback of the calling frames with
   every dispatch, which makes an extra frame dearer than a plain Python call).
 - *the layer alone*: the per-call work that capturing adds on the pure-Python path
   (read the watched names, test them, call the core with the hidden tuple: the
-  generated function of `_capture.make_call`), with a core that does nothing,
+  generated function of `capture.Layer`), with a core that does nothing,
   against calling that core directly: the added cost without the noise of a
   dispatch. With the C extension the same test runs inside `FastCall` before
   dispatch, which the *dispatch* rows measure (no Python frame in between).
@@ -64,6 +67,34 @@ def _reads_model(x):
     return MODEL(x)
 
 
+TABLE = jnp.ones(WIDTH)  # a global array read inside a method
+
+
+class _Plain(boxwood.Module):
+    w: jax.Array
+
+    def __call__(self, x):
+        return self.w * x  # reads nothing from globals: no layer
+
+
+class _ReadsTable(boxwood.Module):
+    w: jax.Array
+
+    def __call__(self, x):
+        return self.w * x * TABLE  # watched to warn when `TABLE` is rebound
+
+
+def _vg_body(w, x):
+    return jnp.sum((w * x - TABLE) ** 2)
+
+
+_VG = boxwood.filter_value_and_grad(_vg_body)
+
+
+def _reads_transformed(w, x):
+    return _VG(w, x)[0]  # a transformed helper that reads a global array
+
+
 def _apply(model, x):
     return model(x)
 
@@ -110,6 +141,7 @@ def _dispatch_rows(quick: bool) -> list[dict]:
         interleave(runners, reps=reps, target_s=target),
         limit="capture='constants'",
     )
+    rows += _method_rows(x, reps, target)
     MODEL = build("boxwood", make_weights(layers_for(LEAVES), seed=LEAVES))
     runners = {
         "model as an argument": _batch(boxwood.filter_jit(_apply), MODEL, x),
@@ -125,22 +157,55 @@ def _dispatch_rows(quick: bool) -> list[dict]:
     return rows + _layer_rows(reps)
 
 
-def _layer_rows(reps: int) -> list[dict]:
-    from boxwood._jit._capture import (
-        CallState,
-        make_call,
-        plain_parameters,
-        traced_for,
+def _method_rows(x, reps: int, target: float) -> list[dict]:
+    rows = []
+    w = jnp.ones_like(x)
+    for case, model in (
+        ("filter_jit(model), its method reads nothing", _Plain(w)),
+        ("filter_jit(model), its method reads a global array", _ReadsTable(w)),
+    ):
+        runners = {
+            "capture='constants'": _batch(
+                boxwood.filter_jit(model, capture="constants"), x
+            ),
+            "captures watched (default)": _batch(boxwood.filter_jit(model), x),
+        }
+        rows += timing_rows(
+            FIGURE, case, interleave(runners, reps=reps, target_s=target),
+            limit="capture='constants'",
+        )  # fmt: skip
+    runners = {
+        "capture='constants'": _batch(
+            boxwood.filter_jit(_reads_transformed, capture="constants"), w, x
+        ),
+        "captures watched (default)": _batch(
+            boxwood.filter_jit(_reads_transformed), w, x
+        ),
+    }
+    rows += timing_rows(
+        FIGURE,
+        "helper in filter_value_and_grad reading a global array",
+        interleave(runners, reps=reps, target_s=target),
+        limit="capture='constants'",
     )
+    return rows
+
+
+def _layer_rows(reps: int) -> list[dict]:
+    from boxwood._jit.capture import Layer, traced_for
 
     capture = traced_for(_reads_helper).capture
 
     def core(hidden, *args, **kwargs):
         return hidden
 
-    state = CallState(capture)
-    params = plain_parameters(_reads_helper)
-    call = make_call(capture, core, "_reads_helper", state, params)
+    class _Core:  # a compiled core that does nothing, and no C check
+        call = staticmethod(core)
+
+        def watching(self, *args):
+            return None
+
+    call = Layer(_reads_helper, capture, _Core(), hidden=True).call
     hidden = call(1.0)
 
     def loop(fn, *args):

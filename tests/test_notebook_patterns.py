@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-from boxwood._jit._capture import CapturedValueWarning
+from boxwood._jit.capture import CapturedValueWarning
 
 pytestmark = pytest.mark.usefixtures("call_path")
 

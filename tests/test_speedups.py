@@ -265,8 +265,8 @@ def test_fast_call_reads_fields_through_the_descriptors_it_is_given():
 
 
 def test_fast_call_checks_what_it_is_given_to_watch(call_path):
-    from boxwood._jit._capture import CallState
     from boxwood._jit._speedups import FastCall
+    from boxwood._jit.capture import CallState
 
     core = bw.filter_jit(lambda x: x + 1)._boxwood_jit
     if call_path == "python":  # no `FastCall` was built for it

@@ -18,10 +18,10 @@ from .._filters import is_array
 from .._module._static_key import needs_strict, strict
 from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
-from ._capture import Traced
 from ._flat_cache import merge_leaves as _merge
 from ._options import JitOptions
 from ._rebuild import compile_builder
+from .capture import Traced
 
 _flatten = jax.tree_util.tree_flatten
 _CHURN_THRESHOLD = 5

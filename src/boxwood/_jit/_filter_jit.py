@@ -38,7 +38,8 @@ import jax
 from .._errors import raise_as_boxwood_error
 from .._filters import is_array
 from .._module._module import FLAT, MODULE_TYPES
-from . import _capture, _convention, _native, _shardings
+from . import _convention, _native, _shardings
+from . import capture as _capture
 from ._bound import as_pytree_function
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._diagnostics import (
@@ -91,7 +92,7 @@ class _JitWrapper:
         self._options = options
         self._store, self._fun_dyn = _store_for(self._fun, options)
         # `hidden` (their labels): `args[0]` is the tuple of captured values
-        # (`_capture.py`), never donated; the user's arguments follow it.
+        # (`capture/`), never donated; the user's arguments follow it.
         self._hidden = hidden
         self._first_args = bool(hidden) + options.except_first
         self._except_first = options.donates and self._first_args > 0
@@ -163,15 +164,22 @@ class _JitWrapper:
         return call
 
     def watching(
-        self, state: Any, sources: tuple, keys: tuple, fallback: Callable
+        self,
+        state: Any,
+        sources: tuple,
+        keys: tuple,
+        fallback: Callable,
+        hidden: bool = True,
     ) -> Any:
         """With the C extension, a `FastCall` for a function that reads watched
-        names (`_capture.py`): it checks in C that each name (`keys[i]` in the
+        names (`capture/`): it checks in C that each name (`keys[i]` in the
         globals dict `sources[i]`, or the closure cell `sources[i]` where the key
         is `None`) is still bound to the object in `state.snap`, and then calls
         as this wrapper's own `FastCall` does with the snapshot's hidden argument
         first; any other call goes to `fallback` (the Python capture layer).
-        `None` without the extension (the capture layer is then the whole path)."""
+        `hidden=False`: the hidden argument is not passed (the names are
+        watched only to warn when they change). `None` without the extension
+        (the capture layer is then the whole path)."""
         if self._fast is None:
             return None
         call = _native.FastCall(
@@ -181,6 +189,7 @@ class _JitWrapper:
             watch_sources=sources,
             watch_keys=keys,
             watch_fallback=fallback,
+            watch_hidden=hidden,
         )
         self._fast_calls.append(call)
         return call
@@ -620,20 +629,12 @@ def filter_jit(
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
     options = JitOptions(donate, explain, jit_kwargs)
     if capture == "inputs":
-        captured = _capture.wrap(
+        layer = _capture.wrap(
             fun,
             options.key,  # what the core is compiled with
             lambda traced: _JitWrapper(traced, options, traced.capture.labels),
+            lambda plain: _JitWrapper(plain, options),
         )
-        if captured is not None:
-            call, core, state = captured
-
-            def clear_cache() -> None:
-                core.clear_cache()
-                state.forget()
-
-            def lower(*args: Any, **kwargs: Any) -> Any:
-                return core.lower(state.hidden_now(), *args, **kwargs)
-
-            return core.decorate(call, fun, clear_cache, lower)
+        if layer is not None:
+            return layer.core.decorate(layer.call, fun, layer.clear_cache, layer.lower)
     return _JitWrapper(fun, options).call

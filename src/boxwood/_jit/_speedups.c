@@ -63,13 +63,15 @@ typedef struct {
        and a function, handed over by `_filter_jit.py` (C names no attribute) */
     PyObject *entry_cold, *entry_jitted, *entry_fast_build, *entry_output;
     PyObject *plan_n_first, *store_traces, *store_tracing;
-    /* captured values (`_capture.py`), or `watch` None: the watched names' sources
+    /* captured values (`capture/`), or `watch` None: the watched names' sources
        (a globals dict or a closure cell each), their keys (the global's name, or
        None for a cell), the object holding the snapshot of their values and the
        hidden argument, its field's descriptor, and the Python capture layer that
        takes every call whose names are not bound as in the snapshot */
     PyObject *watch, *watch_snap, *watch_sources, *watch_keys, *watch_fallback;
     int split_first;        /* call `jitted(fun_dyn, first, rest)` */
+    int watch_hidden;       /* pass the snapshot's hidden argument first (else the
+                               names are watched only to warn when they change) */
     Py_ssize_t hits;
     /* the last keyword names seen, their sorted order and where each sorted name
        sits among the call's keywords (call sites pass the same tuple each time) */
@@ -425,6 +427,10 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
         Py_DECREF(snap);
         return PyObject_Vectorcall(self->watch_fallback, args, nargsf, kwnames);
     }
+    if (!self->watch_hidden) {
+        Py_DECREF(snap);
+        return fastcall_call(self, args, nargsf, kwnames);
+    }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
     PyObject *stack[WATCH_STACK];
@@ -449,7 +455,8 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
                             "entry_fast_build", "entry_output", "plan_n_first",
                             "store_traces", "store_tracing", "name", "watch",
                             "watch_snap", "watch_sources", "watch_keys",
-                            "watch_fallback", "key_type", "key_token", NULL};
+                            "watch_fallback", "key_type", "key_token",
+                            "watch_hidden", NULL};
     PyObject *fallback, *plans, *store, *walk, *after_trace, *on_error, *array_type,
         *array_token, *none_token, *module_types, *walkable, *fun_dyn;
     PyObject *first_name, *flat_key, *entry_cold, *entry_jitted, *entry_fast_build,
@@ -457,15 +464,16 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     PyObject *watch = Py_None, *watch_snap = Py_None, *watch_sources = NULL,
              *watch_keys = NULL, *watch_fallback = Py_None;
     PyObject *key_type = Py_None, *key_token = Py_None;
-    int split_first;
+    int split_first, watch_hidden = 1;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "OO!OOOOOOOO!O!OpOUOOOOOOOU|OOO!O!OOO:FastCall", names, &fallback, &PyDict_Type,
+            args, kw, "OO!OOOOOOOO!O!OpOUOOOOOOOU|OOO!O!OOOp:FastCall", names, &fallback, &PyDict_Type,
             &plans, &store, &walk, &after_trace, &on_error, &array_type, &array_token,
             &none_token, &PySet_Type, &module_types, &PyDict_Type, &walkable,
             &fun_dyn, &split_first, &first_name, &flat_key, &entry_cold, &entry_jitted,
             &entry_fast_build, &entry_output, &plan_n_first, &store_traces,
             &store_tracing, &name, &watch, &watch_snap, &PyTuple_Type, &watch_sources,
-            &PyTuple_Type, &watch_keys, &watch_fallback, &key_type, &key_token)) {
+            &PyTuple_Type, &watch_keys, &watch_fallback, &key_type, &key_token,
+            &watch_hidden)) {
         return NULL;
     }
     if (watch != Py_None) {
@@ -519,6 +527,7 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     self->kw_names = NULL;
     self->kw_order = NULL;
     self->split_first = split_first;
+    self->watch_hidden = watch_hidden;
     self->hits = 0;
     return (PyObject *)self;
 }
@@ -567,6 +576,40 @@ static PyObject *fastcall_repr(PyObject *self) {
     return PyUnicode_FromFormat("<function %U at %p>", ((FastCall *)self)->name, self);
 }
 
+/* `_rewatch(sources, keys)`: read the watched names from here on (the capture
+ * layer scanned again: a helper defined after the function was wrapped reads more
+ * names). The snapshot's length changes with them, so a call that sees the old
+ * snapshot goes to the fallback. */
+static PyObject *fastcall_rewatch(FastCall *self, PyObject *args) {
+    PyObject *sources, *keys;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &sources, &PyTuple_Type, &keys))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(sources);
+    int ok = self->watch != Py_None && PyTuple_GET_SIZE(keys) == n;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *source = PyTuple_GET_ITEM(sources, i);
+        PyObject *name = PyTuple_GET_ITEM(keys, i);
+        ok = name == Py_None ? PyCell_Check(source)
+                             : PyDict_CheckExact(source) && PyUnicode_CheckExact(name);
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_TypeError,
+                        "FastCall._rewatch: a watching FastCall and two tuples of the "
+                        "same length (a dict and a str, or a cell and None, each)");
+        return NULL;
+    }
+    Py_INCREF(sources);
+    Py_INCREF(keys);
+    Py_SETREF(self->watch_sources, sources);
+    Py_SETREF(self->watch_keys, keys);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef fastcall_methods[] = {
+    {"_rewatch", (PyCFunction)fastcall_rewatch, METH_VARARGS,
+     "read the watched names from these sources and keys from now on"},
+    {NULL}};
+
 static PyMemberDef fastcall_members[] = {
     {"hits", T_PYSSIZET, offsetof(FastCall, hits), 0,
      "calls that ran compiled code on the C path"},
@@ -594,6 +637,7 @@ static PyTypeObject FastCallType = {
     .tp_descr_get = fastcall_get,
     .tp_repr = fastcall_repr,
     .tp_members = fastcall_members,
+    .tp_methods = fastcall_methods,
     .tp_getset = fastcall_getset,
 };
 

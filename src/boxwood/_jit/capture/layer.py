@@ -1,0 +1,295 @@
+"""Per call: read the watched names, pass those holding arrays as the hidden
+first argument, warn about changed trace-time constants.
+
+`wrap(fun, ...)` returns a `Layer`: the generated function `call` (one dict lookup
+or cell read and one identity test per name: when every name is bound to the same
+object as on the previous call, the previous hidden tuple is passed again) and,
+with the C extension, a `FastCall` that does the same test in C. Any other call
+goes to `Layer.slow`, which classifies the values again, warns, scans again when a
+helper was defined or redefined since the scan (`Reads.stale`), and takes a new
+snapshot in one assignment, so that concurrent calls see either snapshot whole.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+import types
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..._warnings import user_stacklevel
+from .reads import globals_of
+from .rebuild import Capture
+from .traced import Traced, traced_for
+from .values import MISSING, MSG_CHANGED, MSG_UNFOLLOWED, CapturedValueWarning, short
+
+# Internal names start with `_bw_` so that they cannot shadow a parameter. The
+# free variables of `call` are the same whatever is watched, so that a new scan
+# can give the same function new code (`Layer.rewatch`).
+_CALL_TEMPLATE = """
+def _bw_make(_bw_g, _bw_cells, _bw_state, _bw_core, _bw_slow):
+    def call({params}):
+        _bw_s = _bw_state.snap
+        try:
+            {reads}
+        except (KeyError, ValueError, IndexError):
+            return _bw_slow({args}, {kwargs}) if _bw_g is not _bw_cells else None
+        if {tests}:
+            return _bw_slow({args}, {kwargs})
+        {forward}
+    return call
+"""
+# `*args, **kwargs` (any signature), or the function's own parameters when it has
+# only plain positional ones: no tuple or dict is packed and unpacked on the way
+# (about half the layer's cost).
+_FORWARD_ANY = """if kwargs:
+            return _bw_core({hidden}*args, **kwargs)
+        return _bw_core({hidden}*args)"""
+_FORWARD_PLAIN = "return _bw_core({hidden}{names})"
+
+
+def plain_parameters(fun: Any) -> list[str] | None:
+    """The parameter names of `fun` when they are all positional-or-keyword, with no
+    defaults, `*args`, `**kwargs` or keyword-only ones; otherwise `None`."""
+    if type(fun) is not types.FunctionType:
+        return None
+    code = fun.__code__
+    if (
+        code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+        or code.co_kwonlyargcount
+        or code.co_posonlyargcount
+        or fun.__defaults__
+    ):
+        return None
+    names = list(code.co_varnames[: code.co_argcount])
+    if any(n.startswith("_bw_") for n in names):
+        return None
+    return names
+
+
+class CallState:
+    """One wrapper's view of its captures: the last values read, and the names
+    already warned about (cleared by `clear_cache`)."""
+
+    __slots__ = ("snap", "warned", "capture")
+
+    def __init__(self, capture: Capture) -> None:
+        self.capture = capture
+        self.warned: set[str] = set()
+        self.reset()
+
+    def reset(self) -> None:
+        """A snapshot no call matches: the next call takes a new one."""
+        self.snap: tuple = (MISSING,) * len(self.capture.labels) + (None,)
+
+    def forget(self) -> None:
+        self.warned.clear()
+
+    def hidden_now(self) -> tuple | None:
+        """The hidden argument for the names' current values."""
+        return self.capture.hidden(self.capture.read())
+
+
+def _source(capture: Capture, params: list[str] | None, hidden: bool) -> str:
+    globals_ = capture.reads.globals
+    n = len(capture.labels)
+    reads = [f"_bw_v{i} = _bw_g[{name!r}]" for i, name in enumerate(globals_)]
+    reads += [
+        f"_bw_v{i + len(globals_)} = _bw_cells[{i}].cell_contents"
+        for i in range(len(capture.cells))
+    ]
+    first = f"_bw_s[{n}], " if hidden else ""
+    if params is None:
+        sig, args, kwargs = "*args, **kwargs", "args", "kwargs"
+        forward = _FORWARD_ANY.format(hidden=first)
+    else:
+        sig = ", ".join(params)
+        args, kwargs = f"({sig}{',' if params else ''})", "{}"
+        forward = _FORWARD_PLAIN.format(hidden=first, names=sig)
+    return _CALL_TEMPLATE.format(
+        params=sig,
+        reads="\n            ".join(reads) or "pass",
+        args=args,
+        kwargs=kwargs,
+        tests=" or ".join(f"_bw_v{i} is not _bw_s[{i}]" for i in range(n)) or "False",
+        forward=forward,
+    )
+
+
+def watched_sources(capture: Capture) -> tuple[tuple, tuple]:
+    """Where each watched name is read, in the order of `CallState.snap`: the
+    globals dict and the name for a global, the cell and `None` for a closure
+    variable."""
+    names = capture.reads.globals
+    sources = (capture.g,) * len(names) + tuple(capture.cells)
+    keys = tuple(names) + (None,) * len(capture.cells)
+    return sources, keys
+
+
+_RESCAN_LOCK = threading.Lock()
+# A callable object's compiled code is shared by every wrapper of the same
+# function and structure (`_cache._Store`): the values of its watched names when
+# it was last traced are kept with it, so that each wrapper compares with those.
+_BASELINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class Layer:
+    """What `filter_jit` returns for a function that reads watched names: `call`
+    (the C `FastCall` watching them, or the generated Python function), and the
+    compiled core behind it.
+
+    **Arguments:**
+
+    - `fun`: the user's function or callable object.
+    - `capture`: its names (`Capture`).
+    - `core`: the compiled wrapper (`_JitWrapper`): of `Traced(fun)` when `hidden`,
+      else of `fun` itself (a callable object whose methods read arrays from
+      globals: watched only to warn when they change).
+    - `hidden`: whether the core takes the hidden argument first.
+    """
+
+    def __init__(self, fun: Any, capture: Capture, core: Any, hidden: bool) -> None:
+        self.fun, self.capture, self.core, self.hidden = fun, capture, core, hidden
+        self.core_call = core.call
+        wrapped = getattr(fun, "__func__", fun)
+        self.name = getattr(wrapped, "__name__", type(wrapped).__name__)
+        self.qualname = getattr(wrapped, "__qualname__", self.name)
+        if not hidden:  # a callable object: named by what it runs
+            self.name = self.qualname = _callable_name(fun)
+        self.params = plain_parameters(fun) if hidden else None
+        self.state = CallState(capture)
+        self.py_call = self._generate(None)
+        self.fast = None
+        if type(capture.g) is dict:
+            # with the C extension: the identity tests in C, before the compiled
+            # call, with no Python frame in between (`py_call` takes the others)
+            sources, keys = watched_sources(capture)
+            self.fast = core.watching(self.state, sources, keys, self.py_call, hidden)
+        self.call = self.fast or self.py_call
+        capture.layers.add(self)
+
+    def _generate(self, into: Callable | None) -> Callable:
+        capture = self.capture
+        source = _source(capture, self.params, self.hidden)
+        namespace: dict[str, Any] = {}
+        # named inside this package, so that warnings skip the frame (`user_stacklevel`)
+        where = os.path.join(os.path.dirname(__file__), f"<captures of {self.name}>")
+        exec(compile(source, where, "exec"), namespace)
+        cells = tuple(capture.cells)
+        call = namespace["_bw_make"](
+            capture.g, cells, self.state, self.core_call, self.slow
+        )
+        # errors about the call's arguments name the user's function
+        code = call.__code__.replace(co_name=self.name, co_qualname=self.qualname)
+        if into is None:
+            call.__code__ = code
+            call.__name__, call.__qualname__ = self.name, self.qualname
+            return call
+        for old, new in zip(into.__closure__, call.__closure__):
+            old.cell_contents = new.cell_contents
+        into.__code__ = code
+        return into
+
+    def slow(self, args: tuple, kwargs: dict) -> Any:
+        capture, state = self.capture, self.state
+        if capture.reads.roots and capture.reads.stale(capture.g):
+            self.rescan()
+        values = capture.read()
+        hidden = capture.hidden(values) if self.hidden else None
+        store = None if self.hidden else self.core._store
+        with capture.lock:
+            if store is not None:  # what the shared compiled code was traced with
+                capture.baseline = _BASELINES.get(store, {})
+            changed = capture.changed(values, state.warned)
+        state.snap = (*values, hidden)
+        for label, old, new in changed:
+            via = capture.unfollowed.get(label)
+            text = MSG_UNFOLLOWED if via else MSG_CHANGED
+            warnings.warn(
+                text.format(
+                    label=label,
+                    old=short(old),
+                    new=short(new, old),
+                    name=self.name,
+                    via=f"`{via}`",
+                ),  # fmt: skip
+                CapturedValueWarning,
+                stacklevel=user_stacklevel(),
+            )
+        if self.hidden:
+            return self.core_call(hidden, *args, **kwargs)
+        traces = store.traces
+        out = self.core_call(*args, **kwargs)
+        if store.traces != traces:  # traced now, with these values
+            _BASELINES[store] = dict(zip(capture.labels, values))
+        return out
+
+    def rescan(self) -> None:
+        """Scan the function again (a helper was defined or redefined since the
+        last scan); when the watched names changed, every layer of this capture
+        reads the new ones."""
+        with _RESCAN_LOCK:
+            capture = self.capture
+            if not capture.reads.stale(capture.g):
+                return  # another thread has done it
+            fresh = type(self.fun) is types.FunctionType
+            new = Capture(self.fun) if fresh else Capture(self.fun, capture.g)
+            if capture.adopt(new):
+                for layer in list(capture.layers):
+                    layer.rewatch()
+
+    def rewatch(self) -> None:
+        self.state.reset()
+        self._generate(self.py_call)
+        if self.fast is not None:
+            self.fast._rewatch(*watched_sources(self.capture))
+
+    def clear_cache(self) -> None:
+        self.core.clear_cache()
+        self.state.forget()
+        if not self.hidden:
+            _BASELINES.pop(self.core._store, None)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.hidden:
+            return self.core.lower(*args, **kwargs)
+        lower_with = getattr(self.core, "lower_with", None)
+        if lower_with is not None:  # the core binds the hidden argument itself
+            return lower_with(lambda: (self.state.hidden_now(),), args, kwargs)
+        return self.core.lower(self.state.hidden_now(), *args, **kwargs)
+
+
+def _callable_name(fun: Any) -> str:
+    if isinstance(fun, functools.partial):
+        return f"functools.partial({_callable_name(fun.func)})"
+    func = getattr(fun, "__func__", None)
+    if func is None and not isinstance(fun, types.FunctionType):
+        return f"{type(fun).__qualname__}.__call__"
+    return getattr(func or fun, "__qualname__", type(fun).__name__)
+
+
+def wrap(
+    fun: Any, variant: Any, make_core: Callable[[Traced], Any], make_plain: Callable
+) -> Layer | None:
+    """`filter_jit`'s layer for a function that reads values from its closure or
+    globals, or for a callable object whose methods read arrays from globals:
+    `make_core(traced)` compiles `traced(hidden, *args, **kwargs)`,
+    `make_plain(fun)` compiles a callable object as it is. `None` when nothing is
+    watched."""
+    if type(fun) is types.FunctionType:
+        traced = traced_for(fun, variant)
+        if traced.capture.empty:
+            return None
+        return Layer(fun, traced.capture, make_core(traced), hidden=True)
+    g = globals_of(fun)
+    if type(g) is not dict:
+        return None
+    capture = Capture(fun, g)
+    if capture.empty:
+        return None
+    return Layer(fun, capture, make_plain(fun), hidden=False)

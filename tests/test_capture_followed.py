@@ -1,0 +1,240 @@
+"""Captured arrays read through helpers (`_jit/capture/`): each case gives the
+eager result, or warns (`CapturedValueWarning`, naming the global and where it is
+read) on the first call where the compiled code would differ."""
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood as bw
+from boxwood._jit import _native
+from boxwood._jit.capture import CapturedValueWarning
+
+pytestmark = pytest.mark.usefixtures("call_path")
+
+Y = jnp.zeros((4, 1))
+X = jnp.ones((4, 2))
+
+
+class Affine(bw.Module):
+    w: jax.Array
+
+    def __call__(self, v):
+        return v @ self.w + Y.sum()
+
+
+class Helpers:
+    @staticmethod
+    def shift(v):
+        return v + Y.sum()
+
+
+class Linear(bw.Module):
+    w: jax.Array
+
+    def __call__(self, v):
+        return v @ self.w
+
+
+def _model():
+    return Affine(jnp.ones((2, 1)))
+
+
+def _plain_model():
+    return Linear(jnp.ones((2, 1)))
+
+
+def _shifted(v):
+    return v + Y.sum()
+
+
+HELPERS = {"shift": _shifted}
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    globals().update(Y=jnp.zeros((4, 1)))
+
+
+def _rebind(value):
+    globals()["Y"] = jnp.full((4, 1), value)
+
+
+def _loss_body(m, x):
+    return jnp.mean((jax.vmap(m)(x) - Y) ** 2)
+
+
+def _step_a(m, x):
+    return _LOSS_A(m, x)[0]
+
+
+def _step_b(m, x):
+    return _LOSS_B(m, x)[0]
+
+
+def _step_c(m, x):
+    return _LOSS_C(m, x)[0]
+
+
+_LOSS_A = bw.filter_value_and_grad(_loss_body)
+_LOSS_B = lambda m, x: (_loss_body(m, x), None)  # noqa: E731
+_LOSS_C = lambda m, x: (bw.filter_grad(_loss_body)(m, x).w.sum(), None)  # noqa: E731
+_CASES = {"value_and_grad": (_step_a, _LOSS_A), "plain": (_step_b, _LOSS_B)}
+_CASES["grad_inline"] = (_step_c, _LOSS_C)
+
+
+@pytest.mark.parametrize("case", list(_CASES))
+def test_helper_wrapped_in_a_transform_sees_the_rebound_global(case):
+    fun, loss = _CASES[case]
+    step = bw.filter_jit(fun)
+    step.clear_cache()
+    m = _plain_model()
+    for value in (0.0, 10.0, -3.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(m, X), loss(m, X)[0], rtol=1e-5)
+
+
+def test_filter_grad_and_filter_vmap_wrapped_helpers_by_name():
+    globals()["_GRAD"] = bw.filter_grad(_loss_body)
+    globals()["_VM"] = bw.filter_vmap(lambda v: v + Y.sum())
+    globals()["_JVM"] = jax.vmap(lambda v: v * Y.sum())
+    step = bw.filter_jit(lambda m, x: (_GRAD(m, x).w, _VM(x), _JVM(x)))  # noqa: F821
+    m = _plain_model()
+    for value in (0.0, 2.0):
+        _rebind(value)
+        out = step(m, X)
+        eager = (_GRAD(m, X).w, _VM(X), _JVM(X))  # noqa: F821
+        for a, b in zip(out, eager):
+            np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_helper_defined_after_wrapping():
+    step = bw.filter_jit(lambda x: _LATER(x))  # noqa: F821
+
+    def later(x):
+        return x + Y.sum()
+
+    globals()["_LATER"] = later
+    for value in (1.0, 5.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(X), later(X))
+    assert step.cache_info().traces == 1  # the new global is an input: no retrace
+    if isinstance(step, _native.FastCall or ()):  # the C check reads the new names
+        hits = step.hits
+        for _ in range(3):
+            step(X)
+        assert step.hits == hits + 3
+
+
+def test_helper_redefined_after_the_first_call():
+    globals()["_LATER2"] = lambda x: x * 2.0
+    step = bw.filter_jit(lambda x: _LATER2(x))  # noqa: F821
+    np.testing.assert_allclose(step(X), X * 2.0)
+    # the new helper reads a global array: scanned again, traced again
+    globals()["_LATER2"] = lambda x: x + Y.sum()
+    _rebind(3.0)
+    np.testing.assert_allclose(step(X), X + 12.0)
+    _rebind(4.0)
+    np.testing.assert_allclose(step(X), X + 16.0)
+    # redefined again, reading the same names: a trace-time constant, warned
+    globals()["_LATER2"] = lambda x: x - Y.sum()
+    with pytest.warns(CapturedValueWarning, match="global '_LATER2' changed"):
+        step(X)
+
+
+def test_helper_in_a_dict():
+    step = bw.filter_jit(lambda v: HELPERS["shift"](v))
+    for value in (0.0, 1.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(X), _shifted(X))
+
+
+def test_partial_of_a_helper_read_from_a_global():
+    globals()["_PART"] = functools.partial(_shifted)
+    step = bw.filter_jit(lambda v: _PART(v))  # noqa: F821
+    for value in (0.0, 1.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(X), _shifted(X))
+
+
+@pytest.mark.parametrize(
+    "make, where",
+    [
+        (lambda m: bw.filter_jit(m), r"Affine\.__call__"),
+        (lambda m: bw.filter_jit(m.__call__), r"Affine\.__call__"),
+        (lambda m: bw.filter_jit(lambda v: m(v)), r"Affine\.__call__"),
+        (lambda m: bw.filter_jit(lambda v: Helpers.shift(v)), r"Helpers\.shift"),
+        (
+            lambda m: bw.filter_jit(
+                functools.partial(lambda a, v: _shifted(v) * a, 1.0)
+            ),
+            r"_shifted",
+        ),
+    ],
+    ids=["module", "bound_method", "lambda_calls_module", "staticmethod", "partial"],
+)
+def test_unfollowed_reads_warn_when_the_global_changes(make, where):
+    step = make(_model())
+    step.clear_cache()  # same structure as in other tests: shared compiled code
+    first = step(X)
+    np.testing.assert_allclose(step(X), first)  # unchanged: no warning
+    _rebind(1.0)
+    with pytest.warns(
+        CapturedValueWarning, match=rf"global 'Y' changed.*{where}.*argument"
+    ):
+        stale = step(X)
+    np.testing.assert_allclose(stale, first)  # what the warning says
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step(X)  # once per name
+    step.clear_cache()
+    expected = first + 4.0
+    np.testing.assert_allclose(step(X), expected)  # retraced with the new value
+
+
+def test_a_watched_method_global_is_checked_in_c(call_path):
+    step = bw.filter_jit(_model())
+    step.clear_cache()  # same structure as in other tests: shared compiled code
+    step(X)
+    if call_path == "compiled" and _native.active():
+        assert isinstance(step, _native.FastCall)
+        hits = step.hits
+        for _ in range(3):
+            step(X)
+        assert step.hits == hits + 3  # no Python frame: the check runs in C
+    _rebind(2.0)
+    with pytest.warns(CapturedValueWarning, match=r"global 'Y'.*Affine\.__call__"):
+        step(X)
+
+
+def test_wrappers_sharing_compiled_code_compare_with_its_trace():
+    # two wrappers of same-structured modules share compiled code: the second
+    # compares the global with the value the shared code was traced with
+    first = bw.filter_jit(_model())
+    first.clear_cache()
+    first(X)
+    _rebind(1.0)
+    second = bw.filter_jit(_model())
+    with pytest.warns(CapturedValueWarning, match=r"global 'Y'.*Affine\.__call__"):
+        stale = second(X)
+    np.testing.assert_allclose(stale, X @ jnp.ones((2, 1)))  # traced with Y = 0
+    second.clear_cache()
+    np.testing.assert_allclose(second(X), X @ jnp.ones((2, 1)) + 4.0)
+
+
+def test_unfollowed_reads_of_constants_cost_nothing():
+    # a method reading no global array: the wrapper is the plain one (no layer)
+    class Plain(bw.Module):
+        w: jax.Array
+
+        def __call__(self, v):
+            return jnp.tanh(v @ self.w)
+
+    m = Plain(jnp.ones((2, 1)))
+    step = bw.filter_jit(m)
+    assert step._boxwood_jit.call is step
