@@ -376,8 +376,8 @@ CASES = {
     "conv-dtype": (
         lambda: nn.Conv1d(2, 2, 3, dtype=jnp.int32, key=KEY),
         ValueError,
-        r"Conv1d: `dtype` must be a floating-point dtype such as jnp.float32, got "
-        r"int32\.",
+        r"Conv1d: `dtype` must be a floating-point or complex dtype such as "
+        r"jnp.float32, got int32\.",
     ),
     "pool-operation": (
         lambda: nn.Pool(0.0, 3, 1, 2),
