@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 import boxwood.nn as nn
+from boxwood._init import _draw
 from boxwood._init._known import fast_call
 
 inits = jax.nn.initializers
@@ -218,7 +219,10 @@ def test_nn_init_bit_identical_to_per_leaf_calls(name):
         assert _bits(layer.weight) == _bits(fn(k, (inp, out), jnp.float32).T)
 
 
-def test_nn_init_compiles_once_per_distribution(count_compiles):
+def test_nn_init_compiles_once_per_distribution(count_compiles, monkeypatch):
+    # (a process's first 4M drawn elements are hashed on the host; start afresh so
+    # that the switch to the device-bits kernel does not fall inside the block)
+    monkeypatch.setattr(_draw, "_host_hashed", 0)
     mlp = _mlp()
     weights = lambda m: [layer.weight for layer in m.layers]
     nn.init(mlp, weights, inits.he_normal(), key=jr.key(1))  # warm the kernels
@@ -243,3 +247,13 @@ def test_nn_init_conv_and_rnn_layouts():
     nn.init(nn.GRUCell(3, 5, key=jr.key(0)), lambda c: c.weight_hh, _recorder(seen),
             key=jr.key(1))  # fmt: skip
     assert seen == [(5, 15)]
+
+
+def test_nn_init_stacked_layers_draw_each_layer_with_its_fans():
+    stacked = nn.Stacked(lambda k: nn.Linear(48, 12, key=k), 3, key=jr.key(0))
+    fn, key = inits.lecun_normal(), jr.key(5)
+    new = nn.init(stacked, lambda s: s.layers.weight, fn, key=key)
+    assert new.layers.weight.shape == (3, 12, 48)
+    # one key per selected array, split again into one per layer
+    for j, k in enumerate(jr.split(jr.split(key, 1)[0], 3)):
+        assert _bits(new.layers.weight[j]) == _bits(fn(k, (48, 12), jnp.float32).T)

@@ -121,8 +121,12 @@ def init(
     keys = split_keys(key, len(chosen))
     compiled: dict = {}  # (shape, dtype) -> jitted initialiser, for this call
     for i, k in zip(chosen, keys):
-        layout = layout_at(model, flat[i][0])
-        leaves[i] = _apply_one(initializer, k, leaves[i], paths[i], layout, compiled)
+        layout, ndim = layout_at(model, flat[i][0])
+        leaf = leaves[i]
+        if ndim is not None and leaf.ndim > ndim:  # stacked layers (`nn.Stacked`)
+            leaves[i] = _apply_stacked(initializer, k, leaf, paths[i], layout, ndim)
+        else:
+            leaves[i] = _apply_one(initializer, k, leaf, paths[i], layout, compiled)
     return treedef.unflatten(leaves)
 
 
@@ -143,6 +147,22 @@ def _draw(fn: Initializer, key: Any, shape: tuple, dtype: Any, compiled: dict) -
         except jax.errors.JAXTypeError:
             compiled[(shape, dtype)] = False  # not traceable: call it directly
     return fn(key, shape, dtype)
+
+
+def _apply_stacked(
+    fn: Initializer, key: Any, old: Any, path: str, layout: Any, ndim: int
+) -> Any:
+    """Each layer's slice of a stacked parameter drawn as one parameter (so with
+    one layer's fans), with keys split from `key` in the slices' order."""
+    lead = old.shape[: old.ndim - ndim]
+    flat = old.reshape(-1, *old.shape[old.ndim - ndim :])
+    keys = split_keys(key, flat.shape[0])
+    compiled: dict = {}
+    parts = [
+        _apply_one(fn, k, flat[j], f"{path}[{j}]", layout, compiled)
+        for j, k in enumerate(keys)
+    ]
+    return jnp.stack(parts).reshape(*lead, *flat.shape[1:])
 
 
 def _apply_one(

@@ -64,18 +64,23 @@ def _child(node: Any, entry: Any) -> Any:
     raise LookupError(entry)
 
 
-def layout_at(root: Any, path: tuple) -> str | None:
-    """The layout of the leaf at `path` (as from `tree_flatten_with_path`): the
-    `_init_layouts` entry of the module holding it, or `None`."""
+def layout_at(root: Any, path: tuple) -> tuple[str | None, int | None]:
+    """The layout of the leaf at `path` (as from `tree_flatten_with_path`), the
+    `_init_layouts` entry of the module holding it, and the number of axes one
+    such parameter has (more axes are leading axes of stacked layers, as in
+    `nn.Stacked`); `(None, None)` if the module declares none."""
     if not path or not isinstance(path[-1], GetAttrKey):
-        return None
+        return None, None
     node = root
     try:
         for entry in path[:-1]:
             node = _child(node, entry)
     except (LookupError, AttributeError, TypeError):
-        return None
+        return None, None
     layouts = getattr(type(node), "_init_layouts", None)
-    if not isinstance(layouts, dict):
-        return None
-    return layouts.get(path[-1].name)
+    layout = layouts.get(path[-1].name) if isinstance(layouts, dict) else None
+    if layout is None:
+        return None, None
+    spatial = getattr(node, "num_spatial_dims", 0)
+    ndim = {"dense": 2, "conv": 2 + spatial, "channel_bias": 1 + spatial}[layout]
+    return layout, ndim
