@@ -343,7 +343,7 @@ CASES = {
             key=KEY,
         ),
         ValueError,
-        r"nn.init: the initialiser returned \(3,\) for `weight`, whose shape is "
+        r"nn.init: the initialiser returned \(3,\) for `weight`, called with shape "
         r"\(2, 2\)",
     ),
     "layer-init-not-a-function": (
@@ -354,7 +354,7 @@ CASES = {
     "layer-init-wrong-shape": (
         lambda: nn.Linear(2, 2, weight_init=lambda k, s, d: jnp.zeros(3), key=KEY),
         ValueError,
-        r"Linear: `weight_init` returned .*, but the parameter has shape \(2, 2\)",
+        r"Linear: `weight_init` returned .*, but it was called with shape \(2, 2\)",
     ),
     # layer options
     "conv-groups": (
