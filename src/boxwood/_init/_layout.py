@@ -54,14 +54,18 @@ def to_stored(value: Any, shape: tuple[int, ...], layout: str | None) -> Any:
     return value
 
 
+_MISSING = object()
+
+
 def _child(node: Any, entry: Any) -> Any:
+    """The child of `node` at a key-path entry, or `_MISSING`."""
     if isinstance(entry, GetAttrKey):
-        return getattr(node, entry.name)
+        return getattr(node, entry.name, _MISSING)
     if isinstance(entry, SequenceKey):
         return node[entry.idx]
     if isinstance(entry, DictKey):
         return node[entry.key]
-    raise LookupError(entry)
+    return _MISSING
 
 
 def layout_at(root: Any, path: tuple) -> tuple[str | None, int | None]:
@@ -75,7 +79,9 @@ def layout_at(root: Any, path: tuple) -> tuple[str | None, int | None]:
     try:
         for entry in path[:-1]:
             node = _child(node, entry)
-    except (LookupError, AttributeError, TypeError):
+            if node is _MISSING:
+                return None, None
+    except (LookupError, TypeError):
         return None, None
     layouts = getattr(type(node), "_init_layouts", None)
     layout = layouts.get(path[-1].name) if isinstance(layouts, dict) else None
