@@ -26,6 +26,8 @@ _EVENTS = {
 }
 CASES = (
     "mlp",
+    "mlp_reinit_lecun",
+    "mlp_reinit_orthogonal",
     "cnn",
     "transformer",
     "transformer_jax_split",
@@ -97,10 +99,28 @@ def _split(key, n=2):
     return tuple(_SPLITTER[0](key, n))
 
 
+def _reinit(lib, model, name: str, key):
+    """Re-initialise the MLP's weights: `nn.init` in boxwood, the `tree_at` idiom
+    Equinox documents (one initialiser call per weight) in equinox."""
+    import jax
+
+    inits = jax.nn.initializers
+    fn = inits.lecun_normal() if name == "lecun" else inits.orthogonal()
+    where = lambda m: [layer.weight for layer in m.layers]
+    if hasattr(lib.nn, "init"):
+        return lib.nn.init(model, where, fn, key=key)
+    keys = jax.random.split(key, len(model.layers))
+    new = [fn(k, w.shape[::-1], w.dtype).T for k, w in zip(keys, where(model))]
+    return lib.tree_at(where, model, new)
+
+
 def _build(lib, case: str, key):
     nn = lib.nn
     if case == "mlp":
         return nn.MLP(64, 10, 256, 8, key=key)
+    if case.startswith("mlp_reinit_"):
+        model = nn.MLP(64, 10, 256, 8, key=key)
+        return _reinit(lib, model, case.rsplit("_", 1)[1], key)
     if case == "gru":
         return nn.GRUCell(64, 256, key=key)
     if case == "lstm":

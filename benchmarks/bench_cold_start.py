@@ -21,6 +21,8 @@ FIGURE = "cold start"
 HERE = Path(__file__).resolve().parent
 BUILD_CASES = {
     "mlp": "MLP(64, 10, 256, depth=8)",
+    "mlp_reinit_lecun": "the MLP, then its weights re-initialised, lecun_normal",
+    "mlp_reinit_orthogonal": "the MLP, then its weights re-initialised, orthogonal",
     "cnn": "CNN: 4 Conv2d + BatchNorm, Linear head",
     "transformer": "transformer, 12 blocks (d=128)",
     "transformer_jax_split": "transformer, boxwood's model code with jax.random.split",

@@ -319,12 +319,14 @@ def test_same_leaves_outputs_and_gradients(case):
     assert_trees_close(grads_ours, grads_theirs, rtol=1e-4, atol=1e-5)
 
 
-def test_adaptive_pool_bins_are_pytorch_s_where_sizes_do_not_divide():
-    # A deliberate difference: for 7 -> 3, boxwood (like PyTorch) pools the
-    # overlapping bins [0, 3), [2, 5), [4, 7); Equinox splits into 3, 2, 2 entries.
+def test_adaptive_pool_bins_where_sizes_do_not_divide():
+    # For 7 -> 3, boxwood by default splits as Equinox does (3, 2, 2 entries);
+    # `bins="torch"` pools PyTorch's overlapping bins [0, 3), [2, 5), [4, 7).
     x = jnp.arange(7.0)[None]
-    np.testing.assert_array_equal(bnn.AdaptiveAvgPool1d(3)(x), [[1.0, 3.0, 5.0]])
+    np.testing.assert_array_equal(bnn.AdaptiveAvgPool1d(3)(x), [[1.0, 3.5, 5.5]])
     np.testing.assert_array_equal(eqx.nn.AdaptiveAvgPool1d(3)(x), [[1.0, 3.5, 5.5]])
+    torch_bins = bnn.AdaptiveAvgPool1d(3, bins="torch")(x)
+    np.testing.assert_array_equal(torch_bins, [[1.0, 3.0, 5.0]])
 
 
 def test_every_layer_is_covered():

@@ -343,7 +343,7 @@ CASES = {
             key=KEY,
         ),
         ValueError,
-        r"nn.init: the initialiser returned \(3,\) for `weight`, whose shape is "
+        r"nn.init: the initialiser returned \(3,\) for `weight`, called with shape "
         r"\(2, 2\)",
     ),
     "layer-init-not-a-function": (
@@ -354,7 +354,7 @@ CASES = {
     "layer-init-wrong-shape": (
         lambda: nn.Linear(2, 2, weight_init=lambda k, s, d: jnp.zeros(3), key=KEY),
         ValueError,
-        r"Linear: `weight_init` returned .*, but the parameter has shape \(2, 2\)",
+        r"Linear: `weight_init` returned .*, but it was called with shape \(2, 2\)",
     ),
     # layer options
     "conv-groups": (
@@ -376,8 +376,8 @@ CASES = {
     "conv-dtype": (
         lambda: nn.Conv1d(2, 2, 3, dtype=jnp.int32, key=KEY),
         ValueError,
-        r"Conv1d: `dtype` must be a floating-point dtype such as jnp.float32, got "
-        r"int32\.",
+        r"Conv1d: `dtype` must be a floating-point or complex dtype such as "
+        r"jnp.float32, got int32\.",
     ),
     "pool-operation": (
         lambda: nn.Pool(0.0, 3, 1, 2),

@@ -294,8 +294,9 @@ def test_init_keyword_receives_key_shape_dtype(getkey):
 
     key = getkey()
     layer = nn.Linear(3, 2, dtype=jnp.bfloat16, weight_init=record, key=key)
-    assert seen == [((2, 3), jnp.dtype(jnp.bfloat16))]
-    expected = jr.normal(jr.split(key)[0], (2, 3), jnp.bfloat16)
+    # JAX's convention (in, out), stored transposed as (out, in)
+    assert seen == [((3, 2), jnp.dtype(jnp.bfloat16))]
+    expected = jr.normal(jr.split(key)[0], (3, 2), jnp.bfloat16).T
     assert _bits(layer.weight) == _bits(expected)
 
 
@@ -317,7 +318,8 @@ def test_nn_init_where(getkey):
     new = nn.init(mlp, lambda m: [layer.weight for layer in m.layers], ortho, key=key)
     keys = jr.split(key, 3)
     for layer, old, k in zip(new.layers, mlp.layers, keys):
-        assert _bits(layer.weight) == _bits(ortho(k, old.weight.shape, jnp.float32))
+        drawn = ortho(k, old.weight.shape[::-1], jnp.float32)  # (in, out)
+        assert _bits(layer.weight) == _bits(drawn.T)
         assert layer.bias is old.bias
 
 

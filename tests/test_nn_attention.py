@@ -1,4 +1,5 @@
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -188,8 +189,23 @@ def test_mask_errors(getkey):
         ValueError, match=r"expected mask of shape \(2, 3, 5\), got \(3, 3, 5\)"
     ):
         mha(q, k, k, jnp.ones((3, 3, 5), bool))
-    with pytest.raises(TypeError, match="`mask` must be a boolean array"):
-        mha(q, k, k, jnp.ones((3, 5)))
+
+
+def test_float_mask_read_as_equinox_reads_it(getkey, monkeypatch):
+    # Equinox accepts a float mask (nonzero = may attend); boxwood reads it the same
+    # way and warns once, since an additive mask would be inverted.
+    from boxwood.nn import _attention
+
+    monkeypatch.setattr(_attention, "_warned_float_mask", [])
+    mha = nn.MultiheadAttention(2, 4, key=getkey())
+    q, k = jax.random.normal(getkey(), (3, 4)), jax.random.normal(getkey(), (5, 4))
+    bool_mask = jnp.arange(15).reshape(3, 5) % 3 != 0
+    with pytest.warns(UserWarning, match=r"`mask` has dtype float32.*`mask == 0`"):
+        out = mha(q, k, k, bool_mask.astype(jnp.float32))
+    assert jnp.array_equal(out, mha(q, k, k, bool_mask))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        mha(q, k, k, bool_mask.astype(jnp.float32))
 
 
 def test_constructor_errors(getkey):

@@ -351,7 +351,7 @@ def test_input_errors(getkey):
         (dict(padding=-1), ValueError, r"`padding` must be non-negative, got -1"),
         (dict(padding=((1, 2), (3,))), ValueError, r"sequence of 2 \(low, high\) pairs"),
         (dict(padding_mode="mirror"), ValueError, r"`padding_mode` must be one of 'ZEROS', 'REFLECT'"),
-        (dict(dtype=jnp.int32), ValueError, r"`dtype` must be a floating-point dtype"),
+        (dict(dtype=jnp.int32), ValueError, r"`dtype` must be a floating-point or complex dtype"),
     ],
 )  # fmt: skip
 def test_constructor_errors(kwargs, error, message, getkey):

@@ -66,10 +66,12 @@ def test_call_errors(getkey):
         emb(jnp.float32(1.0))
     with pytest.raises(TypeError, match="integer index, got dtype bool"):
         emb(jnp.bool_(True))
-    with pytest.raises(IndexError, match=r"index 6 is out of range \[0, 6\)"):
+    with pytest.raises(IndexError, match=r"index 6 is out of range \[-6, 6\)"):
         emb(6)
-    with pytest.raises(IndexError, match=r"index -1 is out of range"):
-        emb(-1)
+    with pytest.raises(IndexError, match=r"index -7 is out of range"):
+        emb(-7)
+    # a negative index counts from the end, as in Equinox
+    assert jnp.array_equal(emb(-1), emb.weight[5])
 
 
 def test_construction_errors(getkey):

@@ -64,11 +64,14 @@ def test_general_pool():
     "layer, x, expected",
     [
         # PyTorch's bins [0, 3), [2, 5), [4, 7): overlapping when 3 does not divide 7.
-        (nn.AdaptiveAvgPool1d(3), _row(0, 1, 2, 3, 4, 5, 6), [1, 3, 5]),
+        (nn.AdaptiveAvgPool1d(3, bins="torch"), _row(0, 1, 2, 3, 4, 5, 6), [1, 3, 5]),
+        # Equinox's bins [0, 3), [3, 5), [5, 7): disjoint, the wider first.
+        (nn.AdaptiveAvgPool1d(3), _row(0, 1, 2, 3, 4, 5, 6), [1, 3.5, 5.5]),
         # More outputs than inputs: bins [0,1), [0,2), [1,2), [1,3), [2,3).
         (nn.AdaptiveMaxPool1d(5), _row(1, 2, 3), [1, 2, 2, 3, 3]),
         (nn.AdaptiveMaxPool1d((2,)), _row(1, 4, 2, 3), [4, 3]),
-        (nn.AdaptivePool(2, 1, jnp.sum), _row(1, 2, 3, 4, 5), [6, 12]),
+        (nn.AdaptivePool(2, 1, jnp.sum, bins="torch"), _row(1, 2, 3, 4, 5), [6, 12]),
+        (nn.AdaptivePool(2, 1, jnp.sum), _row(1, 2, 3, 4, 5), [6, 9]),
     ],
 )
 def test_adaptive_known_values(layer, x, expected):
@@ -147,11 +150,27 @@ def test_input_shape_errors(layer, shape, message):
 
 
 @pytest.mark.parametrize("layer", [nn.AvgPool1d(2), nn.AdaptiveAvgPool1d(2)])
-def test_average_of_integers_errors(layer):
-    with pytest.raises(
-        TypeError, match=r"Avg\w*1d\(.*\): expected a floating-point input"
-    ):
-        layer(jnp.arange(4)[None])
+def test_average_of_integers_is_a_float_average(layer):
+    # as Equinox: an integer input is averaged in the default float dtype
+    out = layer(jnp.arange(4)[None])
+    assert out.dtype == jnp.float32
+    assert jnp.array_equal(out, layer(jnp.arange(4.0)[None]))
+
+
+@pytest.mark.parametrize(
+    "bins, expected",
+    [("equinox", [1.5, 5.5, 9.0, 12.0]), ("torch", [1.5, 4.5, 8.5, 11.5])],
+)
+def test_adaptive_bins(bins, expected):
+    # Equinox cuts 14 into disjoint bins of 4, 4, 3, 3; PyTorch into [0, 4), [3, 7),
+    # [7, 11), [10, 14)
+    out = nn.AdaptiveAvgPool1d(4, bins=bins)(jnp.arange(14.0)[None])
+    assert out.tolist() == [expected]
+
+
+def test_adaptive_bins_errors():
+    with pytest.raises(ValueError, match="`bins` must be 'equinox' or 'torch'"):
+        nn.AdaptiveMaxPool1d(2, bins="numpy")
 
 
 @pytest.mark.parametrize(

@@ -92,9 +92,18 @@ def test_low_precision(getkey, dtype, normal):
     y = nn.RotaryPositionalEmbedding(6, dtype=dtype)(x.astype(dtype))
     assert y.dtype == dtype
     np.testing.assert_allclose(y.astype(jnp.float32), expected, atol=0.05)
-    # A float32 table with a low-precision input also works.
-    y = nn.RotaryPositionalEmbedding(6)(x.astype(dtype))
+    # A float32 table with a low-precision input works under standard promotion
+    # and, as in Equinox, raises under strict promotion (the tests' setting).
+    rope32 = nn.RotaryPositionalEmbedding(6)
+    with jax.numpy_dtype_promotion("standard"):
+        y = rope32(x.astype(dtype))
     assert y.dtype == dtype
+    with pytest.raises(
+        jax.dtypes.TypePromotionError,
+        match=rf"input's dtype {jnp.dtype(dtype).name} differs from the layer's "
+        r"float32.*`dtype=jnp\.",
+    ):
+        rope32(x.astype(dtype))
 
 
 def test_errors():

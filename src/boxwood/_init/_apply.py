@@ -12,7 +12,9 @@ import numpy as np
 from .._paths import dotted_path
 from .._tree import _Probe
 from ._keys import split_keys
+from ._known import fast_call
 from ._layer import Initializer
+from ._layout import drawn_shape, layout_at, to_stored
 
 _MSG_SELECT = (
     "nn.init: pass exactly one of `where` (`model -> node(s)`, as in `tree_at`: "
@@ -53,9 +55,17 @@ def init(
 ) -> Any:
     """Re-initialise the arrays of `model` selected by `where` (or by `filter`).
 
-    Each selected array `x` is replaced by `initializer(k, x.shape, x.dtype)`, with a
+    Each selected array `x` is replaced by `initializer(k, shape, x.dtype)`, with a
     different `k` split from `key` for each, in the model's leaf order. Equinox asks
-    users to write this with `tree_at`; here it is one call:
+    users to write this with `tree_at`; here it is one call. As for the layers'
+    `weight_init=`, `shape` is the array's shape in JAX's convention (fan-in on
+    axis -2): a `Linear` or RNN weight stored `(out, in)` is drawn `(in, out)`, a
+    convolution's `(out, in, *spatial)` as `(*spatial, in, out)`, and the result is
+    stored transposed; other arrays are drawn as stored. `jax.nn.initializers`'
+    normal, uniform and variance-scaling initialisers (`lecun_*`, `glorot_*`,
+    `he_*`) draw without compiling per shape, and any other initialiser compiles
+    once per distinct shape and dtype; the values are those of calling it per
+    array.
 
     **Arguments:**
 
@@ -109,24 +119,69 @@ def init(
             "and `None` are not arrays)."
         )
     keys = split_keys(key, len(chosen))
+    compiled: dict = {}  # (shape, dtype) -> jitted initialiser, for this call
     for i, k in zip(chosen, keys):
-        leaves[i] = _apply_one(initializer, k, leaves[i], paths[i])
+        layout, ndim = layout_at(model, flat[i][0])
+        leaf = leaves[i]
+        if ndim is not None and leaf.ndim > ndim:  # stacked layers (`nn.Stacked`)
+            leaves[i] = _apply_stacked(initializer, k, leaf, paths[i], layout, ndim)
+        else:
+            leaves[i] = _apply_one(initializer, k, leaf, paths[i], layout, compiled)
     return treedef.unflatten(leaves)
 
 
-def _apply_one(initializer: Initializer, key: Any, old: Any, path: str) -> Any:
-    shape, dtype = tuple(old.shape), old.dtype
+def _draw(fn: Initializer, key: Any, shape: tuple, dtype: Any, compiled: dict) -> Any:
+    """`fn(key, shape, dtype)`: on the fast path if `fn` is known, else compiled
+    once per (shape, dtype) (falling back to the direct call if `fn` cannot be
+    traced)."""
+    new = fast_call(fn, key, shape, dtype)
+    if new is not None:
+        return new
+    jitted = compiled.get((shape, dtype))
+    if jitted is None:
+        jitted = jax.jit(lambda k: fn(k, shape, dtype))
+        compiled[(shape, dtype)] = jitted
+    if jitted is not False:
+        try:
+            return jitted(key)
+        except jax.errors.JAXTypeError:
+            compiled[(shape, dtype)] = False  # not traceable: call it directly
+    return fn(key, shape, dtype)
+
+
+def _apply_stacked(
+    fn: Initializer, key: Any, old: Any, path: str, layout: Any, ndim: int
+) -> Any:
+    """Each layer's slice of a stacked parameter drawn as one parameter (so with
+    one layer's fans), with keys split from `key` in the slices' order."""
+    lead = old.shape[: old.ndim - ndim]
+    flat = old.reshape(-1, *old.shape[old.ndim - ndim :])
+    keys = split_keys(key, flat.shape[0])
+    compiled: dict = {}
+    parts = [
+        _apply_one(fn, k, flat[j], f"{path}[{j}]", layout, compiled)
+        for j, k in enumerate(keys)
+    ]
+    return jnp.stack(parts).reshape(*lead, *flat.shape[1:])
+
+
+def _apply_one(
+    fn: Initializer, key: Any, old: Any, path: str, layout: Any, compiled: dict
+) -> Any:
+    stored, dtype = tuple(old.shape), old.dtype
+    shape = drawn_shape(stored, layout)
+    seen = "" if shape == stored else f" (stored as {stored})"
     try:
-        new = initializer(key, shape, dtype)
+        new = _draw(fn, key, shape, dtype, compiled)
     except Exception as error:
         raise ValueError(
-            f"nn.init: the initialiser rejected `{path}` of shape {shape} and dtype "
-            f"{dtype}: {error}. Select fewer leaves with `where`/`filter`."
+            f"nn.init: the initialiser rejected `{path}` of shape {shape}{seen} and "
+            f"dtype {dtype}: {error}. Select fewer leaves with `where`/`filter`."
         ) from error
     if not _is_array(new) or tuple(new.shape) != shape:
         got = getattr(new, "shape", type(new).__name__)
         raise ValueError(
-            f"nn.init: the initialiser returned {got} for `{path}`, whose shape is "
-            f"{shape}; it must return an array of the shape it is given."
+            f"nn.init: the initialiser returned {got} for `{path}`, called with shape "
+            f"{shape}{seen}; it must return an array of the shape it is given."
         )
-    return jnp.asarray(new, dtype)
+    return to_stored(jnp.asarray(new, dtype), stored, layout)

@@ -10,6 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._known import call_initializer
+from ._layout import drawn_shape, to_stored
+
 #: `(key, shape, dtype) -> array`, such as any `jax.nn.initializers` function.
 Initializer = Callable[[Any, tuple[int, ...], Any], Any]
 
@@ -32,9 +35,11 @@ def init_param(
     dtype: Any,
     arg: str,
     layer: str,
+    layout: str | None = None,
 ) -> Any:
-    """`fn(key, shape, dtype)`, checked to return an array of that shape, or
-    `default()` when `fn` is `None`.
+    """`fn(key, drawn, dtype)` in the stored layout, where `drawn` is `shape` in
+    JAX's convention for `layout` (see `_layout.py`), checked to return an array
+    of that shape; or `default()` when `fn` is `None`.
 
     **Arguments:**
 
@@ -42,6 +47,7 @@ def init_param(
     - `default`: builds the layer's default parameter.
     - `key`, `shape`, `dtype`: what `fn` is called with.
     - `arg`, `layer`: the keyword and the layer, for error messages.
+    - `layout`: `"dense"`, `"conv"`, `"channel_bias"` or `None` (see `_layout.py`).
 
     **Returns:**
 
@@ -49,12 +55,14 @@ def init_param(
     """
     if fn is None:
         return default()
-    out = fn(key, shape, dtype)
-    if not isinstance(out, (jax.Array, np.ndarray)) or tuple(out.shape) != shape:
+    drawn = drawn_shape(shape, layout)
+    out = call_initializer(fn, key, drawn, dtype)
+    if not isinstance(out, (jax.Array, np.ndarray)) or tuple(out.shape) != drawn:
         got = getattr(out, "shape", type(out).__name__)
+        seen = "" if drawn == shape else f" (stored as {shape})"
         raise ValueError(
-            f"{layer}: `{arg}` returned {got}, but the parameter has shape {shape}; "
-            "an initialiser is called as `fn(key, shape, dtype)` and must return an "
-            "array of that shape."
+            f"{layer}: `{arg}` returned {got}, but it was called with shape "
+            f"{drawn}{seen}; an initialiser is called as `fn(key, shape, dtype)` and "
+            "must return an array of that shape."
         )
-    return jnp.asarray(out, dtype)
+    return to_stored(jnp.asarray(out, dtype), shape, layout)

@@ -67,5 +67,8 @@ class PReLU(Module):
                 "on a (channels, *spatial) input, give the slope shape "
                 "(channels, 1, ..., 1)."
             )
+        if not jnp.issubdtype(x.dtype, jnp.inexact):
+            # as Equinox: an integer input gives a floating output
+            x = x.astype(self.negative_slope.dtype)
         slope = jnp.broadcast_to(self.negative_slope.astype(x.dtype), x.shape)
         return jnp.where(x > 0, x, slope * x)

@@ -11,21 +11,33 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
 from .._module import Module, field
-from ._checks import check_floating, check_input, layer_name
+from ._checks import check_input, layer_name
 from ._conv_utils import as_tuple, check_positive_int, spatial_names
+from ._misc import default_floating_dtype
 from ._pool import PoolInput, PoolOutput
 
 
-def _bins(size: int, out: int) -> list[tuple[int, int]]:
-    """PyTorch's bins: `[floor(i * size / out), ceil((i + 1) * size / out))`."""
+def _bins(size: int, out: int, style: str) -> list[tuple[int, int]]:
+    """The `[start, end)` of each of the `out` bins of an axis of `size` entries.
+
+    `"equinox"`: disjoint bins, the first `size % out` one entry wider than the rest
+    (Equinox's split). `"torch"`, or when `out > size` (where Equinox's split has
+    empty bins): PyTorch's `[floor(i * size / out), ceil((i + 1) * size / out))`.
+    """
+    if style == "equinox" and out <= size:
+        small, wide = size // out, size % out
+        starts = [i * (small + 1) if i < wide else wide + i * small for i in range(out)]
+        return [(s, s + small + (i < wide)) for i, s in enumerate(starts)]
     return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
 
 
-def _pool_axis(x: Array, axis: int, out: int, operation: Callable) -> Array:
+def _pool_axis(
+    x: Array, axis: int, out: int, operation: Callable, style: str = "equinox"
+) -> Array:
     """Reduce axis `axis` of `x` to `out` bins, applying `operation` to each bin."""
     x = jnp.moveaxis(x, axis, -1)
     lead, size = x.shape[:-1], x.shape[-1]
-    bins = _bins(size, out)
+    bins = _bins(size, out, style)
     by_width: dict[int, list[int]] = {}
     for i, (start, end) in enumerate(bins):
         by_width.setdefault(end - start, []).append(i)
@@ -48,16 +60,19 @@ def _pool_axis(x: Array, axis: int, out: int, operation: Callable) -> Array:
 class AdaptivePool(Module):
     """General N-dimensional adaptive pooling to a fixed output shape.
 
-    Same signature as `equinox.nn.AdaptivePool`. Output position `i` along a spatial
-    axis of size `n` (output size `m`) reduces the input bin
-    `[floor(i * n / m), ceil((i + 1) * n / m))`, PyTorch's bins, so results match
-    PyTorch's adaptive pools exactly also when `m` does not divide `n` (bins may then
-    differ in size and overlap) or when `m > n`.
+    Same signature as `equinox.nn.AdaptivePool`, plus `bins`. A spatial axis of
+    size `n` pooled to `m` outputs is cut into bins as Equinox cuts it
+    (`bins="equinox"`, the default): `m` disjoint bins, the first `n % m` of
+    `n // m + 1` entries and the rest of `n // m`. `bins="torch"` takes PyTorch's
+    bins instead, `[floor(i * n / m), ceil((i + 1) * n / m))` (they may overlap),
+    so results match PyTorch's adaptive pools exactly; the two agree when `m`
+    divides `n`. When `m > n` (where Equinox's split fails) PyTorch's bins are used.
     """
 
     target_shape: tuple[int, ...] = field(static=True)
     num_spatial_dims: int = field(static=True)
     operation: Callable = field(static=True)
+    bins: str = field(static=True, default="equinox")
 
     # Static fields shown in error messages; the 1d/2d/3d classes drop the first.
     _name_fields = ("num_spatial_dims", "target_shape")
@@ -67,6 +82,8 @@ class AdaptivePool(Module):
         target_shape: int | Sequence[int],
         num_spatial_dims: int,
         operation: Callable,
+        *,
+        bins: str = "equinox",
     ):
         """**Arguments:**
 
@@ -75,6 +92,9 @@ class AdaptivePool(Module):
         - `num_spatial_dims`: the number of spatial dimensions.
         - `operation`: maps a one-dimensional array (one bin) to a scalar, such as
           `jnp.mean` or `jnp.max`.
+        - `bins`: `"equinox"` (the default) or `"torch"`: how an axis is cut into
+          bins when the output size does not divide the input size (see above).
+          (Keyword only.)
         """
         if not callable(operation):
             raise ValueError(f"`operation` must be callable, got {operation!r}.")
@@ -82,6 +102,9 @@ class AdaptivePool(Module):
         self.num_spatial_dims = n
         self.target_shape = as_tuple(target_shape, n, "target_shape")
         self.operation = operation
+        if bins not in ("equinox", "torch"):
+            raise ValueError(f"`bins` must be 'equinox' or 'torch', got {bins!r}.")
+        self.bins = bins
 
     def _checked(self, x: Any) -> Array:
         x = jnp.asarray(x)
@@ -108,7 +131,7 @@ class AdaptivePool(Module):
         del key
         x = self._checked(x)
         for axis, out in enumerate(self.target_shape, start=1):
-            x = _pool_axis(x, axis, out, self.operation)
+            x = _pool_axis(x, axis, out, self.operation, self.bins)
         return x
 
 
@@ -116,7 +139,8 @@ class _AdaptiveAvgPool(AdaptivePool):
     def __call__(self, x: PoolInput, *, key: PRNGKeyArray | None = None) -> PoolOutput:
         """**Arguments:**
 
-        - `x`: a single floating-point example of shape `(channels, *spatial)`.
+        - `x`: a single example of shape `(channels, *spatial)` (an integer input
+          is averaged in the default float dtype, as in Equinox).
           Batch with `jax.vmap`.
         - `key`: ignored; accepted for API compatibility. (Keyword only argument.)
 
@@ -124,7 +148,9 @@ class _AdaptiveAvgPool(AdaptivePool):
 
         An array of shape `(channels, *target_shape)`.
         """
-        check_floating(x, layer_name(self, *self._name_fields))
+        x = jnp.asarray(x)
+        if not jnp.issubdtype(x.dtype, jnp.inexact):
+            x = x.astype(default_floating_dtype())  # as Equinox: a float average
         return super().__call__(x, key=key)
 
 
@@ -133,12 +159,13 @@ class AdaptiveAvgPool1d(_AdaptiveAvgPool):
 
     _name_fields = ("target_shape",)
 
-    def __init__(self, target_shape: int | Sequence[int]):
+    def __init__(self, target_shape: int | Sequence[int], *, bins: str = "equinox"):
         """**Arguments:**
 
         - `target_shape`: the output length (an int or a sequence of one int).
+        - `bins`: `"equinox"` (default) or `"torch"`, see `AdaptivePool`.
         """
-        AdaptivePool.__init__(self, target_shape, 1, jnp.mean)
+        AdaptivePool.__init__(self, target_shape, 1, jnp.mean, bins=bins)
 
 
 class AdaptiveAvgPool2d(_AdaptiveAvgPool):
@@ -146,12 +173,13 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPool):
 
     _name_fields = ("target_shape",)
 
-    def __init__(self, target_shape: int | Sequence[int]):
+    def __init__(self, target_shape: int | Sequence[int], *, bins: str = "equinox"):
         """**Arguments:**
 
         - `target_shape`: the output `(height, width)`; an int for both.
+        - `bins`: `"equinox"` (default) or `"torch"`, see `AdaptivePool`.
         """
-        AdaptivePool.__init__(self, target_shape, 2, jnp.mean)
+        AdaptivePool.__init__(self, target_shape, 2, jnp.mean, bins=bins)
 
 
 class AdaptiveAvgPool3d(_AdaptiveAvgPool):
@@ -159,12 +187,13 @@ class AdaptiveAvgPool3d(_AdaptiveAvgPool):
 
     _name_fields = ("target_shape",)
 
-    def __init__(self, target_shape: int | Sequence[int]):
+    def __init__(self, target_shape: int | Sequence[int], *, bins: str = "equinox"):
         """**Arguments:**
 
         - `target_shape`: the output `(depth, height, width)`; an int for all three.
+        - `bins`: `"equinox"` (default) or `"torch"`, see `AdaptivePool`.
         """
-        AdaptivePool.__init__(self, target_shape, 3, jnp.mean)
+        AdaptivePool.__init__(self, target_shape, 3, jnp.mean, bins=bins)
 
 
 class AdaptiveMaxPool1d(AdaptivePool):
@@ -172,12 +201,13 @@ class AdaptiveMaxPool1d(AdaptivePool):
 
     _name_fields = ("target_shape",)
 
-    def __init__(self, target_shape: int | Sequence[int]):
+    def __init__(self, target_shape: int | Sequence[int], *, bins: str = "equinox"):
         """**Arguments:**
 
         - `target_shape`: the output length (an int or a sequence of one int).
+        - `bins`: `"equinox"` (default) or `"torch"`, see `AdaptivePool`.
         """
-        super().__init__(target_shape, 1, jnp.max)
+        super().__init__(target_shape, 1, jnp.max, bins=bins)
 
 
 class AdaptiveMaxPool2d(AdaptivePool):
@@ -185,12 +215,13 @@ class AdaptiveMaxPool2d(AdaptivePool):
 
     _name_fields = ("target_shape",)
 
-    def __init__(self, target_shape: int | Sequence[int]):
+    def __init__(self, target_shape: int | Sequence[int], *, bins: str = "equinox"):
         """**Arguments:**
 
         - `target_shape`: the output `(height, width)`; an int for both.
+        - `bins`: `"equinox"` (default) or `"torch"`, see `AdaptivePool`.
         """
-        super().__init__(target_shape, 2, jnp.max)
+        super().__init__(target_shape, 2, jnp.max, bins=bins)
 
 
 class AdaptiveMaxPool3d(AdaptivePool):
@@ -198,9 +229,10 @@ class AdaptiveMaxPool3d(AdaptivePool):
 
     _name_fields = ("target_shape",)
 
-    def __init__(self, target_shape: int | Sequence[int]):
+    def __init__(self, target_shape: int | Sequence[int], *, bins: str = "equinox"):
         """**Arguments:**
 
         - `target_shape`: the output `(depth, height, width)`; an int for all three.
+        - `bins`: `"equinox"` (default) or `"torch"`, see `AdaptivePool`.
         """
-        super().__init__(target_shape, 3, jnp.max)
+        super().__init__(target_shape, 3, jnp.max, bins=bins)

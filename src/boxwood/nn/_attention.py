@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -12,10 +13,92 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from .._init import Initializer, split_keys
 from .._module import Module, field
+from .._warnings import user_stacklevel
 from ._checks import check_input, layer_name
 from ._dropout import Dropout, resolve_deterministic
 from ._linear import Linear
 from ._misc import compute_dtype
+
+_warned_float_mask: list[bool] = []
+
+
+def _bool_mask(mask: Any, where: str) -> Any:
+    """`mask` as booleans: a non-boolean mask is read as Equinox reads it (nonzero
+    means "may attend"), with a warning, once, since an additive mask (0 = attend,
+    -inf = masked) would then be inverted."""
+    if mask is None or jnp.result_type(mask) == jnp.bool_:
+        return mask
+    if not _warned_float_mask:
+        _warned_float_mask.append(True)
+        warnings.warn(
+            f"{where}: `mask` has dtype {jnp.result_type(mask)}; it is read as "
+            "`mask != 0` (nonzero = may attend), as Equinox reads it. If it is an "
+            "additive mask (0 = attend, -inf = masked) pass `mask == 0` instead; "
+            "pass `mask.astype(bool)` to silence this warning.",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+    return jnp.asarray(mask) != 0
+
+
+def _softmax_weights(logits: Array, mask: Array | None) -> Array:
+    """Softmax over the last axis, in at least float32, of `logits` with the
+    positions where `mask` is False set to the dtype's minimum."""
+    if mask is not None:
+        fill = jnp.finfo(logits.dtype).min
+        mask = jnp.broadcast_to(mask, logits.shape)
+        logits = jnp.where(mask, logits, jnp.full((), fill, logits.dtype))
+    weights = jax.nn.softmax(logits.astype(compute_dtype(logits.dtype)), axis=-1)
+    return weights.astype(logits.dtype)
+
+
+def dot_product_attention_weights(
+    query: Float[Array, "q_seq qk_size"],
+    key: Float[Array, "kv_seq qk_size"],
+    mask: Bool[Array, "q_seq kv_seq"] | None = None,
+) -> Float[Array, "q_seq kv_seq"]:
+    """The attention weights `softmax(query @ key.T / sqrt(qk_size))`, with the
+    positions where `mask` is False excluded (as `equinox.nn._attention`'s function
+    of the same name; the softmax runs in at least float32 and the result has the
+    logits' dtype).
+
+    >>> import jax.numpy as jnp
+    >>> dot_product_attention_weights(jnp.ones((1, 2)), jnp.ones((3, 2))).shape
+    (1, 3)
+    """
+    query, key = jnp.asarray(query), jnp.asarray(key)
+    logits = jnp.einsum("sd,Sd->sS", query / math.sqrt(query.shape[-1]), key)
+    mask = _bool_mask(mask, "dot_product_attention_weights")
+    if mask is not None and jnp.shape(mask) != logits.shape:
+        raise ValueError(
+            "dot_product_attention_weights: `mask` must have shape (q_seq, kv_seq) = "
+            f"{logits.shape}, got {jnp.shape(mask)}."
+        )
+    return _softmax_weights(logits, mask)
+
+
+def dot_product_attention(
+    query: Float[Array, "q_seq qk_size"],
+    key_: Float[Array, "kv_seq qk_size"],
+    value: Float[Array, "kv_seq v_size"],
+    mask: Bool[Array, "q_seq kv_seq"] | None = None,
+    dropout: Dropout | None = None,
+    *,
+    key: PRNGKeyArray | None = None,
+    inference: bool | None = None,
+) -> Float[Array, "q_seq v_size"]:
+    """Single-head attention: `dot_product_attention_weights(query, key_, mask)`
+    (dropped out by `dropout` if given) applied to `value`.
+
+    >>> import jax.numpy as jnp
+    >>> dot_product_attention(jnp.ones((1, 2)), jnp.ones((3, 2)), jnp.ones((3, 4))).shape
+    (1, 4)
+    """
+    weights = dot_product_attention_weights(query, key_, mask)
+    if dropout is not None:
+        weights = dropout(weights, key=key, inference=inference)
+    return jnp.einsum("sS,Sd->sd", weights, value)
+
 
 ProcessHeads = Callable[
     [
@@ -164,7 +247,8 @@ class MultiheadAttention(Module):
         - `value`: shape `(kv_seq, value_size)`.
         - `mask`: optional boolean array of shape `(q_seq, kv_seq)`, or
           `(num_heads, q_seq, kv_seq)` for a mask per head. `True` means "may
-          attend"; `False` positions are ignored. (PyTorch's boolean `attn_mask`
+          attend"; `False` positions are ignored. A non-boolean mask is read as
+          Equinox reads it, `mask != 0`, with a warning (once). (PyTorch's boolean `attn_mask`
           is the opposite: pass `~mask` there.)
         - `key`: a `jax.random` key for dropout (needed only if `dropout_p > 0` and
           not in inference mode). (Keyword only.)
@@ -181,6 +265,7 @@ class MultiheadAttention(Module):
         inference = resolve_deterministic(
             inference, deterministic, "MultiheadAttention()(..., deterministic=...)"
         )
+        mask = _bool_mask(mask, "MultiheadAttention")
         self._check_inputs(query, key_, value, mask)
         q = self._heads(self.query_proj, query)
         k = self._heads(self.key_proj, key_)
@@ -207,13 +292,8 @@ class MultiheadAttention(Module):
 
     def _weights(self, q: Array, k: Array, mask: Array | None) -> Array:
         logits = jnp.einsum("qhd,khd->hqk", q / math.sqrt(self.qk_size), k)
-        if mask is not None:
-            fill = jnp.finfo(logits.dtype).min
-            mask = jnp.broadcast_to(mask, logits.shape)
-            logits = jnp.where(mask, logits, jnp.full((), fill, logits.dtype))
         # Softmax in at least float32, for low-precision models.
-        weights = jax.nn.softmax(logits.astype(compute_dtype(logits.dtype)), axis=-1)
-        return weights.astype(logits.dtype)
+        return _softmax_weights(logits, mask)
 
     def _name(self) -> str:
         return layer_name(self, "num_heads", "query_size")
@@ -230,8 +310,3 @@ class MultiheadAttention(Module):
             check_input(mask, (self.num_heads, q_seq, kv_seq), name, what="mask")
         else:
             check_input(mask, (q_seq, kv_seq), name, what="mask")
-        if jnp.result_type(mask) != jnp.bool_:
-            raise TypeError(
-                f"{name}: `mask` must be a boolean array (True = may attend), got "
-                f"dtype {jnp.result_type(mask)}. Use e.g. `mask = scores > 0`."
-            )

@@ -54,6 +54,8 @@ class _ConvBase(Module):
 
     # Static fields shown in error messages; the 1d/2d/3d classes drop the first.
     _name_fields = ("num_spatial_dims", "in_channels")
+    # how an initialiser sees each parameter (boxwood._init._layout)
+    _init_layouts = {"weight": "conv", "bias": "channel_bias"}
 
     def _set_config(
         self,
@@ -107,14 +109,14 @@ class _ConvBase(Module):
         self.weight = init_param(
             weight_init,
             lambda: uniform(wkey, wshape, dtype, bound),
-            *(wkey, wshape, dtype, "weight_init", name),
+            *(wkey, wshape, dtype, "weight_init", name, "conv"),
         )
         bshape = (self.out_channels,) + (1,) * self.num_spatial_dims
         self.bias = (
             init_param(
                 bias_init,
                 lambda: uniform(bkey, bshape, dtype, bound),
-                *(bkey, bshape, dtype, "bias_init", name),
+                *(bkey, bshape, dtype, "bias_init", name, "channel_bias"),
             )
             if self.use_bias
             else None
@@ -179,8 +181,11 @@ class Conv(_ConvBase):
         - `dtype`: the parameters' floating-point dtype (default float32, or float64
           when `jax_enable_x64` is on).
         - `weight_init`, `bias_init`: optional `(key, shape, dtype) -> array`
-          functions (any `jax.nn.initializers` function) for the weight and the bias
-          (called with their shapes as stored, below). (Keyword only.)
+          functions (any `jax.nn.initializers` function) for the weight and the bias.
+          As in JAX and Flax, the weight's is called with shape
+          `(*kernel_size, in_channels // groups, out_channels)` and its result is
+          stored as `(out_channels, in_channels // groups, *kernel_size)`; the
+          bias's is called with `(out_channels,)`. (Keyword only.)
         - `key`: a PRNG key for the initialisation. (Keyword only argument.)
 
         By default weight and bias are drawn from `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`

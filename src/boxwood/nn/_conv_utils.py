@@ -173,20 +173,25 @@ def default_dtype() -> Any:
 
 
 def float_dtype(dtype: Any, layer: str = "Conv") -> Any:
-    """Check `dtype` is floating-point (default: `default_dtype()`)."""
+    """Check `dtype` is floating-point or complex (default: `default_dtype()`)."""
     if dtype is None:
         return default_dtype()
-    if not jnp.issubdtype(dtype, jnp.floating):
+    if not jnp.issubdtype(dtype, jnp.inexact):
         shown = getattr(dtype, "__name__", None) or str(dtype)
         raise ValueError(
-            f"{layer}: `dtype` must be a floating-point dtype such as jnp.float32, "
-            f"got {shown}."
+            f"{layer}: `dtype` must be a floating-point or complex dtype such as "
+            f"jnp.float32, got {shown}."
         )
     return jax.dtypes.canonicalize_dtype(dtype)  # float64 -> float32 without x64
 
 
 def uniform(key: Any, shape: tuple[int, ...], dtype: Any, bound: float) -> jax.Array:
-    """Samples from `U(-bound, bound)`."""
+    """Samples from `U(-bound, bound)` (complex: real and imaginary parts drawn
+    independently)."""
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        from ._misc import uniform_init
+
+        return uniform_init(key, shape, dtype, bound)
     return fast_uniform(key, shape, dtype, -bound, bound)
 
 

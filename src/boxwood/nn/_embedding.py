@@ -31,10 +31,10 @@ class Embedding(Module):
     Same signature as `equinox.nn.Embedding`; the default initialisation matches
     `torch.nn.Embedding` (each entry drawn from `N(0, 1)`).
 
-    An out-of-range index (including a negative one) raises `IndexError` when the
-    index is a concrete value, as in PyTorch. Under `jax.jit`/`jax.vmap` it cannot be
-    checked and follows JAX's indexing rules instead: negative indices count from
-    the end and too-large ones are clamped to the last row.
+    A negative index counts from the end (as in Equinox and NumPy). An index outside
+    `[-num_embeddings, num_embeddings)` raises `IndexError` when the index is a
+    concrete value. Under `jax.jit`/`jax.vmap` it cannot be checked and follows
+    JAX's indexing rules instead: too-large ones are clamped to the last row.
 
     >>> import boxwood.nn, jax
     >>> table = boxwood.nn.Embedding(10, 4, key=jax.random.key(0))
@@ -119,9 +119,11 @@ class Embedding(Module):
             )
         if not isinstance(x, jax.core.Tracer):
             i = int(x)
-            if not 0 <= i < self.num_embeddings:
+            n = self.num_embeddings
+            if not -n <= i < n:
                 raise IndexError(
-                    f"{name}: index {i} is out of range [0, {self.num_embeddings})."
+                    f"{name}: index {i} is out of range [-{n}, {n}) (a negative "
+                    "index counts from the end, as in Equinox)."
                 )
 
     def __call__(

@@ -42,6 +42,8 @@ class Linear(Module):
     in_features: int | Literal["scalar"] = field(static=True)
     out_features: int | Literal["scalar"] = field(static=True)
     use_bias: bool = field(static=True)
+    # how an initialiser sees each parameter (boxwood._init._layout)
+    _init_layouts = {"weight": "dense"}
 
     def __init__(
         self,
@@ -64,8 +66,10 @@ class Linear(Module):
         - `dtype`: dtype of the weight and bias (`float32`, `bfloat16`, ...).
             Defaults to `float32` (`float64` in JAX's 64-bit mode).
         - `weight_init`, `bias_init`: optional `(key, shape, dtype) -> array`
-            functions (any `jax.nn.initializers` function) for the weight, of shape
-            `(out_features, in_features)`, and the bias, of shape
+            functions (any `jax.nn.initializers` function) for the weight and the
+            bias. As in JAX and Flax, the weight's initialiser is called with shape
+            `(in_features, out_features)` (fan-in on axis -2) and its result is
+            stored transposed, `(out_features, in_features)`; the bias's with
             `(out_features,)`. Default: PyTorch's uniform draw. (Keyword only.)
         - `key`: a `jax.random` key for the initialisation. (Keyword only.)
         """
@@ -81,7 +85,7 @@ class Linear(Module):
         self.weight = init_param(
             weight_init,
             lambda: uniform_init(wkey, (n_out, n_in), dtype, bound),
-            *(wkey, (n_out, n_in), dtype, "weight_init", "Linear"),
+            *(wkey, (n_out, n_in), dtype, "weight_init", "Linear", "dense"),
         )
         self.bias = (
             init_param(

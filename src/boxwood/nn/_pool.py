@@ -12,7 +12,7 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray, Shaped
 
 from .._module import Module, field
-from ._checks import check_floating, check_input, layer_name
+from ._checks import check_input, layer_name
 from ._conv_utils import (
     as_tuple,
     check_positive_int,
@@ -20,6 +20,7 @@ from ._conv_utils import (
     parse_padding,
     spatial_names,
 )
+from ._misc import default_floating_dtype
 
 # jaxtyping shapes (module-level aliases keep linters from parsing them as code).
 PoolInput = Shaped[Array, "channels *spatial"]
@@ -209,7 +210,8 @@ class _AvgPool(Pool):
     def __call__(self, x: PoolInput, *, key: PRNGKeyArray | None = None) -> PoolOutput:
         """**Arguments:**
 
-        - `x`: a single floating-point example of shape `(channels, *spatial)`.
+        - `x`: a single example of shape `(channels, *spatial)` (an integer input
+          is averaged in the default float dtype, as in Equinox).
           Batch with `jax.vmap`.
         - `key`: ignored; accepted for API compatibility. (Keyword only argument.)
 
@@ -219,7 +221,8 @@ class _AvgPool(Pool):
         """
         del key
         x = self._checked(x)
-        check_floating(x, self._name())
+        if not jnp.issubdtype(x.dtype, jnp.inexact):
+            x = x.astype(default_floating_dtype())  # as Equinox: a float average
         dtype = x.dtype
         # Sum low-precision inputs in float32, as PyTorch does.
         acc = jnp.float32 if jnp.finfo(dtype).bits < 32 else dtype

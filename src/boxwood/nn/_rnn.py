@@ -43,6 +43,8 @@ class GRUCell(Module):
     `jax.lax.scan(lambda h, x: (cell(x, h), h), h0, xs)`.
     """
 
+    # how an initialiser sees each parameter (boxwood._init._layout)
+    _init_layouts = {"weight_ih": "dense", "weight_hh": "dense"}
     weight_ih: Float[Array, "3*hidden_size input_size"]
     weight_hh: Float[Array, "3*hidden_size hidden_size"]
     bias: Float[Array, " 3*hidden_size"] | None
@@ -139,6 +141,8 @@ class LSTMCell(Module):
     `(h, c)`.
     """
 
+    # how an initialiser sees each parameter (boxwood._init._layout)
+    _init_layouts = {"weight_ih": "dense", "weight_hh": "dense"}
     weight_ih: Float[Array, "4*hidden_size input_size"]
     weight_hh: Float[Array, "4*hidden_size hidden_size"]
     bias: Float[Array, " 4*hidden_size"] | None

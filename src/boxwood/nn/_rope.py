@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.dtypes import TypePromotionError
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._module import Module, field
@@ -57,7 +58,8 @@ class RotaryPositionalEmbedding(Module):
         - `theta`: the base of the frequencies (10000 in the paper). Larger values
           rotate more slowly.
         - `dtype`: dtype of the cosine and sine tables; defaults to float32 (float64
-          in x64 mode). The output always has the input's dtype.
+          in x64 mode). The output always has the input's dtype. Under
+          `jax_numpy_dtype_promotion="strict"` the input must have this dtype.
         """
         if embedding_size < 0 or embedding_size % 2 != 0:
             raise ValueError(
@@ -133,6 +135,13 @@ class RotaryPositionalEmbedding(Module):
                 self.embedding_size, x.shape[0], self.theta, self.dtype
             )
         cos, sin = jnp.tile(cos, (1, 2)), jnp.tile(sin, (1, 2))
-        with jax.numpy_dtype_promotion("standard"):
+        try:  # under JAX's current dtype promotion setting, as in Equinox
             out = x * cos + self.rotate_half(x) * sin
+        except TypePromotionError as e:
+            got, own = jnp.dtype(x.dtype).name, jnp.dtype(self.dtype).name
+            raise TypePromotionError(
+                f"{name}: the input's dtype {got} differs from the layer's {own}, "
+                "and `jax_numpy_dtype_promotion` is 'strict'. Build the layer with "
+                f"`dtype=jnp.{got}`, or cast the input with `x.astype(jnp.{own})`."
+            ) from e
         return out.astype(x.dtype)

@@ -1,0 +1,106 @@
+"""`jax.nn.initializers` (and so `flax.nnx.initializers`) on the fast path.
+
+Calling `jax.nn.initializers.lecun_normal()(key, shape, dtype)` outside `jit`
+compiles its draw and its scaling for every new shape. The common initialisers
+are a draw with the prefix property (see `_draw.py`) times a scalar computed from
+the shape, so `fast_call` computes that scalar as JAX does, draws on the shared
+chunk kernel and multiplies on the host: the same bits as the direct call (tests/
+test_init_layouts.py checks it), with no compile per shape. It recognises the
+closures JAX's factories return (`variance_scaling` and everything built on it:
+`lecun_*`, `glorot_*`, `he_*`; `normal`, `uniform`, `truncated_normal`), by their
+code object, and only in float32 and float64, where NumPy's scalar arithmetic is
+the same IEEE arithmetic as XLA's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.nn import initializers as _jinit
+
+from ._draw import draw
+
+try:  # JAX's own fan computation, so that every axis convention matches
+    from jax._src.nn.initializers import _compute_fans
+except ImportError:  # pragma: no cover - a JAX without it takes the direct call
+    _compute_fans = None
+
+#: The code objects of the closures JAX's initialiser factories return.
+_CODES = {
+    _jinit.variance_scaling(1.0, "fan_in", "normal").__code__: "variance_scaling",
+    _jinit.normal().__code__: "normal",
+    _jinit.uniform().__code__: "uniform",
+    _jinit.truncated_normal().__code__: "truncated_normal",
+}
+_TRUNC_STD = 0.87962566103423978  # JAX's stddev of N(0, 1) truncated to (-2, 2)
+
+
+def _closure(fn: Any) -> dict[str, Any]:
+    cells = fn.__closure__ or ()
+    return {n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, cells)}
+
+
+def _variance_scaling(c: dict, key: Any, shape: tuple, dtype: Any) -> Any:
+    if _compute_fans is None:
+        return None
+    try:
+        fan_in, fan_out = _compute_fans(
+            shape, c["in_axis"], c["out_axis"], c["batch_axis"]
+        )
+    except (ValueError, IndexError, TypeError):
+        return None  # the direct call raises JAX's own error
+    denominator = {
+        "fan_in": lambda: fan_in,
+        "fan_out": lambda: fan_out,
+        "fan_avg": lambda: (fan_in + fan_out) / 2,
+        "fan_geo_avg": lambda: (fan_in * fan_out) ** 0.5,
+    }.get(c["mode"])
+    if denominator is None:
+        return None
+    variance = np.asarray(c["scale"] / denominator(), dtype)
+    dist = c["distribution"]
+    if dist == "truncated_normal":
+        factor = np.sqrt(variance) / np.asarray(_TRUNC_STD, dtype)
+        return _scaled("truncated_normal", key, shape, dtype, factor, -2, 2)
+    if dist == "normal":
+        return _scaled("normal", key, shape, dtype, np.sqrt(variance))
+    if dist == "uniform":
+        factor = np.sqrt(np.asarray(3, dtype) * variance)
+        return _scaled("uniform", key, shape, dtype, factor, -1, 1.0)
+    return None
+
+
+def _scaled(dist: str, key: Any, shape: tuple, dtype: Any, factor: Any, *params):
+    values = np.asarray(draw(dist, key, shape, dtype, *params))
+    return jax.device_put(values * np.asarray(factor, dtype))
+
+
+def fast_call(fn: Any, key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """`fn(key, shape, dtype)`, bit for bit, without a compile per shape where `fn`
+    is one of JAX's recognised initialisers; `None` where it is not (call `fn`)."""
+    kind = _CODES.get(getattr(fn, "__code__", None))
+    if kind is None or isinstance(key, jax.core.Tracer):
+        return None
+    dtype = jnp.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    shape = tuple(int(s) for s in shape)
+    c = _closure(fn)
+    if kind == "variance_scaling":
+        return _variance_scaling(c, key, shape, dtype)
+    if kind == "normal":
+        return _scaled("normal", key, shape, dtype, c["stddev"])
+    if kind == "uniform":
+        return _scaled("uniform", key, shape, dtype, c["scale"], 0.0, 1.0)
+    return _scaled(
+        "truncated_normal", key, shape, dtype, c["stddev"], c["lower"], c["upper"]
+    )
+
+
+def call_initializer(fn: Any, key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """`fn(key, shape, dtype)`, on the fast path where `fast_call` knows `fn`."""
+    out = fast_call(fn, key, shape, dtype)
+    return fn(key, shape, dtype) if out is None else out
