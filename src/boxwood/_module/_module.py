@@ -316,7 +316,7 @@ def _finish_init(cls: Any, self: Any) -> None:
     for name, converter in cls._boxwood_converters:
         values[name] = converter(values[name])
     for name in cls._boxwood_static:
-        check_static_value(cls.__name__, name, values[name])
+        check_static_value(cls, name, values[name])
     for check in cls._boxwood_check_inits:
         check(self)
 
