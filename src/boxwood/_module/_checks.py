@@ -20,8 +20,8 @@ MSG_UNSET = (
 )
 
 MSG_ABSTRACT = (
-    "Cannot instantiate `{cls}`: it does not define the abstract attribute{s} {names}. "
-    "Define {them} in the class body of `{cls}` (as a field, a class attribute, or a "
+    "Can't instantiate abstract class `{cls}` with {what}: define "
+    "{them} in `{cls}` or one of its bases (as a field, a class attribute, or a "
     "property)."
 )
 
