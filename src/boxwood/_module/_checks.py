@@ -82,3 +82,43 @@ def plural(names: list[str]) -> dict[str, str]:
     quoted = ", ".join(f"`{n}`" for n in names)
     many = len(names) > 1
     return {"names": quoted, "s": "s" if many else "", "them": "them" if many else "it"}
+
+
+_TRANSFORM_TYPES: set[type] = set()
+
+
+def _transform_types() -> set[type]:
+    """The classes of what `jax.jit(f)`, `jax.grad(f)`, ... return (built on first
+    use: importing boxwood must not trace anything)."""
+    if not _TRANSFORM_TYPES:
+        for transform in (
+            jax.jit, jax.grad, jax.vmap, jax.value_and_grad, jax.jacfwd, jax.jacrev,
+            jax.hessian, jax.custom_jvp, jax.custom_vjp, jax.checkpoint, jax.pmap,
+        ):  # fmt: skip
+            _TRANSFORM_TYPES.add(type(transform(lambda x: x)))
+    return _TRANSFORM_TYPES
+
+
+def check_transformed(cls: type, name: str, value: Any) -> None:
+    """Warn when a field holds a JAX-transformed callable wrapping arrays (for
+    example `jax.vmap(linear)`): its arrays are hidden from the pytree, so they
+    are neither trained nor seen by transformations. As Equinox warns."""
+    if type(value) not in _transform_types():
+        return
+    while True:
+        value = getattr(value, "__wrapped__", _transform_types)
+        if value is _transform_types:
+            return
+        if _has_arrays(value):
+            warnings.warn(
+                f"Possibly assigning a JAX-transformed callable as an attribute on "
+                f"{cls.__module__}.{cls.__qualname__} (field `{name}`). This will "
+                "not have any of its parameters updated: its arrays are inside the "
+                "transformed function, hidden from the pytree. Store the module "
+                "itself and apply the transformation when calling it (for example "
+                "`jax.vmap(self.linear)(x)` in `__call__`), or use "
+                "`boxwood.filter_vmap(module)`, which is a module.",
+                UserWarning,
+                stacklevel=5,
+            )
+            return

@@ -24,7 +24,13 @@ import dataclasses
 from typing import Any
 
 from . import _static_key
-from ._checks import MSG_ABSTRACT, MSG_UNSET, check_static_value, plural
+from ._checks import (
+    MSG_ABSTRACT,
+    MSG_UNSET,
+    check_static_value,
+    check_transformed,
+    plural,
+)
 from ._register import REBUILD_NAME
 
 # ids of the instances whose `__init__` is running; `__setattr__` only works for those.
@@ -103,6 +109,8 @@ def _finish(cls: Any, self: Any, values: dict) -> None:
         values[name] = converter(_value(self, values, name))
     for name in cls._boxwood_static:
         check_static_value(cls, name, _value(self, values, name))
+    for name in cls._boxwood_data:
+        check_transformed(cls, name, values.get(name))
     for check in cls._boxwood_check_inits:
         check(self)
 

@@ -78,13 +78,13 @@ class _ModuleMeta(abc.ABCMeta):
         # JAX's rebuild (`_register.py`): the keywords, a fresh dict, become the
         # instance dict. (With the C extension the metaclass's `tp_call` slot does
         # this before any Python runs, and calls here for everything else.)
-        if not args and kwargs.get(REBUILD_NAME).__class__ is StaticKey:
-            if cls in SLOTTED:
-                return rebuild(cls, kwargs)
-            obj = _new(cls)
-            _set_dict(obj, kwargs)
-            return obj
-        return construct(cls, args, kwargs)
+        if args or kwargs.get(REBUILD_NAME).__class__ is not StaticKey:
+            return construct(cls, args, kwargs)
+        if SLOTTED and cls in SLOTTED:
+            return rebuild(cls, kwargs)
+        obj = _new(cls)
+        _set_dict(obj, kwargs)
+        return obj
 
     # `inspect.signature(cls)` would otherwise show `__call__`'s `(*args, **kwargs)`
     @property
