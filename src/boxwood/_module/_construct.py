@@ -38,6 +38,7 @@ from ._register import REBUILD_NAME
 INITIALISING: set[int] = set()
 
 _new = object.__new__
+instance_dict: Any = None  # the `__dict__` slot's getter, once `Module` exists
 
 
 def rebuild(cls: Any, values: dict) -> Any:
@@ -63,7 +64,7 @@ def construct(cls: Any, args: tuple, kwargs: dict) -> Any:
     self = _new(cls) if new is _new else new(cls, *args, **kwargs)
     if not isinstance(self, cls):  # a `__new__` returning something else
         return self
-    values = self.__dict__
+    values = instance_dict(self)
     values[REBUILD_NAME] = cls._boxwood_rebuild  # read by `__init__`'s flattens
     key = id(self)
     INITIALISING.add(key)

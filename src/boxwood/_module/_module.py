@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from . import _construct
 from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
 from ._construct import INITIALISING, construct, rebuild
@@ -181,7 +182,7 @@ class _LazyField:
                     f"type object {owner.__name__!r} has no attribute {self.name!r}"
                 )
             return self.default
-        values = obj.__dict__
+        values = instance_dict(obj)
         record = values.get(FLAT)
         if record is None:
             raise AttributeError(
@@ -196,13 +197,13 @@ class _LazyField:
 def materialise(obj: Any) -> None:
     """Fill in the fields of a module built from its flat form alone (see
     `_LazyField`); a no-op for any other module."""
-    values = obj.__dict__
+    values = instance_dict(obj)
     record = values.get(FLAT)
     if record is None or all(n in values for n in type(obj)._boxwood_data):
         return
     token, leaves = record
     full = token.unflatten(leaves)
-    for name, value in full.__dict__.items():
+    for name, value in instance_dict(full).items():
         values.setdefault(name, value)  # another thread may have been first
 
 
@@ -259,7 +260,15 @@ def _install_methods(cls: Any, namespace: dict) -> None:
             type.__setattr__(cls, name, _Method(value))
 
 
-class Module(metaclass=_ModuleMeta):
+class _Instance:
+    """The base that gives modules their instance dict: its `__dict__` slot is read
+    and set directly (`instance_dict`, `_set_dict`), while `Module.__dict__` is the
+    property that users see (`_user_dict`)."""
+
+    __slots__ = ("__dict__", "__weakref__")
+
+
+class Module(_Instance, metaclass=_ModuleMeta):
     """Base class for models: a frozen dataclass registered as a JAX pytree.
 
     Fields are pytree children (dynamic) unless declared with
@@ -287,14 +296,24 @@ class Module(metaclass=_ModuleMeta):
     # dict (see `boxwood/_flat_cache.py`); this class attribute is the default.
     _boxwood_flat = None
 
+    # `vars(module)`: the fields (see `_user_dict`); boxwood's own code reads the
+    # instance dict through `instance_dict`
+    __dict__ = property(  # type: ignore[assignment]
+        lambda self: _user_dict(self), lambda self, values: _set_dict(self, values)
+    )
+
     def __getstate__(self) -> dict:
         # pickle and copy: the flat form is a cache, not state
-        state: dict = vars(self)
+        state: dict = instance_dict(self)
         if FLAT in state:
             materialise(self)
             state = dict(state)
             del state[FLAT]
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        # unpickling and copying (otherwise they would write to `__dict__`)
+        instance_dict(self).update(state)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if id(self) not in INITIALISING:
@@ -354,6 +373,28 @@ class Module(metaclass=_ModuleMeta):
         return treescope_repr(self, path, subtree_renderer)
 
 
-# The `__dict__` slot's setter, bypassing `Module.__setattr__`: `_set_dict(obj, d)`
-# makes `d` the instance dict in one step (the cheapest rebuild measured).
-_set_dict = Module.__dict__["__dict__"].__set__
+# The `__dict__` slot's getter and setter, bypassing `Module.__setattr__` and the
+# `__dict__` property below: `instance_dict(obj)` is the instance dict as it is;
+# `_set_dict(obj, d)` makes `d` the instance dict in one step (the cheapest rebuild
+# measured).
+instance_dict = _construct.instance_dict = _Instance.__dict__["__dict__"].__get__
+_set_dict = _Instance.__dict__["__dict__"].__set__
+
+# Called (with no argument) when a module's `__dict__` is handed out, since it may
+# be written to (`boxwood/_jit/_flat_cache.py` registers the invalidation of the
+# fast-path keys and flat forms that may rest on that module).
+FLAT_DROPPED: list[Callable[[], None]] = []
+
+
+def _user_dict(self: Any) -> dict:
+    """`module.__dict__` and `vars(module)`: the fields, as for any object. A
+    module returned by `filter_jit` has its fields filled in first; cached flat
+    forms are dropped, since the dict handed out may be written to."""
+    values = instance_dict(self)
+    if FLAT in values:
+        materialise(self)
+        values.pop(FLAT, None)
+    # (the flat form of another module may hold this one: those are dropped too)
+    for hook in FLAT_DROPPED:
+        hook()
+    return values
