@@ -301,7 +301,8 @@ def test_abstract_var_must_be_resolved():
         kind: bw.AbstractClassVar[str]
 
     with pytest.raises(
-        TypeError, match=r"Can't instantiate abstract class `Abstract` with abstract class attributes `kind` and abstract attributes `size`: define them"
+        TypeError,
+        match=r"Can't instantiate abstract class `Abstract` with abstract class attributes `kind` and abstract attributes `size`: define them",
     ):
         Abstract()
 
@@ -309,7 +310,8 @@ def test_abstract_var_must_be_resolved():
         size: int
 
     with pytest.raises(
-        TypeError, match=r"abstract class `Half` with abstract class attributes `kind`: define it"
+        TypeError,
+        match=r"abstract class `Half` with abstract class attributes `kind`: define it",
     ):
         Half(3)
 

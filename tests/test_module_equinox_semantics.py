@@ -81,7 +81,9 @@ def test_custom_init_with_post_init_warns(lib):
         def __post_init__(self):
             type(self).called = True
 
-    with pytest.warns(UserWarning, match=r"`__init__`\s+method and a\s+`__post_init__`"):
+    with pytest.warns(
+        UserWarning, match=r"`__init__`\s+method and a\s+`__post_init__`"
+    ):
 
         class B(A):
             def __init__(self):
