@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._config import _env_flag
-from .._module._module import SLOTTED, _ModuleMeta
+from .._module._module import SLOTTED, Module
 from .._module._register import REBUILD_NAME
 from .._module._static_key import StaticKey
 
@@ -41,9 +41,9 @@ def use_rebuild_slot(on: bool) -> bool:
     if install_call is None:
         return False
     if on:
-        install_call(_ModuleMeta, REBUILD_NAME, StaticKey, SLOTTED)
+        install_call(type(Module), REBUILD_NAME, StaticKey, SLOTTED)
     else:
-        install_call(_ModuleMeta, None, None, None)
+        install_call(type(Module), None, None, None)
     return on
 
 
