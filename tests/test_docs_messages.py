@@ -9,6 +9,7 @@ catalogue row for every error the source builds, is tests/test_error_catalogue.p
 
 import dataclasses
 import re
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -99,11 +100,13 @@ def _unhashable_argument(tmp_path):
     bw.filter_jit(lambda x, settings: x)(jnp.ones(1), Settings(Config([32, 32])))
 
 
-def _unhashable_static_field(tmp_path):
+def _array_in_static_field(tmp_path):
     class Block(bw.Module):
-        sizes: list = bw.field(static=True)
+        table: object = bw.field(static=True)
 
-    Block([32, 32])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Block(jnp.ones(2))
 
 
 def _error_if_in_filter_jit(tmp_path):
@@ -152,7 +155,7 @@ replicate this leaf with an earlier rule.""",
     ),
     Quote("docs/errors.md", "TypeError: `filter_jit`: the non-array value at `args[1].config.sizes` (of type list) is not hashable", _unhashable_argument),
     Quote("docs/filter_jit.md", "the non-array value at `args[1].config.sizes` (of type list) is not hashable", _unhashable_argument, part=True),
-    Quote("docs/concepts.md", "`Block.sizes` is a static field but its value of type list is not hashable", _unhashable_static_field),
+    Quote("docs/concepts.md", "`Block.table` is a static field but holds an array", _array_in_static_field, part=True),
     Quote("docs/errors.md", "ValueError: summary: `max_rows` must be a positive int", lambda t: bw.summary([], max_rows=0)),
     Quote("docs/errors.md", "TypeError: summary: `check_finite` must be True or False", lambda t: bw.summary([], check_finite=1)),
     Quote("docs/errors.md", "TypeError: split_keys: `num` must be an int, got ...", lambda t: bw.random.split_keys(jax.random.key(0), 2.5)),

@@ -13,6 +13,7 @@ import pytest
 
 import boxwood as bw
 from boxwood._jit._flat_cache import FLAT
+from boxwood._module._module import instance_dict
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
 pytestmark = pytest.mark.usefixtures("call_path")
@@ -92,13 +93,13 @@ def test_copies_and_pickles_do_not_carry_the_flat_form():
     model = net()
     f(model, jnp.ones(3))
     f(model, jnp.ones(3))
-    assert FLAT in vars(model)
+    assert FLAT in instance_dict(model)
     for other in (
         copy.copy(model),
         copy.deepcopy(model),
         pickle.loads(pickle.dumps(model)),
     ):
-        assert FLAT not in vars(other)
+        assert FLAT not in instance_dict(other)
         assert jnp.allclose(f(other, jnp.ones(3)), model(jnp.ones(3)))
 
 
@@ -170,10 +171,10 @@ def test_static_scalars_of_equal_value_but_other_type_are_told_apart():
 def test_a_modified_copy_of_a_remembered_module_is_not_confused_with_it():
     f = bw.filter_jit(lambda m, x: (m, m(x)))
     model, _ = f(net(), jnp.ones(3))  # returned by filter_jit: carries its flat form
-    assert FLAT in vars(model)
+    assert FLAT in instance_dict(model)
     changed = bw.tree_at(lambda m: m.layers[1].weight, model, jnp.eye(3) * 5)
     mapped = jax.tree_util.tree_map(lambda a: a * 2, model)
-    assert FLAT not in vars(changed) and FLAT not in vars(mapped)
+    assert FLAT not in instance_dict(changed) and FLAT not in instance_dict(mapped)
     for other in (changed, mapped, changed, mapped):
         assert jnp.allclose(f(other, jnp.ones(3))[1], other(jnp.ones(3)))
 
@@ -219,7 +220,7 @@ def test_outputs_holding_constants_are_remembered_with_them(count_flattens):
 
     f = bw.filter_jit(lambda m: Scaled(m, 2.0))
     out = f(net().layers[0])
-    token, arrays = vars(out)[FLAT]
+    token, arrays = instance_dict(out)[FLAT]
     assert (
         token.statics == ((2, 2.0),) and len(arrays) == 2
     )  # the constant: in the token
@@ -312,9 +313,9 @@ def test_returned_modules_build_their_fields_on_first_read():
     f = bw.filter_jit(lambda m: jax.tree_util.tree_map(lambda a: a * 2, m))
     eager = jax.tree_util.tree_map(lambda a: a * 2, net())
     out = f(net())
-    assert "layers" not in vars(out) and FLAT in vars(out)
+    assert "layers" not in instance_dict(out) and FLAT in instance_dict(out)
     layers = out.layers
-    assert "layers" in vars(out) and out.layers is layers  # built once
+    assert "layers" in instance_dict(out) and out.layers is layers  # built once
     assert out == eager and repr(out) == repr(eager)
     for other in (f(net()), f(net()), f(net())):  # any reader materialises
         assert jnp.array_equal(jax.tree_util.tree_leaves(other)[0], jnp.eye(3) * 2)

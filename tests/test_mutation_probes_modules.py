@@ -16,6 +16,11 @@ import boxwood as bw
 
 pytestmark = pytest.mark.usefixtures("call_path")
 
+# Known open gap (docs/filter_jit.md, "Modules changed after construction"): a write
+# through `object.__setattr__` into the instance dict of a module that already
+# carries its flat form is not detected; the cached flat form wins.
+_OPEN_GAP = "open: object.__setattr__ after a flat form exists is not detected yet"
+
 _FIX = r"(?s)\bw\b.*(tree_at|dataclasses\.replace)"
 
 
@@ -53,7 +58,10 @@ def _seen_or_refused(f, m, expected):
 @pytest.mark.parametrize(
     "write",
     [
-        lambda m, v: object.__setattr__(m, "w", v),
+        pytest.param(
+            lambda m, v: object.__setattr__(m, "w", v),
+            marks=pytest.mark.xfail(strict=True, reason=_OPEN_GAP),
+        ),
         lambda m, v: m.__dict__.__setitem__("w", v),
         lambda m, v: vars(m).update(w=v),
     ],
@@ -77,7 +85,9 @@ def test_subclass_with_its_own_setattr():
     _seen_or_refused(f, m, [0.0, 5.0, 10.0])
 
 
-def test_write_into_a_module_returned_by_a_jitted_call():
+def test_write_into_a_module_returned_by_a_jitted_call(request, call_path):
+    if call_path == "python":  # the same open gap, on the Python path only
+        request.applymarker(pytest.mark.xfail(strict=True, reason=_OPEN_GAP))
     f = bw.filter_jit(_apply)
     out = bw.filter_jit(lambda m: m)(Scale(jnp.arange(3.0)))
     object.__setattr__(out, "w", jnp.arange(3.0) * 5)

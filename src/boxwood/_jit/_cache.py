@@ -18,6 +18,7 @@ from .._filters import is_array
 from .._module._static_key import needs_strict, strict
 from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
+from ._flat_cache import STORES
 from ._flat_cache import merge_leaves as _merge
 from ._options import JitOptions
 from ._rebuild import compile_builder
@@ -156,6 +157,7 @@ class _Store:
         self.kw_plans: dict[Any, _Plan] = {}
         # `_flat_cache.walk` keys -> (plan, entry): calls that skip flattening
         self.fast_plans: dict[tuple, tuple[_Plan, _Entry]] = {}
+        STORES.add(self)  # (cleared when a flat form is dropped)
         self.plan_variants: dict[tuple, _Plan] = {}
         # `lock`: plans, entries, and a cold entry's first call (held across that
         # call into JAX). `trace_lock`: what a trace records (`_on_trace`), and

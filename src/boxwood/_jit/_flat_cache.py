@@ -48,7 +48,7 @@ from jax._src.array import ArrayImpl
 
 from .._filters import is_array
 from .._module import Module
-from .._module._module import FLAT, MODULE_TYPES
+from .._module._module import FLAT, FLAT_DROPPED, MODULE_TYPES, instance_dict
 from .._module._static_key import strict
 
 # The concrete `jax.Array` class, named without creating an array: importing
@@ -159,11 +159,36 @@ def split_leaves(leaves: list) -> tuple[list, tuple] | None:
 
 
 def is_module_class(typ: Any) -> bool:
+    """A Module class whose instances may carry a flat form: not one that overrides
+    `__setattr__` (its instances may be changed after construction)."""
     return (
         isinstance(typ, type)
         and issubclass(typ, Module)
         and "_boxwood_data" in typ.__dict__
+        and typ.__setattr__ is Module.__setattr__
     )
+
+
+# Every `_Store` (`_cache.py`), held weakly: their fast-path tables are cleared
+# when a flat form they may rest on is dropped.
+STORES: weakref.WeakSet = weakref.WeakSet()
+# Whether a flat form was ever dropped (see `invalidate`): from then on, the slow
+# path makes every module's flat form afresh instead of trusting the one it
+# carries, which may rest on a nested module that was written to.
+_DROPPED = [False]
+
+
+def invalidate() -> None:
+    """A module's `__dict__` was handed out (`vars(module)`), so it, or a module
+    nested in another's flat form, may be written to: forget every fast-path key,
+    so that the next call of every `filter_jit` function flattens its arguments
+    (and checks their flat forms, `remember_walkable`) before it trusts one."""
+    _DROPPED[0] = True
+    for store in list(STORES):
+        store.fast_plans.clear()
+
+
+FLAT_DROPPED.append(invalidate)
 
 
 def immutable(treedef: Any) -> bool:
@@ -200,7 +225,7 @@ def remember(obj: Module) -> tuple | None:
     if token is None:
         return None
     record = (token, arrays)
-    vars(obj)[FLAT] = record
+    instance_dict(obj)[FLAT] = record
     return record
 
 
@@ -344,7 +369,11 @@ def remember_walkable(obj: Any, statics: list, seen: set, now: set) -> Any:
     typ = type(obj)
     if typ in MODULE_TYPES:
         record = obj._boxwood_flat
-        if record is None:
+        if record is not None and _DROPPED[0]:
+            record = remember(obj)  # (a module written to through `vars()`)
+            if record is None:
+                return False
+        elif record is None:
             if id(obj) not in seen:
                 now.add(id(obj))
                 return None

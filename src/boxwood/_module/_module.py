@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
+import inspect
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from . import _static_key
-from ._abstract import abstract_kind
-from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
+from . import _construct
+from ._abstract import own_abstract, unresolved
+from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
+from ._construct import INITIALISING, construct, rebuild
 from ._field import converter_of, field, is_static, static_field
-from ._register import REBUILD, REBUILD_NAME, register
+from ._register import REBUILD_NAME, register
+from ._static_key import StaticKey
 
 try:  # Python >= 3.11
     from typing import dataclass_transform
@@ -22,28 +25,13 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 FLAT = "_boxwood_flat"
 
-# ids of the instances whose `__init__` is running; `__setattr__` only works for those.
-# (Set insertions and removals are atomic under the GIL, so this is thread-safe.)
-_INITIALISING: set[int] = set()
 # Every Module class (registered with JAX, so never freed anyway): `type(x) in
 # MODULE_TYPES` is a much cheaper test than `isinstance(x, Module)` (an ABC check).
 MODULE_TYPES: set[type] = set()
-# Called with every new Module class once its `__init__` is in place: the C
-# extension's rebuild slot is installed this way (`boxwood/_jit/_native.py`), so that
-# this package imports nothing from `_jit`.
-CLASS_HOOKS: list[Callable[[type], None]] = []
-
-
-def _abstract_names(cls: type, namespace: dict[str, Any], own: set[str]) -> frozenset:
-    """Abstract attributes `cls` leaves unresolved: its bases' unresolved ones that its
-    own body does not define (as a field annotation, attribute or property), plus its
-    own abstract annotations."""
-    inherited: set[str] = set()
-    for base in cls.__bases__:
-        inherited |= getattr(base, "__boxwood_abstract__", frozenset())
-    annotations = namespace.get("__annotations__", {})
-    defined = (set(namespace) | set(annotations)) - {"__annotations__"}
-    return frozenset((inherited - defined) | (own - set(namespace)))
+# Module classes that keep a field in `__slots__`: JAX's rebuild sets their fields
+# one by one (the C rebuild slot hands them to `rebuild`).
+SLOTTED: set[type] = set()
+_new = object.__new__
 
 
 # Type checkers see each subclass as a dataclass: its fields, and the `__init__`
@@ -57,42 +45,102 @@ class _ModuleMeta(abc.ABCMeta):
         # ignores it too, except that `strict=None` meant abstract), `is_abstract=True`
         # forbids instantiating this class itself (not its subclasses).
         is_abstract = bool(is_abstract) or strict is None
-        annotations = namespace.get("__annotations__", {})
-        own_abstract = {n for n, a in list(annotations.items()) if abstract_kind(a)}
-        for n in own_abstract:
-            del annotations[n]
+        own = own_abstract(name, namespace)
         cls: Any = super().__new__(mcs, name, bases, namespace, **kwargs)
-        custom_init = "__init__" in namespace or getattr(
-            cls, "_boxwood_custom_init", False
-        )
-        cls._boxwood_custom_init = custom_init
-        cls.__boxwood_abstract__ = _abstract_names(cls, namespace, own_abstract)
+        dataclass_init = _has_dataclass_init(cls)
+        cls._boxwood_dataclass_init = dataclass_init
+        if not dataclass_init and hasattr(cls, "__post_init__"):
+            warnings.warn(MSG_POST_INIT.format(cls=cls), UserWarning, stacklevel=2)
+        init_doc = cls.__init__.__doc__ if bases else None
+        cls.__boxwood_own_abstract__ = own
+        cls.__abstractvars__, cls.__abstractclassvars__ = unresolved(cls)
+        cls.__boxwood_abstract__ = cls.__abstractvars__ | cls.__abstractclassvars__
         cls._boxwood_is_abstract = is_abstract
-        dataclasses.dataclass(cls, init=not custom_init, repr=False, eq=False)
+        dataclasses.dataclass(cls, init=dataclass_init, repr=False, eq=False)
         fields = dataclasses.fields(cls)
         _check_field_names(name, fields)
-        cls._boxwood_fields = fields
-        cls._boxwood_field_names = frozenset(f.name for f in fields)
-        cls._boxwood_static = tuple(f.name for f in fields if is_static(f))
-        cls._boxwood_data = tuple(f.name for f in fields if not is_static(f))
-        cls._boxwood_converters = tuple(
-            (f.name, converter_of(f)) for f in fields if converter_of(f) is not None
-        )
-        cls._boxwood_check_inits = tuple(
-            k.__dict__["__check_init__"]
-            for k in reversed(cls.__mro__)
-            if "__check_init__" in k.__dict__
-        )
+        if dataclass_init:
+            cls.__init__.__doc__ = init_doc  # as inherited, not the dataclass's None
+            _converter_annotations(cls.__init__, fields)
+        _record_fields(cls, fields)
         register(
             cls,
             data_fields=list(cls._boxwood_data),
             meta_fields=list(cls._boxwood_static),
         )
-        _wrap_init(cls)
         _install_lazy_fields(cls, fields)
         _install_methods(cls, namespace)
         MODULE_TYPES.add(cls)
+        if cls._boxwood_slots:
+            SLOTTED.add(cls)
         return cls
+
+    def __call__(cls, *args, **kwargs):
+        # JAX's rebuild (`_register.py`): the keywords, a fresh dict, become the
+        # instance dict. (With the C extension the metaclass's `tp_call` slot does
+        # this before any Python runs, and calls here for everything else.)
+        if args or kwargs.get(REBUILD_NAME).__class__ is not StaticKey:
+            return construct(cls, args, kwargs)
+        if SLOTTED and cls in SLOTTED:
+            return rebuild(cls, kwargs)
+        obj = _new(cls)
+        _set_dict(obj, kwargs)
+        return obj
+
+    # `inspect.signature(cls)` would otherwise show `__call__`'s `(*args, **kwargs)`
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        signature = inspect.signature(cls.__init__)
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
+def _has_dataclass_init(cls: Any) -> bool:
+    """Whether `cls` gets a dataclass `__init__`: neither it nor a base (a Module
+    or any other class before the first Module along the MRO) defines one."""
+    if "__init__" in cls.__dict__:
+        return False
+    for kls in cls.__mro__[1:-1]:
+        if "_boxwood_dataclass_init" in kls.__dict__:
+            return kls._boxwood_dataclass_init
+        if kls.__init__ is not object.__init__:
+            return False
+    return True  # `Module` itself
+
+
+def _converter_annotations(init: Any, fields: tuple) -> None:
+    """A converted field's `__init__` parameter takes what its converter takes."""
+    annotations = init.__annotations__
+    for f in fields:
+        converter = converter_of(f)
+        if converter is None or f.name not in annotations:
+            continue
+        try:
+            parameters = list(inspect.signature(converter).parameters.values())
+        except (TypeError, ValueError):  # no signature (`str`, some builtins)
+            parameters = []
+        first = parameters[0].annotation if parameters else inspect.Parameter.empty
+        annotations[f.name] = Any if first is inspect.Parameter.empty else first
+
+
+def _record_fields(cls: Any, fields: tuple) -> None:
+    cls._boxwood_fields = fields
+    cls._boxwood_field_names = frozenset(f.name for f in fields)
+    cls._boxwood_static = tuple(f.name for f in fields if is_static(f))
+    cls._boxwood_data = tuple(f.name for f in fields if not is_static(f))
+    cls._boxwood_converters = tuple(
+        (f.name, converter_of(f)) for f in fields if converter_of(f) is not None
+    )
+    # Equinox's order: along the MRO, the subclass's check first
+    cls._boxwood_check_inits = tuple(
+        k.__dict__["__check_init__"]
+        for k in cls.__mro__
+        if "__check_init__" in k.__dict__
+    )
+    cls._boxwood_slots = any(
+        isinstance(k.__dict__.get(f.name), types.MemberDescriptorType)
+        for f in fields
+        for k in cls.__mro__
+    )
 
 
 RESERVED_PREFIX = "_boxwood_"
@@ -107,59 +155,6 @@ def _check_field_names(cls_name: str, fields: tuple) -> None:
                 f"{RESERVED_PREFIX!r} are reserved for boxwood's own bookkeeping. "
                 "Rename the field."
             )
-
-
-_NOT_GIVEN = object()  # default of the generated `__init__`'s field parameters
-
-
-def _wrap_init(cls: Any) -> None:
-    """Give `cls` an `__init__` that also serves as the pytree rebuild path.
-
-    JAX's C++ unflatten calls `cls(_boxwood_rebuild=<StaticKey>, **fields)`. Checking
-    for the key inside `__init__` (rather than in a metaclass `__call__`) keeps the
-    rebuild on CPython's fast `type.__call__` path. The `__init__` is generated for
-    each class with one keyword parameter per registered field, so that CPython
-    binds the fields to parameters (as for a dataclass's own `__init__`) instead of
-    collecting them into a `**kwargs` dict; the rebuild then builds the instance
-    dict in one literal. A user's call reaches the user's `__init__` with its own
-    arguments: keywords that happen to name fields are passed back as keywords.
-    """
-    user_init = cls.__dict__.get("__init__")
-    if user_init is None:  # inherited from a Module base: wrap that base's own
-        inherited = cls.__init__
-        user_init = getattr(inherited, "__boxwood_user_init__", inherited)
-    construct = _constructor(user_init)
-    names = [*cls._boxwood_data, *cls._boxwood_static]
-    # the generated code's own names start with `__bw_`: a field cannot (a class
-    # body mangles `__name` to `_Class__name`), so no field shadows them
-    params = "".join(f"{n}=__bw_NOT_GIVEN, " for n in names)
-    items = "".join(f"{n!r}: {n}, " for n in names)
-    regather = "".join(
-        f"    if {n} is not __bw_NOT_GIVEN:\n        __bw_kw[{n!r}] = {n}\n"
-        for n in names
-    )
-    source = (
-        f"def __init__(__bw_self, *__bw_args, {params}{REBUILD_NAME}=None, **__bw_kw):\n"
-        f"    if {REBUILD_NAME}.__class__ is __bw_Key or {REBUILD_NAME} is __bw_REBUILD:\n"
-        f"        __bw_set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: {REBUILD_NAME}}})\n"
-        "        return\n"
-        f"{regather}"
-        "    __bw_construct(__bw_self, __bw_args, __bw_kw)\n"
-    )
-    set_dict = globals().get("_set_dict") or _set_dict_slowly  # Module itself: slowly
-    namespace = {
-        "__bw_NOT_GIVEN": _NOT_GIVEN, "__bw_REBUILD": REBUILD,
-        "__bw_Key": _static_key.StaticKey,
-        "__bw_set_dict": set_dict, "__bw_construct": construct,
-    }  # fmt: skip
-    exec(
-        compile(source, f"<boxwood __init__ of {cls.__qualname__}>", "exec"), namespace
-    )
-    init: Any = functools.wraps(user_init)(namespace["__init__"])
-    init.__boxwood_user_init__ = user_init
-    cls.__init__ = init
-    for hook in CLASS_HOOKS:
-        hook(cls)
 
 
 class _LazyField:
@@ -187,7 +182,7 @@ class _LazyField:
                     f"type object {owner.__name__!r} has no attribute {self.name!r}"
                 )
             return self.default
-        values = obj.__dict__
+        values = instance_dict(obj)
         record = values.get(FLAT)
         if record is None:
             raise AttributeError(
@@ -202,13 +197,13 @@ class _LazyField:
 def materialise(obj: Any) -> None:
     """Fill in the fields of a module built from its flat form alone (see
     `_LazyField`); a no-op for any other module."""
-    values = obj.__dict__
+    values = instance_dict(obj)
     record = values.get(FLAT)
     if record is None or all(n in values for n in type(obj)._boxwood_data):
         return
     token, leaves = record
     full = token.unflatten(leaves)
-    for name, value in full.__dict__.items():
+    for name, value in instance_dict(full).items():
         values.setdefault(name, value)  # another thread may have been first
 
 
@@ -265,63 +260,15 @@ def _install_methods(cls: Any, namespace: dict) -> None:
             type.__setattr__(cls, name, _Method(value))
 
 
-def _set_dict_slowly(obj: Any, values: dict) -> None:
-    object.__setattr__(obj, "__dict__", values)
+class _Instance:
+    """The base that gives modules their instance dict: its `__dict__` slot is read
+    and set directly (`instance_dict`, `_set_dict`), while `Module.__dict__` is the
+    property that users see (`_user_dict`)."""
+
+    __slots__ = ("__dict__", "__weakref__")
 
 
-def _constructor(user_init: Any) -> Any:
-    """A user's construction of a module: run `user_init`, then the defaults,
-    converters and checks (`_finish_init`)."""
-
-    def construct(self: Any, args: tuple, kwargs: dict) -> None:
-        key = id(self)
-        if key in _INITIALISING:  # `super().__init__(...)` inside a user `__init__`
-            user_init(self, *args, **kwargs)
-            return
-        cls = type(self)
-        if cls.__dict__.get("_boxwood_is_abstract"):
-            raise TypeError(
-                f"`{cls.__name__}` was declared with `is_abstract=True`; instantiate a "
-                "concrete subclass of it instead."
-            )
-        if cls.__boxwood_abstract__:
-            names = sorted(cls.__boxwood_abstract__)
-            raise TypeError(MSG_ABSTRACT.format(cls=cls.__name__, **plural(names)))
-        self.__dict__[REBUILD_NAME] = cls._boxwood_rebuild  # see _register.py
-        _INITIALISING.add(key)
-        try:
-            user_init(self, *args, **kwargs)
-        finally:
-            _INITIALISING.discard(key)
-        _finish_init(cls, self)
-        self.__dict__[REBUILD_NAME] = _static_key.key(cls, self.__dict__)
-
-    return construct
-
-
-def _finish_init(cls: Any, self: Any) -> None:
-    values = self.__dict__
-    missing = []
-    for f in cls._boxwood_fields:
-        if f.name in values:
-            continue
-        if f.default is not dataclasses.MISSING:
-            values[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            values[f.name] = f.default_factory()
-        else:
-            missing.append(f.name)
-    if missing:
-        raise TypeError(MSG_UNSET.format(cls=cls.__name__, **plural(missing)))
-    for name, converter in cls._boxwood_converters:
-        values[name] = converter(values[name])
-    for name in cls._boxwood_static:
-        check_static_value(cls.__name__, name, values[name])
-    for check in cls._boxwood_check_inits:
-        check(self)
-
-
-class Module(metaclass=_ModuleMeta):
+class Module(_Instance, metaclass=_ModuleMeta):
     """Base class for models: a frozen dataclass registered as a JAX pytree.
 
     Fields are pytree children (dynamic) unless declared with
@@ -349,17 +296,30 @@ class Module(metaclass=_ModuleMeta):
     # dict (see `boxwood/_flat_cache.py`); this class attribute is the default.
     _boxwood_flat = None
 
+    # `vars(module)`: the fields (see `_user_dict`); boxwood's own code reads the
+    # instance dict through `instance_dict`
+    __dict__ = property(  # type: ignore[assignment]
+        lambda self: _user_dict(self), lambda self, values: _set_dict(self, values)
+    )
+
     def __getstate__(self) -> dict:
         # pickle and copy: the flat form is a cache, not state
-        state: dict = vars(self)
+        state: dict = instance_dict(self)
         if FLAT in state:
             materialise(self)
             state = dict(state)
             del state[FLAT]
         return state
 
+    def __setstate__(self, state: dict) -> None:
+        # unpickling and copying (otherwise they would write to `__dict__`)
+        instance_dict(self).update(state)
+
     def __setattr__(self, name: str, value: Any) -> None:
-        if id(self) not in _INITIALISING:
+        if id(self) not in INITIALISING:
+            if name == "__orig_class__":  # `SomeModule[int]()` sets it (typing)
+                object.__setattr__(self, name, value)
+                return
             raise dataclasses.FrozenInstanceError(
                 MSG_FROZEN.format(cls=type(self).__name__, name=name)
             )
@@ -369,6 +329,8 @@ class Module(metaclass=_ModuleMeta):
                 f"it in the class body (`{name}: SomeType`) so that it becomes part of "
                 "the pytree."
             )
+        if callable(value) and getattr(value, "__self__", None) is self:
+            raise ValueError(MSG_METHOD.format(cls=type(self).__name__, name=name))
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
@@ -411,6 +373,28 @@ class Module(metaclass=_ModuleMeta):
         return treescope_repr(self, path, subtree_renderer)
 
 
-# The `__dict__` slot's setter, bypassing `Module.__setattr__`: `_set_dict(obj, d)`
-# makes `d` the instance dict in one step (the cheapest rebuild measured).
-_set_dict = Module.__dict__["__dict__"].__set__
+# The `__dict__` slot's getter and setter, bypassing `Module.__setattr__` and the
+# `__dict__` property below: `instance_dict(obj)` is the instance dict as it is;
+# `_set_dict(obj, d)` makes `d` the instance dict in one step (the cheapest rebuild
+# measured).
+instance_dict = _construct.instance_dict = _Instance.__dict__["__dict__"].__get__
+_set_dict = _Instance.__dict__["__dict__"].__set__
+
+# Called (with no argument) when a module's `__dict__` is handed out, since it may
+# be written to (`boxwood/_jit/_flat_cache.py` registers the invalidation of the
+# fast-path keys and flat forms that may rest on that module).
+FLAT_DROPPED: list[Callable[[], None]] = []
+
+
+def _user_dict(self: Any) -> dict:
+    """`module.__dict__` and `vars(module)`: the fields, as for any object. A
+    module returned by `filter_jit` has its fields filled in first; cached flat
+    forms are dropped, since the dict handed out may be written to."""
+    values = instance_dict(self)
+    if FLAT in values:
+        materialise(self)
+        values.pop(FLAT, None)
+    # (the flat form of another module may hold this one: those are dropped too)
+    for hook in FLAT_DROPPED:
+        hook()
+    return values

@@ -6,11 +6,11 @@ converters on every rebuild. We register one extra *meta* field, `_boxwood_rebui
 whose value is the instance's static key (`_static_key.StaticKey`: its class and the
 strict form of its static fields, so that treedefs also tell apart what `==` on the
 static values does not). C++ unflatten therefore calls
-`cls(_boxwood_rebuild=<a StaticKey>, **fields)`, and the class's `__init__` (or,
-with the C extension, its C `tp_init` slot; see `_module._wrap_init`) recognises
-the key by its type and fills the instance's `__dict__` directly. Every instance
-holds its key in its own `__dict__` (an instance-dict hit is the cheapest attribute
-read for the C++ flatten: measured 1.1x a plain dataclass, against 1.4x for a class
+`cls(_boxwood_rebuild=<a StaticKey>, **fields)`, and the metaclass's `__call__` (or,
+with the C extension, its C `tp_call` slot; see `_construct.py`) recognises the key
+by its type and fills the instance's `__dict__` directly, never calling `__init__`.
+Every instance holds its key in its own `__dict__` (an instance-dict hit is the
+cheapest attribute read for the C++ flatten: measured 1.1x a plain dataclass, against 1.4x for a class
 attribute); a class attribute (the class alone) remains as a fallback.
 
 `register_dataclass` checks that the registered names equal the dataclass's

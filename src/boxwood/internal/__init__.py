@@ -10,6 +10,8 @@ not covered by boxwood's own stability promise. Prefer the public names
 from .._enum import Enumeration as Enumeration
 from .._errors import branched_error_if as branched_error_if
 from .._errors import error_if as error_if
+from .._module import AbstractClassVar as AbstractClassVar
+from .._module import AbstractVar as AbstractVar
 from .._unvmap import unvmap_all as unvmap_all
 from .._unvmap import unvmap_any as unvmap_any
 from .._unvmap import unvmap_max as unvmap_max
