@@ -1,0 +1,108 @@
+"""The files of a `save_pretrained` directory: `config.json`, and the tensors of
+`model.safetensors` or of the shards its index lists."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._checkpoint._format import read_header
+from .._checkpoint._save_load import FileTensor, file_tensors
+from ._config import ConfigError, read_json
+
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+
+
+def config_path(directory: str) -> str:
+    """`directory/config.json`, after checking both exist."""
+    if not os.path.isdir(directory):
+        raise ConfigError(
+            f"{directory}: no such directory. `from_pretrained` reads a local "
+            "directory as `transformers`' `save_pretrained` writes it (it never "
+            "downloads anything)."
+        )
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"{directory}: has no `config.json`, so it is not a `save_pretrained` "
+            f"directory (it holds: {', '.join(sorted(os.listdir(directory))) or 'nothing'})."
+        )
+    return path
+
+
+def checkpoint_tensors(directory: str) -> dict[str, FileTensor]:
+    """Every tensor of the checkpoint by its name in the file, read lazily."""
+    single = os.path.join(directory, SINGLE)
+    if os.path.isfile(single):
+        return file_tensors(single, read_header(single))
+    index = os.path.join(directory, INDEX)
+    if not os.path.isfile(index):
+        raise ConfigError(
+            f"{directory}: has neither `{SINGLE}` nor `{INDEX}`; boxwood reads "
+            "safetensors checkpoints only (convert a `pytorch_model.bin` with "
+            "`model.save_pretrained(path, safe_serialization=True)` in transformers)."
+        )
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise ConfigError(f"{index}: has no `weight_map` object.")
+    tensors: dict[str, FileTensor] = {}
+    for name in sorted(set(weight_map.values())):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            raise ConfigError(f"{index}: lists the shard `{name}`, which is missing.")
+        tensors.update(file_tensors(path, read_header(path)))
+    return tensors
+
+
+@dataclass
+class Transposed:
+    """A 2-D tensor of the file seen transposed (GPT-2's `Conv1D` weights)."""
+
+    inner: FileTensor
+
+    reads_are_owned = True
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.inner.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(reversed(self.inner.shape))
+
+    def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray:
+        part = self.inner.read(None if index is None else tuple(reversed(index)))
+        return np.ascontiguousarray(part.T)
+
+
+def renamed_tensors(
+    tensors: dict[str, Any],
+    names: dict[str, str],
+    transposed: str | None,
+    dropped: str | None,
+) -> dict[str, Any]:
+    """The file's tensors under the model's names (`names`: file name -> model
+    name); names the model lacks are kept (and reported as unexpected), `dropped`
+    (a regular expression) ones are left out (buffers `transformers` may store)."""
+    out = {}
+    for file_name, tensor in tensors.items():
+        if file_name not in names and dropped and re.fullmatch(dropped, file_name):
+            continue
+        name = names.get(file_name, file_name)
+        if transposed and re.fullmatch(transposed, name) and len(tensor.shape) == 2:
+            tensor = Transposed(tensor)
+        out[name] = tensor
+    return out
+
+
+def floating_dtype(tensors: dict[str, Any]) -> Any:
+    """The dtype of the checkpoint's floating-point tensors (the first one's)."""
+    for tensor in tensors.values():
+        if np.issubdtype(tensor.dtype, np.floating) or tensor.dtype.name == "bfloat16":
+            return tensor.dtype
+    return np.dtype(np.float32)
