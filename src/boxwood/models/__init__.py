@@ -4,6 +4,7 @@ loaded from local `save_pretrained` directories; see README.md and docs/models.m
 from ._bert import BertConfig as BertConfig
 from ._bert import BertModel as BertModel
 from ._config import ConfigError as ConfigError
+from ._generate import generate as generate
 from ._gpt2 import GPT2Config as GPT2Config
 from ._gpt2 import GPT2LMHeadModel as GPT2LMHeadModel
 from ._llama import LlamaConfig as LlamaConfig
