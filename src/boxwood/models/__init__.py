@@ -10,5 +10,6 @@ from ._gpt2 import GPT2LMHeadModel as GPT2LMHeadModel
 from ._llama import LlamaConfig as LlamaConfig
 from ._llama import LlamaForCausalLM as LlamaForCausalLM
 from ._pretrained import from_pretrained as from_pretrained
+from ._pretrained import save_pretrained as save_pretrained
 from ._vit import ViTConfig as ViTConfig
 from ._vit import ViTForImageClassification as ViTForImageClassification

@@ -149,6 +149,23 @@ def _with_shardings(abstract: Any, shardings: Any) -> Any:
     return jtu.tree_map(put, abstract, shardings, is_leaf=lambda x: x is None)
 
 
+def save_pretrained(model: Pretrained, path: str | os.PathLike) -> None:
+    """Write `model` as `transformers`' `save_pretrained` does (`config.json`,
+    `model.safetensors`), so that `transformers`' `from_pretrained(path)` loads it.
+
+    **Arguments:**
+
+    - `model`: a model of `boxwood.models`.
+    - `path`: the directory (created if needed).
+    """
+    if not isinstance(model, Pretrained):
+        raise TypeError(
+            "`save_pretrained` takes a model of `boxwood.models`, got "
+            f"{type(model).__name__}; save other trees with `boxwood.save`."
+        )
+    model.save_pretrained(path)
+
+
 def pretrained_classes() -> dict[str, type]:
     """The model classes by `model_type`."""
     from ._bert import BertModel
