@@ -11,5 +11,6 @@ from ._llama import LlamaConfig as LlamaConfig
 from ._llama import LlamaForCausalLM as LlamaForCausalLM
 from ._pretrained import from_pretrained as from_pretrained
 from ._pretrained import save_pretrained as save_pretrained
+from ._sharding_rules import sharding_rules as sharding_rules
 from ._vit import ViTConfig as ViTConfig
 from ._vit import ViTForImageClassification as ViTForImageClassification

@@ -27,6 +27,7 @@ from ._checkpoint_files import (
     renamed_tensors,
 )
 from ._config import ConfigError, read_json
+from ._sharding_rules import sharding_rules
 
 
 class Pretrained(Module):
@@ -76,8 +77,9 @@ class Pretrained(Module):
           `jnp.bfloat16`); default: the checkpoint's.
         - `mesh`: a `jax.sharding.Mesh` to place the parameters on, by `rules`
           (see [`boxwood.models.sharding_rules`][]). (Keyword only.)
-        - `rules`: sharding rules as [`boxwood.shard`][] takes them; default
-          replicated.
+        - `rules`: sharding rules as [`boxwood.shard`][] takes them, or the name
+          of a strategy of [`boxwood.models.sharding_rules`][]
+          (`"tensor_parallel"`); default replicated. (Keyword only.)
 
         **Returns:** the model.
         """
@@ -95,6 +97,8 @@ class Pretrained(Module):
             tensors = {name.removeprefix(prefix): t for name, t in tensors.items()}
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
         abstract = filter_eval_shape(cls, config, dtype, key=jax.random.key(0))
+        if isinstance(rules, str):
+            rules = sharding_rules(cls, rules)  # type: ignore[arg-type]
         if mesh is not None:
             abstract = _with_shardings(
                 abstract, named_shardings(abstract, mesh, rules or ())
