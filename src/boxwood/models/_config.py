@@ -28,9 +28,6 @@ GENERIC_OPTIONS = frozenset(
         "transformers_version",
         "dtype",
         "torch_dtype",
-        "bos_token_id",
-        "eos_token_id",
-        "pad_token_id",
         "sep_token_id",
         "decoder_start_token_id",
         "use_cache",
@@ -64,6 +61,14 @@ class ModelConfig:
     (dropout rates), `REQUIRED` for options whose other values it cannot compute, and
     `ALIASES` for older spellings of an option.
     """
+
+    # Token ids are kept (and written back) for the tokenizer and `transformers`'
+    # generation defaults; boxwood's computation does not use them.
+    bos_token_id: int | None = dataclasses.field(default=None, kw_only=True)
+    eos_token_id: int | tuple[int, ...] | None = dataclasses.field(
+        default=None, kw_only=True
+    )
+    pad_token_id: int | None = dataclasses.field(default=None, kw_only=True)
 
     model_type: ClassVar[str] = ""
     architecture: ClassVar[str] = ""
@@ -99,7 +104,7 @@ class ModelConfig:
             if name in cls.REQUIRED:
                 _require(cls, name, value, where)
             elif name in fields:
-                kwargs[name] = value
+                kwargs[name] = tuple(value) if isinstance(value, list) else value
             elif name not in GENERIC_OPTIONS and name not in cls.IGNORED:
                 raise ConfigError(
                     f"{where}the option `{name}` (= {value!r}) is not supported by "
