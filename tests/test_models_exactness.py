@@ -115,7 +115,7 @@ def test_dtype_argument_casts_on_read(tmp_path):
     save_tiny("gpt2", tmp_path)
     model = bm.GPT2LMHeadModel.from_pretrained(tmp_path, dtype=jnp.bfloat16)
     weight = model.transformer.h[0].attn.c_attn.weight
-    assert weight.dtype == jnp.bfloat16 and weight.shape == (96, 32)
+    assert weight.dtype == jnp.bfloat16 and weight.shape == (32, 96)  # (in, out)
     full = bm.GPT2LMHeadModel.from_pretrained(tmp_path)
     expected = np.asarray(full.transformer.h[0].attn.c_attn.weight).astype(
         ml_dtypes.bfloat16

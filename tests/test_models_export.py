@@ -89,7 +89,7 @@ def test_export_writes_checkpoint_names_and_layouts(tmp_path):
     tensors = load_file(tmp_path / "model.safetensors")
     weight = model.transformer.h[1].attn.c_attn.weight
     np.testing.assert_array_equal(
-        tensors["transformer.h.1.attn.c_attn.weight"], np.asarray(weight).T
+        tensors["transformer.h.1.attn.c_attn.weight"], np.asarray(weight)
     )
     assert "lm_head.weight" not in tensors  # tied, as transformers stores GPT-2
     options = json.loads((tmp_path / "config.json").read_text())

@@ -26,8 +26,8 @@ mesh = boxwood.make_mesh((2, 4), ("data", "model"))
 plain = bm.from_pretrained(path)
 model = bm.from_pretrained(path, mesh=mesh, rules="tensor_parallel")
 w = model.transformer.h[0].attn.c_attn.weight
-assert w.sharding.spec == P("model", None), w.sharding
-assert {s.data.shape for s in w.addressable_shards} == {(24, 32)}
+assert w.sharding.spec == P(None, "model"), w.sharding
+assert {s.data.shape for s in w.addressable_shards} == {(32, 24)}
 assert model.transformer.ln_f.weight.sharding.spec == P()
 ids = jnp.asarray(np.arange(3, 13))
 batch = jnp.stack([ids, ids[::-1]])

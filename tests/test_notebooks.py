@@ -72,7 +72,7 @@ EXPECTED = {
     "pretrained_models.ipynb": [
         "devices: 8",
         "same tokens as transformers: True",
-        "c_attn.weight (192, 64) one shard: {(48, 64)}",
+        "c_attn.weight (64, 192) one shard: {(64, 48)}",
         "matches single device: True",
         "sharded generation equal: True",
         "round trip difference: 0.0",

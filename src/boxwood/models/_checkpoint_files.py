@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -59,31 +58,9 @@ def checkpoint_tensors(directory: str) -> dict[str, FileTensor]:
     return tensors
 
 
-@dataclass
-class Transposed:
-    """A 2-D tensor of the file seen transposed (GPT-2's `Conv1D` weights)."""
-
-    inner: FileTensor
-
-    reads_are_owned = True
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.inner.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(reversed(self.inner.shape))
-
-    def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray:
-        part = self.inner.read(None if index is None else tuple(reversed(index)))
-        return np.ascontiguousarray(part.T)
-
-
 def renamed_tensors(
     tensors: dict[str, Any],
     names: dict[str, str],
-    transposed: str | None,
     dropped: str | None,
 ) -> dict[str, Any]:
     """The file's tensors under the model's names (`names`: file name -> model
@@ -93,10 +70,7 @@ def renamed_tensors(
     for file_name, tensor in tensors.items():
         if file_name not in names and dropped and re.fullmatch(dropped, file_name):
             continue
-        name = names.get(file_name, file_name)
-        if transposed and re.fullmatch(transposed, name) and len(tensor.shape) == 2:
-            tensor = Transposed(tensor)
-        out[name] = tensor
+        out[names.get(file_name, file_name)] = tensor
     return out
 
 

@@ -12,7 +12,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._init import split_keys
 from .._module import Module, field
-from ..nn import Embedding, LayerNorm, Linear, State, StateIndex
+from ..nn import Embedding, LayerNorm, State, StateIndex
 from ._config import ConfigError, ModelConfig
 from ._layers import (
     ACTIVATION_NAMES,
@@ -77,43 +77,63 @@ class GPT2Config(ModelConfig):
             raise ConfigError(f"{where}`n_embd` must be divisible by `n_head`.")
 
 
+class Conv1D(Module):
+    """GPT-2's projection layer: a dense layer whose weight is stored `(in_features,
+    out_features)`, as the checkpoint stores it, so that loading and export copy it
+    as it is (no transpose of the 85M weights of GPT-2 small)."""
+
+    weight: Float[Array, "in_features out_features"]
+    bias: Float[Array, " out_features"]
+
+    def __init__(
+        self, in_features: int, out_features: int, dtype: Any, *, key: PRNGKeyArray
+    ):
+        self.weight = 0.02 * jax.random.normal(key, (in_features, out_features), dtype)
+        self.bias = jnp.zeros((out_features,), dtype)
+
+    def __call__(
+        self, x: Float[Array, "seq in_features"]
+    ) -> Float[Array, "seq out_features"]:
+        return x @ self.weight + self.bias[None, :]
+
+
 class GPT2Attention(Module):
     """Causal self-attention with one fused `c_attn` projection (as GPT-2 stores it)."""
 
-    c_attn: Linear
-    c_proj: Linear
+    c_attn: Conv1D
+    c_proj: Conv1D
     cache: StateIndex
     num_heads: int = field(static=True)
 
     def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
         k1, k2 = split_keys(key, 2)
         d = config.n_embd
-        self.c_attn = Linear(d, 3 * d, dtype=dtype, key=k1)
-        self.c_proj = Linear(d, d, dtype=dtype, key=k2)
+        self.c_attn = Conv1D(d, 3 * d, dtype, key=k1)
+        self.c_proj = Conv1D(d, d, dtype, key=k2)
         self.cache = empty_cache_index()
         self.num_heads = config.n_head
 
     def __call__(self, x: Array, state: State | None, start: Any) -> tuple:
-        qkv = jax.vmap(self.c_attn)(x).reshape(x.shape[0], 3, self.num_heads, -1)
+        qkv = self.c_attn(x).reshape(x.shape[0], 3, self.num_heads, -1)
         q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
         out, state = attend_with_cache(self.cache, state, q, k, v, start)
-        return jax.vmap(self.c_proj)(out.reshape(x.shape[0], -1)), state
+        return self.c_proj(out.reshape(x.shape[0], -1)), state
 
 
 class GPT2MLP(Module):
-    c_fc: Linear
-    c_proj: Linear
+    c_fc: Conv1D
+    c_proj: Conv1D
     act: str = field(static=True)
 
     def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
         k1, k2 = split_keys(key, 2)
         inner = config.n_inner or 4 * config.n_embd
-        self.c_fc = Linear(config.n_embd, inner, dtype=dtype, key=k1)
-        self.c_proj = Linear(inner, config.n_embd, dtype=dtype, key=k2)
+        self.c_fc = Conv1D(config.n_embd, inner, dtype, key=k1)
+        self.c_proj = Conv1D(inner, config.n_embd, dtype, key=k2)
         self.act = config.activation_function
 
     def __call__(self, x: Array) -> Array:
-        return jax.vmap(self.c_proj)(activation(self.act, jax.vmap(self.c_fc)(x)))
+        return self.c_proj(activation(self.act, self.c_fc(x)))
 
 
 class GPT2Block(Module):
@@ -167,9 +187,9 @@ class GPT2LMHeadModel(Pretrained):
 
     Built from a [`boxwood.models.GPT2Config`][]; usually loaded with
     `GPT2LMHeadModel.from_pretrained(path)`. Parameter names are those of the
-    `transformers` checkpoint (`transformer.h.0.attn.c_attn.weight`), with every
-    weight in boxwood's `(out_features, in_features)` layout: GPT-2's `Conv1D`
-    weights are transposed on load and on export.
+    `transformers` checkpoint (`transformer.h.0.attn.c_attn.weight`), in its
+    layout: the projections are GPT-2's `Conv1D` (weight `(in_features,
+    out_features)`), unlike `boxwood.nn.Linear`.
     """
 
     transformer: GPT2Model
@@ -214,8 +234,3 @@ class GPT2LMHeadModel(Pretrained):
     @property
     def max_positions(self) -> int:
         return self.config.n_positions
-
-    # Names of the checkpoint whose tensors are stored transposed (`Conv1D`).
-    TRANSPOSED: ClassVar[str] = (
-        r"transformer\.h\.\d+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight"
-    )

@@ -34,14 +34,13 @@ class Pretrained(Module):
     """A model whose parameters are named after a `transformers` checkpoint.
 
     A subclass says how its parameter names differ from the checkpoint's (`RENAMES`,
-    `(pattern, replacement)` pairs of `re.sub` from boxwood's name to the file's),
-    which tensors the file stores transposed (`TRANSPOSED`, a pattern over boxwood's
-    names) and which of the file's tensors are buffers to skip (`DROPPED`).
+    `(pattern, replacement)` pairs of `re.sub` from boxwood's name to the file's)
+    and which of the file's tensors are buffers to skip (`DROPPED`, a pattern);
+    `export_array` gives an array the file's shape where a layer's differs.
     """
 
     config_class: ClassVar[type] = type(None)
     RENAMES: ClassVar[tuple[tuple[str, str], ...]] = ()
-    TRANSPOSED: ClassVar[str | None] = None
     DROPPED: ClassVar[str | None] = None
     OPTIONAL_PREFIX: ClassVar[str | None] = None  # `bert.` of `BertFor...` files
 
@@ -105,7 +104,7 @@ class Pretrained(Module):
             )
         leaves, _, _ = stored_leaves(abstract)
         names = {cls.checkpoint_name(leaf.name): leaf.name for leaf in leaves}
-        tensors = renamed_tensors(tensors, names, cls.TRANSPOSED, cls.DROPPED)
+        tensors = renamed_tensors(tensors, names, cls.DROPPED)
         model, _ = assemble(
             abstract,
             tensors,
@@ -119,8 +118,6 @@ class Pretrained(Module):
 
     def export_array(self, name: str, array: np.ndarray) -> np.ndarray:
         """Boxwood's parameter `name` in the checkpoint's layout."""
-        if self.TRANSPOSED and re.fullmatch(self.TRANSPOSED, name):
-            return np.ascontiguousarray(array.T)
         return array
 
     def save_pretrained(self, path: str | os.PathLike) -> None:

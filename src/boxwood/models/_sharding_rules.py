@@ -13,15 +13,15 @@ Strategy = Literal["data_parallel", "fsdp", "tensor_parallel"]
 
 # Per class, the tensor-parallel layout of each kind of parameter: `column`
 # splits a Linear's outputs (weight rows and bias), `row` its inputs (weight
-# columns; bias replicated), `embed` a table's embedding channels. Each
+# columns; bias replicated), `conv1d_*` the same for GPT-2's `(in, out)` weights, `embed` a table's embedding channels. Each
 # column-parallel layer feeds a row-parallel one, so a block needs one reduction
 # after attention and one after the MLP. Unlisted parameters (norms, position
 # tables) are replicated.
 _LAYER = r"(?:.*\.)?"
 _TENSOR_PARALLEL = {
     "GPT2LMHeadModel": [
-        (r"transformer\.h\.\d+\.(attn\.c_attn|mlp\.c_fc)", "column"),
-        (r"transformer\.h\.\d+\.(attn|mlp)\.c_proj", "row"),
+        (r"transformer\.h\.\d+\.(attn\.c_attn|mlp\.c_fc)", "conv1d_column"),
+        (r"transformer\.h\.\d+\.(attn|mlp)\.c_proj", "conv1d_row"),
         (r"transformer\.wte", "embed"),
     ],
     "LlamaForCausalLM": [
@@ -49,6 +49,11 @@ _TENSOR_PARALLEL = {
 
 
 def _specs(kind: str, axis: str) -> list[tuple[str, PartitionSpec]]:
+    # GPT-2's Conv1D stores its weight `(in, out)`: the same split, other axis.
+    if kind == "conv1d_column":
+        return [("weight", PartitionSpec(None, axis)), ("bias", PartitionSpec(axis))]
+    if kind == "conv1d_row":
+        return [("weight", PartitionSpec(axis, None)), ("bias", PartitionSpec())]
     if kind == "column":
         return [("weight", PartitionSpec(axis, None)), ("bias", PartitionSpec(axis))]
     if kind == "row":
