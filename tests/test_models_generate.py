@@ -101,3 +101,19 @@ def test_generate_errors(pair):
         bm.generate(model, ids[None], 3)
     with pytest.raises(TypeError, match="takes a causal language model"):
         bm.generate(object(), ids, 3)
+
+
+def test_bucket_is_capped_by_the_position_table():
+    config = bm.GPT2Config(
+        vocab_size=31, n_positions=24, n_embd=16, n_layer=1, n_head=2
+    )
+    model = bm.GPT2LMHeadModel(config, key=jax.random.key(0))
+    ids = jnp.asarray(token_ids(8, (17,), vocab=31))  # bucket 32 > 24 positions
+    out = bm.generate(model, ids, 7)
+    forward = boxwood.filter_jit(model)
+    expected = ids
+    for _ in range(7):
+        expected = jnp.append(
+            expected, jnp.argmax(forward(expected)[-1]).astype(jnp.int32)
+        )
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))

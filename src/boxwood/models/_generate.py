@@ -38,7 +38,8 @@ def generate(
     The prompt is run once (prefill) and each new token then costs one step over a
     key/value cache, held as a `boxwood.nn.State` (`model.init_cache`). The whole
     loop is one compiled program per (prompt length bucket, `max_new_tokens`,
-    sampling mode): prompts are padded to the next power of two (at least 16).
+    sampling mode): prompts are padded to the next power of two (at least 16, at
+    most the model's number of positions).
 
     **Arguments:**
 
@@ -72,7 +73,8 @@ def generate(
             f"`generate`: {length} prompt tokens + `max_new_tokens`={max_new_tokens} "
             f"exceed the model's {model.max_positions} positions."
         )
-    padded = np.zeros(bucket(length), np.int32)
+    # The bucket never exceeds the position table (a prompt fits in it, above).
+    padded = np.zeros(min(bucket(length), model.max_positions), np.int32)
     padded[:length] = np.asarray(input_ids)
     new = _decode(
         model, jnp.asarray(padded), jnp.int32(length), key if key is not None else jax.random.key(0),

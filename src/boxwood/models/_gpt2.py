@@ -171,11 +171,7 @@ class GPT2Model(Module):
         self.ln_f = LayerNorm(d, eps=config.layer_norm_epsilon, dtype=dtype)
 
     def __call__(self, input_ids: Array, state: State | None, start: Any) -> tuple:
-        # Positions past the table only occur in the padding of a generation
-        # prompt, whose outputs are never used; clipping keeps them finite.
-        positions = jnp.minimum(
-            start + jnp.arange(input_ids.shape[0]), self.wpe.num_embeddings - 1
-        )
+        positions = start + jnp.arange(input_ids.shape[0])
         x = self.wte.weight[input_ids] + self.wpe.weight[positions]
         for block in self.h:
             x, state = block(x, state, start)
