@@ -176,7 +176,9 @@ def _plain_forward(
         ]
 
     def dense(x, name):
-        return x @ params[name + ".weight"].T + params[name + ".bias"]
+        return (
+            x @ params[name + ".weight"] + params[name + ".bias"]
+        )  # Conv1D: (in, out)
 
     batch, seq = ids.shape
     x = params["transformer.wte.weight"][ids] + params["transformer.wpe.weight"][:seq]
