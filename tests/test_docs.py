@@ -6,8 +6,8 @@ import re
 import types
 
 import boxwood
-import boxwood.nn
 import boxwood.models
+import boxwood.nn
 import boxwood.random
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
