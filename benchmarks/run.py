@@ -47,6 +47,7 @@ BENCHES = {
     "checkpoint": "bench_checkpoint",
     "display": "bench_display",
     "cold_start": "bench_cold_start",
+    "models": "bench_models",
 }
 
 EXPLAIN = {
@@ -96,6 +97,14 @@ EXPLAIN = {
     "inputs. Dispatch: ratio to `capture='constants'` (JAX's behaviour) and to the "
     "model passed as an argument. 200 MB array: first call in a fresh process; "
     "ratio to the array passed as an argument.",
+    "pretrained models (GPT-2)": "A GPT-2-small-shaped model (124M parameters, "
+    "random weights saved by `transformers`; 4 layers x 256 with `--quick`). Load: "
+    "`boxwood.models.from_pretrained` (onto the device, validated) vs `transformers`' "
+    "`from_pretrained` (ratio) and `safetensors.numpy.load_file` (note). Generation: "
+    "greedy, 64 tokens after 32, vs `transformers` eager. Time to first token: "
+    "`generate(prompt, 1)` in a fresh process after loading, compile included, then "
+    "with the persistent compilation cache. Forward: 8 x 128 tokens, ratio to the "
+    "same model as a plain function over a dict of arrays under `jax.jit`.",
     "display": "`Module._repr_html_` (the notebook tree) and `str(boxwood.summary(m))` "
     "on models of 10,000 array leaves; goal: under a second. Ratio: to "
     "`tree_pformat` (the text repr) of the same model.",

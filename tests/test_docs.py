@@ -6,6 +6,7 @@ import re
 import types
 
 import boxwood
+import boxwood.models
 import boxwood.nn
 import boxwood.random
 
@@ -31,6 +32,7 @@ def test_every_public_name_has_an_api_entry():
     wanted = {f"boxwood.{n}" for n in public_names(boxwood)}
     wanted |= {f"boxwood.nn.{n}" for n in public_names(boxwood.nn)}
     wanted |= {f"boxwood.random.{n}" for n in public_names(boxwood.random)}
+    wanted |= {f"boxwood.models.{n}" for n in public_names(boxwood.models)}
     missing = wanted - documented()
     assert not missing, f"add these to a page in docs/api/: {sorted(missing)}"
 

@@ -1,0 +1,82 @@
+"""The files of a `save_pretrained` directory: `config.json`, and the tensors of
+`model.safetensors` or of the shards its index lists."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import numpy as np
+
+from .._checkpoint._format import read_header
+from .._checkpoint._save_load import FileTensor, file_tensors
+from ._config import ConfigError, read_json
+
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+
+
+def config_path(directory: str) -> str:
+    """`directory/config.json`, after checking both exist."""
+    if not os.path.isdir(directory):
+        raise ConfigError(
+            f"{directory}: no such directory. `from_pretrained` reads a local "
+            "directory as `transformers`' `save_pretrained` writes it (it never "
+            "downloads anything)."
+        )
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"{directory}: has no `config.json`, so it is not a `save_pretrained` "
+            f"directory (it holds: {', '.join(sorted(os.listdir(directory))) or 'nothing'})."
+        )
+    return path
+
+
+def checkpoint_tensors(directory: str) -> dict[str, FileTensor]:
+    """Every tensor of the checkpoint by its name in the file, read lazily."""
+    single = os.path.join(directory, SINGLE)
+    if os.path.isfile(single):
+        return file_tensors(single, read_header(single))
+    index = os.path.join(directory, INDEX)
+    if not os.path.isfile(index):
+        raise ConfigError(
+            f"{directory}: has neither `{SINGLE}` nor `{INDEX}`; boxwood reads "
+            "safetensors checkpoints only (convert a `pytorch_model.bin` with "
+            "`model.save_pretrained(path, safe_serialization=True)` in transformers)."
+        )
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise ConfigError(f"{index}: has no `weight_map` object.")
+    tensors: dict[str, FileTensor] = {}
+    for name in sorted(set(weight_map.values())):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            raise ConfigError(f"{index}: lists the shard `{name}`, which is missing.")
+        tensors.update(file_tensors(path, read_header(path)))
+    return tensors
+
+
+def renamed_tensors(
+    tensors: dict[str, Any],
+    names: dict[str, str],
+    dropped: str | None,
+) -> dict[str, Any]:
+    """The file's tensors under the model's names (`names`: file name -> model
+    name); names the model lacks are kept (and reported as unexpected), `dropped`
+    (a regular expression) ones are left out (buffers `transformers` may store)."""
+    out = {}
+    for file_name, tensor in tensors.items():
+        if file_name not in names and dropped and re.fullmatch(dropped, file_name):
+            continue
+        out[names.get(file_name, file_name)] = tensor
+    return out
+
+
+def floating_dtype(tensors: dict[str, Any]) -> Any:
+    """The dtype of the checkpoint's floating-point tensors (the first one's)."""
+    for tensor in tensors.values():
+        if np.issubdtype(tensor.dtype, np.floating) or tensor.dtype.name == "bfloat16":
+            return tensor.dtype
+    return np.dtype(np.float32)

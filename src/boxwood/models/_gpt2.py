@@ -1,0 +1,232 @@
+"""GPT-2 (`GPT2LMHeadModel`): learned positions, pre-LayerNorm blocks, fused
+query/key/value projection, tied output embedding."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from .._init import split_keys
+from .._module import Module, field
+from ..nn import Embedding, LayerNorm, State, StateIndex
+from ._config import ConfigError, ModelConfig
+from ._layers import (
+    ACTIVATION_NAMES,
+    activation,
+    attend_with_cache,
+    check_input_ids,
+    empty_cache_index,
+    init_cache,
+)
+from ._pretrained import Pretrained
+
+
+def _false(value: Any) -> bool:
+    return value is False or value is None
+
+
+@dataclasses.dataclass(frozen=True)
+class GPT2Config(ModelConfig):
+    """The options of a GPT-2 `config.json` that boxwood implements (names and
+    defaults as in `transformers.GPT2Config`)."""
+
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_inner: int | None = None
+    activation_function: str = "gelu_new"
+    layer_norm_epsilon: float = 1e-5
+    scale_attn_weights: bool = True
+    tie_word_embeddings: bool = True
+
+    model_type: ClassVar[str] = "gpt2"
+    architecture: ClassVar[str] = "GPT2LMHeadModel"
+    IGNORED: ClassVar[frozenset[str]] = frozenset(
+        {"attn_pdrop", "embd_pdrop", "resid_pdrop", "n_ctx", "reorder_and_upcast_attn"}
+        | {f"summary_{x}" for x in ("activation", "first_dropout", "type")}
+        | {"summary_proj_to_labels", "summary_use_proj"}
+    )
+    REQUIRED: ClassVar[dict] = {
+        "add_cross_attention": (_false, "only `false` (no cross-attention)"),
+        "scale_attn_by_inverse_layer_idx": (_false, "only `false`"),
+    }
+
+    def validate(self, where: str) -> None:
+        if self.activation_function not in ACTIVATION_NAMES:
+            raise ConfigError(
+                f"{where}the option `activation_function` = "
+                f"{self.activation_function!r} is not supported; supported: "
+                f"{', '.join(ACTIVATION_NAMES)}."
+            )
+        if not self.scale_attn_weights:
+            raise ConfigError(
+                f"{where}the option `scale_attn_weights` = false is not supported."
+            )
+        if not self.tie_word_embeddings:
+            raise ConfigError(
+                f"{where}the option `tie_word_embeddings` = false is not supported by "
+                "GPT2LMHeadModel (GPT-2 ties its output to its input embedding)."
+            )
+        if self.n_embd % self.n_head:
+            raise ConfigError(f"{where}`n_embd` must be divisible by `n_head`.")
+
+
+class Conv1D(Module):
+    """GPT-2's projection layer: a dense layer whose weight is stored `(in_features,
+    out_features)`, as the checkpoint stores it, so that loading and export copy it
+    as it is (no transpose of the 85M weights of GPT-2 small)."""
+
+    weight: Float[Array, "in_features out_features"]
+    bias: Float[Array, " out_features"]
+
+    def __init__(
+        self, in_features: int, out_features: int, dtype: Any, *, key: PRNGKeyArray
+    ):
+        self.weight = 0.02 * jax.random.normal(key, (in_features, out_features), dtype)
+        self.bias = jnp.zeros((out_features,), dtype)
+
+    def __call__(
+        self, x: Float[Array, "seq in_features"]
+    ) -> Float[Array, "seq out_features"]:
+        return x @ self.weight + self.bias[None, :]
+
+
+class GPT2Attention(Module):
+    """Causal self-attention with one fused `c_attn` projection (as GPT-2 stores it)."""
+
+    c_attn: Conv1D
+    c_proj: Conv1D
+    cache: StateIndex
+    num_heads: int = field(static=True)
+
+    def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
+        k1, k2 = split_keys(key, 2)
+        d = config.n_embd
+        self.c_attn = Conv1D(d, 3 * d, dtype, key=k1)
+        self.c_proj = Conv1D(d, d, dtype, key=k2)
+        self.cache = empty_cache_index()
+        self.num_heads = config.n_head
+
+    def __call__(self, x: Array, state: State | None, start: Any) -> tuple:
+        qkv = self.c_attn(x).reshape(x.shape[0], 3, self.num_heads, -1)
+        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+        out, state = attend_with_cache(self.cache, state, q, k, v, start)
+        return self.c_proj(out.reshape(x.shape[0], -1)), state
+
+
+class GPT2MLP(Module):
+    c_fc: Conv1D
+    c_proj: Conv1D
+    act: str = field(static=True)
+
+    def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
+        k1, k2 = split_keys(key, 2)
+        inner = config.n_inner or 4 * config.n_embd
+        self.c_fc = Conv1D(config.n_embd, inner, dtype, key=k1)
+        self.c_proj = Conv1D(inner, config.n_embd, dtype, key=k2)
+        self.act = config.activation_function
+
+    def __call__(self, x: Array) -> Array:
+        return self.c_proj(activation(self.act, self.c_fc(x)))
+
+
+class GPT2Block(Module):
+    ln_1: LayerNorm
+    attn: GPT2Attention
+    ln_2: LayerNorm
+    mlp: GPT2MLP
+
+    def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
+        k1, k2 = split_keys(key, 2)
+        eps = config.layer_norm_epsilon
+        self.ln_1 = LayerNorm(config.n_embd, eps=eps, dtype=dtype)
+        self.attn = GPT2Attention(config, dtype, key=k1)
+        self.ln_2 = LayerNorm(config.n_embd, eps=eps, dtype=dtype)
+        self.mlp = GPT2MLP(config, dtype, key=k2)
+
+    def __call__(self, x: Array, state: State | None, start: Any) -> tuple:
+        h, state = self.attn(jax.vmap(self.ln_1)(x), state, start)
+        x = x + h
+        return x + self.mlp(jax.vmap(self.ln_2)(x)), state
+
+
+class GPT2Model(Module):
+    wte: Embedding
+    wpe: Embedding
+    h: list[GPT2Block]
+    ln_f: LayerNorm
+
+    def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
+        keys = split_keys(key, config.n_layer + 2)
+        d = config.n_embd
+        self.wte = Embedding(config.vocab_size, d, dtype=dtype, key=keys[0])
+        self.wpe = Embedding(config.n_positions, d, dtype=dtype, key=keys[1])
+        self.h = [GPT2Block(config, dtype, key=k) for k in keys[2:]]
+        self.ln_f = LayerNorm(d, eps=config.layer_norm_epsilon, dtype=dtype)
+
+    def __call__(self, input_ids: Array, state: State | None, start: Any) -> tuple:
+        positions = start + jnp.arange(input_ids.shape[0])
+        x = self.wte.weight[input_ids] + self.wpe.weight[positions]
+        for block in self.h:
+            x, state = block(x, state, start)
+        return jax.vmap(self.ln_f)(x), state
+
+
+class GPT2LMHeadModel(Pretrained):
+    """GPT-2 with its language-modelling head (tied to the token embedding).
+
+    Built from a [`boxwood.models.GPT2Config`][]; usually loaded with
+    `GPT2LMHeadModel.from_pretrained(path)`. Parameter names are those of the
+    `transformers` checkpoint (`transformer.h.0.attn.c_attn.weight`), in its
+    layout: the projections are GPT-2's `Conv1D` (weight `(in_features,
+    out_features)`), unlike `boxwood.nn.Linear`.
+    """
+
+    transformer: GPT2Model
+    config: GPT2Config = field(static=True)
+
+    config_class: ClassVar[type] = GPT2Config
+
+    def __init__(self, config: GPT2Config, dtype: Any = None, *, key: PRNGKeyArray):
+        """**Arguments:**
+
+        - `config`: a [`boxwood.models.GPT2Config`][].
+        - `dtype`: the parameters' dtype (default float32).
+        - `key`: a `jax.random` key for the random initialisation. (Keyword only.)
+        """
+        self.transformer = GPT2Model(config, dtype or jnp.float32, key=key)
+        self.config = config
+
+    def __call__(self, input_ids: Int[Array, " seq"]) -> Float[Array, "seq vocab_size"]:
+        """**Arguments:** `input_ids`: token ids, shape `(seq,)`.
+
+        **Returns:** the next-token logits at every position, `(seq, vocab_size)`.
+        """
+        return self.decode(input_ids, None, 0)[0]
+
+    def decode(self, input_ids: Array, state: State | None, start: Any) -> tuple:
+        """Logits for `input_ids` at positions `start, start+1, ...`, reading and
+        updating the key/value cache in `state` (from `init_cache`)."""
+        check_input_ids("GPT2LMHeadModel", input_ids, self.config.n_positions)
+        x, state = self.transformer(input_ids, state, start)
+        return x @ self.transformer.wte.weight.T, state
+
+    def init_cache(self, length: int) -> State:
+        """An empty key/value cache for `length` positions, as a `boxwood.nn.State`."""
+        c = self.config
+        dtype = self.transformer.wte.weight.dtype
+        return init_cache(
+            self,
+            length,
+            dict(kv_heads=c.n_head, head_dim=c.n_embd // c.n_head, dtype=dtype),
+        )
+
+    @property
+    def max_positions(self) -> int:
+        return self.config.n_positions

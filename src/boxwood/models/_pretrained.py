@@ -1,0 +1,208 @@
+"""`Pretrained`: the base of the model classes: loading a `save_pretrained`
+directory into an abstractly built model, and exporting one back."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+from .._checkpoint._assemble import assemble
+from .._checkpoint._format import write_arrays
+from .._checkpoint._leaves import stored_leaves
+from .._checkpoint._state_dict import state_dict
+from .._eval_shape import filter_eval_shape
+from .._module import Module
+from .._sharding import named_shardings
+from ._checkpoint_files import (
+    checkpoint_tensors,
+    config_path,
+    floating_dtype,
+    renamed_tensors,
+)
+from ._config import ConfigError, read_json
+from ._sharding_rules import sharding_rules
+
+
+class Pretrained(Module):
+    """A model whose parameters are named after a `transformers` checkpoint.
+
+    A subclass says how its parameter names differ from the checkpoint's (`RENAMES`,
+    `(pattern, replacement)` pairs of `re.sub` from boxwood's name to the file's)
+    and which of the file's tensors are buffers to skip (`DROPPED`, a pattern);
+    `export_array` gives an array the file's shape where a layer's differs.
+    """
+
+    config_class: ClassVar[type] = type(None)
+    RENAMES: ClassVar[tuple[tuple[str, str], ...]] = ()
+    DROPPED: ClassVar[str | None] = None
+    OPTIONAL_PREFIX: ClassVar[str | None] = None  # `bert.` of `BertFor...` files
+
+    @classmethod
+    def checkpoint_name(cls, name: str) -> str:
+        """The checkpoint's name for boxwood's parameter `name`."""
+        for pattern, replacement in cls.RENAMES:
+            name = re.sub(pattern, replacement, name)
+        return name
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        *,
+        dtype: Any = None,
+        mesh: Any = None,
+        rules: Any = None,
+    ) -> Any:
+        """Load a model from a local directory written by `save_pretrained`.
+
+        Reads files only; never uses the network. The model is built abstractly
+        (no random initialisation), every name and shape is checked against the
+        checkpoint (all problems reported at once, in a `boxwood.CheckpointError`),
+        then each tensor is read once, straight into its final dtype and, with
+        `mesh`, its final sharding.
+
+        **Arguments:**
+
+        - `path`: the directory (`config.json` plus `model.safetensors`, or
+          sharded `model-0000N-of-0000M.safetensors` files and their index).
+        - `dtype`: the floating-point dtype of the parameters (e.g.
+          `jnp.bfloat16`); default: the checkpoint's.
+        - `mesh`: a `jax.sharding.Mesh` to place the parameters on, by `rules`
+          (see [`boxwood.models.sharding_rules`][]). (Keyword only.)
+        - `rules`: sharding rules as [`boxwood.shard`][] takes them, or the name
+          of a strategy of [`boxwood.models.sharding_rules`][]
+          (`"tensor_parallel"`); default replicated. (Keyword only.)
+
+        **Returns:** the model.
+        """
+        directory = os.fspath(path)
+        config = cls.config_class.from_file(config_path(directory))
+        return cls._load(directory, config, dtype, mesh, rules)
+
+    @classmethod
+    def _load(
+        cls, directory: str, config: Any, dtype: Any, mesh: Any, rules: Any
+    ) -> Any:
+        tensors = checkpoint_tensors(directory)
+        prefix = cls.OPTIONAL_PREFIX
+        if prefix and any(name.startswith(prefix) for name in tensors):
+            tensors = {name.removeprefix(prefix): t for name, t in tensors.items()}
+        dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
+        abstract = filter_eval_shape(cls, config, dtype, key=jax.random.key(0))
+        if isinstance(rules, str):
+            rules = sharding_rules(cls, rules)  # type: ignore[arg-type]
+        if mesh is not None:
+            abstract = _with_shardings(
+                abstract, named_shardings(abstract, mesh, rules or ())
+            )
+        leaves, _, _ = stored_leaves(abstract)
+        names = {cls.checkpoint_name(leaf.name): leaf.name for leaf in leaves}
+        tensors = renamed_tensors(tensors, names, cls.DROPPED)
+        model, _ = assemble(
+            abstract,
+            tensors,
+            strict=True,
+            cast=dtype,
+            squeeze_ok=True,
+            source=f"the checkpoint in {directory}",
+            where="the checkpoint",
+        )
+        return model
+
+    def export_array(self, name: str, array: np.ndarray) -> np.ndarray:
+        """Boxwood's parameter `name` in the checkpoint's layout."""
+        return array
+
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """Write the model as `transformers`' `save_pretrained` does: `config.json`
+        and `model.safetensors` in the directory `path` (created if needed), so
+        that `transformers`' `from_pretrained(path)` loads it.
+
+        **Arguments:** `path`: the directory.
+        """
+        directory = os.fspath(path)
+        os.makedirs(directory, exist_ok=True)
+        arrays = [
+            (self.checkpoint_name(name), self.export_array(name, array))
+            for name, array in state_dict(self).items()
+        ]
+        options = self.config.to_dict()  # type: ignore[attr-defined]
+        options["dtype"] = str(np.dtype(arrays[0][1].dtype))
+        with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(options, f, indent=2, sort_keys=True)
+        with open(os.path.join(directory, "model.safetensors"), "wb") as f:
+            write_arrays(f, arrays, {"format": "pt"})
+
+
+def _with_shardings(abstract: Any, shardings: Any) -> Any:
+    def put(x: Any, s: Any) -> Any:
+        if isinstance(x, jax.ShapeDtypeStruct) and s is not None:
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+        return x
+
+    return jtu.tree_map(put, abstract, shardings, is_leaf=lambda x: x is None)
+
+
+def save_pretrained(model: Pretrained, path: str | os.PathLike) -> None:
+    """Write `model` as `transformers`' `save_pretrained` does (`config.json`,
+    `model.safetensors`), so that `transformers`' `from_pretrained(path)` loads it.
+
+    **Arguments:**
+
+    - `model`: a model of `boxwood.models`.
+    - `path`: the directory (created if needed).
+    """
+    if not isinstance(model, Pretrained):
+        raise TypeError(
+            "`save_pretrained` takes a model of `boxwood.models`, got "
+            f"{type(model).__name__}; save other trees with `boxwood.save`."
+        )
+    model.save_pretrained(path)
+
+
+def pretrained_classes() -> dict[str, type]:
+    """The model classes by `model_type`."""
+    from ._bert import BertModel
+    from ._gpt2 import GPT2LMHeadModel
+    from ._llama import LlamaForCausalLM
+    from ._vit import ViTForImageClassification
+
+    classes = (GPT2LMHeadModel, LlamaForCausalLM, BertModel, ViTForImageClassification)
+    return {c.config_class.model_type: c for c in classes}
+
+
+def from_pretrained(
+    path: str | os.PathLike, *, dtype: Any = None, mesh: Any = None, rules: Any = None
+) -> Any:
+    """Load the model in a local `save_pretrained` directory, choosing the class
+    from `config.json`'s `model_type`.
+
+    Reads files only; never uses the network. See `GPT2LMHeadModel.from_pretrained`
+    for the arguments; the supported `model_type`s are `gpt2`, `llama` (and
+    Llama-shaped `mistral`), `bert` and `vit`.
+
+    **Raises:** `boxwood.models.ConfigError` naming the file when there is no
+    `config.json` or its `model_type` is not supported (listing those that are).
+    """
+    directory = os.fspath(path)
+    cfg_file = config_path(directory)
+    options = read_json(cfg_file)
+    classes = pretrained_classes()
+    model_type = options.get("model_type")
+    if model_type == "mistral":
+        model_type = "llama"
+    if model_type not in classes:
+        raise ConfigError(
+            f"{cfg_file}: `model_type` = {model_type!r} is not one boxwood has; "
+            f"supported: {', '.join(sorted(classes))}."
+        )
+    cls = classes[model_type]
+    config = cls.config_class.from_dict(options, cfg_file)
+    return cls._load(directory, config, dtype, mesh, rules)

@@ -1,0 +1,149 @@
+"""`boxwood.models` computes what PyTorch `transformers` computes, on tiny random
+checkpoints written by `save_pretrained` (float32: max abs difference <= 1e-4)."""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import boxwood
+import boxwood.models as bm
+from _hf_models import save_tiny, token_ids, torch
+
+TOL = 1e-4
+
+
+def _logits(torch_model, ids):
+    with torch.no_grad():
+        return torch_model(torch.tensor(ids)).logits.float().numpy()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_causal_lm_matches_pytorch(kind, tmp_path):
+    reference = save_tiny(kind, tmp_path)
+    model = bm.from_pretrained(tmp_path)
+    assert type(model).__name__ == type(reference).__name__
+    ids = token_ids(1, (3, 17))
+    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    assert out.shape == (3, 17, 97) and out.dtype == jnp.float32
+    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
+    single = boxwood.filter_jit(model)(jnp.asarray(ids[0, :5]))
+    assert np.abs(np.asarray(single) - np.asarray(out[0, :5])).max() <= TOL
+
+
+def test_llama_grouped_query_untied_rope_theta(tmp_path):
+    reference = save_tiny(
+        "llama", tmp_path, num_key_value_heads=2, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0}, attention_bias=True,
+    )  # fmt: skip
+    model = bm.LlamaForCausalLM.from_pretrained(tmp_path)
+    assert model.lm_head is not None and model.config.kv_heads == 2
+    assert model.config.rope_theta == 500.0
+    assert model.model.layers[0].self_attn.k_proj.weight.shape == (16, 32)
+    ids = token_ids(2, (2, 23))
+    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
+
+
+def test_llama_tied_embeddings(tmp_path):
+    reference = save_tiny("llama", tmp_path, tie_word_embeddings=True)
+    model = bm.LlamaForCausalLM.from_pretrained(tmp_path)
+    assert model.lm_head is None
+    ids = token_ids(3, (1, 9))
+    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
+
+
+def test_bert_padded_batch_with_mask(tmp_path):
+    reference = save_tiny("bert", tmp_path)
+    model = bm.BertModel.from_pretrained(tmp_path)
+    ids = token_ids(4, (3, 12))
+    mask = np.ones((3, 12), np.int64)
+    mask[1, 7:] = 0
+    mask[2, 3:] = 0
+    types = np.zeros((3, 12), np.int64)
+    types[:, 6:] = 1
+    out = boxwood.filter_jit(jax.vmap(model))(*map(jnp.asarray, (ids, mask, types)))
+    with torch.no_grad():
+        expected = reference(
+            torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            token_type_ids=torch.tensor(types),
+        ).last_hidden_state.numpy()
+    assert out.shape == (3, 12, 32)
+    assert np.abs(np.asarray(out) - expected).max() <= TOL
+    # The real tokens of a padded sequence do not see the padding.
+    alone = boxwood.filter_jit(model)(
+        jnp.asarray(ids[2, :3]), None, jnp.asarray(types[2, :3])
+    )
+    assert np.abs(np.asarray(alone) - np.asarray(out[2, :3])).max() <= TOL
+    # Defaults: no padding, one segment.
+    plain = boxwood.filter_jit(model)(jnp.asarray(ids[0]))
+    with torch.no_grad():
+        expected = reference(torch.tensor(ids[:1])).last_hidden_state.numpy()[0]
+    assert np.abs(np.asarray(plain) - expected).max() <= TOL
+
+
+def test_vit_matches_pytorch(tmp_path):
+    reference = save_tiny("vit", tmp_path)
+    model = bm.from_pretrained(tmp_path)
+    assert isinstance(model, bm.ViTForImageClassification)
+    pixels = np.random.RandomState(5).randn(3, 3, 16, 16).astype(np.float32)
+    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(pixels))
+    with torch.no_grad():
+        expected = reference(torch.tensor(pixels)).logits.numpy()
+    assert out.shape == (3, 5)
+    assert np.abs(np.asarray(out) - expected).max() <= TOL
+    assert model.config.labels == tuple(f"LABEL_{i}" for i in range(5))
+
+
+def test_bfloat16_checkpoint_stays_bfloat16(tmp_path):
+    reference = save_tiny("llama", tmp_path, dtype=torch.bfloat16)
+    model = bm.from_pretrained(tmp_path)
+    dtypes = {x.dtype for x in jax.tree_util.tree_leaves(model)}
+    assert dtypes == {jnp.dtype(jnp.bfloat16)}
+    ids = token_ids(6, (1, 8))
+    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    assert out.dtype == jnp.bfloat16
+    # bfloat16 rounding differs between the two implementations; logits agree
+    # to bfloat16 precision.
+    assert np.abs(np.asarray(out, np.float32) - _logits(reference, ids)).max() < 0.1
+
+
+def test_dtype_argument_casts_on_read(tmp_path):
+    save_tiny("gpt2", tmp_path)
+    model = bm.GPT2LMHeadModel.from_pretrained(tmp_path, dtype=jnp.bfloat16)
+    weight = model.transformer.h[0].attn.c_attn.weight
+    assert weight.dtype == jnp.bfloat16 and weight.shape == (32, 96)  # (in, out)
+    full = bm.GPT2LMHeadModel.from_pretrained(tmp_path)
+    expected = np.asarray(full.transformer.h[0].attn.c_attn.weight).astype(
+        ml_dtypes.bfloat16
+    )
+    np.testing.assert_array_equal(np.asarray(weight), expected)
+
+
+def test_sharded_checkpoint(tmp_path):
+    reference = save_tiny("gpt2", tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    assert not (tmp_path / "model.safetensors").exists()
+    model = bm.from_pretrained(tmp_path)
+    ids = token_ids(7, (1, 10))
+    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
+
+
+def test_loading_builds_nothing_random(tmp_path, monkeypatch):
+    save_tiny("gpt2", tmp_path)
+    calls = []
+    real = jax.random.normal
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax.random, "normal", counting)
+    model = bm.GPT2LMHeadModel.from_pretrained(tmp_path)
+    # Built under `filter_eval_shape`: any initialiser runs on abstract values only.
+    assert all(isinstance(a[0], jax.core.Tracer) for a in calls)
+    assert all(isinstance(x, jax.Array) for x in jax.tree_util.tree_leaves(model))

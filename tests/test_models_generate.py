@@ -1,0 +1,119 @@
+"""`boxwood.models.generate`: greedy decoding equal to `transformers`' token for
+token, one compile per prompt-length bucket, sampling, and its argument checks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood
+import boxwood.models as bm
+from _hf_models import save_tiny, token_ids, torch
+from boxwood.models._generate import _decode, bucket
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def pair(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(request.param)
+    # A wide initialisation makes the random model's continuations varied (with
+    # the default 0.02 they quickly repeat one token).
+    options = dict(initializer_range=0.3)
+    if request.param == "llama":
+        options.update(num_key_value_heads=2, tie_word_embeddings=False)
+    reference = save_tiny(request.param, directory, **options)
+    return bm.from_pretrained(directory), reference
+
+
+def _hf_greedy(reference, ids, n):
+    with torch.no_grad():
+        out = reference.generate(
+            torch.tensor(ids)[None], max_new_tokens=n, do_sample=False,
+            eos_token_id=None, pad_token_id=0,
+        )  # fmt: skip
+    return out[0].numpy()
+
+
+def test_greedy_equals_transformers(pair):
+    model, reference = pair
+    for seed, length in [(0, 7), (1, 16), (2, 3)]:
+        ids = token_ids(seed, (length,))
+        out = bm.generate(model, jnp.asarray(ids), 20)
+        assert out.shape == (length + 20,) and out.dtype == jnp.int32
+        expected = _hf_greedy(reference, ids, 20)
+        np.testing.assert_array_equal(np.asarray(out), expected)
+    assert len(set(np.asarray(out)[length:].tolist())) > 3  # not a degenerate repeat
+
+
+def test_cache_steps_equal_full_forward(pair):
+    model, _ = pair
+    ids = jnp.asarray(token_ids(3, (9,)))
+    full = boxwood.filter_jit(model)(ids)
+    decode = boxwood.filter_jit(type(model).decode)
+    state = model.init_cache(12)
+    head, state = decode(model, ids[:5], state, 0)
+    rest = []
+    for i in range(5, 9):
+        logits, state = decode(model, ids[i : i + 1], state, jnp.int32(i))
+        rest.append(logits[0])
+    stepped = jnp.concatenate([head, jnp.stack(rest)])
+    assert np.abs(np.asarray(stepped) - np.asarray(full)).max() <= 1e-4
+
+
+def test_one_compile_per_bucket(pair):
+    model, _ = pair
+    bm.generate(model, jnp.asarray(token_ids(4, (5,))), 20)  # warm
+    traces = _decode.cache_info().traces
+    for length in (1, 9, 16):  # all in the bucket of 16
+        bm.generate(model, jnp.asarray(token_ids(length, (length,))), 20)
+    assert _decode.cache_info().traces == traces
+    assert [bucket(n) for n in (1, 16, 17, 33)] == [16, 16, 32, 64]
+
+
+def test_sampling(pair):
+    model, _ = pair
+    ids = jnp.asarray(token_ids(6, (4,)))
+    greedy = bm.generate(model, ids, 20)  # compiled by the first test already
+    sample = lambda seed, t: bm.generate(
+        model, ids, 20, key=jax.random.key(seed), temperature=t, top_k=2
+    )
+    np.testing.assert_array_equal(
+        np.asarray(sample(1, 1.0)), np.asarray(sample(1, 1.0))
+    )
+    # Hot sampling among the top 2 leaves the greedy path; cold sampling keeps it.
+    assert (np.asarray(sample(1, 50.0)) != np.asarray(greedy)).any()
+    np.testing.assert_array_equal(np.asarray(sample(2, 1e-4)), np.asarray(greedy))
+
+
+def test_generate_errors(pair):
+    model, _ = pair
+    ids = jnp.asarray(token_ids(0, (4,)))
+    with pytest.raises(ValueError, match="sampling .* needs `key=`"):
+        bm.generate(model, ids, 3, temperature=0.7)
+    with pytest.raises(ValueError, match="`max_new_tokens` must be at least 1"):
+        bm.generate(model, ids, 0)
+    with pytest.raises(TypeError, match="`max_new_tokens` must be an int"):
+        bm.generate(model, ids, 2.5)
+    with pytest.raises(ValueError, match="exceed the model's 64 positions"):
+        bm.generate(model, ids, 61)
+    with pytest.raises(TypeError, match="`input_ids` must be an integer array"):
+        bm.generate(model, ids.astype(jnp.float32), 3)
+    with pytest.raises(ValueError, match=r"`input_ids` must have shape \(seq,\)"):
+        bm.generate(model, ids[None], 3)
+    with pytest.raises(TypeError, match="takes a causal language model"):
+        bm.generate(object(), ids, 3)
+
+
+def test_bucket_is_capped_by_the_position_table():
+    config = bm.GPT2Config(
+        vocab_size=31, n_positions=24, n_embd=16, n_layer=1, n_head=2
+    )
+    model = bm.GPT2LMHeadModel(config, key=jax.random.key(0))
+    ids = jnp.asarray(token_ids(8, (17,), vocab=31))  # bucket 32 > 24 positions
+    out = bm.generate(model, ids, 7)
+    forward = boxwood.filter_jit(model)
+    expected = ids
+    for _ in range(7):
+        expected = jnp.append(
+            expected, jnp.argmax(forward(expected)[-1]).astype(jnp.int32)
+        )
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))
