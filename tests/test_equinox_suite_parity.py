@@ -153,3 +153,45 @@ def test_tree_at_on_shared_empty_tuples_and_replace_errors():
         bw.tree_at(where, [1, 2], replace=4)
     with pytest.raises(ValueError, match="must be a sequence of 2 values"):
         bw.tree_at(where, [1, 2], replace=(1, 2, 3))
+
+
+def _wrapped_target(a, b=1):
+    return a
+
+
+def test_tree_pformat_of_weak_arrays_and_functions_matches_equinox():
+    import functools
+
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    @functools.wraps(_wrapped_target)
+    def wrapper():
+        pass
+
+    cases = [
+        jnp.array(1),
+        jnp.array(1.0),
+        jnp.ones((2, 3)),
+        np.ones(2),
+        wrapper,
+        _wrapped_target,
+        print,
+        functools.partial(_wrapped_target),
+        functools.partial(_wrapped_target, jnp.ones(2), b=3),
+    ]
+    for x in cases:
+        assert bw.tree_pformat(x) == eqx.tree_pformat(x), x
+    struct = jax.ShapeDtypeStruct((2,), jnp.float32, weak_type=True)
+    assert bw.tree_pformat(struct, struct_as_array=True) == "weak_f32[2]"
+
+
+def test_filter_vmap_broadcasts_an_output_number_given_an_axis():
+    import equinox as eqx
+
+    for lib in (bw, eqx):
+        out = lib.filter_vmap(lambda x: x, out_axes=0, axis_size=3)(1)
+        assert jnp.array_equal(out, jnp.ones(3, jnp.int32))
+    with pytest.raises(ValueError, match="it is str 'a', not an array"):
+        bw.filter_vmap(lambda x: "a", out_axes=0, axis_size=3)(1)
