@@ -195,3 +195,20 @@ def test_filter_vmap_broadcasts_an_output_number_given_an_axis():
         assert jnp.array_equal(out, jnp.ones(3, jnp.int32))
     with pytest.raises(ValueError, match="it is str 'a', not an array"):
         bw.filter_vmap(lambda x: "a", out_axes=0, axis_size=3)(1)
+
+
+def test_equinox_file_errors_are_runtime_errors_naming_the_key_path(tmp_path):
+    import equinox as eqx
+
+    path = tmp_path / "m.eqx"
+    eqx.tree_serialise_leaves(path, (jnp.array(1), {"a": jnp.array(1)}))
+    bad = (jnp.array(2), {"a": jnp.array(2.0)})  # float32 where the file has int32
+    for lib in (bw, eqx):
+        with pytest.raises(RuntimeError, match=r"Deserialised leaf at path \(Seq"):
+            lib.tree_deserialise_leaves(path, bad)
+    with pytest.raises(bw.CheckpointError, match=r"`1.a`: the file's scalar record 1"):
+        bw.tree_deserialise_leaves(path, bad)
+    eqx.tree_serialise_leaves(path, (jnp.array(1), {}))
+    more = (jnp.array(2), {"a": jnp.array(2)})
+    with pytest.raises(RuntimeError, match=r"Error at leaf with path \(SequenceKey"):
+        bw.tree_deserialise_leaves(path, more)
