@@ -212,3 +212,21 @@ def test_equinox_file_errors_are_runtime_errors_naming_the_key_path(tmp_path):
     more = (jnp.array(2), {"a": jnp.array(2)})
     with pytest.raises(RuntimeError, match=r"Error at leaf with path \(SequenceKey"):
         bw.tree_deserialise_leaves(path, more)
+
+
+def _backward_nan_output(lib, capfd):
+    import jax
+
+    f = lambda x: lib.debug.backward_nan(x, name="foo", terminate=False) * 2
+    capfd.readouterr()
+    jax.grad(f)(jnp.array(1.0))
+    jax.effects_barrier()
+    return capfd.readouterr().out
+
+
+def test_backward_nan_prints_values_as_equinox_does(capfd):
+    import equinox as eqx
+
+    ours = _backward_nan_output(bw, capfd)
+    assert ours == _backward_nan_output(eqx, capfd)
+    assert ours.startswith("foo:\n   primals=Array(1., dtype=float32")
