@@ -230,3 +230,23 @@ def test_backward_nan_prints_values_as_equinox_does(capfd):
     ours = _backward_nan_output(bw, capfd)
     assert ours == _backward_nan_output(eqx, capfd)
     assert ours.startswith("foo:\n   primals=Array(1., dtype=float32")
+
+
+def test_closure_to_pytree_makes_local_functions_equal_without_retracing():
+    import optax
+
+    from boxwood import internal as bwi
+
+    def make(lr):
+        def init_fn(params):  # no free variables, a new object per call
+            return params
+
+        a = jnp.array(lr)
+        return bwi.closure_to_pytree((optax.adam(a), init_fn, lambda x: x * a))
+
+    traces = []
+    f = bw.filter_jit(lambda t: traces.append(1))
+    f(make(1e-3))
+    f(make(1e-2))
+    assert len(traces) == 1  # only the arrays differ
+    assert make(1.0)[1](3) == 3 and make(2.0)[2](3.0) == 6.0
