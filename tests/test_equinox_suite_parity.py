@@ -250,3 +250,17 @@ def test_closure_to_pytree_makes_local_functions_equal_without_retracing():
     f(make(1e-2))
     assert len(traces) == 1  # only the arrays differ
     assert make(1.0)[1](3) == 3 and make(2.0)[2](3.0) == 6.0
+
+
+def test_omega_operands_need_the_same_is_leaf():
+    from boxwood.internal import ω
+
+    tree = [1, jnp.ones(2)]
+    with pytest.raises(ValueError, match="needs the same `is_leaf` on both sides"):
+        ω(tree) + ω(tree, is_leaf=lambda x: isinstance(x, int))
+    with pytest.raises(ValueError, match=r"\.at\[\]\.set ω` needs the same `is_leaf`"):
+        ω(tree, is_leaf=lambda x: isinstance(x, int)).at[()].set(ω(tree))
+    out = ω(tree, is_leaf=lambda x: isinstance(x, int)) + ω(
+        tree, is_leaf=lambda x: isinstance(x, int)
+    )  # two lambdas of the same code
+    assert out.ω[0] == 2
