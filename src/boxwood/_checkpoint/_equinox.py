@@ -131,9 +131,6 @@ class EquinoxLeafError(CheckpointError, RuntimeError):
     `CheckpointError`, and a `RuntimeError` as Equinox raises there."""
 
 
-EquinoxLeafError.__module__ = "boxwood"
-
-
 def _leaf_error(path: tuple, what: str, mismatch: bool = False) -> CheckpointError:
     """Names the leaf by its dotted path, then by JAX's key path in the words of
     Equinox's own error (so code matching Equinox's message keeps working)."""
