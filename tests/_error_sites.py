@@ -32,6 +32,7 @@ HOLE = "…"
 _EDGE = " .,:;"  # stripped from the two ends of a key
 _EXCEPTION_NAME = re.compile(r"(Error|Exception|Exit|Interrupt)$")
 _FORMAT_FIELD = re.compile(r"\{[^{}]*\}|%[sdrf]")
+_BACKTICKED = re.compile(r"`([^`\n]+)`")
 
 
 # Functions that build an exception from a message they are given: name ->
@@ -46,6 +47,8 @@ class Site:
     function: str  # the enclosing function's qualified name ("" at module level)
     exc: str  # the exception class's name
     key: str | None  # None: the message has no literal part long enough
+    # the names the message puts in backticks (`max_rows`), from its literal text
+    names: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line} ({self.function or 'module'})"
@@ -90,9 +93,12 @@ class _Scanner(ast.NodeVisitor):
     # --- sites
     def _add(self, node: ast.AST, exc: str, message: ast.expr | None) -> None:
         pieces = self._pieces(message, depth=0) if message is not None else [None]
-        self.sites.append(
-            Site(self.file, node.lineno, ".".join(self.names), exc, _key(pieces))
+        literal = "".join(p or HOLE for p in pieces)
+        names = tuple(
+            n for n in _BACKTICKED.findall(literal) if not _FORMAT_FIELD.search(n)
         )
+        site = Site(self.file, node.lineno, ".".join(self.names), exc, _key(pieces))
+        self.sites.append(dataclasses.replace(site, names=names))
 
     def visit_Raise(self, node: ast.Raise) -> None:
         if node.exc is not None:
@@ -291,3 +297,38 @@ def stale_rows(entries: list[str], sites: list[Site], exempt: tuple) -> list[str
         for row in entries
         if not row.startswith(exempt) and not any(covers(row, s) for s in sites)
     ]
+
+
+def error_cell(raw_row: str) -> str:
+    """The first cell (the quoted messages) of a catalogue row, as written."""
+    return raw_row.strip().strip("|").split(" | ")[0].strip()
+
+
+def _bare(name: str) -> re.Pattern:
+    """`name` where it is not inside backticks (nor part of a longer word)."""
+    return re.compile(rf"(?<![\w`.]){re.escape(name)}(?![\w`])")
+
+
+def dropped_backticks(raw_rows: list[str], sites: list[Site]) -> list[str]:
+    """`row: name` for each name a message puts in backticks that a catalogue row
+    covering it quotes without them (`summary: max_rows must ...` for the message
+    ``summary: `max_rows` must ...``). Checked in each quoted message (code span)
+    of the row's first cell that starts like the site's message."""
+    found = []
+    for raw in raw_rows:
+        cell, entry = error_cell(raw), normalise(raw)
+        covered = [s for s in sites if s.names and covers(entry, s)]
+        for match in _SPAN.finditer(cell):
+            span = match.group(1) or match.group(2)
+            for site in covered:
+                if not key_pattern(site.key or "").search(normalise(span)):
+                    continue
+                found += [
+                    f"{cell[:70]}: {name}"
+                    for name in site.names
+                    if _bare(name).search(span) and f"`{name}`" not in span
+                ]
+    return sorted(set(found))
+
+
+_SPAN = re.compile(r"``\s?(.+?)\s?``|`([^`]+)`")  # a code span, single or double

@@ -1,16 +1,18 @@
 """Multi-device cases for test_sharding.py, run in child processes (JAX fixes its
 device count when it starts).
 
-    python tests/_sharding_cases.py CASE            # on 8 simulated CPU devices
+    python tests/_sharding_cases.py CASE [CASE ...]    # on 8 simulated CPU devices
     python tests/_sharding_cases.py worker I PORT OUT   # process I of 2, 4 devices
 
-Each case prints `OK` at the end; an assertion error fails the child.
+Each case prints `case NAME: OK`, or `case NAME: FAILED` and its traceback; the
+child prints `OK` at the end.
 Importing this module does nothing (the test session imports it for `build` and
 `train`, which compute the single-device reference).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 
 STEPS = 3
@@ -104,8 +106,9 @@ def host_leaves(tree):
     return [get(a) for a in jax.tree_util.tree_leaves(bw.filter(tree, bw.is_array))]
 
 
+@functools.cache
 def reference():
-    """Losses and parameters of the single-device run."""
+    """Losses and parameters of the single-device run (computed once per process)."""
     model, tx, x, y = build()
     model, _, losses = train(model, tx.init(model), x, y, make_step(tx))
     return [float(v) for v in losses], host_leaves(model)
@@ -310,9 +313,23 @@ def worker(process_id: int, port: int, out: str) -> None:
     jax.distributed.shutdown()
 
 
+def run_cases(names: list[str]) -> None:
+    """Run the cases in this one process (one JAX start, one reference run), each
+    reported as `case NAME: OK` or `case NAME: FAILED` with its traceback."""
+    import traceback
+
+    for name in names:
+        try:
+            globals()[f"case_{name}"]()
+        except Exception:
+            print(f"case {name}: FAILED\n{traceback.format_exc()}", flush=True)
+        else:
+            print(f"case {name}: OK", flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "worker":
         worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
     else:
-        globals()[f"case_{sys.argv[1]}"]()
+        run_cases(sys.argv[1:])
     print("OK")

@@ -124,3 +124,150 @@ def test_treescope_renders_modules_as_constructors(getkey):
     assert text.startswith("Net(\n  blocks=[\n    Block(")
     assert "name='block0'" in text and "Dropout(p=0.1, inference=False)" in text
     assert "head=Linear(" in text
+
+
+# --- one name for a function, everywhere; boxwood's wrappers not shown
+
+
+def test_a_function_has_one_name_in_every_display(getkey):
+    model = nn.Sequential([nn.Linear(2, 3, key=getkey()), nn.Lambda(jax.nn.relu)])
+    html, text = model._repr_html_(), repr(model)
+    assert 'fn = <span class="bw-static">&lt;function relu&gt;</span>' in html
+    assert "Lambda(fn=<function relu>)" in text
+    for shown in (html, text):
+        assert "custom_jvp" not in shown and "StaticFunction" not in shown
+        assert " at 0x" not in shown
+
+
+def test_treescope_names_functions_as_repr_does(getkey):
+    treescope = pytest.importorskip("treescope")
+    model = nn.MLP(2, 1, 4, 1, activation=jax.nn.gelu, key=getkey())
+    text = treescope.render_to_text(model)
+    assert "activation=<function gelu>," in text
+    assert "StaticFunction" not in text and "jax.nn.gelu" not in text
+
+
+def test_wrapped_functions_are_static_entries_not_nodes(getkey):
+    html = nn.MLP(2, 1, 4, 1, key=getkey())._repr_html_()
+    assert '<span class="bw-cls">StaticFunction</span>' not in html
+    assert 'activation = <span class="bw-static">&lt;function relu&gt;</span>' in html
+    assert "<details" in html and html.count("0 params") == 0
+
+
+def _f(x):
+    return x
+
+
+class _Holder:
+    def method(self):
+        return None
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (jax.nn.relu, "<function relu>"),  # a custom_jvp
+        (jax.jit(_f), "<function _f>"),
+        (bw.filter_jit(_f), "<function _f>"),
+        (jnp.tanh, "<function tanh>"),
+        (len, "<function len>"),
+        (np.add, "<function add>"),
+        (_Holder().method, "<function _Holder.method>"),
+        (__import__("functools").partial(_f, 1), "partial(<function _f>, 1)"),
+        (nn.Lambda(jax.nn.relu).fn, "<function relu>"),  # nn.StaticFunction
+        (3, None),
+        ("relu", None),
+    ],
+)
+def test_function_names(value, shown):
+    from boxwood._pretty import function_name
+
+    assert function_name(value) == shown
+
+
+# --- the first lines of the notebook display
+
+
+class Mixed(bw.Module):
+    w: jax.Array
+    half: jax.Array
+    count: jax.Array
+    act: object
+    size: int = bw.field(static=True, default=3)
+
+
+def _mixed(w=None):
+    w = jnp.ones((2, 4), jnp.float32) if w is None else w
+    return Mixed(
+        w, jnp.ones(8, jnp.bfloat16), jnp.zeros(3, jnp.int32), nn.Lambda(jnp.tanh).fn
+    )
+
+
+def _heads(html):
+    return re.findall(r'<div class="bw-head">(.*?)</div>', html)
+
+
+def test_the_display_starts_with_totals_dtypes_static_fields_and_finiteness():
+    heads = _heads(_mixed()._repr_html_())
+    assert heads == [
+        "16 params, 60 B (f32 32 B, bf16 16 B, i32 12 B)",
+        "static fields: Mixed: act, size",
+        "no NaN or Inf",
+    ]
+
+
+def test_the_display_names_the_arrays_holding_nan_or_inf():
+    w = jnp.array([[1.0, jnp.nan, jnp.inf, 2.0], [jnp.nan, 0.0, 0.0, 0.0]])
+    model = _mixed(w)
+    assert _heads(model._repr_html_())[-1] == "NaN/Inf in 1 array: w (2 NaN, 1 Inf)"
+    assert _heads(module_html(model, check_finite=False))[-1].startswith(
+        "NaN/Inf not checked"
+    )
+    text = str(bw.summary(model, check_finite=True))
+    assert text.splitlines()[-1] == "NaN/Inf in 1 array: w (2 NaN, 1 Inf)"
+    assert "NaN" not in str(bw.summary(model))  # only on request
+    assert "NaN/Inf in 1 array" in bw.summary(model, check_finite=True)._repr_html_()
+
+
+def test_a_large_model_is_not_read_for_the_display_unless_asked(monkeypatch):
+    from boxwood import _finite
+
+    monkeypatch.setattr(_finite, "CHEAP_ELEMENTS", 8)  # the model has 2*4+8+3
+    reads = []
+    model = _mixed(jnp.full((2, 4), jnp.nan))
+    real = _finite.host_values
+    monkeypatch.setattr(_finite, "host_values", lambda x: reads.append(x) or real(x))
+    heads = _heads(model._repr_html_())
+    assert heads[-1] == (
+        "NaN/Inf not checked (reading a large model or one on an accelerator waits "
+        "for the device; boxwood.summary(model, check_finite=True) checks)"
+    )
+    assert reads == []
+    assert _heads(module_html(model, check_finite=True))[-1].startswith(
+        "NaN/Inf in 1 array: w (8 NaN"
+    )
+    assert {id(x) for x in reads} == {id(model.w), id(model.half)}  # on request
+
+
+def test_a_model_of_many_arrays_is_not_read_for_the_display(monkeypatch):
+    from boxwood import _finite
+
+    monkeypatch.setattr(_finite, "CHEAP_ARRAYS", 1)  # the model has two float arrays
+    assert _heads(_mixed()._repr_html_())[-1].startswith("NaN/Inf not checked")
+
+
+def test_many_arrays_with_nan_are_named_five_at_a_time():
+    tree = [jnp.full(2, jnp.nan) for _ in range(7)]
+    head = _heads(module_html(tree))[-1]
+    assert head.startswith("NaN/Inf in 7 arrays: 0 (2 NaN, 0 Inf), 1 (2 NaN")
+    assert head.endswith("4 (2 NaN, 0 Inf) and 2 more")
+
+
+def test_summary_rejects_a_bad_check_finite():
+    with pytest.raises(TypeError, match=r"summary: `check_finite` must be True or"):
+        bw.summary([], check_finite="yes")
+
+
+def test_bfloat16_arrays_are_parameters():
+    table = bw.summary(_mixed())
+    assert table.params == 16 and table.nbytes == 60

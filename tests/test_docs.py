@@ -52,3 +52,32 @@ def test_error_catalogue_names_every_error_class_and_warning():
     text = (ROOT / "docs" / "errors.md").read_text()
     for name in ("CheckpointError", "RecompileWarning", "PerformanceWarning"):
         assert f"`boxwood.{name}`" in text
+
+
+def test_the_home_page_links_every_page_once():
+    index = (ROOT / "docs" / "index.md").read_text()
+    pages = sorted(
+        str(p.relative_to(ROOT / "docs"))
+        for p in (ROOT / "docs").rglob("*.md")
+        if p.name != "index.md" and "_ext" not in p.parts
+    )
+    links = re.findall(r"\]\(([\w/.-]+\.md)(?:#[\w-]*)?\)", index)
+    assert [p for p in pages if p not in links] == []
+    assert [link for link in set(links) if links.count(link) > 1] == []
+
+
+def test_api_pages_show_signatures_not_implementation():
+    # mkdocstrings: no `self.weight = init_param(...)` values shown as defaults of
+    # fields, one signature per function (not filter_jit's overloads)
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert "show_attribute_values: false" in config
+    assert "show_overloads: false" in config
+
+
+def test_every_mkdocs_command_silences_the_mkdocs_2_notice():
+    texts = [(ROOT / "README.md").read_text(), (ROOT / ".ci" / "run").read_text()]
+    texts += [p.read_text() for p in (ROOT / "docs").glob("*.md")]
+    for text in texts:
+        pattern = r"(?:NO_MKDOCS_2_WARNING=1 )?(?:python -m )?mkdocs (?:build|serve)"
+        for command in re.findall(pattern, text):
+            assert command.startswith("NO_MKDOCS_2_WARNING=1 "), command

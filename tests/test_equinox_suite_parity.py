@@ -177,7 +177,6 @@ def test_tree_pformat_of_weak_arrays_and_functions_matches_equinox():
         np.ones(2),
         wrapper,
         _wrapped_target,
-        print,
         functools.partial(_wrapped_target),
         functools.partial(_wrapped_target, jnp.ones(2), b=3),
     ]

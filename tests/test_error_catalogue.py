@@ -15,6 +15,7 @@ from _error_sites import (
     Site,
     catalogue_entries,
     covers,
+    dropped_backticks,
     scan_source,
     scan_tree,
     stale_rows,
@@ -133,6 +134,24 @@ def test_a_row_for_a_message_that_changed_is_stale(sites):
     new = "| `ValueError: This State is out of date: state.set(...)` | x | y |"
     rows = catalogue_entries(old + "\n" + new)
     assert stale_rows(rows, sites, ROWS_WITHOUT_SITE) == rows[:1]
+
+
+def test_catalogue_rows_keep_the_backticks_of_messages(sites):
+    raw = CATALOGUE.read_text(encoding="utf-8").splitlines()
+    rows = [line for line in raw if line.startswith("| ") and "---" not in line]
+    assert dropped_backticks(rows, sites) == []
+
+
+def test_a_row_dropping_backticks_is_reported():
+    source = 'def f(n):\n    raise ValueError(f"summary: `max_rows` must be positive, got {n}")\n'
+    sites = scan_source(source, "src/boxwood/_x.py")
+    assert sites[0].names == ("max_rows",)
+    plain = "| `ValueError: summary: max_rows must be positive, got 0` | x | y |"
+    assert dropped_backticks([plain], sites) == [
+        "`ValueError: summary: max_rows must be positive, got 0`: max_rows"
+    ]
+    kept = "| ``ValueError: summary: `max_rows` must be positive, got 0`` | x | y |"
+    assert dropped_backticks([kept], sites) == []
 
 
 def test_catalogue_rows_have_three_filled_cells(entries):

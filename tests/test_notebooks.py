@@ -7,13 +7,23 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(
-    (pathlib.Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")
+    p
+    for p in (ROOT / "notebooks").glob("*.ipynb")
+    if not p.stem.endswith("-run")  # executed copies (notebooks/README.md)
 )
 
 
 def test_there_are_notebooks():
     assert NOTEBOOKS
+
+
+@pytest.mark.parametrize("listing", ["notebooks/README.md", "docs/display.md"])
+def test_the_docs_list_every_notebook(listing):
+    text = (ROOT / listing).read_text()
+    assert [p.name for p in NOTEBOOKS if f"`{p.name}`" not in text] == []
+    assert "jupyter execute notebooks/quickstart.ipynb" in text  # headless run
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -62,21 +62,27 @@ def test_license_is_an_spdx_string_and_the_data_is_credited():
     assert "CC BY 4.0" in notice and "Alpaydin" in notice
 
 
-def test_missing_c_extension_gives_one_notice_and_info_says_so():
-    code = (
+def test_missing_c_extension_gives_one_notice_and_info_says_so(tmp_path):
+    # the notice points at the line importing boxwood (here in a library the
+    # script imports), not at boxwood's own code
+    (tmp_path / "mylib.py").write_text("x = 1\nimport boxwood\n")
+    (tmp_path / "main.py").write_text(
         "import sys; sys.modules['boxwood._jit._speedups'] = None\n"
-        "import boxwood; print(boxwood.info()['path'], boxwood.info()['reason'])"
+        "import mylib, boxwood\n"
+        "print(boxwood.info()['path'], boxwood.info()['reason'])\n"
     )
     env = {
         k: v for k, v in __import__("os").environ.items() if k != "BOXWOOD_PURE_PYTHON"
     }
     run = subprocess.run(
-        [sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, env=env
+        [sys.executable, "-W", "default", str(tmp_path / "main.py")],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "pure Python not built"
     notices = [line for line in run.stderr.splitlines() if "PerformanceWarning" in line]
     assert len(notices) == 1
+    assert notices[0].startswith(f"{tmp_path / 'mylib.py'}:2: PerformanceWarning")
     assert "boxwood runs on its pure-Python path" in notices[0]
     assert "about 1.4x" in notices[0]
 

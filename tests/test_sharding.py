@@ -30,21 +30,32 @@ def _child_env(**extra) -> dict:
 
 
 # ------------------------------------------------------------- 8 simulated devices
-@pytest.mark.parametrize(
-    "case", ["data_parallel", "fsdp", "tensor_parallel", "jit_shardings", "errors"]
-)
-def test_on_8_simulated_devices(case):
+SIMULATED_CASES = [
+    "data_parallel",
+    "fsdp",
+    "tensor_parallel",
+    "jit_shardings",
+    "errors",
+]
+
+
+def test_on_8_simulated_devices():
     """Each strategy's training steps equal the single-device run (1e-5), its
-    parameters are really split, and outputs keep their shardings."""
+    parameters are really split, and outputs keep their shardings. The cases run
+    in one child process (one JAX start with 8 devices, one reference run)."""
     flags = "--xla_force_host_platform_device_count=8"
     out = subprocess.run(
-        [sys.executable, str(CASES), case],
+        [sys.executable, str(CASES), *SIMULATED_CASES],
         env=_child_env(XLA_FLAGS=flags, JAX_PLATFORMS="cpu"),
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert out.returncode == 0 and out.stdout.endswith("OK\n"), out.stderr[-4000:]
+    reported = re.findall(r"^case (\w+): (OK|FAILED)$", out.stdout, re.M)
+    assert [name for name, _ in reported] == SIMULATED_CASES
+    failed = [name for name, status in reported if status == "FAILED"]
+    assert not failed, out.stdout[-8000:]
 
 
 # ------------------------------------------------------------- two real processes

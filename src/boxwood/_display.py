@@ -14,11 +14,13 @@ import html
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from ._finite import FiniteReport, finite_report
 from ._module import Module
 from ._module._module import MODULE_TYPES
-from ._pretty import array_summary
+from ._pretty import array_summary, function_name
 
 FOLD_AT = 16  # sequences longer than this show their first FOLD_HEAD items ...
 FOLD_HEAD = 8  # ... and fold the rest under one collapsed line
@@ -29,7 +31,8 @@ _STYLE = (
     ".bw-tree details{margin-left:1.1em}.bw-tree>details{margin-left:0}"
     ".bw-tree summary{cursor:pointer}.bw-tree .bw-leaf{margin-left:2.2em}"
     ".bw-tree .bw-cls{font-weight:bold;color:#1f5fa8}.bw-tree .bw-stat{color:#777}"
-    ".bw-tree .bw-static{color:#8a4b00}.bw-tree .bw-arr{color:#2b7a2b}</style>"
+    ".bw-tree .bw-static{color:#8a4b00}.bw-tree .bw-arr{color:#2b7a2b}"
+    ".bw-tree .bw-head{color:#444;margin-bottom:.2em}</style>"
 )
 
 
@@ -37,9 +40,16 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic))
 
 
-# Per-walk memo of `(summary text, parameters, bytes)` by array type, dtype and
-# shape: a large model has thousands of leaves but few distinct kinds of array.
-_LeafMemo = dict
+class _LeafMemo(dict):
+    """Per-walk memo of `(summary text, parameters, bytes)` by array type, dtype
+    and shape (a large model has thousands of leaves but few distinct kinds of
+    array), and what the HTML tree's first lines report: bytes per dtype and the
+    static fields of each class."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtype_bytes: dict[str, int] = {}
+        self.static: dict[str, list[str]] = {}
 
 
 def _array_info(x: Any, memo: _LeafMemo) -> tuple[str, int, int]:
@@ -48,7 +58,7 @@ def _array_info(x: Any, memo: _LeafMemo) -> tuple[str, int, int]:
     found = memo.get(key)
     if found is None:
         size = int(np.prod(x.shape, dtype=np.int64))
-        inexact = np.issubdtype(x.dtype, np.inexact)
+        inexact = jnp.issubdtype(x.dtype, jnp.inexact)  # bfloat16 too
         found = (array_summary(x), size if inexact else 0, size * x.dtype.itemsize)
         memo[key] = found
     return found
@@ -68,7 +78,7 @@ def human_bytes(n: float) -> str:
 
 
 def _short_repr(x: Any) -> str:
-    text = repr(x)
+    text = function_name(x) or repr(x)
     return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
 
 
@@ -113,6 +123,8 @@ def _html_node(name: str, x: Any, depth: int, memo: _LeafMemo) -> tuple[str, int
     label = f"{_escape(name)}: " if name else ""
     if _is_array(x):
         text, params, nbytes = _array_info(x, memo)
+        dtype = text.partition("[")[0]
+        memo.dtype_bytes[dtype] = memo.dtype_bytes.get(dtype, 0) + nbytes
         return (
             f'<div class="bw-leaf">{label}<span class="bw-arr">{_escape(text)}</span></div>',
             params,
@@ -124,7 +136,12 @@ def _html_node(name: str, x: Any, depth: int, memo: _LeafMemo) -> tuple[str, int
     body, params, nbytes = [], 0, 0
     shown = parts if len(parts) <= FOLD_AT else parts[:FOLD_HEAD]
     for key, value, static in shown:
-        if static:
+        # a function held by a wrapper (nn.StaticFunction) shows as the function
+        if static or function_name(value) is not None:
+            if isinstance(x, Module):
+                names = memo.static.setdefault(type(x).__name__, [])
+                if key not in names:
+                    names.append(key)
             body.append(
                 f'<div class="bw-leaf">{_escape(key)} = <span class="bw-static">'
                 f"{html.escape(_short_repr(value))}</span></div>"
@@ -162,25 +179,45 @@ def _html_fold(parts: list, depth: int, memo: _LeafMemo) -> tuple[str, int, int]
     return f"<details>{head}{''.join(body)}</details>", params, nbytes
 
 
-def module_html(tree: Any) -> str:
+def module_html(tree: Any, *, check_finite: bool | None = None) -> str:
     """An HTML tree of `tree`: one collapsible entry per module and container (the
     root open, the rest closed), with class names, static fields, each array's
     dtype and shape, and the parameters and bytes below each entry. Sequences longer
     than 16 show 8 items and fold the rest under one line. No JavaScript: the
     entries are `<details>` elements.
 
+    First come the totals: parameters, bytes per dtype, the static fields of each
+    class, and whether an array holds NaN or Inf (see `_finite.py`: checked when
+    cheap or when `check_finite=True`, never when `False`).
+
     `Module._repr_html_` returns this, so notebooks show it for a module.
 
     **Arguments:**
 
     - `tree`: a module or any pytree.
+    - `check_finite`: read the arrays for NaN and Inf (`None`: only when cheap).
 
     **Returns:**
 
     A self-contained HTML fragment (`str`).
     """
-    node, _, _ = _html_node("", tree, 0, {})
-    return f'{_STYLE}<div class="bw-tree">{node}</div>'
+    memo = _LeafMemo()
+    node, params, nbytes = _html_node("", tree, 0, memo)
+    head = _escape(overview(params, nbytes, memo.dtype_bytes))
+    static = "; ".join(
+        f"{cls}: {', '.join(names)}" for cls, names in memo.static.items()
+    )
+    lines = [head, f"static fields: {_escape(static)}" if static else ""]
+    lines.append(_escape(finite_report(tree, check_finite).text()))
+    heads = "".join(f'<div class="bw-head">{line}</div>' for line in lines if line)
+    return f'{_STYLE}<div class="bw-tree">{heads}{node}</div>'
+
+
+def overview(params: int, nbytes: int, dtype_bytes: dict[str, int]) -> str:
+    """`17 params, 68 B (f32 68 B)`: the totals and the bytes of each dtype."""
+    per_dtype = ", ".join(f"{d} {human_bytes(b)}" for d, b in dtype_bytes.items())
+    text = f"{params:,} params, {human_bytes(nbytes)}"
+    return f"{text} ({per_dtype})" if per_dtype else text
 
 
 # ---------------------------------------------------------------- summary table
@@ -238,9 +275,12 @@ class Summary:
     """The table that [`boxwood.summary`][] returns: `str()` gives text, and
     notebooks show `_repr_html_()`. `rows` holds one `SummaryRow` per module."""
 
-    def __init__(self, rows: list[SummaryRow], max_rows: int) -> None:
+    def __init__(
+        self, rows: list[SummaryRow], max_rows: int, finite: FiniteReport | None = None
+    ) -> None:
         self.rows = rows
         self.max_rows = max_rows
+        self.finite = finite  # set by summary(..., check_finite=True)
         self.params = rows[0].params if rows else 0
         self.nbytes = rows[0].nbytes if rows else 0
 
@@ -272,6 +312,8 @@ class Summary:
                 f"... {hidden} more modules (summary(model, max_rows=...) shows more)"
             )
         lines.append(f"total: {self.params:,} params, {human_bytes(self.nbytes)}")
+        if self.finite is not None:
+            lines.append(self.finite.text())
         return "\n".join(line.rstrip() for line in lines)
 
     __repr__ = __str__
@@ -286,16 +328,21 @@ class Summary:
             for r in shown
         )
         more = f"<tr><td colspan=5>… {hidden} more modules</td></tr>" if hidden else ""
+        finite = (
+            f"<tr><td colspan=5>{html.escape(self.finite.text())}</td></tr>"
+            if self.finite is not None
+            else ""
+        )
         return (
             "<table class='bw-summary' style='font-family:monospace'><thead><tr>"
             "<th>module</th><th>type</th><th>params</th><th>size</th><th>arrays</th>"
             f"</tr></thead><tbody>{cells}{more}</tbody><tfoot><tr><td colspan=5>"
             f"total: {self.params:,} params, {human_bytes(self.nbytes)}</td></tr>"
-            "</tfoot></table>"
+            f"{finite}</tfoot></table>"
         )
 
 
-def summary(model: Any, *, max_rows: int = 200) -> Summary:
+def summary(model: Any, *, max_rows: int = 200, check_finite: bool = False) -> Summary:
     """A table of the submodules of `model`: dotted path, class, parameter count,
     size in bytes and the dtypes and shapes of each module's own arrays.
 
@@ -306,6 +353,9 @@ def summary(model: Any, *, max_rows: int = 200) -> Summary:
 
     - `model`: a module, or any pytree of modules (a tuple or dict of several).
     - `max_rows`: the most rows shown; the rest are counted in one line.
+    - `check_finite`: also read every floating-point array and report the ones
+        holding NaN or Inf, by path, in a last line (this waits for the arrays to
+        be computed and copies them to the host).
 
     **Returns:**
 
@@ -326,12 +376,32 @@ def summary(model: Any, *, max_rows: int = 200) -> Summary:
         raise ValueError(
             f"summary: `max_rows` must be a positive int, got {max_rows!r}."
         )
+    if not isinstance(check_finite, bool):
+        raise TypeError(
+            f"summary: `check_finite` must be True or False, got {check_finite!r}."
+        )
     rows: list[SummaryRow] = []
-    _rows("", model, 0, rows, {})
-    return Summary(rows, max_rows)
+    _rows("", model, 0, rows, _LeafMemo())
+    finite = finite_report(model, True) if check_finite else None
+    return Summary(rows, max_rows, finite)
 
 
 # ---------------------------------------------------------------- treescope
+
+
+class _FunctionName:
+    """Shown by treescope as its text: a function named as every display names it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _function_or_value(x: Any) -> Any:
+    name = function_name(x)
+    return x if name is None else _FunctionName(name)
 
 
 def treescope_repr(module: Module, path: str | None, subtree_renderer: Any) -> Any:
@@ -340,7 +410,10 @@ def treescope_repr(module: Module, path: str | None, subtree_renderer: Any) -> A
     never imports treescope itself)."""
     from treescope import formatting_util, repr_lib
 
-    attributes = {f.name: getattr(module, f.name) for f in dataclasses.fields(module)}
+    attributes = {
+        f.name: _function_or_value(getattr(module, f.name))
+        for f in dataclasses.fields(module)
+    }
     return repr_lib.render_object_constructor(
         object_type=type(module),
         attributes=attributes,

@@ -3,6 +3,8 @@ extension is missing."""
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -54,8 +56,23 @@ def info() -> dict[str, Any]:
     }
 
 
+def _running_the_demo() -> bool:
+    """Whether this process is `boxwood-demo` or `python -m boxwood.demo`: there the
+    importing line is boxwood's launcher, not the user's code, and the demo prints
+    the path in its first line instead."""
+    launcher = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if launcher.removesuffix(".exe") == "boxwood-demo":
+        return True
+    args = list(getattr(sys, "orig_argv", ()))
+    return any(a == "-m" and b == "boxwood.demo" for a, b in zip(args, args[1:]))
+
+
 def notice_pure_python() -> None:
     """Warn once, at import, when the C extension is missing and nobody chose the
-    pure-Python path (a `boxwood.PerformanceWarning`, so it can be filtered)."""
-    if not _native.active() and not _env_flag("BOXWOOD_PURE_PYTHON"):
-        warnings.warn(PURE_PYTHON_NOTICE, PerformanceWarning, stacklevel=3)
+    pure-Python path (a `boxwood.PerformanceWarning`, so it can be filtered). The
+    warning points at the line that imports boxwood (stacklevel 3: this function,
+    boxwood's `__init__`, then the importer; the import machinery's frames are
+    skipped by `warnings`)."""
+    if _native.active() or _env_flag("BOXWOOD_PURE_PYTHON") or _running_the_demo():
+        return
+    warnings.warn(PURE_PYTHON_NOTICE, PerformanceWarning, stacklevel=3)

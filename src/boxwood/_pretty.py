@@ -40,13 +40,55 @@ def _short_array(x: Any) -> str:
     return text
 
 
-def _function_text(x: Any) -> str:
-    name = getattr(x, "__qualname__", None) or x.__name__
-    if isinstance(x, types.BuiltinFunctionType):
-        return f"<built-in function {name}>"
-    if hasattr(x, "__wrapped__"):  # `functools.wraps`
-        return f"<wrapped function {name}>"
-    return f"<function {name}>"
+_PLAIN_FUNCTIONS = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    np.ufunc,
+    type(jax.jit(abs)),  # `jax.jit` results, also many `jax.numpy` functions
+)
+
+
+def shown_as(x: Any) -> Any:
+    """What the display shows for `x`: for a wrapper of boxwood's own that only
+    holds a function (its class names the field in `__boxwood_shown_as__`, as
+    `nn.StaticFunction` does), the function it holds; otherwise `x`."""
+    field = getattr(type(x), "__boxwood_shown_as__", None)
+    while field is not None:
+        x = getattr(x, field)
+        field = getattr(type(x), "__boxwood_shown_as__", None)
+    return x
+
+
+def function_name(x: Any) -> str | None:
+    """`<function relu>` for a function (plain, jitted, `custom_jvp`/`custom_vjp`,
+    `filter_jit`, a ufunc, or held by `nn.StaticFunction`; `<wrapped function f>`
+    for one made with `functools.wraps`), `partial(<function f>, f32[2], b=3)`
+    for a `functools.partial`, as Equinox prints them, `None` for anything else.
+    Every display (`repr`, the notebook tree, treescope) names a function with
+    this text.
+
+    >>> import jax
+    >>> function_name(jax.nn.relu), function_name(len), function_name(3)
+    ('<function relu>', '<function len>', None)
+    """
+    x = shown_as(x)
+    if isinstance(x, functools.partial):
+        parts = [function_name(x.func) or repr(x.func)]
+        parts += [_leaf_text(a, True) for a in x.args]
+        parts += [f"{k}={_leaf_text(v, True)}" for k, v in x.keywords.items()]
+        return f"partial({', '.join(parts)})"
+    if isinstance(x, (jax.custom_jvp, jax.custom_vjp)):
+        return function_name(x.fun) or f"<function {type(x.fun).__name__}>"
+    if isinstance(x, _PLAIN_FUNCTIONS) or hasattr(x, "_boxwood_jit"):
+        name = getattr(x, "__qualname__", None) or getattr(x, "__name__", None)
+        if not isinstance(name, str):
+            return None
+        wraps = isinstance(x, types.FunctionType) and not hasattr(x, "_boxwood_jit")
+        if wraps and hasattr(x, "__wrapped__"):
+            return f"<wrapped function {name}>"  # `functools.wraps`
+        return f"<function {name}>"
+    return None
 
 
 def _leaf_text(x: Any, short_arrays: bool) -> str:
@@ -54,18 +96,7 @@ def _leaf_text(x: Any, short_arrays: bool) -> str:
         if short_arrays or isinstance(x, jax.core.Tracer):
             return _short_array(x)
         return repr(x)
-    if isinstance(x, functools.partial):
-        parts = [_leaf_text(x.func, short_arrays)]
-        parts += [_leaf_text(a, short_arrays) for a in x.args]
-        parts += [f"{k}={_leaf_text(v, short_arrays)}" for k, v in x.keywords.items()]
-        return f"partial({', '.join(parts)})"
-    if isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
-        return _function_text(x)
-    if hasattr(x, "_boxwood_jit"):  # a `filter_jit` function (a C callable, or not)
-        return f"<function {x.__qualname__}>"
-    if isinstance(x, jax.custom_jvp) or isinstance(x, jax.custom_vjp):
-        return f"<function {getattr(x.fun, '__name__', repr(x.fun))}>"
-    return repr(x)
+    return function_name(x) or repr(x)
 
 
 def _block(open_: str, items: list[str], close: str, width: int, indent: int) -> str:
@@ -91,6 +122,8 @@ def _format(
     )  # fmt: skip
     if truncate(x):
         return f"{type(x).__name__}(...)"
+    if function_name(x) is not None:  # also a function held by nn.StaticFunction
+        return _leaf_text(x, short)
     if struct and isinstance(x, jax.ShapeDtypeStruct):
         return _short_array(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import math
+import os
 import pathlib
 import sys
 from typing import NoReturn
@@ -148,3 +150,35 @@ def parse(argv: list[str] | None) -> Options:
     if ns.out.exists() and not ns.out.is_dir():
         raise DemoError(f"--out {ns.out} exists and is not a folder")
     return Options(**vars(ns))
+
+
+def _importable(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def check_before_training(opts: Options) -> None:
+    """Everything the end of the run needs, checked before training starts: the
+    packages of the options given (`--plot`: matplotlib) and a writable `--out`
+    folder (made here when missing). Raises `DemoError`."""
+    if opts.plot and not _importable("matplotlib"):
+        raise DemoError(
+            '--plot needs matplotlib; install the plot extra: pip install -e ".[plot]" '
+            "in a clone of boxwood (or pip install matplotlib), or run without --plot"
+        )
+    try:
+        opts.out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise DemoError(
+            f"--out {opts.out}: cannot create this folder ({reason}); "
+            "give a folder you can write to"
+        ) from None
+    if not os.access(opts.out, os.W_OK | os.X_OK):
+        raise DemoError(
+            f"--out {opts.out}: this folder is not writable; give a folder you can "
+            "write to"
+        )

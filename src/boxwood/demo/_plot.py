@@ -13,7 +13,8 @@ def plot_curves(history, path: pathlib.Path) -> pathlib.Path:
         import matplotlib
     except ModuleNotFoundError:
         raise DemoError(
-            "--plot needs matplotlib: pip install matplotlib (or boxwood[demo])"
+            '--plot needs matplotlib; install the plot extra: pip install -e ".[plot]" '
+            "in a clone of boxwood (or pip install matplotlib), or run without --plot"
         ) from None
     matplotlib.use("Agg")  # files only: no window, works without a display
     from matplotlib import pyplot as plt

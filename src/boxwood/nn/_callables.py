@@ -40,8 +40,10 @@ class StaticFunction(Module):
 
     fn: Callable = field(static=True)
 
-    # No row of its own in `boxwood.summary`: it is configuration, not a layer.
+    # No row of its own in `boxwood.summary`: it is configuration, not a layer; and
+    # every display (repr, the notebook tree, treescope) shows the function itself.
     __boxwood_summary_row__ = False
+    __boxwood_shown_as__ = "fn"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """**Arguments:** anything `fn` takes.

@@ -1,0 +1,86 @@
+"""The Python code blocks of the README and docs/*.md, for tests/test_docs_code.py.
+
+A block is a fenced ```` ```python ```` (or ```` ```pycon ````) block. The blocks of one
+page run in order in one namespace, as a reader runs them one after the other. A
+block whose lines start with `>>>` is checked as a doctest (its printed output must
+match). A block that cannot run in the test suite is preceded by the HTML comment
+`<!-- docs-test: skip (the reason) -->`, which the rendered page does not show.
+
+What a reader has at hand from the text around a block (a trained `model`, a
+`batch`) is given by hidden setup code, an HTML comment run where it stands:
+
+    <!-- docs-test: setup
+    model = nn.MLP(2, 1, 32, 2, key=jax.random.key(0))
+    -->
+
+A page whose examples need several devices says so once, `<!-- docs-test: devices
+8 -->`: its blocks then run in a subprocess with that many simulated CPU devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+_FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)[^\n]*$")
+SKIP = re.compile(r"^<!-- docs-test: skip \((?P<reason>[^)]+)\) -->$")
+_SETUP = "<!-- docs-test: setup"
+_DEVICES = re.compile(r"^<!-- docs-test: devices (\d+) -->$", re.M)
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    page: pathlib.Path
+    line: int  # 1-based line of the code's first line
+    code: str
+    skip_reason: str | None
+    hidden: bool = False  # setup code in an HTML comment
+
+    @property
+    def is_doctest(self) -> bool:
+        return self.code.lstrip().startswith(">>>")
+
+    @property
+    def where(self) -> str:
+        page = (
+            self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        )
+        return f"{page}:{self.line}"
+
+
+def devices(page: pathlib.Path) -> int:
+    """How many devices the page's examples need (1 unless it says)."""
+    found = _DEVICES.search(page.read_text(encoding="utf-8"))
+    return int(found[1]) if found else 1
+
+
+def blocks(page: pathlib.Path) -> list[Block]:
+    """The Python blocks of `page`, in order."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == _SETUP:
+            end = lines.index("-->", i)
+            code = "\n".join(lines[i + 1 : end]) + "\n"
+            found.append(Block(page, i + 2, code, None, hidden=True))
+            i = end + 1
+            continue
+        fence = _FENCE.match(lines[i])
+        if not fence:
+            i += 1
+            continue
+        indent, lang = len(fence["indent"]), fence["lang"]
+        end = i + 1
+        while end < len(lines) and not lines[end].strip().startswith("```"):
+            end += 1
+        if lang in ("python", "pycon", "py"):
+            previous = lines[i - 1].strip() if i else ""
+            skip = SKIP.match(previous)
+            body = "\n".join(line[indent:] for line in lines[i + 1 : end])
+            found.append(Block(page, i + 2, body + "\n", skip and skip["reason"]))
+        i = end + 1
+    return found

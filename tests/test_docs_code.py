@@ -1,0 +1,106 @@
+"""Every Python code block of README.md and docs/*.md runs, so the docs cannot drift
+from the code. The blocks of a page share one namespace and run in order; blocks of
+`>>>` lines are doctests. A block that cannot run here says why, in a
+`<!-- docs-test: skip (reason) -->` comment just above it (see _markdown_blocks.py).
+"""
+
+import doctest
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import pytest
+
+import boxwood
+from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
+
+RUNNABLE = [p for p in PAGES if any(not b.skip_reason for b in blocks(p))]
+
+
+def _run(block: Block, namespace: dict) -> None:
+    if block.is_doctest:
+        parser = doctest.DocTestParser()
+        test = parser.get_doctest(block.code, namespace, block.where, block.where, 0)
+        flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+        runner = doctest.DocTestRunner(optionflags=flags)
+        out = []
+        runner.run(test, out=out.append, clear_globs=False)
+        assert not runner.failures, f"{block.where}: doctest failed\n" + "".join(out)
+        return
+    try:
+        exec(compile(block.code, block.where, "exec"), namespace)
+    except Exception as error:
+        raise AssertionError(f"the block at {block.where} raised {error!r}") from error
+
+
+def run_page(page: pathlib.Path) -> None:
+    """Run the page's blocks in order in one namespace, in the current folder, with
+    JAX's default promotion rules (a reader's session; the test suite's conftest
+    makes them strict)."""
+    namespace = {"__name__": "__docs__"}
+    explain = boxwood.config.explain_recompiles  # a page may switch it on
+    try:
+        with (
+            jax.numpy_dtype_promotion("standard"),
+            jax.numpy_rank_promotion("allow"),
+        ):
+            for block in blocks(page):
+                if not block.skip_reason:
+                    _run(block, namespace)
+    finally:
+        boxwood.config.explain_recompiles = explain
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a scratch folder for the files examples write
+    n = devices(page)
+    if n == 1:
+        run_page(page)
+        return
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "tests"), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    code = f"from test_docs_code import run_page; run_page(__import__('pathlib').Path({str(page)!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_skipped_blocks_say_why_and_are_few():
+    skipped = [b for p in PAGES for b in blocks(p) if b.skip_reason]
+    assert all(len(b.skip_reason) > 10 for b in skipped)
+    total = sum(len(blocks(p)) for p in PAGES)
+    assert len(skipped) * 5 <= total, [b.where for b in skipped]
+
+
+def test_the_collector_finds_blocks_and_skip_marks(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "text\n\n```python\nx = 1\n```\n\n<!-- docs-test: skip (needs 8 GPUs) -->\n"
+        "```python\nboom()\n```\n\n```bash\nls\n```\n\n```python\n>>> x + 1\n2\n```\n"
+    )
+    found = blocks(page)
+    assert [(b.line, b.skip_reason, b.is_doctest) for b in found] == [
+        (4, None, False),
+        (9, "needs 8 GPUs", False),
+        (17, None, True),
+    ]
+    namespace = {}
+    _run(found[0], namespace)
+    _run(found[2], namespace)
+    wrong = Block(page, 16, ">>> x + 1\n3\n", None)
+    with pytest.raises(AssertionError, match=r"page.md:16: doctest failed"):
+        _run(wrong, namespace)
+    with pytest.raises(AssertionError, match=r"block at .*page.md:9 raised NameError"):
+        _run(found[1], namespace)
+
+
+def test_every_page_with_python_is_collected():
+    pages = {p.name for p in PAGES}
+    assert "README.md" in pages and "getting-started.md" in pages
+    assert os.path.isdir(ROOT / "docs")
