@@ -173,7 +173,7 @@ class _Holder:
         (len, "<function len>"),
         (np.add, "<function add>"),
         (_Holder().method, "<function _Holder.method>"),
-        (__import__("functools").partial(_f, 1), "partial(<function _f>, ...)"),
+        (__import__("functools").partial(_f, 1), "partial(<function _f>, 1)"),
         (nn.Lambda(jax.nn.relu).fn, "<function relu>"),  # nn.StaticFunction
         (3, None),
         ("relu", None),

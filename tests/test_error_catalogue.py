@@ -45,8 +45,11 @@ ALLOWED = {
     ("src/boxwood/_jit/_rebuild.py", "_Emitter.emit", "RecursionError"): (
         "internal control flow: caught by the caller, which falls back"
     ),
-    ("src/boxwood/_checkpoint/_equinox.py", "_leaf_error", "CheckpointError"): (
-        "a helper: its callers' messages are sites of their own (MESSAGE_HELPERS)"
+    ("src/boxwood/_jit/_aot.py", "Lowered.__getattr__", "AttributeError"): (
+        "attribute protocol: a name neither object nor JAX's stage has"
+    ),
+    ("src/boxwood/_jit/_aot.py", "Compiled.__getattr__", "AttributeError"): (
+        "attribute protocol: a name neither object nor JAX's stage has"
     ),
     ("src/boxwood/_errors.py", "as_boxwood_error", "BoxwoodRuntimeError"): (
         "carries the message the user gave error_if (catalogued as <your message>)"

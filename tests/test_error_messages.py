@@ -267,7 +267,7 @@ CASES = {
     "max-traces": (
         lambda: _traced_twice(),
         RuntimeError,
-        r"may be traced at most 1 time\(s\) \(`assert_max_traces`\), but this is "
+        r"can only be traced 1 times \(`assert_max_traces`\), but this is "
         r"trace number 2",
     ),
     # sharding

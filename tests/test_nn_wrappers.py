@@ -268,6 +268,7 @@ def test_shared_with_transpose_and_several_nodes(getkey):
 def test_shared_structure_mismatch(getkey):
     pair = make_pair(getkey)
     with pytest.raises(
-        ValueError, match="Shared: the nodes tied together must have the same"
+        ValueError,
+        match=r"Every node being shared together \(`Shared`\) must have the same",
     ):
         nn.Shared(pair, lambda p: p[1].weight, lambda p: p[0].bias)

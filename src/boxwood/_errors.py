@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -177,6 +178,12 @@ def _resolve_now(x: Any, pred: Any, index: Any, msgs: tuple, on_error: str) -> A
         breakpoint()  # noqa: T100 (the user asked for a debugger)
         return x
     if on_error == "nan":
+        warnings.warn(  # as Equinox: the NaNs are certain already, say so now
+            f"`error_if` with on_error='nan': the check is known to fail when traced "
+            f"({message!r}), so its output is NaN.",
+            UserWarning,
+            stacklevel=3,
+        )
         return jax.tree_util.tree_map(lambda a: _nan_like(a) if is_array(a) else a, x)
     return x
 

@@ -10,20 +10,28 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._filters import is_array
+from ._jit import _aot
 from ._jit._bound import as_pytree_function
 from ._module import field
 from ._partition import OutBox, Wrapped
-from ._vmap import _UNMAPPED, _resolve, if_array
+from ._vmap import _UNMAPPED, _named_axes, _param_names, _resolve, if_array
 
 _EACH_ARRAY = if_array(0)  # the default axes: every array on its leading axis
-_CACHE_SIZE = 32  # compiled programs kept per wrapper (least recently used dropped)
+_CACHE_SIZE = 256  # compiled programs kept (least recently used dropped)
+
+
+# Compiled programs of every wrapper, most recently used last: wrappers of the same
+# function with the same options share them (`filter_pmap(filter_grad(f))` made
+# anew each step compiles once).
+_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
 
 
 class _Cache:
-    """Compiled programs of one wrapper, most recently used last (hashed by id, so
-    it can sit in a static field)."""
+    """Identifies one wrapper in the shared cache where its options cannot be
+    hashed (hashed by id, so it can sit in a static field)."""
 
     __slots__ = ("entries",)
 
@@ -31,12 +39,25 @@ class _Cache:
         self.entries: collections.OrderedDict = collections.OrderedDict()
 
 
-class _Axis(int):
-    """An output's mapped axis (tells it apart from a non-array output `0`)."""
+def _struct(x: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
 
 
-def _place(x: Any, axis: int) -> Any:
-    return x if axis == 0 else jnp.moveaxis(x, 0, axis)
+class _Entry:
+    """One compiled program: the `jax.pmap` of the arrays, the output's structure
+    with its non-array leaves, each output array's axis (`None`: unmapped, taken
+    from the first device), and the stand-in mapped input when no input is mapped."""
+
+    __slots__ = ("pmapped", "out_def", "out_kinds", "unmapped", "dummy")
+
+
+class _Array:
+    """Marks an output array's place in `_Entry.out_kinds`."""
+
+    __slots__ = ()
+
+
+_ARRAY = _Array()
 
 
 class _Pmapped(Wrapped):
@@ -47,24 +68,48 @@ class _Pmapped(Wrapped):
     donate: str = field(static=True)
     cache: _Cache = field(static=True)
     pmapkwargs: tuple = field(static=True, default=())  # sorted (name, value) pairs
+    param_names: tuple[str, ...] | None = field(static=True, default=None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        entry, leaves, mapped = self._entry(args, kwargs)
+        with warnings.catch_warnings():
+            if self.donate == "all":  # as Equinox: "all" silences unusable donations
+                warnings.filterwarnings("ignore", "Some donated buffers")
+            arrays = entry.pmapped(*self._inputs(entry, leaves, mapped))
+        return self._output(entry, arrays)
+
+    def lower(self, *args: Any, **kwargs: Any) -> _aot.Lowered:
+        """Lower for these arguments without running: `.compile()` gives an object
+        called with the same arguments as this function (see `filter_jit`'s
+        `lower`); JAX's own stages are `.flat`."""
+        entry, leaves, mapped = self._entry(args, kwargs)
+        flat = entry.pmapped.lower(*self._inputs(entry, leaves, mapped))
+        return _aot.Lowered(flat, _PmapAotCall(self, entry))
+
+    def _entry(self, args: tuple, kwargs: dict) -> tuple[_Entry, list, tuple]:
         if kwargs:
             raise TypeError(
                 "Functions parallelised with `filter_pmap` take positional arguments "
-                f"only; got keyword arguments {sorted(kwargs)}. Pass them by position."
+                f"only; got keyword arguments {sorted(kwargs)}. Pass them by position "
+                "(use `in_axes=dict(name=axis)` to choose axes by argument name)."
             )
-        axes = _resolve(self.in_axes, args, "in_axes", "args")
-        leaves, treedef = jax.tree_util.tree_flatten(args)
+        in_axes = self.in_axes
+        if isinstance(in_axes, dict):
+            in_axes = _named_axes(self.param_names, in_axes, len(args))
+        axes = _resolve(in_axes, args, "in_axes", "args")
+        # The function's own arrays (a module, a bound method's module) are inputs
+        # too, broadcast to every device; its other leaves are compiled in.
+        leaves, treedef = jax.tree_util.tree_flatten((self.fun, args))
+        axes = [_UNMAPPED] * (len(leaves) - len(axes)) + axes
         # Every array is an argument of the pmapped function (unmapped ones with
         # axis None: broadcast to every device); the rest is compiled in.
         mapped = tuple(i for i, x in enumerate(leaves) if is_array(x))
         static = tuple(x for x in leaves if not is_array(x))
         dev_axes = tuple(None if axes[i] is _UNMAPPED else axes[i] for i in mapped)
-        key = (treedef, mapped, dev_axes, static)
-        cache = self.cache.entries
+        shapes = tuple((leaves[i].shape, leaves[i].dtype) for i in mapped)
+        key = (self._options_key(), treedef, mapped, dev_axes, static, shapes)
         try:
-            entry = cache.pop(key)
+            entry = _PROGRAMS.pop(key)
         except TypeError:
             raise TypeError(
                 "`filter_pmap`: every non-array argument must be hashable (they are "
@@ -72,51 +117,117 @@ class _Pmapped(Wrapped):
             ) from None
         except KeyError:
             entry = self._compile(leaves, treedef, mapped, list(dev_axes))
-        cache[key] = entry
-        while len(cache) > _CACHE_SIZE:
-            cache.pop(next(iter(cache)))
-        pmapped, box = entry
-        with warnings.catch_warnings():
-            if self.donate == "all":  # as Equinox: "all" silences unusable donations
-                warnings.filterwarnings("ignore", "Some donated buffers")
-            arrays = iter(pmapped([leaves[i] for i in mapped]))
-        out_def, out_kinds = box.get()
-        out = [
-            _place(next(arrays), k) if isinstance(k, _Axis) else k for k in out_kinds
-        ]
-        return jax.tree_util.tree_unflatten(out_def, out)
+        _PROGRAMS[key] = entry
+        while len(_PROGRAMS) > _CACHE_SIZE:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        return entry, leaves, mapped
 
-    def _compile(self, leaves: list, treedef: Any, mapped: tuple, axes: list) -> tuple:
+    def _options_key(self) -> Any:
+        """What besides the arguments decides the program: the options, or this
+        wrapper itself where they cannot be hashed (e.g. a dict of `out_axes`)."""
+        key = (self.out_axes, self.axis_name, self.axis_size, self.donate)
+        try:
+            hash(key)
+        except TypeError:
+            return self.cache
+        return (*key, self.pmapkwargs)
+
+    @staticmethod
+    def _inputs(entry: _Entry, leaves: list, mapped: tuple) -> tuple:
+        return [leaves[i] for i in mapped], entry.dummy
+
+    @staticmethod
+    def _output(entry: _Entry, arrays: list) -> Any:
+        arrays = iter(
+            x[0] if unmapped else x for x, unmapped in zip(arrays, entry.unmapped)
+        )
+        out = [next(arrays) if k is _ARRAY else k for k in entry.out_kinds]
+        return jax.tree_util.tree_unflatten(entry.out_def, out)
+
+    def _compile(self, leaves: list, treedef: Any, mapped: tuple, axes: list):
         box = OutBox()
         template = [None if i in mapped else x for i, x in enumerate(leaves)]
 
-        def per_device(mapped_leaves: list) -> list:
+        def per_device(mapped_leaves: list, _dummy: Any) -> list:
             new = list(template)
             for i, x in zip(mapped, mapped_leaves):
                 new[i] = x
-            out = self.fun(*jax.tree_util.tree_unflatten(treedef, new))
+            fun, args = jax.tree_util.tree_unflatten(treedef, new)
+            out = fun(*args)
             out_axes = _resolve(self.out_axes, out, "out_axes", "the output")
             out_leaves, out_def = jax.tree_util.tree_flatten(out)
             pairs = list(zip(out_leaves, out_axes))
-            if any(a is _UNMAPPED and is_array(x) for x, a in pairs):
-                raise ValueError(
-                    "`filter_pmap` cannot return an array unmapped (`out_axes` None); "
-                    "give every output array an integer axis."
-                )
-            box.put((out_def, [x if a is _UNMAPPED else _Axis(a) for x, a in pairs]))
-            return [x for x, a in pairs if a is not _UNMAPPED]
+            kinds = [
+                x if a is _UNMAPPED and not is_array(x) else _ARRAY for x, a in pairs
+            ]
+            axes_out = [
+                None if a is _UNMAPPED else a
+                for x, a in pairs
+                if is_array(x) or a is not _UNMAPPED
+            ]
+            box.put((out_def, kinds, axes_out))
+            return [
+                jnp.asarray(x) for x, a in pairs if is_array(x) or a is not _UNMAPPED
+            ]
 
-        # Mapped outputs come out on axis 0 and are moved after (out_axes are only
-        # known once `fun` is traced).
-        runner = jax.pmap(
+        entry = _Entry()
+        size = self.axis_size
+        has_mapped = any(a is not None for a in axes)
+        if not has_mapped and size is None:
+            raise ValueError(
+                "`filter_pmap`: no argument is mapped (every `in_axes` leaf resolved "
+                "to None), so the number of devices is unknown. Pass `axis_size=`."
+            )
+        # jax.pmap needs a mapped input: a stand-in of one element per device
+        entry.dummy = None if has_mapped else np.zeros((size,), np.int8)
+        dummy_axis = None if has_mapped else 0
+        # The output's structure and axes first (an abstract trace, vectorised
+        # under the same axis name so that collectives trace), so that `jax.pmap`
+        # puts every output array on its axis itself.
+        inputs = ([_struct(leaves[i]) for i in mapped], entry.dummy)
+        jax.eval_shape(
+            jax.vmap(
+                per_device,
+                in_axes=(axes, dummy_axis),
+                axis_name=self.axis_name,
+                axis_size=size,
+            ),
+            *inputs,
+        )
+        entry.out_def, entry.out_kinds, out_axes = box.get()
+        entry.unmapped = [a is None for a in out_axes]
+        entry.pmapped = jax.pmap(
             per_device,
-            in_axes=(axes,),
+            in_axes=(axes, dummy_axis),
+            out_axes=[0 if a is None else a for a in out_axes],
             axis_name=self.axis_name,
-            axis_size=self.axis_size,
+            axis_size=size,
             donate_argnums=(0,) if self.donate in ("all", "warn") else (),
             **dict(self.pmapkwargs),
         )
-        return runner, box
+        return entry
+
+
+class _PmapAotCall:
+    """Calls a compiled `filter_pmap` program with the function's arguments."""
+
+    def __init__(self, wrapper: _Pmapped, entry: _Entry) -> None:
+        self.wrapper = wrapper
+        self.entry = entry
+        self.name = wrapper.__name__
+
+    def __call__(self, flat: Any, args: tuple, kwargs: dict) -> Any:
+        entry, leaves, mapped = self.wrapper._entry(args, kwargs)
+        if entry is not self.entry:
+            raise TypeError(
+                f"The compiled `{self.name}` was lowered for other arguments: their "
+                "structure or non-array values (static arguments) differ from those "
+                f"given to `.lower(...)`. Call `{self.name}(...)` itself, which "
+                "compiles for these arguments, or `.lower(...)` them again."
+            )
+        return self.wrapper._output(
+            entry, flat(*self.wrapper._inputs(entry, leaves, mapped))
+        )
 
 
 def filter_pmap(
@@ -137,19 +248,27 @@ def filter_pmap(
     **Arguments:**
 
     - `fun`: the function, called as `fun(*args)`.
-    - `in_axes`, `out_axes`: as for [`boxwood.filter_vmap`][]; each output array
-      must be mapped (an int axis).
+    - `in_axes`, `out_axes`: as for [`boxwood.filter_vmap`][] (`in_axes` may be a
+      dict naming positional parameters). An output array given `None` is taken
+      from the first device; a Python number given an axis is broadcast. The
+      arrays of `fun` itself (a module, a bound method's module) are given to
+      every device whole.
     - `axis_name`: the name of the device axis, for collectives (`jax.lax.psum`).
     - `axis_size`: the number of devices; needed only when no input is mapped.
-    - `donate`: `"none"`; `"all"` (donate the input arrays' buffers, silencing
+    - `donate`: `"none"`; `"all"` (donate the input arrays' buffers, those of
+      `fun` itself included as in `filter_jit`, silencing
       JAX's warning about buffers it could not reuse); or `"warn"` (donate, and let
       that warning through).
     - `**pmapkwargs`: other options of `jax.pmap` (`devices`, `backend`, ...).
 
+    The result has `.lower(*args)`, whose `.compile()` is called with the same
+    arguments as the function (as for [`boxwood.filter_jit`][]).
+
     **Returns:**
 
     The parallelised function. Each distinct set of non-array arguments and
-    argument shapes is compiled once; the 32 most recently used are kept.
+    argument shapes is compiled once, shared by wrappers of the same function with
+    the same options; the 256 most recently used programs are kept.
 
     >>> import boxwood, jax, jax.numpy as jnp
     >>> f = boxwood.filter_pmap(lambda x, k: x * k)
@@ -172,5 +291,5 @@ def filter_pmap(
     )
     return _Pmapped(
         as_pytree_function(fun), in_axes, out_axes, axis_name, axis_size, donate,
-        _Cache(), options,
+        _Cache(), options, _param_names(fun, in_axes),
     )  # fmt: skip

@@ -32,6 +32,14 @@ def array_summary(x: Any) -> str:
     return text
 
 
+def _short_array(x: Any) -> str:
+    """`array_summary`, with Equinox's `weak_` prefix for weakly typed JAX values."""
+    text = array_summary(x)
+    if not isinstance(x, np.ndarray | np.generic) and getattr(x, "weak_type", False):
+        text = "weak_" + text
+    return text
+
+
 _PLAIN_FUNCTIONS = (
     types.FunctionType,
     types.BuiltinFunctionType,
@@ -54,9 +62,11 @@ def shown_as(x: Any) -> Any:
 
 def function_name(x: Any) -> str | None:
     """`<function relu>` for a function (plain, jitted, `custom_jvp`/`custom_vjp`,
-    `filter_jit`, a ufunc, or held by `nn.StaticFunction`), `partial(<function
-    f>, ...)` for a `functools.partial`, `None` for anything else. Every display
-    (`repr`, the notebook tree, treescope) names a function with this text.
+    `filter_jit`, a ufunc, or held by `nn.StaticFunction`; `<wrapped function f>`
+    for one made with `functools.wraps`), `partial(<function f>, f32[2], b=3)`
+    for a `functools.partial`, as Equinox prints them, `None` for anything else.
+    Every display (`repr`, the notebook tree, treescope) names a function with
+    this text.
 
     >>> import jax
     >>> function_name(jax.nn.relu), function_name(len), function_name(3)
@@ -64,19 +74,27 @@ def function_name(x: Any) -> str | None:
     """
     x = shown_as(x)
     if isinstance(x, functools.partial):
-        return f"partial({function_name(x.func) or repr(x.func)}, ...)"
+        parts = [function_name(x.func) or repr(x.func)]
+        parts += [_leaf_text(a, True) for a in x.args]
+        parts += [f"{k}={_leaf_text(v, True)}" for k, v in x.keywords.items()]
+        return f"partial({', '.join(parts)})"
     if isinstance(x, (jax.custom_jvp, jax.custom_vjp)):
         return function_name(x.fun) or f"<function {type(x.fun).__name__}>"
     if isinstance(x, _PLAIN_FUNCTIONS) or hasattr(x, "_boxwood_jit"):
         name = getattr(x, "__qualname__", None) or getattr(x, "__name__", None)
-        return f"<function {name}>" if isinstance(name, str) else None
+        if not isinstance(name, str):
+            return None
+        wraps = isinstance(x, types.FunctionType) and not hasattr(x, "_boxwood_jit")
+        if wraps and hasattr(x, "__wrapped__"):
+            return f"<wrapped function {name}>"  # `functools.wraps`
+        return f"<function {name}>"
     return None
 
 
 def _leaf_text(x: Any, short_arrays: bool) -> str:
     if isinstance(x, (jax.Array, np.ndarray, np.generic)):
         if short_arrays or isinstance(x, jax.core.Tracer):
-            return array_summary(x)
+            return _short_array(x)
         return repr(x)
     return function_name(x) or repr(x)
 
@@ -107,7 +125,7 @@ def _format(
     if function_name(x) is not None:  # also a function held by nn.StaticFunction
         return _leaf_text(x, short)
     if struct and isinstance(x, jax.ShapeDtypeStruct):
-        return array_summary(x)
+        return _short_array(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         items = [
             f"{f.name}={fmt(getattr(x, f.name, '<unset>'))}"

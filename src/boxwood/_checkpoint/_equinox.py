@@ -126,8 +126,19 @@ def _spec_leaves(
             yield spec, prefix + path, leaf
 
 
-def _leaf_error(path: tuple, what: str) -> CheckpointError:
-    return CheckpointError(f"`{dotted_path(path) or '<root>'}`: {what}")
+class EquinoxLeafError(CheckpointError, RuntimeError):
+    """A leaf of an Equinox `.eqx` file that does not load into `like`: a
+    `CheckpointError`, and a `RuntimeError` as Equinox raises there."""
+
+
+def _leaf_error(path: tuple, what: str, mismatch: bool = False) -> CheckpointError:
+    """Names the leaf by its dotted path, then by JAX's key path in the words of
+    Equinox's own error (so code matching Equinox's message keeps working)."""
+    if mismatch:
+        tail = f"Deserialised leaf at path {path!r} does not match `like`."
+    else:
+        tail = f"Error at leaf with path {path!r}."
+    return EquinoxLeafError(f"`{dotted_path(path) or '<root>'}`: {what} {tail}")
 
 
 def tree_serialise_leaves(
@@ -209,10 +220,20 @@ def _aligned(like: Any, records: list[np.ndarray], is_leaf: Callable | None) -> 
         if not (isinstance(x, jax.ShapeDtypeStruct) or is_array_like(x)):
             out.append(x)
             continue
+        passed = len(skipped)  # the scalars passed over for this leaf start here
         while i < len(records) and not _fits(records[i], x) and records[i].ndim == 0:
             skipped.append(i)  # a scalar leaf of the saving library (see module doc)
             i += 1
         shape, dtype = _want(x)
+        if i == len(records) and len(skipped) > passed:  # none fitted: say which
+            rec = records[skipped[passed]]  # was in this leaf's place
+            raise _leaf_error(
+                path,
+                f"the file's scalar record {skipped[passed]} is "
+                f"{describe(rec.dtype, rec.shape)}, `like` expects "
+                f"{describe(dtype, shape)}, and no later record fits it.",
+                mismatch=True,
+            )
         if i == len(records):
             raise _leaf_error(
                 path,
@@ -225,6 +246,7 @@ def _aligned(like: Any, records: list[np.ndarray], is_leaf: Callable | None) -> 
                 f"the file's next array (record {i}) is {describe(rec.dtype, rec.shape)}, "
                 f"`like` expects {describe(dtype, shape)}. The saved model's layout differs "
                 "here: build `like` with the same layers and sizes.",
+                mismatch=True,
             )
         out.append(_convert(records[i], x))
         i += 1
@@ -242,11 +264,15 @@ def _check_like(path: tuple, new: Any, old: Any) -> None:
     if isinstance(old, jax.ShapeDtypeStruct) or isinstance(old, jax.Array):
         if not isinstance(new, jax.Array):
             raise _leaf_error(
-                path, f"loaded a {type(new).__name__}, `like` has a JAX array."
+                path,
+                f"loaded a {type(new).__name__}, `like` has a JAX array.",
+                mismatch=True,
             )
     elif type(new) is not type(old):
         raise _leaf_error(
-            path, f"loaded a {type(new).__name__}, `like` has a {type(old).__name__}."
+            path,
+            f"loaded a {type(new).__name__}, `like` has a {type(old).__name__}.",
+            mismatch=True,
         )
     if isinstance(new, (np.ndarray, jax.Array)) and (
         new.shape != old.shape or new.dtype != old.dtype
@@ -255,6 +281,7 @@ def _check_like(path: tuple, new: Any, old: Any) -> None:
             path,
             f"the file has {describe(new.dtype, new.shape) if not _is_key(new) else new.dtype}, "
             f"`like` expects {describe(old.dtype, old.shape) if not _is_key(old) else old.dtype}.",
+            mismatch=True,
         )
 
 

@@ -13,31 +13,29 @@ from .._filters import combine, is_array, partition
 from .._pretty import tree_pformat
 
 
-class _Full:
-    """Prints a pytree with its arrays' values (for `jax.debug.print`)."""
-
-    def __init__(self, tree: Any):
-        self.tree = tree
-
-    def __format__(self, spec: str) -> str:
-        return tree_pformat(self.tree, short_arrays=False)
+def _print(prefix: str, treedef: Any, arrays: list, cts: list) -> None:
+    """Print the watched values, in the structure of `x`, with their values."""
+    x = tree_pformat(jax.tree_util.tree_unflatten(treedef, arrays), short_arrays=False)
+    ct = tree_pformat(jax.tree_util.tree_unflatten(treedef, cts), short_arrays=False)
+    print(f"{prefix}   primals={x}\ncotangents={ct}")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def _watch(arrays: list, name: str | None, terminate: bool) -> list:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def _watch(arrays: list, name: str | None, terminate: bool, treedef: Any) -> list:
     return arrays
 
 
-def _watch_fwd(arrays: list, name: str | None, terminate: bool) -> tuple:
+def _watch_fwd(arrays: list, name: str | None, terminate: bool, treedef: Any):
     return arrays, arrays
 
 
-def _watch_bwd(name: str | None, terminate: bool, arrays: list, cts: list) -> tuple:
+def _watch_bwd(
+    name: str | None, terminate: bool, treedef: Any, arrays: list, cts: list
+) -> tuple:
     prefix = "" if name is None else f"{name}:\n"
-    jax.debug.print(
-        prefix + "   primals={x}\ncotangents={ct}", x=_Full(arrays), ct=_Full(cts),
-        ordered=True,
-    )  # fmt: skip
+    jax.debug.callback(
+        functools.partial(_print, prefix, treedef), arrays, cts, ordered=True
+    )
     if terminate:
         floats = [c for c in cts if jnp.issubdtype(c.dtype, jnp.inexact)]
         if floats:
@@ -69,7 +67,7 @@ def backward_nan(x: Any, name: str | None = None, terminate: bool = True) -> Any
         x, lambda a: is_array(a) and jnp.issubdtype(a.dtype, jnp.inexact)
     )
     leaves, treedef = jax.tree_util.tree_flatten(arrays)
-    leaves = cast(list, _watch(leaves, name, terminate))
+    leaves = cast(list, _watch(leaves, name, terminate, treedef))
     return combine(jax.tree_util.tree_unflatten(treedef, leaves), others)
 
 

@@ -34,7 +34,7 @@ class _MaxTraces(Module):
         if self.max_traces is not None and count > self.max_traces:
             name = getattr(self.fn, "__qualname__", repr(self.fn))
             raise RuntimeError(
-                f"`{name}` may be traced at most {self.max_traces} time(s) "
+                f"`{name}` can only be traced {self.max_traces} times "
                 f"(`assert_max_traces`), but this is trace number {count}. Something "
                 "in its arguments changes between calls: a shape, a dtype, or a "
                 "non-array value. Set `boxwood.config.explain_recompiles = True` to "

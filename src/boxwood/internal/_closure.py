@@ -37,7 +37,8 @@ class _Closure(Module):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         f = self.function.fn
-        cells = tuple(types.CellType(c) for c in self.contents)
+        # a function without free variables keeps `__closure__ = None`
+        cells = tuple(types.CellType(c) for c in self.contents) or None
         rebuilt = types.FunctionType(
             f.__code__, f.__globals__, f.__name__, f.__defaults__, cells
         )
@@ -50,15 +51,19 @@ class _Closure(Module):
 
 
 def _convert(leaf: Any) -> Any:
-    if isinstance(leaf, types.FunctionType) and leaf.__closure__:
-        contents = tuple(closure_to_pytree(c.cell_contents) for c in leaf.__closure__)
+    # Every function, closure or not: two functions made by the same code (e.g.
+    # optax's local `init_fn`s) are then equal, so `filter_jit` does not retrace.
+    if isinstance(leaf, types.FunctionType):
+        cells = leaf.__closure__ or ()
+        contents = tuple(closure_to_pytree(c.cell_contents) for c in cells)
         return _Closure(_SameFunction(leaf), contents)
     return leaf
 
 
 def closure_to_pytree(tree: Any) -> Any:
-    """Replace every function with a closure in `tree` by a callable module whose
-    leaves are the closed-over values (so `jax.tree_util` and `filter_jit` see them).
+    """Replace every function in `tree` by a callable module whose leaves are the
+    closed-over values (so `jax.tree_util` and `filter_jit` see them), and which
+    equals any other function made by the same code with equal closed-over values.
 
     Only closures are converted (a nested function's free variables), not globals.
 

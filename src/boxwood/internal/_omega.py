@@ -56,12 +56,32 @@ class ω(metaclass=_OmegaMeta):  # noqa: N801 (Equinox's name)
         return _At(self)
 
 
+def _same_is_leaf(a: Callable | None, b: Callable | None) -> bool:
+    """Whether two `is_leaf`s are the same: one object, or functions of the same
+    code (two equal lambdas), as Equinox checks."""
+    if a is b:
+        return True
+    ca, cb = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    if ca is None or cb is None:
+        return False
+    return (ca.co_code, ca.co_names, ca.co_consts) == (
+        cb.co_code,
+        cb.co_names,
+        cb.co_consts,
+    )
+
+
 def _binary_operand(
     self: ω, other: Any, op_name: str, reflected: bool = False
 ) -> Callable[[Callable], ω]:
     """`op_name`: the operator as written (`+`, `.at[].set`); `reflected`: `ω` is
     on its right (`2 * ω(a)`), as the messages show it."""
     if isinstance(other, ω):
+        if not _same_is_leaf(self.is_leaf, other.is_leaf):
+            raise ValueError(
+                f"`ω {op_name} ω` needs the same `is_leaf` on both sides (got "
+                f"{self.is_leaf!r} and {other.is_leaf!r}): pass the same one to both."
+            )
         mine = jax.tree_util.tree_structure(self.ω, is_leaf=self.is_leaf)
         theirs = jax.tree_util.tree_structure(other.ω, is_leaf=self.is_leaf)
         if mine != theirs:

@@ -83,8 +83,8 @@ class Shared(Module):
         source, dest = _structure(get, pytree), _structure(where, pytree)
         if tree_equal(source, dest) is not True:
             raise ValueError(
-                "Shared: the nodes tied together must have the same pytree structure, "
-                f"shapes and dtypes. `get` gives {tree_pformat(source)}, but `where` "
+                "Every node being shared together (`Shared`) must have the same pytree "
+                f"structure, shapes and dtypes. `get` gives {tree_pformat(source)}, but `where` "
                 f"selects {tree_pformat(dest)}."
             )
         self.pytree = tree_at(where, pytree, replace_fn=lambda _: SharedNode())
