@@ -83,13 +83,19 @@ def _maybe_set_batch(inputs, axes):
     pred, xs, x, index = inputs
     size = next(
         jnp.shape(v)[a]
-        for v, a in zip(jax.tree_util.tree_leaves(inputs), jax.tree_util.tree_leaves(axes))
+        for v, a in zip(
+            jax.tree_util.tree_leaves(inputs), jax.tree_util.tree_leaves(axes)
+        )
         if a is not None
     )
 
     def front(v: Any, a: Any) -> Any:
         v = jnp.asarray(v)
-        return jnp.broadcast_to(v, (size, *v.shape)) if a is None else jnp.moveaxis(v, a, 0)
+        return (
+            jnp.broadcast_to(v, (size, *v.shape))
+            if a is None
+            else jnp.moveaxis(v, a, 0)
+        )
 
     pred_, xs_, x_ = (front(v, a) for v, a in zip((pred, xs, x), axes[:3]))
     dyn, static = partition(index, is_array)
@@ -150,7 +156,9 @@ select_if_vmap_p.def_abstract_eval(lambda pred, x, y: x)
 ad.primitive_jvps[select_if_vmap_p] = _select_jvp
 ad.primitive_transposes[select_if_vmap_p] = _select_transpose
 batching.primitive_batchers[select_if_vmap_p] = _select_batch
-mlir.register_lowering(select_if_vmap_p, mlir.lower_fun(_select, multiple_results=False))
+mlir.register_lowering(
+    select_if_vmap_p, mlir.lower_fun(_select, multiple_results=False)
+)
 
 
 def _maybe_set(pred: Any, xs: Any, x: Any, index: Any) -> Any:
@@ -162,7 +170,9 @@ def _maybe_set(pred: Any, xs: Any, x: Any, index: Any) -> Any:
             f"`buffer.at[...].set(value)`: `value` of dtype {jnp.result_type(x)} "
             f"does not fit a buffer of dtype {jnp.result_type(xs)}."
         )
-    x = jnp.broadcast_to(jnp.asarray(x, xs.dtype), jax.eval_shape(lambda: xs[index]).shape)
+    x = jnp.broadcast_to(
+        jnp.asarray(x, xs.dtype), jax.eval_shape(lambda: xs[index]).shape
+    )
     return filter_primitive_bind(maybe_set_p, pred, xs, x, _from_slices(index))
 
 

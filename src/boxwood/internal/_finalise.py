@@ -77,7 +77,9 @@ def finalise_jaxpr_as_fn(jaxpr: ClosedJaxpr) -> Callable:
 
 def finalise_jaxpr(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` with its registered primitives finalised."""
-    structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.invars]
+    structs = [
+        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.invars
+    ]
     return jax.make_jaxpr(finalise_jaxpr_as_fn(jaxpr))(*structs)
 
 
@@ -87,7 +89,9 @@ def finalise_fn(fn: Callable) -> Callable:
 
     def finalised(*args: Any) -> Any:
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-        out = finalise_eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
+        out = finalise_eval_jaxpr(
+            closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args)
+        )
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
 
     return finalised

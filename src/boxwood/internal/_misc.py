@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._errors import error_if
 from .._eval_shape import filter_eval_shape
 from .._filters import is_array
 from .._module import Module
@@ -107,7 +108,9 @@ def left_broadcast_to(arr: Any, shape: tuple) -> Any:
     """Broadcast `arr` to `shape`, lining up its axes with the *leading* axes of
     `shape` (trailing axes are added), unlike NumPy's right-aligned rule."""
     arr = jnp.asarray(arr)
-    return jnp.broadcast_to(arr.reshape(arr.shape + (1,) * (len(shape) - arr.ndim)), shape)
+    return jnp.broadcast_to(
+        arr.reshape(arr.shape + (1,) * (len(shape) - arr.ndim)), shape
+    )
 
 
 def hashable_partition(pytree: Any, filter_fn: Callable) -> tuple:
@@ -180,3 +183,14 @@ class ContainerMeta(type):
 
     def __len__(cls) -> int:
         return len(cls.reverse_lookup)
+
+
+def assert_dce(x: Any, msg: str, *, on_error: str = "default") -> Any:
+    """`x`, with a run-time error (`msg`) if `x` is still used once the compiler has
+    removed dead code: under `jit`, `x` passes through an error check that always
+    fails, so the program raises unless that check is eliminated with `x`. Outside
+    `jit` nothing is eliminated, so nothing is checked."""
+    if not isinstance(jnp.asarray(1) + 1, jax.core.Tracer):
+        return x
+    # `~False` (not `True`): an error known at trace time would raise right away.
+    return error_if(x, jnp.invert(False), msg, on_error=on_error)

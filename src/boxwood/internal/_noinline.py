@@ -84,7 +84,9 @@ class _NoInline(Module):
     abstract_fn: Any = field(static=True)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return filter_primitive_bind(noinline_p, self.fn, self.abstract_fn, args, kwargs)
+        return filter_primitive_bind(
+            noinline_p, self.fn, self.abstract_fn, args, kwargs
+        )
 
 
 def noinline(fn: Callable, abstract_fn: Callable | None = None) -> Callable:

@@ -26,7 +26,9 @@ def _identity(x: Any, **params: Any) -> Any:
 nontraceable_p = Primitive("boxwood_nontraceable")
 nontraceable_p.def_impl(_identity)
 nontraceable_p.def_abstract_eval(_identity)
-mlir.register_lowering(nontraceable_p, mlir.lower_fun(_identity, multiple_results=False))
+mlir.register_lowering(
+    nontraceable_p, mlir.lower_fun(_identity, multiple_results=False)
+)
 
 
 def _refuse(transform: str) -> Any:
@@ -66,7 +68,9 @@ def nontraceable(x: Any, *, name: str = "nontraceable operation") -> Any:
 nonbatchable_p = Primitive("boxwood_nonbatchable")
 nonbatchable_p.def_impl(_identity)
 nonbatchable_p.def_abstract_eval(_identity)
-mlir.register_lowering(nonbatchable_p, mlir.lower_fun(_identity, multiple_results=False))
+mlir.register_lowering(
+    nonbatchable_p, mlir.lower_fun(_identity, multiple_results=False)
+)
 
 
 def _nonbatchable_batch(xs: tuple, dims: tuple, *, msg: str, allow_constant: bool):

@@ -103,7 +103,9 @@ class OutputRecord:
         leaves, treedef = jax.tree_util.tree_flatten(out)
         if len(leaves) != len(out_nodes):
             raise ValueError("Internal error: `None` inside a primitive's output.")
-        dynamic = [_is_operand(x) or y is not None for x, y in zip(out_nodes, like_nodes)]
+        dynamic = [
+            _is_operand(x) or y is not None for x, y in zip(out_nodes, like_nodes)
+        ]
         static = tuple(_DYNAMIC if d else x for d, x in zip(dynamic, out_nodes))
         self._record(treedef, static)
         flat_out = [x for d, x in zip(dynamic, out_nodes) if d]
@@ -172,7 +174,9 @@ def filter_primitive_jvp(rule: Callable) -> Callable:
         tangents_in = _rebuild_with_none(treedef, no_tangent, tangents)
         out, t_out = rule(primals_in, tangents_in)
         flat_out, flat_t = flatten.paired(out, t_out)
-        flat_t = [_symbolic_zero(p) if t is None else t for p, t in zip(flat_out, flat_t)]
+        flat_t = [
+            _symbolic_zero(p) if t is None else t for p, t in zip(flat_out, flat_t)
+        ]
         return flat_out, flat_t
 
     return flat_rule
@@ -204,7 +208,9 @@ def filter_primitive_transpose(
     tree shaped as `inputs`, with `None` wherever there is no cotangent.
     """
     if rule is _NO_RULE:
-        return lambda r: filter_primitive_transpose(r, materialise_zeros=materialise_zeros)
+        return lambda r: filter_primitive_transpose(
+            r, materialise_zeros=materialise_zeros
+        )
 
     def flat_rule(
         cts: Any, *operands: Any, treedef: Any, static: tuple, flatten: Any

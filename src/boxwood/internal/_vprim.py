@@ -66,9 +66,7 @@ def _batch_rule(prim: Primitive, axis_data: Any, operands: Any, axes: Any, **par
 
 
 def _vmap(fn: Callable, in_axes: Any, axis_size: int, axis_name: Any, **kw: Any):
-    return jax.vmap(
-        fn, in_axes=in_axes, axis_size=axis_size, axis_name=axis_name, **kw
-    )
+    return jax.vmap(fn, in_axes=in_axes, axis_size=axis_size, axis_name=axis_name, **kw)
 
 
 def _batched_impl(*operands, prim, axis_size, axis_name, in_axes, params):
@@ -136,5 +134,9 @@ def _unbatch_ct(ct: Any, operand: Any, axis: Any) -> Any:
 
 
 batched_p = create_vprim(
-    "boxwood_batched", _batched_impl, _batched_abstract, _batched_jvp, _batched_transpose
+    "boxwood_batched",
+    _batched_impl,
+    _batched_abstract,
+    _batched_jvp,
+    _batched_transpose,
 )
