@@ -21,7 +21,7 @@ def _reduction_primitive(name: str, reduce: Callable) -> Primitive:
 
     def batch(xs: tuple, dims: tuple) -> tuple:
         # The batch axis is one more axis to reduce over: the result is unbatched.
-        return prim.bind(xs[0]), batching.not_mapped
+        return prim.bind(xs[0]), None
 
     prim.def_impl(impl)
     prim.def_abstract_eval(lambda x: x.update(shape=(), weak_type=False))

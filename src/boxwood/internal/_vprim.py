@@ -50,13 +50,15 @@ def create_vprim(
     return prim
 
 
-def _batch_rule(prim: Primitive, axis_data: Any, operands: Any, axes: Any, **params):
+def _batch_rule(
+    vprim: Primitive, axis_data: Any, operands: Any, axes: Any, /, **params: Any
+) -> tuple:
     if all(a is None for a in axes):
-        out = prim.bind(*operands, **params)
+        out = vprim.bind(*operands, **params)
         return out, [None] * len(out)
     out = batched_p.bind(
         *operands,
-        prim=prim,
+        prim=vprim,
         axis_size=axis_data.size,
         axis_name=axis_data.name,
         in_axes=tuple(axes),
