@@ -79,15 +79,15 @@ def _maybe_set_transpose(inputs, ct):
     return None, ct_xs, ct_x, None
 
 
+def _is_none(x: Any) -> bool:
+    return x is None
+
+
 def _maybe_set_batch(inputs, axes):
     pred, xs, x, index = inputs
-    size = next(
-        jnp.shape(v)[a]
-        for v, a in zip(
-            jax.tree_util.tree_leaves(inputs), jax.tree_util.tree_leaves(axes)
-        )
-        if a is not None
-    )
+    values = [pred, xs, x, *jax.tree_util.tree_leaves(index)]
+    value_axes = [*axes[:3], *jax.tree_util.tree_leaves(axes[3], is_leaf=_is_none)]
+    size = next(jnp.shape(v)[a] for v, a in zip(values, value_axes) if a is not None)
 
     def front(v: Any, a: Any) -> Any:
         v = jnp.asarray(v)
@@ -99,7 +99,7 @@ def _maybe_set_batch(inputs, axes):
 
     pred_, xs_, x_ = (front(v, a) for v, a in zip((pred, xs, x), axes[:3]))
     dyn, static = partition(index, is_array)
-    dyn_axes = jax.tree_util.tree_map(lambda _, a: a, dyn, axes[3])
+    dyn_axes = axes[3]
 
     def one(p: Any, b: Any, v: Any, d: Any) -> Any:
         return _set(p, b, v, combine(d, static))
@@ -165,7 +165,7 @@ def _maybe_set(pred: Any, xs: Any, x: Any, index: Any) -> Any:
     pred = jnp.asarray(pred)
     if pred.shape != () or pred.dtype != jnp.bool_:
         raise ValueError(f"`pred` must be a boolean scalar; got {pred!r}.")
-    if jnp.result_type(x, xs) != jnp.result_type(xs):
+    if not jnp.can_cast(jnp.result_type(x), jnp.result_type(xs), "same_kind"):
         raise ValueError(
             f"`buffer.at[...].set(value)`: `value` of dtype {jnp.result_type(x)} "
             f"does not fit a buffer of dtype {jnp.result_type(xs)}."
