@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_origin
 
 _T = TypeVar("_T")
 
@@ -52,6 +52,12 @@ else:
             return _AbstractMarker("AbstractClassVar", item)
 
 
+def _is_class_var(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        return bool(re.match(r"^\s*(?:[\w.]+\.)?ClassVar\b", annotation))
+    return annotation is ClassVar or get_origin(annotation) is ClassVar
+
+
 _STRING_FORM = re.compile(r"^\s*(?:[\w.]+\.)?(AbstractVar|AbstractClassVar)\s*\[")
 
 
@@ -67,3 +73,57 @@ def abstract_kind(annotation: Any) -> str | None:
     if kind in ("AbstractVar", "AbstractClassVar") and hasattr(annotation, "type"):
         return kind
     return None
+
+
+def own_abstract(cls_name: str, namespace: dict[str, Any]) -> dict[str, str]:
+    """The abstract annotations of a class body, `{name: kind}`, removed from its
+    `__annotations__` (so that they make no dataclass field). Refuses a bare
+    `AbstractVar` and an abstract attribute given a value in the same body."""
+    annotations = namespace.get("__annotations__", {})
+    own = {}
+    for name, annotation in list(annotations.items()):
+        if annotation in (AbstractVar, AbstractClassVar):
+            raise TypeError(
+                f"`{cls_name}.{name}`: cannot use unsubscripted "
+                f"`{annotation.__name__}`; write `{annotation.__name__}[SomeType]`."
+            )
+        kind = abstract_kind(annotation)
+        if kind is None:
+            continue
+        if name in namespace:
+            raise TypeError(
+                f"`{cls_name}.{name}` is annotated `{kind}[...]`, so it cannot have "
+                "value in the same class body: drop the value, or the annotation."
+            )
+        own[name] = kind
+        del annotations[name]
+    return own
+
+
+def unresolved(cls: type) -> tuple[frozenset, frozenset]:
+    """`(abstract attributes, abstract class attributes)` that `cls` leaves
+    undefined, from base to subclass along its MRO: an abstract annotation declares
+    one, a plain annotation (a field, a `ClassVar`) or any class attribute (a value
+    set in the body or by a base's `__init_subclass__`, a property, a method)
+    resolves it. An `AbstractClassVar` redeclared as `AbstractVar` stays a class
+    attribute."""
+    variables: set[str] = set()
+    class_variables: set[str] = set()
+    for kls in reversed(cls.__mro__):
+        own = kls.__dict__.get("__boxwood_own_abstract__", {})
+        for name, kind in own.items():
+            if kind == "AbstractClassVar":
+                variables.discard(name)
+                class_variables.add(name)
+            elif name not in class_variables:
+                variables.add(name)
+        for name, annotation in kls.__dict__.get("__annotations__", {}).items():
+            if name not in own:
+                class_variables.discard(name)
+                if not _is_class_var(annotation):
+                    variables.discard(name)
+        for name in kls.__dict__:
+            if name not in own:
+                variables.discard(name)
+                class_variables.discard(name)
+    return frozenset(variables), frozenset(class_variables)

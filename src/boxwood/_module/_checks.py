@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -19,63 +20,46 @@ MSG_UNSET = (
 )
 
 MSG_ABSTRACT = (
-    "Cannot instantiate `{cls}`: it does not define the abstract attribute{s} {names}. "
-    "Define {them} in the class body of `{cls}` (as a field, a class attribute, or a "
+    "Can't instantiate abstract class `{cls}` with {what}: define "
+    "{them} in `{cls}` or one of its bases (as a field, a class attribute, or a "
     "property)."
 )
 
-_UNHASHABLE_FIX = {
-    list: "use a tuple instead of a list",
-    dict: "use a tuple of (key, value) pairs instead of a dict",
-    set: "use a frozenset instead of a set",
-    bytearray: "use bytes instead of a bytearray",
-}
+# (class, field) pairs already warned about: each warns once
+_WARNED: set[tuple[type, str]] = set()
 
 
-def _type_name(value: Any) -> str:
-    cls = type(value)
-    module = cls.__module__
-    if module in ("builtins", None):
-        return cls.__name__
-    return f"{module.split('.')[0]}.{cls.__name__}"
-
-
-def check_static_value(cls_name: str, name: str, value: Any) -> None:
-    """Raise `TypeError` if `value` cannot live in a pytree's structure."""
-    where = f"`{cls_name}.{name}`"
+def _has_arrays(value: Any) -> bool:
     if isinstance(value, (jax.Array, np.ndarray)):
-        raise TypeError(
-            f"{where} is a static field but holds an array of type {_type_name(value)}. "
-            "Static fields are part of the pytree structure: they are hashed and "
-            "compared by value on every jit call, and arrays can be neither. "
-            f"Declare the field with `field(static=False)` (the default) so that the "
-            "array is a traced leaf, or store a tuple of Python numbers instead."
-        )
-    arrays = [
-        x
-        for x in jax.tree_util.tree_leaves(value)
-        if isinstance(x, (jax.Array, np.ndarray))
-    ]
-    if arrays and arrays[0] is not value:
-        raise TypeError(
-            f"{where} is a static field but holds a pytree containing arrays (a "
-            f"{_type_name(value)} with {len(arrays)} array leaves). Static fields are "
-            "part of the pytree structure and must not hold arrays. Declare the field "
-            "with `field(static=False)` (the default) so that its arrays are traced."
-        )
+        return True
     try:
-        hash(value)
-    except TypeError as e:
-        fix = _UNHASHABLE_FIX.get(type(value))
-        hint = fix or (
-            "make it hashable (a tuple, a frozen dataclass), or declare the field with "
-            "`field(static=False)`"
-        )
-        raise TypeError(
-            f"{where} is a static field but its value of type {_type_name(value)} is "
-            f"not hashable ({e}). Static fields are part of the pytree structure and "
-            f"must be hashable: {hint}."
-        ) from None
+        leaves = jax.tree_util.tree_leaves(value)
+    except Exception:  # a custom node whose flatten fails: nothing to report
+        return False
+    return any(isinstance(x, (jax.Array, np.ndarray)) for x in leaves)
+
+
+def check_static_value(cls: type, name: str, value: Any) -> None:
+    """Warn (once per class and field) when a static field holds arrays.
+
+    Equinox accepts this with a warning, so boxwood does too: the module can be
+    built, flattened and mapped over; only what compares or hashes its structure
+    (a jit cache lookup) fails. Unhashable values (a list, a treedef inside a
+    tuple) are accepted without a word: structures are compared with `==`, and
+    `filter_jit` says which field when it does need a hash.
+    """
+    if (cls, name) in _WARNED or not _has_arrays(value):
+        return
+    _WARNED.add((cls, name))
+    warnings.warn(
+        f"`{cls.__name__}.{name}` is a static field but holds an array (or a pytree "
+        "containing arrays). Static fields are part of the pytree structure: they "
+        "are not traced, and a jit call cannot compare or hash arrays there. Declare "
+        "the field with `field(static=False)` (the default) so that its arrays are "
+        "traced leaves.",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def plural(names: list[str]) -> dict[str, str]:

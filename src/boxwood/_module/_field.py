@@ -22,8 +22,9 @@ def field(
       `converter=jnp.asarray`). It is not called when a pytree is rebuilt by
       `jax.tree_util` (unflattening never re-runs initialisation).
     - `static`: if `True` the value is part of the pytree *structure* (the treedef)
-      rather than a leaf. Static values must be hashable and must not be arrays;
-      this is checked when the module is built.
+      rather than a leaf. Static values should not be arrays (a warning when the
+      module is built): they are compared with `==` when compiled code is looked
+      up.
     - `**kwargs`: passed on to `dataclasses.field` (`default`, `default_factory`,
       `init`, `repr`, `metadata`, ...).
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from . import _static_key
-from ._abstract import abstract_kind
+from ._abstract import own_abstract, unresolved
 from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
 from ._field import converter_of, field, is_static, static_field
 from ._register import REBUILD, REBUILD_NAME, register
@@ -34,18 +34,6 @@ MODULE_TYPES: set[type] = set()
 CLASS_HOOKS: list[Callable[[type], None]] = []
 
 
-def _abstract_names(cls: type, namespace: dict[str, Any], own: set[str]) -> frozenset:
-    """Abstract attributes `cls` leaves unresolved: its bases' unresolved ones that its
-    own body does not define (as a field annotation, attribute or property), plus its
-    own abstract annotations."""
-    inherited: set[str] = set()
-    for base in cls.__bases__:
-        inherited |= getattr(base, "__boxwood_abstract__", frozenset())
-    annotations = namespace.get("__annotations__", {})
-    defined = (set(namespace) | set(annotations)) - {"__annotations__"}
-    return frozenset((inherited - defined) | (own - set(namespace)))
-
-
 # Type checkers see each subclass as a dataclass: its fields, and the `__init__`
 # they make unless the class defines its own.
 @dataclass_transform(field_specifiers=(dataclasses.field, field, static_field))
@@ -57,16 +45,15 @@ class _ModuleMeta(abc.ABCMeta):
         # ignores it too, except that `strict=None` meant abstract), `is_abstract=True`
         # forbids instantiating this class itself (not its subclasses).
         is_abstract = bool(is_abstract) or strict is None
-        annotations = namespace.get("__annotations__", {})
-        own_abstract = {n for n, a in list(annotations.items()) if abstract_kind(a)}
-        for n in own_abstract:
-            del annotations[n]
+        own = own_abstract(name, namespace)
         cls: Any = super().__new__(mcs, name, bases, namespace, **kwargs)
         custom_init = "__init__" in namespace or getattr(
             cls, "_boxwood_custom_init", False
         )
         cls._boxwood_custom_init = custom_init
-        cls.__boxwood_abstract__ = _abstract_names(cls, namespace, own_abstract)
+        cls.__boxwood_own_abstract__ = own
+        cls.__abstractvars__, cls.__abstractclassvars__ = unresolved(cls)
+        cls.__boxwood_abstract__ = cls.__abstractvars__ | cls.__abstractclassvars__
         cls._boxwood_is_abstract = is_abstract
         dataclasses.dataclass(cls, init=not custom_init, repr=False, eq=False)
         fields = dataclasses.fields(cls)
@@ -285,8 +272,7 @@ def _constructor(user_init: Any) -> Any:
                 "concrete subclass of it instead."
             )
         if cls.__boxwood_abstract__:
-            names = sorted(cls.__boxwood_abstract__)
-            raise TypeError(MSG_ABSTRACT.format(cls=cls.__name__, **plural(names)))
+            raise _abstract_error(cls)
         self.__dict__[REBUILD_NAME] = cls._boxwood_rebuild  # see _register.py
         _INITIALISING.add(key)
         try:
@@ -297,6 +283,22 @@ def _constructor(user_init: Any) -> Any:
         self.__dict__[REBUILD_NAME] = _static_key.key(cls, self.__dict__)
 
     return construct
+
+
+def _abstract_error(cls: Any) -> TypeError:
+    parts = []
+    for kind, names in (
+        ("class attributes", cls.__abstractclassvars__),
+        ("attributes", cls.__abstractvars__),
+    ):
+        if names:
+            parts.append(f"abstract {kind} {plural(sorted(names))['names']}")
+    many = len(cls.__boxwood_abstract__) > 1
+    return TypeError(
+        MSG_ABSTRACT.format(
+            cls=cls.__name__, what=" and ".join(parts), them="them" if many else "it"
+        )
+    )
 
 
 def _finish_init(cls: Any, self: Any) -> None:
@@ -316,7 +318,7 @@ def _finish_init(cls: Any, self: Any) -> None:
     for name, converter in cls._boxwood_converters:
         values[name] = converter(values[name])
     for name in cls._boxwood_static:
-        check_static_value(cls.__name__, name, values[name])
+        check_static_value(cls, name, values[name])
     for check in cls._boxwood_check_inits:
         check(self)
 
