@@ -116,13 +116,15 @@ def test_lower_and_compile_ahead_of_time(getkey):
     fn = lambda m, x, s: m(x) * s
     f = bw.filter_jit(fn, compiler_options={"xla_embed_ir_in_executable": True})
     lowered = f.lower(model, jnp.ones(2), 2.0)
-    assert isinstance(lowered, jax.stages.Lowered)
+    assert isinstance(lowered.flat, jax.stages.Lowered)
     assert "multiply" in lowered.as_text()
     compiled = lowered.compile()
-    assert isinstance(compiled, jax.stages.Compiled)
-    (out,) = compiled([model.w, jnp.ones(2)])  # the inner function's flat arrays
+    assert isinstance(compiled.flat, jax.stages.Compiled)
+    # the flat form: the inner function's arrays in, its output arrays out
+    (out,) = compiled.flat([model.w, jnp.ones(2)])
     assert jnp.array_equal(out, jnp.full(2, 6.0))
+    assert jnp.array_equal(compiled(model, jnp.ones(2), 2.0), jnp.full(2, 6.0))
     assert jnp.array_equal(f(model, jnp.ones(2), 2.0), jnp.full(2, 6.0))
     assert f.cache_info().traces == 1  # the call reused the lowering's trace
     bound = bw.filter_jit(model.__call__).lower(jnp.ones(2))
-    assert isinstance(bound.compile(), jax.stages.Compiled)
+    assert jnp.array_equal(bound.compile()(jnp.ones(2)), jnp.full(2, 3.0))

@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.core
 
+from ._eval_shape import filter_eval_shape
 from ._filters import combine, is_array, partition
 from ._module import Module, field
 from ._partition import OutBox, static_equal
@@ -42,23 +43,29 @@ def _unflat(flat: tuple) -> Any:
     return jax.tree_util.tree_unflatten(flat[1], flat[0])
 
 
-class _Converted(Module):
-    jaxpr: Any = field(static=True)  # `None` for a function with no closure
-    fn: Callable | None = field(static=True)
-    consts: list
-    in_structs: Any = field(static=True)
+class _ClosureConvertBase(Module):
+    """What the two kinds of converted function share: the example arguments'
+    structure, the argument check, and the attributes libraries built on Equinox
+    read (`in_struct`, `out_struct`: pytrees with `jax.ShapeDtypeStruct`s at the
+    array leaves)."""
+
+    in_dynamic_struct: Any = field(static=True)  # `(leaves, treedef)`
     in_static: Any = field(static=True)
-    out_static: Any = field(static=True)
-    out_treedef: Any = field(static=True)
+
+    @property
+    def in_struct(self) -> tuple[tuple, dict]:
+        """`(args, kwargs)` of the example call, arrays as `ShapeDtypeStruct`s."""
+        return combine(_unflat(self.in_dynamic_struct), _unflat(self.in_static))
 
     def _dynamic_inputs(self, args: tuple, kwargs: dict) -> list:
         dynamic, static = partition((args, kwargs), is_array)
         got = _structs(jax.eval_shape(lambda: dynamic))
-        if not _flat_equal(got, self.in_structs):
+        if not _flat_equal(got, self.in_dynamic_struct):
             raise ValueError(
                 "A function from `filter_closure_convert` was called with arrays of "
                 f"other shapes or dtypes ({got}) than its example arguments "
-                f"({_unflat(self.in_structs)}). Convert it again for the new arguments."
+                f"({_unflat(self.in_dynamic_struct)}). Convert it again for the new "
+                "arguments."
             )
         if not _flat_equal(static, self.in_static):
             raise ValueError(
@@ -68,13 +75,40 @@ class _Converted(Module):
             )
         return jax.tree_util.tree_leaves(dynamic)
 
+
+class _TrivialClosureConvert(_ClosureConvertBase):
+    """A function that closes over nothing: kept as it is (no jaxpr traced)."""
+
+    fn: Callable = field(static=True)
+
+    @property
+    def out_struct(self) -> Any:
+        """The output's structure, arrays as `ShapeDtypeStruct`s."""
+        args, kwargs = self.in_struct
+        return filter_eval_shape(self.fn, *args, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._dynamic_inputs(args, kwargs)
+        return self.fn(*args, **kwargs)
+
+
+class _ClosureConvert(_ClosureConvertBase):
+    """A function traced to a jaxpr whose closed-over arrays are `consts`."""
+
+    jaxpr: Any = field(static=True)
+    consts: list
+    out_dynamic_struct: Any = field(static=True)  # `(leaves, treedef)`
+    out_static: Any = field(static=True)
+
+    @property
+    def out_struct(self) -> Any:
+        """The output's structure, arrays as `ShapeDtypeStruct`s."""
+        return combine(_unflat(self.out_dynamic_struct), _unflat(self.out_static))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves = self._dynamic_inputs(args, kwargs)
-        if self.jaxpr is None:
-            assert self.fn is not None  # kept when there is no jaxpr
-            return self.fn(*args, **kwargs)
         out = jax.core.eval_jaxpr(self.jaxpr, self.consts, *leaves)
-        out = jax.tree_util.tree_unflatten(self.out_treedef, out)
+        out = jax.tree_util.tree_unflatten(self.out_dynamic_struct[1], out)
         return combine(out, _unflat(self.out_static))
 
 
@@ -95,7 +129,9 @@ def filter_closure_convert(fn: Callable, *args: Any, **kwargs: Any) -> Callable:
     **Returns:**
 
     A module callable like `fn` on arguments of the same shapes; its `consts` field
-    holds the closed-over arrays.
+    holds the closed-over arrays. As in Equinox, `in_struct` and `out_struct` give
+    the example arguments `(args, kwargs)` and the output with
+    `jax.ShapeDtypeStruct`s at their array leaves.
 
     >>> import boxwood, jax, jax.numpy as jnp
     >>> def outer(z):
@@ -108,7 +144,7 @@ def filter_closure_convert(fn: Callable, *args: Any, **kwargs: Any) -> Callable:
     in_dynamic, in_static = partition((args, kwargs), _is_struct)
     in_structs = _structs(jax.eval_shape(lambda: in_dynamic))
     if isinstance(fn, types.FunctionType) and fn.__closure__ is None:
-        return _Converted(None, fn, [], _flat(in_structs), _flat(in_static), None, None)
+        return _TrivialClosureConvert(_flat(in_structs), _flat(in_static), fn)
     in_treedef = jax.tree_util.tree_structure(in_structs)
     box = OutBox()
 
@@ -121,7 +157,8 @@ def filter_closure_convert(fn: Callable, *args: Any, **kwargs: Any) -> Callable:
 
     closed = jax.make_jaxpr(flat_fn)(*jax.tree_util.tree_leaves(in_structs))
     out_static, out_treedef = box.get()
-    return _Converted(
-        closed.jaxpr, None, list(closed.consts), _flat(in_structs), _flat(in_static),
-        _flat(out_static), out_treedef,
+    out_leaves = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.out_avals]
+    return _ClosureConvert(
+        _flat(in_structs), _flat(in_static), closed.jaxpr, list(closed.consts),
+        (tuple(out_leaves), out_treedef), _flat(out_static),
     )  # fmt: skip

@@ -21,8 +21,8 @@ def is_array(element: Any) -> bool:
 def is_array_like(element: Any) -> bool:
     """`True` for arrays, Python numbers (`bool`, `int`, `float`, `complex`) and
     objects with a `__jax_array__` method."""
-    return isinstance(element, (*_ARRAY_TYPES, *_PY_SCALARS)) or hasattr(
-        element, "__jax_array__"
+    return isinstance(element, (*_ARRAY_TYPES, *_PY_SCALARS)) or callable(
+        getattr(element, "__jax_array__", None)
     )
 
 
@@ -38,8 +38,11 @@ def is_inexact_array(element: Any) -> bool:
 
 def is_inexact_array_like(element: Any) -> bool:
     """`True` for floating-point or complex arrays and Python `float`/`complex`."""
-    if hasattr(element, "__jax_array__"):
-        element = element.__jax_array__()
+    if isinstance(element, _ARRAY_TYPES):  # jax 0.10 tracers: `__jax_array__ = None`
+        return _inexact_dtype(element)
+    to_array = getattr(element, "__jax_array__", None)
+    if callable(to_array):
+        element = to_array()
     if isinstance(element, _ARRAY_TYPES):
         return _inexact_dtype(element)
     return isinstance(element, (float, complex))

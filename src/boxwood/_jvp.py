@@ -22,18 +22,23 @@ def _is_none(x: Any) -> bool:
     return x is None
 
 
+class TangentError(ValueError, TypeError):
+    """Tangents that do not fit the primals. A `TypeError` as in Equinox (and
+    JAX's `jax.jvp`), and a `ValueError` as boxwood first raised it."""
+
+
 def _check_tangents(primals: Any, tangents: Any) -> None:
     p = jax.tree_util.tree_structure(primals, is_leaf=_is_none)
     t = jax.tree_util.tree_structure(tangents, is_leaf=_is_none)
     if p != t:
-        raise ValueError(
+        raise TangentError(
             "`filter_jvp`: `tangents` must have the structure of `primals` (with "
             f"`None` for leaves that have no tangent); got {t} for primals of {p}."
         )
     for path, primal, tangent in _pairs(primals, tangents):
         if tangent is not None and not is_inexact_array_like(primal):
             where = jax.tree_util.keystr(path)
-            raise ValueError(
+            raise TangentError(
                 f"`filter_jvp`: `primals{where}` is not floating-point (an array or a "
                 f"Python float), so its tangent `tangents{where}` must be `None`."
             )

@@ -124,6 +124,7 @@ def _warn_undonated(
     if not kept:
         return
     message = (
+        "Some donated buffers were not usable: "
         f"filter_jit({getattr(wrapper, '__qualname__', 'function')}, "
         f"donate={wrapper._options.donate!r}): {len(kept)} input buffer(s) could not be "
         f"donated (no output of the same shape and dtype could reuse them): "

@@ -38,7 +38,7 @@ import jax
 from .._errors import raise_as_boxwood_error
 from .._filters import is_array
 from .._module._module import FLAT, MODULE_TYPES
-from . import _capture, _convention, _native, _shardings
+from . import _aot, _capture, _convention, _native, _shardings
 from ._bound import as_pytree_function
 from ._cache import _Entry, _merge, _Out, _Plan, _signature, _Store, _store_for
 from ._diagnostics import (
@@ -383,7 +383,9 @@ class _JitWrapper:
     def _jit(self, store: _Store, plan: _Plan, statics: tuple, entry: _Entry) -> Any:
         options = self._options
         name = self.__qualname__
-        silence = options.donate in ("all", "all-except-first")
+        # JAX's "not usable" warning is replaced by `_warn_undonated` ("warn"
+        # modes), which names the buffers, or dropped ("all" modes)
+        silence = options.donates
         entry_ref = weakref.ref(entry)
         conv = self._convention
         hidden = self._hidden
@@ -455,14 +457,36 @@ class _JitWrapper:
         return CacheInfo(hits, self._misses, self._traces, self._store.size)
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
-        """Lower for these arguments without running: JAX's `Lowered`, so that
-        `.lower(*args).compile()` gives a `Compiled` that takes the same arguments'
-        arrays (`compiled(*args)` returns the inner function's flat outputs).
+        """Lower for these arguments without running (see `Lowered`):
+        `.lower(*args).compile()` gives a `Compiled` that takes the
+        same arguments as the function and returns its output. JAX's own
+        `Lowered` of the inner function (flat lists of arrays) is its `.flat`.
 
         **Arguments:** the arguments of a call.
 
-        **Returns:** a `jax.stages.Lowered`.
+        **Returns:** a `boxwood.Lowered`.
         """
+        return self.lower_with(lambda: (), args, kwargs)
+
+    def lower_with(self, prefix: Callable[[], tuple], args: tuple, kwargs: dict):
+        """`lower`, with `prefix()` (the captured values' hidden argument) before
+        the arguments, at lowering and at each call of the compiled object."""
+        args, kwargs, plan, statics, dyn = self._prepare((*prefix(), *args), kwargs)
+        entry = self._entry(plan, statics, args, kwargs)
+        lowerer = _Lowerer(entry.jitted)
+        try:
+            flat = _convention.call(
+                self._convention, lowerer, self._fun_dyn, dyn, plan.n_first
+            )
+        finally:
+            restore_warnings()
+            self._traces += self._store.pending.__dict__.pop("n", 0)
+        return _aot.Lowered(
+            flat, _aot._AotCall(self, prefix, plan, plan.key_of(statics))
+        )
+
+    def _prepare(self, args: tuple, kwargs: dict) -> tuple:
+        """`(args, kwargs, plan, statics, dyn)` of a call, on the slow path."""
         if kwargs and self._first_name is not None and not args:
             if self._first_name in kwargs:
                 kwargs = dict(kwargs)
@@ -473,16 +497,7 @@ class _JitWrapper:
             leaves, treedef = _flatten(args)
         plan = self._plan(treedef, tuple(map(type, leaves)), leaves, bool(kwargs))
         statics = plan.get_statics(leaves) if plan.get_statics is not None else ()
-        entry = self._entry(plan, statics, args, kwargs)
-        dyn = list(plan.get_dyn(leaves))
-        lowerer = _Lowerer(entry.jitted)
-        try:
-            return _convention.call(
-                self._convention, lowerer, self._fun_dyn, dyn, plan.n_first
-            )
-        finally:
-            restore_warnings()
-            self._traces += self._store.pending.__dict__.pop("n", 0)
+        return args, kwargs, plan, statics, list(plan.get_dyn(leaves))
 
     def clear_cache(self) -> None:
         """Forget compiled code and reset the counters."""
@@ -633,7 +648,7 @@ def filter_jit(
                 state.forget()
 
             def lower(*args: Any, **kwargs: Any) -> Any:
-                return core.lower(state.hidden_now(), *args, **kwargs)
+                return core.lower_with(lambda: (state.hidden_now(),), args, kwargs)
 
             return core.decorate(call, fun, clear_cache, lower)
     return _JitWrapper(fun, options).call

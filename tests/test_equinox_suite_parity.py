@@ -1,0 +1,70 @@
+"""Differential tests: behaviours Equinox's own test suite relies on, compared with
+Equinox where it is installed alongside."""
+
+import warnings
+
+import jax.numpy as jnp
+import pytest
+
+import boxwood as bw
+
+
+def test_donate_warn_gives_one_warning_in_jaxs_words(call_path):
+    g = bw.filter_jit(lambda x, y: x + jnp.sum(y), donate="warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g(jnp.array(1.0), jnp.ones((10,)))
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages  # JAX's own warning is not repeated
+    assert messages[0].startswith("Some donated buffers were not usable")
+    assert "args[1] f32[10]" in messages[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bw.filter_jit(lambda x, y: x + jnp.sum(y))(jnp.array(1.0), jnp.ones((10,)))
+
+
+def test_filter_jvp_under_jax_jit_and_bad_tangents_are_type_errors():
+    import equinox as eqx
+    import jax
+
+    f = lambda x, n: (x**2 * n, n)
+    primals, tangents = (jnp.array(3.0), 2), (jnp.array(1.0), None)
+    # jax 0.10 tracers have `__jax_array__ = None`: still arrays to filter_jvp
+    ours = jax.jit(lambda p, t: bw.filter_jvp(f, (p, 2), (t, None)))(*primals[:1], 1.0)
+    theirs = eqx.filter_jvp(f, primals, tangents)
+    assert jnp.allclose(ours[0][0], theirs[0][0]) and ours[0][1] == 2
+    assert jnp.allclose(ours[1][0], theirs[1][0]) and ours[1][1] is None
+    for bad in ((None, jnp.array(1.0)), (None, object())):
+        with pytest.raises(TypeError, match="must be `None`|structure of `primals`"):
+            bw.filter_jvp(f, primals, bad)
+        with pytest.raises(TypeError):
+            eqx.filter_jvp(f, primals, bad)
+    assert bw.is_array_like(jnp.ones(2)) and not bw.is_array_like(object())
+
+
+def test_closure_convert_has_equinoxs_structs():
+    import equinox as eqx
+    import jax
+
+    def run(z):
+        fn = lambda y, args: ((y * z, {"n": args[1]}), y.sum())
+        example = (jnp.ones(3), (jnp.zeros(2), "k"))
+        ours = bw.filter_closure_convert(fn, *example)
+        theirs = eqx.filter_closure_convert(fn, *example)
+        assert ours.out_struct == theirs.out_struct
+        assert ours.in_struct == theirs.in_struct
+        return ours(*example)[0][0], ours.consts
+
+    out, consts = jax.jit(run)(jnp.full(3, 2.0))
+    assert jnp.array_equal(out, jnp.full(3, 2.0)) and len(consts) == 1
+    for example in (1, jnp.ones(2)):
+        plain = bw.filter_closure_convert(_add_one, example)
+        theirs = eqx.filter_closure_convert(_add_one, example)
+        assert type(plain).__name__ == type(theirs).__name__
+        assert plain.out_struct == theirs.out_struct
+        assert plain.in_struct == theirs.in_struct
+    assert jnp.array_equal(plain(jnp.zeros(2)), jnp.ones(2))
+
+
+def _add_one(a):
+    return a + 1
