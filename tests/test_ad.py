@@ -244,7 +244,9 @@ def test_no_positional_argument_is_an_error():
         grad()
     with pytest.raises(TypeError, match="Pass the first argument by position"):
         grad(x=jnp.ones(()))
-    with pytest.raises(TypeError, match="`filter_value_and_grad` differentiates"):
+    with pytest.raises(
+        TypeError, match="wrapped with `filter_value_and_grad` are differentiated"
+    ):
         boxwood.filter_value_and_grad(lambda x=1.0: x)()
 
 

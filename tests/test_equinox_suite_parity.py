@@ -68,3 +68,46 @@ def test_closure_convert_has_equinoxs_structs():
 
 def _add_one(a):
     return a + 1
+
+
+def _custom_call(lib):
+    @lib.filter_custom_jvp
+    def call(x, y, *, fn):
+        return fn(x, y)
+
+    @call.def_jvp
+    def call_jvp(primals, tangents, *, fn):
+        (x, y), (tx, ty) = primals, tangents
+        return call(x, y, fn=fn), tx**2 + (0.0 if ty is None else ty)
+
+    return call
+
+
+def test_custom_jvp_keeps_python_numbers_as_jax_and_equinox_do():
+    import equinox as eqx
+    import jax
+
+    f = lambda a, b: a**2 + b
+    for x, tx in ((2.0, 3.0), (jnp.array(2.0), jnp.array(3.0))):
+        calls = [_custom_call(lib) for lib in (bw, eqx)]
+        ours, theirs = [
+            jax.jvp(lambda v, c=c: c(v, 1.0, fn=f), (x,), (tx,)) for c in calls
+        ]
+        assert type(ours[0]) is type(theirs[0]) and ours == theirs
+    assert _custom_call(bw)(1, 2, fn=f) == 3  # integers are never differentiated
+
+
+def test_custom_vjp_old_defvjp_and_nondifferentiable_arguments():
+    import jax
+
+    @bw.filter_custom_vjp
+    def f(x, y):
+        return x * y
+
+    with pytest.warns(DeprecationWarning, match="def_fwd"):
+        f.defvjp(lambda x, y: (x * y, y), lambda y, g, x, _: g * y + 1)
+    assert jax.grad(lambda x: f(x, 3.0))(2.0) == 4.0
+    with pytest.raises(RuntimeError, match=r"with respect to `args\[0\]`"):
+        jax.grad(lambda x: f(x, x))(1.0)
+    with pytest.raises(TypeError, match="Functions wrapped with `filter_grad`"):
+        bw.filter_grad(lambda x: x + 1)(x=jnp.array(1.0))

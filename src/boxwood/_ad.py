@@ -53,8 +53,8 @@ def _no_first_argument(name: str, kwargs: dict) -> TypeError:
     else:
         how = "got no arguments"
     return TypeError(
-        f"`{name}` differentiates with respect to the first positional argument of "
-        f"the function it wraps, but {how}."
+        f"Functions wrapped with `{name}` are differentiated with respect to their "
+        f"first positional argument, but {how}."
     )
 
 

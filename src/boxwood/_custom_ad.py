@@ -9,6 +9,7 @@ output come back through an `OutBox`.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,24 @@ def _out_tangents(out_dynamic: Any, t_out: Any, name: str) -> Any:
         ) from None
     t_leaves = [_zero_like(x) if t is None else t for x, t in zip(leaves, t_leaves)]
     return jax.tree_util.tree_unflatten(treedef, t_leaves)
+
+
+def _split_rule_out(out: Any, t_out: Any, box: OutBox) -> Any:
+    """The differentiable part of a JVP rule's output: its arrays, and the Python
+    numbers that were given a tangent (JAX hands a rule the Python numbers passed
+    to `jax.jvp` as they are, so its output may be numbers too)."""
+    leaves, treedef = jax.tree_util.tree_flatten(out)
+    try:
+        t_leaves = treedef.flatten_up_to(t_out)
+    except (ValueError, TypeError):  # tangents for the arrays only
+        return split_out(out, box)
+    keep = [
+        is_array(x) or (t is not None and isinstance(x, (float, complex)))
+        for x, t in zip(leaves, t_leaves)
+    ]
+    dynamic = [x if k else None for x, k in zip(leaves, keep)]
+    box.put(treedef.unflatten([None if k else x for x, k in zip(leaves, keep)]))
+    return treedef.unflatten(dynamic)
 
 
 class filter_custom_jvp:
@@ -106,7 +125,9 @@ class filter_custom_jvp:
         box = OutBox()
 
         def rebuild(leaves: Any) -> tuple[tuple, dict]:
-            arrays = jax.tree_util.tree_unflatten(treedef, _as_arrays(leaves))
+            # as in JAX (and Equinox): a Python number given to `jax.jvp` reaches
+            # the rule as that number
+            arrays = jax.tree_util.tree_unflatten(treedef, list(leaves))
             return combine(arrays, static)
 
         @jax.custom_jvp
@@ -127,7 +148,7 @@ class filter_custom_jvp:
                     "function are not differentiable. Pass it positionally."
                 )
             out, t_out = fn_jvp(a, t_args, **kw)
-            out_dynamic = split_out(out, box)
+            out_dynamic = _split_rule_out(out, t_out, box)
             return out_dynamic, _out_tangents(out_dynamic, t_out, name)
 
         run.defjvp(jvp, symbolic_zeros=True)
@@ -166,11 +187,17 @@ def _vjp_arg_grads(g: Any, vjp_arg: Any, name: str) -> Any:
     return jax.tree_util.tree_unflatten(treedef, kept)
 
 
+class NonDifferentiableArgumentError(ValueError, RuntimeError):
+    """A `filter_custom_vjp` function differentiated with respect to an argument
+    other than its first. A `RuntimeError` as in Equinox, and a `ValueError` as
+    boxwood first raised it."""
+
+
 def _check_unperturbed(other: Any, name: str) -> None:
     for path, p in jax.tree_util.tree_flatten_with_path(other)[0]:
         if p.perturbed:
             where = ("vjp_arg", "args", "kwargs")[path[0].idx] + keystr(path[1:])
-            raise ValueError(
+            raise NonDifferentiableArgumentError(
                 f"`{name}` was differentiated with respect to `{where}`, which is not "
                 "in its first argument. `filter_custom_vjp` only computes gradients "
                 "for the first argument (`vjp_arg`): put everything to be "
@@ -225,6 +252,26 @@ class filter_custom_vjp:
         """Set the backward rule (see above); returns it, so usable as a decorator."""
         self.fn_bwd = fn_bwd
         return fn_bwd
+
+    def defvjp(self, fn_fwd: Callable, fn_bwd: Callable) -> None:
+        """Equinox's older form, kept for code written for it (deprecated there
+        and here): `fn_fwd(vjp_arg, *args, **kwargs) -> (out, residuals)` and
+        `fn_bwd(residuals, grad_obj, vjp_arg, *args, **kwargs) -> grad_vjp_arg`,
+        that is, the rules of `def_fwd` / `def_bwd` without `perturbed`."""
+        warnings.warn(
+            "`filter_custom_vjp.defvjp` is deprecated (as in Equinox): use "
+            "`@fn.def_fwd` and `@fn.def_bwd`, whose rules also receive `perturbed`.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+
+        def fwd(perturbed: Any, *args: Any, **kwargs: Any) -> Any:
+            return fn_fwd(*args, **kwargs)
+
+        def bwd(residuals: Any, grad_obj: Any, perturbed: Any, *a: Any, **kw: Any):
+            return fn_bwd(residuals, grad_obj, *a, **kw)
+
+        self.fn_fwd, self.fn_bwd = fwd, bwd
 
     def __call__(self, vjp_arg: Any, /, *args: Any, **kwargs: Any) -> Any:
         name = getattr(self.fn, "__name__", "function")
