@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax._src.custom_batching import custom_vmap_p
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Primitive
 
 # primitive -> function called as `fn(*operands, **params)` in its place.
@@ -30,6 +31,14 @@ def _call_impl(prim: Primitive, *args: Any, **params: Any) -> Any:
 def register_impl_finalisation(prim: Primitive) -> None:
     """Finalise `prim` by calling its implementation rule (`prim.impl`)."""
     primitive_finalisations[prim] = functools.partial(_call_impl, prim)
+
+
+def _custom_vmap_call(*args: Any, call: Any, **params: Any) -> Any:
+    # `custom_vmap` (behind `unvmap_any` and friends) outside `vmap`: its function.
+    return finalise_eval_jaxpr(call.jaxpr, call.consts, *args)
+
+
+primitive_finalisations[custom_vmap_p] = _custom_vmap_call
 
 
 def _finalise_value(value: Any) -> Any:

@@ -10,12 +10,13 @@ import jax.numpy as jnp
 from jax.core import ShapedArray
 
 from .._eval_shape import filter_eval_shape
+from .._filters import combine, is_array, partition
 from .._filters import filter as filter_tree
-from .._filters import is_array
 from .._jit import filter_jit
 from .._jvp import filter_jvp
 from .._module import Module, field
 from ._finalise import register_impl_finalisation
+from ._misc import cached_filter_eval_shape
 from ._primitive import (
     filter_primitive_bind,
     filter_primitive_def,
@@ -40,10 +41,20 @@ def _to_struct(x: Any) -> Any:
 def _abstract(fn: Any, abstract_fn: Any, args: tuple, kwargs: dict) -> Any:
     fn, args, kwargs = jax.tree_util.tree_map(_to_struct, (fn, args, kwargs))
     if abstract_fn is None:
-        out = filter_eval_shape(_call, fn, args, kwargs)
+        call, call_args, kwargs = _call, (fn, args, kwargs), {}
     else:
-        out = filter_eval_shape(abstract_fn, filter_tree(fn, is_array), *args, **kwargs)
-    return jax.tree_util.tree_map(lambda s: ShapedArray(s.shape, s.dtype), out)
+        call, call_args = abstract_fn, (filter_tree(fn, is_array), *args)
+    try:  # traced once per signature, where the arguments are hashable
+        out = cached_filter_eval_shape(call, *call_args, **kwargs)
+    except TypeError:
+        out = filter_eval_shape(call, *call_args, **kwargs)
+    return jax.tree_util.tree_map(_to_aval, out)
+
+
+def _to_aval(x: Any) -> Any:
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return ShapedArray(x.shape, x.dtype)
+    return x
 
 
 def _zeros_for_none(primal: Any, tangent: Any) -> Any:
@@ -80,13 +91,15 @@ register_impl_finalisation(noinline_p)
 
 
 class _NoInline(Module):
-    fn: Any
+    # Only the function's arrays are leaves: the rest (the code) is static, so
+    # that the wrapper can be passed through `jax.jit`.
+    fn_arrays: Any
+    fn_static: Any = field(static=True)
     abstract_fn: Any = field(static=True)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return filter_primitive_bind(
-            noinline_p, self.fn, self.abstract_fn, args, kwargs
-        )
+        fn = combine(self.fn_arrays, self.fn_static)
+        return filter_primitive_bind(noinline_p, fn, self.abstract_fn, args, kwargs)
 
 
 def noinline(fn: Callable, abstract_fn: Callable | None = None) -> Callable:
@@ -106,4 +119,5 @@ def noinline(fn: Callable, abstract_fn: Callable | None = None) -> Callable:
     A callable pytree behaving as `fn` under `jit`, `grad` (forward and reverse
     mode) and `vmap`.
     """
-    return _NoInline(fn, abstract_fn)
+    arrays, static = partition(fn, is_array)
+    return _NoInline(arrays, static, abstract_fn)
