@@ -42,26 +42,19 @@ def _unflattener(model):
 NO_SLOT = "boxwood, no C rebuild slot"
 
 
-def _without_rebuild_slot(weights):
-    """The boxwood model, its classes made without the C extension's `tp_init`
-    rebuild slot (`install_init`): what that slot buys on JAX's unflatten path."""
-    from _models import BwLinear, BwMLP
+def _without_rebuild_slot(run):
+    """`run` with the C extension's rebuild slot (`install_call`, the metaclass's
+    `tp_call`) switched off: what that slot buys on JAX's unflatten path."""
     from boxwood._jit import _native
 
-    saved = _native.install_init
-    _native.install_init = None
-    try:
+    def slow(n: int) -> None:
+        _native.use_rebuild_slot(False)
+        try:
+            run(n)
+        finally:
+            _native.use_rebuild_slot(True)
 
-        class PyLinear(BwLinear):
-            pass
-
-        class PyMLP(BwMLP):
-            pass
-
-    finally:
-        _native.install_init = saved
-    model = build("boxwood", weights)
-    return PyMLP(tuple(PyLinear(layer.weight, layer.bias) for layer in model.layers))
+    return slow
 
 
 def _check_roundtrip(kind: str, model) -> None:
@@ -81,13 +74,13 @@ def run(quick: bool) -> list[dict]:
         _check_roundtrip(kind, model)
     from boxwood._jit import _native
 
-    if _native.install_init is not None:
-        models[NO_SLOT] = _without_rebuild_slot(weights)
-        _check_roundtrip("boxwood", models[NO_SLOT])
+    with_slot = _native.install_call is not None
     case = f"{layers_for(LEAVES)}-layer MLP, {LEAVES} leaves"
     rows = []
     for op, make in (("flatten", _flattener), ("unflatten", _unflattener)):
         runners = {kind: make(model) for kind, model in models.items()}
+        if with_slot and op == "unflatten":
+            runners[NO_SLOT] = _without_rebuild_slot(runners["boxwood"])
         results = interleave(runners, reps=reps, target_s=target)
         rows += timing_rows(FIGURE, f"{op}: {case}", results, limit="dataclass")
     return rows

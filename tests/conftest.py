@@ -26,7 +26,8 @@ def call_path(request, monkeypatch):
     if request.param == "python":
         monkeypatch.setattr(_native, "FastCall", None)
         monkeypatch.setattr(_native, "Builder", None)
-        monkeypatch.setattr(_native, "install_init", None)  # classes made in the test
+        _native.use_rebuild_slot(False)  # JAX's rebuild of modules
+        request.addfinalizer(lambda: _native.use_rebuild_slot(True))
     elif _env_flag("BOXWOOD_PURE_PYTHON"):
         assert not _native.active()  # the switch is honoured: Python paths only
     else:

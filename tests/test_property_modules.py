@@ -103,10 +103,10 @@ def test_tree_at_partition_and_checkpoints_of_random_modules(tmp_path_factory):
 
 
 def test_the_same_properties_with_the_extension_off_at_import():
-    # `call_path` switches the C path off for classes made inside a test; here the
-    # whole process starts with `BOXWOOD_PURE_PYTHON=1`, so no class (those made at
-    # import included) ever gets the C rebuild slot. Under that variable the
-    # fixture's "compiled" variant asserts that the extension is off.
+    # `call_path` switches the C paths off inside a test; here the whole process
+    # starts with `BOXWOOD_PURE_PYTHON=1`, so the C rebuild slot is never installed.
+    # Under that variable the fixture's "compiled" variant asserts that the
+    # extension is off.
     import os
     import pathlib
     import re

@@ -328,29 +328,32 @@ def test_tree_pformat_prints_a_jitted_function_like_a_function():
     assert text == f"Holds(fn=<function {h.__qualname__}>)"
 
 
-def test_install_init_accepts_only_classes_with_a_python_init():
-    from boxwood._jit._speedups import install_init
+def test_install_call_takes_only_a_metaclass_with_a_python_call():
+    from boxwood._jit._speedups import install_call
+    from boxwood._module._module import SLOTTED, _ModuleMeta
     from boxwood._module._register import REBUILD_NAME
     from boxwood._module._static_key import StaticKey
 
-    class Installed(bw.Module):  # a module class: installed when created
-        w: jax.Array
+    install_call(_ModuleMeta, REBUILD_NAME, StaticKey, SLOTTED)  # (a no-op: installed)
 
-    install_init(Installed, REBUILD_NAME, StaticKey)  # (a no-op where installed)
-
-    class NotAModule(dict):  # dict's own C __init__
+    class NoCall(type):  # `type`'s own C __call__
         pass
 
     with pytest.raises(TypeError, match="must be defined in Python"):
-        install_init(NotAModule, REBUILD_NAME, StaticKey)
+        install_call(NoCall, REBUILD_NAME, StaticKey, set())
+    with pytest.raises(TypeError, match="a metaclass defined in Python expected"):
+        install_call(dict, REBUILD_NAME, StaticKey, set())
 
-    class Plain:
-        def __init__(self, a):
-            self.a = a
+    class OtherMeta(type):
+        def __call__(cls, *args, **kwargs):
+            return super().__call__(*args, **kwargs)
 
-    with pytest.raises(ValueError, match="one name and marker"):
-        install_init(Plain, "other", StaticKey)
-    assert Plain(3).a == 3  # left as it was
+    with pytest.raises(ValueError, match="one metaclass only"):
+        install_call(OtherMeta, REBUILD_NAME, StaticKey, set())
+
+    class Installed(bw.Module):
+        w: jax.Array
+
     # a user's construction and JAX's rebuild both work
     m = Installed(jnp.ones(2))
     assert jnp.allclose(jax.tree_util.tree_map(lambda a: a + 1, m).w, 2.0)

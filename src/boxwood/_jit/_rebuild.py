@@ -83,7 +83,8 @@ class _Emitter:
         typ, aux = td.node_data()
         if typ is type(None):
             return (CONST, None)
-        module = is_module_class(typ)
+        # (a class keeping fields in `__slots__` is built by its own unflatten)
+        module = is_module_class(typ) and not typ._boxwood_slots
         if module and outer and self.remember:
             lazy = self._lazy(td, typ, aux, pos)
             if lazy is not None:  # built from its flat form; fields on first read

@@ -1,6 +1,6 @@
 /* boxwood._jit._speedups: the per-call paths of boxwood, in C: `FastCall` (the argument
  * walk, key lookup and call of `filter_jit`), `Builder` (rebuilding its outputs)
- * and `install_init` (a module class's rebuild on JAX's unflatten path).
+ * and `install_call` (the rebuild of modules on JAX's unflatten path).
  *
  * `FastCall` is the callable that `filter_jit` returns when this extension is
  * built. It does what the fast path at the top of `_filter_jit.py`'s `call` does, with
@@ -876,89 +876,95 @@ static PyTypeObject BuilderType = {
     .tp_members = builder_members,
 };
 
-/* ------------------------------------------------------------ install_init
+/* ------------------------------------------------------------ install_call
  *
  * JAX's C++ unflatten rebuilds a module with `cls(**fields, _boxwood_rebuild=key)`,
  * where `key` is the module's static key (of type `_static_key.StaticKey`). The
- * class's Python `__init__` (`_module._wrap_init`) recognises the key by its type and
- * makes the keywords its instance dict. `install_init(cls, name, marker_type)` gives the
- * class a C `tp_init` slot that does the same before any Python runs: it receives
- * JAX's keyword dict as it is (CPython's generic slot would look `__init__` up and
- * unpack the dict into a call), and a copy of it becomes the instance dict. Every
- * other call (a user constructing a module) goes to CPython's generic slot, which
- * calls the class's `__init__`. Assigning `cls.__init__` later resets the slot to
- * CPython's.
+ * metaclass's Python `__call__` (`_module._ModuleMeta`) recognises the key by its
+ * type and makes the keywords the instance dict, without calling `__init__`.
+ * `install_call(meta, name, marker_type, slotted)` gives the metaclass a C
+ * `tp_call` slot that does the same before any Python runs: it receives JAX's
+ * keyword dict as it is, and a copy of it becomes the instance dict of a bare
+ * instance. Every other call (a user constructing a module, a rebuild of a class
+ * in the set `slotted`) goes to the slot the metaclass had, which calls its Python
+ * `__call__`. `install_call(meta, None, None, None)` puts that slot back.
  */
-static PyObject *rebuild_name, *rebuild_marker; /* marker: a type */
-/* the slot a Python-defined `__init__` gives a class (CPython's `slot_tp_init`),
- * taken from the classes installed: every other call goes there */
-static initproc generic_init;
+static PyObject *rebuild_name, *rebuild_marker, *rebuild_slotted; /* marker: a type */
+static ternaryfunc generic_call; /* the metaclass's own slot (CPython's `slot_tp_call`) */
+static PyObject *rebuild_meta;    /* the one metaclass installed */
 
-static int rebuild_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
+static PyObject *rebuild_tp_call(PyObject *cls, PyObject *args, PyObject *kwds) {
     if (kwds != NULL && PyTuple_GET_SIZE(args) == 0) {
         PyObject *mark = PyDict_GetItemWithError(kwds, rebuild_name);
         if (mark != NULL && (PyObject *)Py_TYPE(mark) == rebuild_marker) {
-            PyObject *values = PyDict_Copy(kwds);
-            if (values == NULL) return -1;
-            int err = PyObject_GenericSetDict(self, values, NULL);
-            Py_DECREF(values);
-            return err;
+            int slotted = PySet_GET_SIZE(rebuild_slotted) ? PySet_Contains(rebuild_slotted, cls) : 0;
+            if (slotted < 0) return NULL;
+            if (!slotted) {
+                PyTypeObject *type = (PyTypeObject *)cls;
+                PyObject *obj = type->tp_alloc(type, 0);
+                if (obj == NULL) return NULL;
+                PyObject *values = PyDict_Copy(kwds);
+                if (values == NULL || PyObject_GenericSetDict(obj, values, NULL) < 0) {
+                    Py_XDECREF(values);
+                    Py_DECREF(obj);
+                    return NULL;
+                }
+                Py_DECREF(values);
+                return obj;
+            }
         }
-        if (mark == NULL && PyErr_Occurred()) return -1;
+        if (mark == NULL && PyErr_Occurred()) return NULL;
     }
-    /* a user's construction: CPython's own slot, which calls the class's `__init__` */
-    return generic_init(self, args, kwds);
+    return generic_call(cls, args, kwds);
 }
 
-static PyObject *install_init(PyObject *module, PyObject *args) {
-    PyObject *cls, *name, *marker;
-    if (!PyArg_ParseTuple(args, "O!UO!:install_init", &PyType_Type, &cls, &name,
-                          &PyType_Type, &marker)) {
+static PyObject *install_call(PyObject *module, PyObject *args) {
+    PyObject *meta, *name, *marker, *slotted;
+    if (!PyArg_ParseTuple(args, "O!OOO:install_call", &PyType_Type, &meta, &name,
+                          &marker, &slotted)) {
         return NULL;
     }
-    if (!PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_HEAPTYPE)) {
-        PyErr_SetString(PyExc_TypeError, "install_init: a class defined in Python expected");
+    PyTypeObject *type = (PyTypeObject *)meta;
+    if (!PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) || !PyType_IsSubtype(type, &PyType_Type)) {
+        PyErr_SetString(PyExc_TypeError, "install_call: a metaclass defined in Python expected");
         return NULL;
     }
-    initproc current = ((PyTypeObject *)cls)->tp_init;
-    if (current == rebuild_tp_init) Py_RETURN_NONE; /* installed already */
-    /* an `__init__` defined in Python gives the class CPython's generic slot, which
-       no built-in type has: an `__init__` inherited from one (`dict`, `object`) is
-       turned down */
-    PyObject *mro = ((PyTypeObject *)cls)->tp_mro;
-    int python_init = mro != NULL && PyTuple_Check(mro);
-    for (Py_ssize_t i = 0; python_init && i < PyTuple_GET_SIZE(mro); i++) {
-        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
-        if (!PyType_HasFeature(base, Py_TPFLAGS_HEAPTYPE) && base->tp_init == current) {
-            python_init = 0;
-        }
+    if (name == Py_None) { /* back to the metaclass's own slot */
+        if (type->tp_call == rebuild_tp_call) type->tp_call = generic_call;
+        Py_RETURN_NONE;
     }
-    if (!python_init || (generic_init != NULL && current != generic_init)) {
+    if (!PyUnicode_Check(name) || !PyType_Check(marker) || !PySet_Check(slotted)) {
+        PyErr_SetString(PyExc_TypeError, "install_call(meta, str, type, set) expected");
+        return NULL;
+    }
+    if (type->tp_call == rebuild_tp_call) Py_RETURN_NONE; /* installed already */
+    if (type->tp_call == PyType_Type.tp_call || type->tp_call == NULL) {
         PyErr_SetString(PyExc_TypeError,
-                        "install_init: the class's __init__ must be defined in Python");
+                        "install_call: the metaclass's __call__ must be defined in Python");
         return NULL;
     }
-    if (rebuild_name == NULL) {
-        Py_INCREF(name);
-        PyUnicode_InternInPlace(&name);
-        rebuild_name = name;
-        Py_INCREF(marker);
-        rebuild_marker = marker;
-    } else if (PyUnicode_Compare(name, rebuild_name) != 0 || marker != rebuild_marker) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError,
-                            "install_init: one name and marker for every class");
-        }
+    if (rebuild_meta != NULL && rebuild_meta != meta) {
+        PyErr_SetString(PyExc_ValueError, "install_call: one metaclass only");
         return NULL;
     }
-    generic_init = current;
-    ((PyTypeObject *)cls)->tp_init = rebuild_tp_init;
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);
+    Py_XSETREF(rebuild_name, name);
+    Py_INCREF(marker);
+    Py_XSETREF(rebuild_marker, marker);
+    Py_INCREF(slotted);
+    Py_XSETREF(rebuild_slotted, slotted);
+    generic_call = type->tp_call;
+    Py_INCREF(meta);
+    Py_XSETREF(rebuild_meta, meta);
+    type->tp_call = rebuild_tp_call;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef speedups_methods[] = {
-    {"install_init", install_init, METH_VARARGS,
-     "install_init(cls, name, marker_type): rebuild `cls` from JAX's keywords in C."},
+    {"install_call", install_call, METH_VARARGS,
+     "install_call(meta, name, marker_type, slotted): rebuild modules from JAX's "
+     "keywords in C (`name=None`: remove)."},
     {NULL}};
 
 static struct PyModuleDef speedups_module = {

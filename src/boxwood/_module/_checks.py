@@ -14,9 +14,25 @@ MSG_FROZEN = (
     "    model = boxwood.tree_at(lambda m: m.{name}, model, new_value)"
 )
 
+MSG_METHOD = (
+    "Cannot assign methods in __init__: `self.{name} = self.<method>` in "
+    "`{cls}.__init__` stores a bound method of the module being built, which would "
+    "hold a copy of the half-initialised module. Call the method where it is "
+    "needed instead, or store the plain function (`type(self).<method>`)."
+)
+
+MSG_POST_INIT = (
+    "Class `{cls.__module__}.{cls.__qualname__}` has both an `__init__` method and "
+    "a `__post_init__` method, so `__post_init__` will not run: dataclasses call it "
+    "from the `__init__` they generate, which a custom `__init__` replaces. Call it "
+    "from your `__init__`, or move the checks into `__check_init__`, which always "
+    "runs."
+)
+
 MSG_UNSET = (
-    "`{cls}.__init__` did not assign the field{s} {names}. Every field must be set "
-    "in `__init__` (or given a default in the class body)."
+    "Field {first!r} was not initialized: `{cls}.__init__` did not assign the "
+    "field{s} {names}. Every field must be set in `__init__` (or given a default in "
+    "the class body)."
 )
 
 MSG_ABSTRACT = (
@@ -52,13 +68,13 @@ def check_static_value(cls: type, name: str, value: Any) -> None:
         return
     _WARNED.add((cls, name))
     warnings.warn(
-        f"`{cls.__name__}.{name}` is a static field but holds an array (or a pytree "
-        "containing arrays). Static fields are part of the pytree structure: they "
+        f"A JAX array is being set as static! `{cls.__name__}.{name}` is a static "
+        "field but holds an array (or a pytree containing arrays). Static fields are part of the pytree structure: they "
         "are not traced, and a jit call cannot compare or hash arrays there. Declare "
         "the field with `field(static=False)` (the default) so that its arrays are "
         "traced leaves.",
         UserWarning,
-        stacklevel=4,
+        stacklevel=5,
     )
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
+import inspect
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from . import _static_key
 from ._abstract import own_abstract, unresolved
-from ._checks import MSG_ABSTRACT, MSG_FROZEN, MSG_UNSET, check_static_value, plural
+from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
+from ._construct import INITIALISING, construct, rebuild
 from ._field import converter_of, field, is_static, static_field
-from ._register import REBUILD, REBUILD_NAME, register
+from ._register import REBUILD_NAME, register
+from ._static_key import StaticKey
 
 try:  # Python >= 3.11
     from typing import dataclass_transform
@@ -22,16 +24,13 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 FLAT = "_boxwood_flat"
 
-# ids of the instances whose `__init__` is running; `__setattr__` only works for those.
-# (Set insertions and removals are atomic under the GIL, so this is thread-safe.)
-_INITIALISING: set[int] = set()
 # Every Module class (registered with JAX, so never freed anyway): `type(x) in
 # MODULE_TYPES` is a much cheaper test than `isinstance(x, Module)` (an ABC check).
 MODULE_TYPES: set[type] = set()
-# Called with every new Module class once its `__init__` is in place: the C
-# extension's rebuild slot is installed this way (`boxwood/_jit/_native.py`), so that
-# this package imports nothing from `_jit`.
-CLASS_HOOKS: list[Callable[[type], None]] = []
+# Module classes that keep a field in `__slots__`: JAX's rebuild sets their fields
+# one by one (the C rebuild slot hands them to `rebuild`).
+SLOTTED: set[type] = set()
+_new = object.__new__
 
 
 # Type checkers see each subclass as a dataclass: its fields, and the `__init__`
@@ -47,39 +46,100 @@ class _ModuleMeta(abc.ABCMeta):
         is_abstract = bool(is_abstract) or strict is None
         own = own_abstract(name, namespace)
         cls: Any = super().__new__(mcs, name, bases, namespace, **kwargs)
-        custom_init = "__init__" in namespace or getattr(
-            cls, "_boxwood_custom_init", False
-        )
-        cls._boxwood_custom_init = custom_init
+        dataclass_init = _has_dataclass_init(cls)
+        cls._boxwood_dataclass_init = dataclass_init
+        if not dataclass_init and hasattr(cls, "__post_init__"):
+            warnings.warn(MSG_POST_INIT.format(cls=cls), UserWarning, stacklevel=2)
+        init_doc = cls.__init__.__doc__ if bases else None
         cls.__boxwood_own_abstract__ = own
         cls.__abstractvars__, cls.__abstractclassvars__ = unresolved(cls)
         cls.__boxwood_abstract__ = cls.__abstractvars__ | cls.__abstractclassvars__
         cls._boxwood_is_abstract = is_abstract
-        dataclasses.dataclass(cls, init=not custom_init, repr=False, eq=False)
+        dataclasses.dataclass(cls, init=dataclass_init, repr=False, eq=False)
         fields = dataclasses.fields(cls)
         _check_field_names(name, fields)
-        cls._boxwood_fields = fields
-        cls._boxwood_field_names = frozenset(f.name for f in fields)
-        cls._boxwood_static = tuple(f.name for f in fields if is_static(f))
-        cls._boxwood_data = tuple(f.name for f in fields if not is_static(f))
-        cls._boxwood_converters = tuple(
-            (f.name, converter_of(f)) for f in fields if converter_of(f) is not None
-        )
-        cls._boxwood_check_inits = tuple(
-            k.__dict__["__check_init__"]
-            for k in reversed(cls.__mro__)
-            if "__check_init__" in k.__dict__
-        )
+        if dataclass_init:
+            cls.__init__.__doc__ = init_doc  # as inherited, not the dataclass's None
+            _converter_annotations(cls.__init__, fields)
+        _record_fields(cls, fields)
         register(
             cls,
             data_fields=list(cls._boxwood_data),
             meta_fields=list(cls._boxwood_static),
         )
-        _wrap_init(cls)
         _install_lazy_fields(cls, fields)
         _install_methods(cls, namespace)
         MODULE_TYPES.add(cls)
+        if cls._boxwood_slots:
+            SLOTTED.add(cls)
         return cls
+
+    def __call__(cls, *args, **kwargs):
+        # JAX's rebuild (`_register.py`): the keywords, a fresh dict, become the
+        # instance dict. (With the C extension the metaclass's `tp_call` slot does
+        # this before any Python runs, and calls here for everything else.)
+        if not args and kwargs.get(REBUILD_NAME).__class__ is StaticKey:
+            if cls in SLOTTED:
+                return rebuild(cls, kwargs)
+            obj = _new(cls)
+            _set_dict(obj, kwargs)
+            return obj
+        return construct(cls, args, kwargs)
+
+    # `inspect.signature(cls)` would otherwise show `__call__`'s `(*args, **kwargs)`
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        signature = inspect.signature(cls.__init__)
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
+def _has_dataclass_init(cls: Any) -> bool:
+    """Whether `cls` gets a dataclass `__init__`: neither it nor a base (a Module
+    or any other class before the first Module along the MRO) defines one."""
+    if "__init__" in cls.__dict__:
+        return False
+    for kls in cls.__mro__[1:-1]:
+        if "_boxwood_dataclass_init" in kls.__dict__:
+            return kls._boxwood_dataclass_init
+        if kls.__init__ is not object.__init__:
+            return False
+    return True  # `Module` itself
+
+
+def _converter_annotations(init: Any, fields: tuple) -> None:
+    """A converted field's `__init__` parameter takes what its converter takes."""
+    annotations = init.__annotations__
+    for f in fields:
+        converter = converter_of(f)
+        if converter is None or f.name not in annotations:
+            continue
+        try:
+            parameters = list(inspect.signature(converter).parameters.values())
+        except (TypeError, ValueError):  # no signature (`str`, some builtins)
+            parameters = []
+        first = parameters[0].annotation if parameters else inspect.Parameter.empty
+        annotations[f.name] = Any if first is inspect.Parameter.empty else first
+
+
+def _record_fields(cls: Any, fields: tuple) -> None:
+    cls._boxwood_fields = fields
+    cls._boxwood_field_names = frozenset(f.name for f in fields)
+    cls._boxwood_static = tuple(f.name for f in fields if is_static(f))
+    cls._boxwood_data = tuple(f.name for f in fields if not is_static(f))
+    cls._boxwood_converters = tuple(
+        (f.name, converter_of(f)) for f in fields if converter_of(f) is not None
+    )
+    # Equinox's order: along the MRO, the subclass's check first
+    cls._boxwood_check_inits = tuple(
+        k.__dict__["__check_init__"]
+        for k in cls.__mro__
+        if "__check_init__" in k.__dict__
+    )
+    cls._boxwood_slots = any(
+        isinstance(k.__dict__.get(f.name), types.MemberDescriptorType)
+        for f in fields
+        for k in cls.__mro__
+    )
 
 
 RESERVED_PREFIX = "_boxwood_"
@@ -94,59 +154,6 @@ def _check_field_names(cls_name: str, fields: tuple) -> None:
                 f"{RESERVED_PREFIX!r} are reserved for boxwood's own bookkeeping. "
                 "Rename the field."
             )
-
-
-_NOT_GIVEN = object()  # default of the generated `__init__`'s field parameters
-
-
-def _wrap_init(cls: Any) -> None:
-    """Give `cls` an `__init__` that also serves as the pytree rebuild path.
-
-    JAX's C++ unflatten calls `cls(_boxwood_rebuild=<StaticKey>, **fields)`. Checking
-    for the key inside `__init__` (rather than in a metaclass `__call__`) keeps the
-    rebuild on CPython's fast `type.__call__` path. The `__init__` is generated for
-    each class with one keyword parameter per registered field, so that CPython
-    binds the fields to parameters (as for a dataclass's own `__init__`) instead of
-    collecting them into a `**kwargs` dict; the rebuild then builds the instance
-    dict in one literal. A user's call reaches the user's `__init__` with its own
-    arguments: keywords that happen to name fields are passed back as keywords.
-    """
-    user_init = cls.__dict__.get("__init__")
-    if user_init is None:  # inherited from a Module base: wrap that base's own
-        inherited = cls.__init__
-        user_init = getattr(inherited, "__boxwood_user_init__", inherited)
-    construct = _constructor(user_init)
-    names = [*cls._boxwood_data, *cls._boxwood_static]
-    # the generated code's own names start with `__bw_`: a field cannot (a class
-    # body mangles `__name` to `_Class__name`), so no field shadows them
-    params = "".join(f"{n}=__bw_NOT_GIVEN, " for n in names)
-    items = "".join(f"{n!r}: {n}, " for n in names)
-    regather = "".join(
-        f"    if {n} is not __bw_NOT_GIVEN:\n        __bw_kw[{n!r}] = {n}\n"
-        for n in names
-    )
-    source = (
-        f"def __init__(__bw_self, *__bw_args, {params}{REBUILD_NAME}=None, **__bw_kw):\n"
-        f"    if {REBUILD_NAME}.__class__ is __bw_Key or {REBUILD_NAME} is __bw_REBUILD:\n"
-        f"        __bw_set_dict(__bw_self, {{{items}{REBUILD_NAME!r}: {REBUILD_NAME}}})\n"
-        "        return\n"
-        f"{regather}"
-        "    __bw_construct(__bw_self, __bw_args, __bw_kw)\n"
-    )
-    set_dict = globals().get("_set_dict") or _set_dict_slowly  # Module itself: slowly
-    namespace = {
-        "__bw_NOT_GIVEN": _NOT_GIVEN, "__bw_REBUILD": REBUILD,
-        "__bw_Key": _static_key.StaticKey,
-        "__bw_set_dict": set_dict, "__bw_construct": construct,
-    }  # fmt: skip
-    exec(
-        compile(source, f"<boxwood __init__ of {cls.__qualname__}>", "exec"), namespace
-    )
-    init: Any = functools.wraps(user_init)(namespace["__init__"])
-    init.__boxwood_user_init__ = user_init
-    cls.__init__ = init
-    for hook in CLASS_HOOKS:
-        hook(cls)
 
 
 class _LazyField:
@@ -252,77 +259,6 @@ def _install_methods(cls: Any, namespace: dict) -> None:
             type.__setattr__(cls, name, _Method(value))
 
 
-def _set_dict_slowly(obj: Any, values: dict) -> None:
-    object.__setattr__(obj, "__dict__", values)
-
-
-def _constructor(user_init: Any) -> Any:
-    """A user's construction of a module: run `user_init`, then the defaults,
-    converters and checks (`_finish_init`)."""
-
-    def construct(self: Any, args: tuple, kwargs: dict) -> None:
-        key = id(self)
-        if key in _INITIALISING:  # `super().__init__(...)` inside a user `__init__`
-            user_init(self, *args, **kwargs)
-            return
-        cls = type(self)
-        if cls.__dict__.get("_boxwood_is_abstract"):
-            raise TypeError(
-                f"`{cls.__name__}` was declared with `is_abstract=True`; instantiate a "
-                "concrete subclass of it instead."
-            )
-        if cls.__boxwood_abstract__:
-            raise _abstract_error(cls)
-        self.__dict__[REBUILD_NAME] = cls._boxwood_rebuild  # see _register.py
-        _INITIALISING.add(key)
-        try:
-            user_init(self, *args, **kwargs)
-        finally:
-            _INITIALISING.discard(key)
-        _finish_init(cls, self)
-        self.__dict__[REBUILD_NAME] = _static_key.key(cls, self.__dict__)
-
-    return construct
-
-
-def _abstract_error(cls: Any) -> TypeError:
-    parts = []
-    for kind, names in (
-        ("class attributes", cls.__abstractclassvars__),
-        ("attributes", cls.__abstractvars__),
-    ):
-        if names:
-            parts.append(f"abstract {kind} {plural(sorted(names))['names']}")
-    many = len(cls.__boxwood_abstract__) > 1
-    return TypeError(
-        MSG_ABSTRACT.format(
-            cls=cls.__name__, what=" and ".join(parts), them="them" if many else "it"
-        )
-    )
-
-
-def _finish_init(cls: Any, self: Any) -> None:
-    values = self.__dict__
-    missing = []
-    for f in cls._boxwood_fields:
-        if f.name in values:
-            continue
-        if f.default is not dataclasses.MISSING:
-            values[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            values[f.name] = f.default_factory()
-        else:
-            missing.append(f.name)
-    if missing:
-        raise TypeError(MSG_UNSET.format(cls=cls.__name__, **plural(missing)))
-    for name, converter in cls._boxwood_converters:
-        values[name] = converter(values[name])
-    for name in cls._boxwood_static:
-        check_static_value(cls, name, values[name])
-    for check in cls._boxwood_check_inits:
-        check(self)
-
-
 class Module(metaclass=_ModuleMeta):
     """Base class for models: a frozen dataclass registered as a JAX pytree.
 
@@ -361,7 +297,10 @@ class Module(metaclass=_ModuleMeta):
         return state
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if id(self) not in _INITIALISING:
+        if id(self) not in INITIALISING:
+            if name == "__orig_class__":  # `SomeModule[int]()` sets it (typing)
+                object.__setattr__(self, name, value)
+                return
             raise dataclasses.FrozenInstanceError(
                 MSG_FROZEN.format(cls=type(self).__name__, name=name)
             )
@@ -371,6 +310,8 @@ class Module(metaclass=_ModuleMeta):
                 f"it in the class body (`{name}: SomeType`) so that it becomes part of "
                 "the pytree."
             )
+        if callable(value) and getattr(value, "__self__", None) is self:
+            raise ValueError(MSG_METHOD.format(cls=type(self).__name__, name=name))
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
