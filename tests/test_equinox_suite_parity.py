@@ -111,3 +111,87 @@ def test_custom_vjp_old_defvjp_and_nondifferentiable_arguments():
         jax.grad(lambda x: f(x, x))(1.0)
     with pytest.raises(TypeError, match="Functions wrapped with `filter_grad`"):
         bw.filter_grad(lambda x: x + 1)(x=jnp.array(1.0))
+
+
+def test_tree_equal_result_types_follow_equinox():
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    x, y = np.ones(2, np.float32), jnp.ones(2)
+    cases = [
+        ((x, x), {}),
+        ((x, y), {}),
+        ((x, y), {"typematch": True}),
+        ((y, y), {}),
+        (([1, {"a": y}], [1, {"a": y + 1}]), {}),
+        ((1, 2), {}),
+        ((y, 0), {}),
+        ((jnp.arange(3), jnp.arange(3)), {"rtol": 1e-3}),
+    ]
+    for trees, kwargs in cases:
+        ours, theirs = bw.tree_equal(*trees, **kwargs), eqx.tree_equal(*trees, **kwargs)
+        assert type(ours) is type(theirs) and bool(ours) == bool(theirs), trees
+
+    def under_jit(a):
+        assert bw.tree_equal(a, 0) is False  # known without the values
+        return bw.tree_equal(a, y)
+
+    assert bool(jax.jit(under_jit)(y))
+
+
+def test_tree_at_on_shared_empty_tuples_and_replace_errors():
+    import equinox as eqx
+
+    a = ()
+    for tree in ([a, a], [(), ()], [(1,), (1,)]):
+        for lib in (bw, eqx):
+            assert lib.tree_at(lambda t: t[0], tree, "x") == ["x", tree[1]]
+            assert lib.tree_at(lambda t: t[0], tree, replace_fn=len)[0] == len(tree[0])
+    where = lambda t: (t[0], t[1])
+    with pytest.raises(TypeError, match="must be a sequence of 2 values; got int"):
+        bw.tree_at(where, [1, 2], replace=4)
+    with pytest.raises(ValueError, match="must be a sequence of 2 values"):
+        bw.tree_at(where, [1, 2], replace=(1, 2, 3))
+
+
+def _wrapped_target(a, b=1):
+    return a
+
+
+def test_tree_pformat_of_weak_arrays_and_functions_matches_equinox():
+    import functools
+
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    @functools.wraps(_wrapped_target)
+    def wrapper():
+        pass
+
+    cases = [
+        jnp.array(1),
+        jnp.array(1.0),
+        jnp.ones((2, 3)),
+        np.ones(2),
+        wrapper,
+        _wrapped_target,
+        print,
+        functools.partial(_wrapped_target),
+        functools.partial(_wrapped_target, jnp.ones(2), b=3),
+    ]
+    for x in cases:
+        assert bw.tree_pformat(x) == eqx.tree_pformat(x), x
+    struct = jax.ShapeDtypeStruct((2,), jnp.float32, weak_type=True)
+    assert bw.tree_pformat(struct, struct_as_array=True) == "weak_f32[2]"
+
+
+def test_filter_vmap_broadcasts_an_output_number_given_an_axis():
+    import equinox as eqx
+
+    for lib in (bw, eqx):
+        out = lib.filter_vmap(lambda x: x, out_axes=0, axis_size=3)(1)
+        assert jnp.array_equal(out, jnp.ones(3, jnp.int32))
+    with pytest.raises(ValueError, match="it is str 'a', not an array"):
+        bw.filter_vmap(lambda x: "a", out_axes=0, axis_size=3)(1)

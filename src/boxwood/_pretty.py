@@ -32,15 +32,35 @@ def array_summary(x: Any) -> str:
     return text
 
 
+def _short_array(x: Any) -> str:
+    """`array_summary`, with Equinox's `weak_` prefix for weakly typed JAX values."""
+    text = array_summary(x)
+    if not isinstance(x, np.ndarray | np.generic) and getattr(x, "weak_type", False):
+        text = "weak_" + text
+    return text
+
+
+def _function_text(x: Any) -> str:
+    name = getattr(x, "__qualname__", None) or x.__name__
+    if isinstance(x, types.BuiltinFunctionType):
+        return f"<built-in function {name}>"
+    if hasattr(x, "__wrapped__"):  # `functools.wraps`
+        return f"<wrapped function {name}>"
+    return f"<function {name}>"
+
+
 def _leaf_text(x: Any, short_arrays: bool) -> str:
     if isinstance(x, (jax.Array, np.ndarray, np.generic)):
         if short_arrays or isinstance(x, jax.core.Tracer):
-            return array_summary(x)
+            return _short_array(x)
         return repr(x)
     if isinstance(x, functools.partial):
-        return f"partial({_leaf_text(x.func, short_arrays)}, ...)"
+        parts = [_leaf_text(x.func, short_arrays)]
+        parts += [_leaf_text(a, short_arrays) for a in x.args]
+        parts += [f"{k}={_leaf_text(v, short_arrays)}" for k, v in x.keywords.items()]
+        return f"partial({', '.join(parts)})"
     if isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
-        return f"<function {getattr(x, '__qualname__', x.__name__)}>"
+        return _function_text(x)
     if hasattr(x, "_boxwood_jit"):  # a `filter_jit` function (a C callable, or not)
         return f"<function {x.__qualname__}>"
     if isinstance(x, jax.custom_jvp) or isinstance(x, jax.custom_vjp):
@@ -72,7 +92,7 @@ def _format(
     if truncate(x):
         return f"{type(x).__name__}(...)"
     if struct and isinstance(x, jax.ShapeDtypeStruct):
-        return array_summary(x)
+        return _short_array(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         items = [
             f"{f.name}={fmt(getattr(x, f.name, '<unset>'))}"

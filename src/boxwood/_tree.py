@@ -15,6 +15,11 @@ from ._filters import is_array
 _MISSING = object()
 
 
+class TreeAtReplaceError(ValueError, TypeError):
+    """`replace` is not a sequence although `where` selected several nodes: a
+    `TypeError` as in Equinox, and a `ValueError` as boxwood first raised it."""
+
+
 class _Probe:
     """Stands in for one leaf while `where` is run, so leaves are found by identity
     even when the same object (an array, `None`, a small int) appears twice."""
@@ -29,26 +34,38 @@ class _Probe:
 
 
 class _NoneProbe:
-    """Stands in for one `None` while `where` is run: a pytree node with no
-    children, as `None` is, so that `where` sees the same leaves (and the same leaf
-    indices) as on the real pytree, yet the `None` can be selected by identity."""
+    """Stands in for one `None` or `()` while `where` is run: a pytree node with no
+    children, as they are, so that `where` sees the same leaves (and the same leaf
+    indices) as on the real pytree, yet that node can be selected by identity
+    (`None` and `()` are singletons: the same object at every place)."""
 
-    __slots__ = ("index",)
+    __slots__ = ("index", "text")
 
-    def __init__(self, index: int):
+    def __init__(self, index: int, text: str = "None"):
         self.index = index
+        self.text = text
 
     def __repr__(self) -> str:
-        return "None"
+        return self.text
 
 
 jax.tree_util.register_pytree_node(
-    _NoneProbe, lambda p: ((), p.index), lambda index, _: _NoneProbe(index)
+    _NoneProbe,
+    lambda p: ((), (p.index, p.text)),
+    lambda aux, _: _NoneProbe(*aux),
 )
 
 
-def _probe(i: int, leaf: Any, none_is_leaf: bool) -> Any:
-    return _NoneProbe(i) if leaf is None and not none_is_leaf else _Probe(i)
+def _is_empty_tuple(x: Any) -> bool:
+    return type(x) is tuple and not x
+
+
+def _probe(i: int, leaf: Any, none_is_leaf: bool, user_leaf) -> Any:
+    if leaf is None and not none_is_leaf:
+        return _NoneProbe(i)
+    if _is_empty_tuple(leaf) and not (user_leaf is not None and user_leaf(leaf)):
+        return _NoneProbe(i, "()")
+    return _Probe(i)
 
 
 def _calls_none_a_leaf(is_leaf: Callable[[Any], bool]) -> bool:
@@ -99,19 +116,28 @@ def tree_at(
         raise ValueError("`tree_at` takes exactly one of `replace=` or `replace_fn=`.")
 
     def leaf_pred(x: Any) -> bool:
-        return x is None or (is_leaf is not None and bool(is_leaf(x)))
+        return (
+            x is None
+            or _is_empty_tuple(x)
+            or (is_leaf is not None and bool(is_leaf(x)))
+        )
 
     leaves, treedef = jax.tree_util.tree_flatten(pytree, is_leaf=leaf_pred)
     # `None` is a node without leaves, unless the caller's `is_leaf` makes it a leaf
     none_is_leaf = is_leaf is not None and _calls_none_a_leaf(is_leaf)
-    probes = [_probe(i, x, none_is_leaf) for i, x in enumerate(leaves)]
+    probes = [_probe(i, x, none_is_leaf, is_leaf) for i, x in enumerate(leaves)]
     probe_tree = treedef.unflatten(probes)
     chosen = where(probe_tree)
     nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
     if replace is not _MISSING:
         if single:
             replace = (replace,)
-        elif not isinstance(replace, Sequence) or len(replace) != len(nodes):
+        elif not isinstance(replace, Sequence):
+            raise TreeAtReplaceError(
+                f"`where` selected {len(nodes)} nodes, so `replace` must be a sequence "
+                f"of {len(nodes)} values; got {type(replace).__name__}."
+            )
+        elif len(replace) != len(nodes):
             raise ValueError(
                 f"`where` selected {len(nodes)} nodes, so `replace` must be a sequence "
                 f"of {len(nodes)} values; got {type(replace).__name__}."
@@ -170,23 +196,26 @@ def _as_nodes(chosen: Any, probe_tree: Any, leaf_pred) -> tuple[list, bool]:
     return [chosen], True
 
 
+_NUMPY = (np.ndarray, np.generic)
+
+
+def _values_equal(xp: Any, a: Any, b: Any, rtol: float, atol: float) -> Any:
+    exact = (rtol == 0 and atol == 0) or not xp.issubdtype(a.dtype, xp.inexact)
+    if exact:
+        return xp.all(xp.asarray(a) == xp.asarray(b))
+    return xp.allclose(xp.asarray(a), xp.asarray(b), rtol=rtol, atol=atol)
+
+
 def _leaf_equal(a: Any, b: Any, rtol: float, atol: float) -> Any:
+    """`False`, `True`, or a JAX boolean (where a JAX array is compared)."""
     if is_array(a) or is_array(b):
         if not (is_array(a) and is_array(b)):
             return False
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
-        traced = isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer)
-        xp = (
-            jnp
-            if traced or isinstance(a, jax.Array) or isinstance(b, jax.Array)
-            else np
-        )
-        if rtol == 0 and atol == 0:
-            result = xp.all(xp.asarray(a) == xp.asarray(b))
-        else:
-            result = xp.allclose(xp.asarray(a), xp.asarray(b), rtol=rtol, atol=atol)
-        return result if traced else bool(result)
+        if isinstance(a, _NUMPY) and isinstance(b, _NUMPY):
+            return bool(_values_equal(np, a, b, rtol, atol))
+        return _values_equal(jnp, a, b, rtol, atol)
     try:
         return bool(a == b)
     except Exception:  # e.g. objects whose `==` is elementwise
@@ -198,13 +227,20 @@ def tree_equal(
 ) -> Any:
     """`True` if all pytrees have the same structure and equal leaves.
 
-    Arrays must match in shape, dtype and values (within `rtol`/`atol` if given).
-    With `typematch=True` leaves must also have the same types. Under a JAX trace the
-    result may be a traced boolean array.
+    Arrays must match in shape, dtype and values (within `rtol`/`atol` if given, for
+    floating-point arrays). With `typematch=True` leaves must also have the same
+    types (so a NumPy array never equals a JAX array). As in Equinox, the result is
+    a Python `bool` when it does not depend on the values of JAX arrays (different
+    structures, shapes, dtypes or non-array leaves, or NumPy arrays only), and
+    otherwise a JAX boolean scalar (a tracer under `jax.jit`). So
+    `tree_equal(...) is True` holds only when equality is known without reading any
+    JAX array's values; outside a trace, `bool(tree_equal(...))` gives the answer.
 
     >>> import boxwood, jax.numpy as jnp
     >>> boxwood.tree_equal([jnp.ones(2), "a"], [jnp.ones(2), "a"])
-    True
+    Array(True, dtype=bool)
+    >>> boxwood.tree_equal([1, "a"], [1, "b"])
+    False
     """
     first, *rest = pytrees
     leaves0, treedef0 = jax.tree_util.tree_flatten(first)

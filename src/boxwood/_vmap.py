@@ -37,6 +37,10 @@ class if_array:
 _UNMAPPED = object()  # stands in for a `None` axis (a `None` leaf would vanish)
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (bool, int, float, complex))
+
+
 def _resolve_leaf(spec: Any, leaf: Any, where: str, what: str) -> Any:
     axis = spec(leaf) if callable(spec) else spec
     if axis is None:
@@ -46,7 +50,8 @@ def _resolve_leaf(spec: Any, leaf: Any, where: str, what: str) -> Any:
             f"`{what}` gave {axis!r} for {where}; axes must be ints or None (or "
             "callables returning those, such as `boxwood.if_array(0)`)."
         )
-    if not is_array(leaf):
+    if not is_array(leaf) and not (what == "out_axes" and _is_number(leaf)):
+        # an output number with an axis is broadcast to an array (as in Equinox)
         raise ValueError(
             f"`{what}` says to vectorise {where} along axis {axis}, but it is "
             f"{describe(leaf)}, not an array. Only arrays can be vectorised: use "
@@ -144,7 +149,11 @@ class _Vmapped(Wrapped):
             out_axes = _resolve(self.out_axes, out, "out_axes", "the output")
             out_leaves, out_def = jax.tree_util.tree_flatten(out)
             box.put((out_def, out_axes, out_leaves))
-            batched = [x for x, a in zip(out_leaves, out_axes) if a is not _UNMAPPED]
+            batched = [
+                jnp.asarray(x) if _is_number(x) else x
+                for x, a in zip(out_leaves, out_axes)
+                if a is not _UNMAPPED
+            ]
             unbatched = [
                 x
                 for x, a in zip(out_leaves, out_axes)
@@ -207,9 +216,10 @@ def filter_vmap(
       arguments, or a dict mapping argument names to such pytrees (unnamed arguments
       get `if_array(0)`).
     - `out_axes`: the same kind of pytree, a prefix of the output: where the batch
-      axis goes in each output array. Non-array outputs (which must resolve to
-      `None`) are returned as they are, as are arrays given `None` (which must not
-      depend on the vectorised inputs).
+      axis goes in each output array. Non-array outputs given `None` are returned
+      as they are, as are arrays given `None` (which must not depend on the
+      vectorised inputs); a Python number given an axis is broadcast to an array
+      along it (as in Equinox); other non-arrays must resolve to `None`.
     - `axis_name`: a name for the vectorised axis, for collectives such as
       `jax.lax.psum`.
     - `axis_size`: the batch size; needed only when no argument is vectorised.
