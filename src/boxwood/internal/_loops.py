@@ -84,8 +84,8 @@ def while_loop(
           the steps between them. Not forward-mode differentiable.
         - `"bounded"`: nested `lax.scan`s of `base` steps each, skipped once
           `cond_fun` is false; differentiable in both modes; needs `max_steps`.
-    - `checkpoints`: for `"checkpointed"`, how many states to keep (an even number
-      of at least 2); by default `ceil(sqrt(max_steps))` rounded up to even, or 64
+    - `checkpoints`: for `"checkpointed"`, how many states to keep (rounded up to
+      an even number, at least 2); by default `ceil(sqrt(max_steps))`, or 64
       without `max_steps`.
     - `base`: for `"bounded"`, the steps per scan level.
 
@@ -123,11 +123,12 @@ def while_loop(
     else:
         if checkpoints is None:
             checkpoints = 64 if max_steps is None else math.isqrt(max_steps - 1) + 1
-            checkpoints = max(2, checkpoints + checkpoints % 2)
-        if not isinstance(checkpoints, int) or checkpoints < 2 or checkpoints % 2:
-            raise ValueError(
-                f"`checkpoints` must be an even int >= 2; got {checkpoints!r}."
-            )
+        if isinstance(checkpoints, bool) or not isinstance(checkpoints, int):
+            raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
+        if checkpoints < 1:
+            raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
+        # The store is halved when it fills up, so it holds an even number of states.
+        checkpoints = max(2, checkpoints + checkpoints % 2)
         out = checkpointed_while(cond, body, arrays, max_steps, checkpoints)
     return rebuild(out)
 
