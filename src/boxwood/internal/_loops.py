@@ -111,7 +111,9 @@ def while_loop(
 
     def body(a: Any) -> Any:
         out = unwrap_buffers(body_fun(wrap_buffers(rebuild(a), buffers)))
-        return partition(out, is_array)[0]
+        # Python numbers in the output become arrays, as in the initial value (and
+        # as `lax.while_loop` does).
+        return partition(_as_arrays(out), is_array)[0]
 
     if max_steps == 0:
         return rebuild(arrays)
