@@ -259,3 +259,27 @@ def test_assert_dce():
         return v + 1
 
     assert removed(x).tolist() == [2.0, 2.0]
+
+
+def test_nested_loops_share_a_buffer():
+    # The inner loop selects the outer loop's buffer again (as diffrax's nested
+    # loops do); writes go through both.
+    def outer_body(c):
+        i, buf = c
+
+        def inner_body(d):
+            j, b = d
+            return j + 1, b.at[2 * i + j].set((10 * i + j).astype(jnp.float32))
+
+        _, buf = bwi.while_loop(
+            lambda d: d[0] < 2, inner_body, (0, buf), buffers=lambda d: d[1],
+            kind="lax",
+        )  # fmt: skip
+        assert isinstance(buf, bwi.MaybeBuffer[jax.Array])
+        return i + 1, buf
+
+    _, buf = bwi.while_loop(
+        lambda c: c[0] < 2, outer_body, (0, jnp.zeros(4)), buffers=lambda c: c[1],
+        kind="checkpointed", max_steps=2,
+    )  # fmt: skip
+    assert buf.tolist() == [0.0, 1.0, 10.0, 11.0]

@@ -179,9 +179,11 @@ def _maybe_set(pred: Any, xs: Any, x: Any, index: Any) -> Any:
 class _Buffer(Module):
     """An array of a loop's carry selected by `buffers=`, as the loop body sees it:
     indexing reads it and `.at[i].set(x, pred=...)` writes it, where `pred` (a
-    boolean scalar) may turn the write off."""
+    boolean scalar) may turn the write off. `array` is another `_Buffer` when loops
+    are nested and both select it; `tag` says which loop made this one."""
 
     array: Any
+    tag: Any = field(static=True, default=None)
 
     def __getitem__(self, item: Any) -> Any:
         return self.array[item]
@@ -223,11 +225,13 @@ class _BufferIndex:
         return self._buffer.array.at[self._item].get(**kwargs)
 
     def set(self, x: Any, *, pred: Any = True, **kwargs: Any) -> _Buffer:
-        array = self._buffer.array
+        array, tag = self._buffer.array, self._buffer.tag
+        if isinstance(array, _Buffer):  # nested loops: write through
+            return _Buffer(array.at[self._item].set(x, pred=pred, **kwargs), tag)
         if kwargs:
             new = array.at[self._item].set(x, **kwargs)
-            return _Buffer(jnp.where(pred, new, array))
-        return _Buffer(_maybe_set(pred, array, x, self._item))
+            return _Buffer(jnp.where(pred, new, array), tag)
+        return _Buffer(_maybe_set(pred, array, x, self._item), tag)
 
 
 def buffer_at_set(buffer: Any, item: Any, x: Any, *, pred: Any = True, **kwargs: Any):
@@ -244,20 +248,27 @@ def is_buffer(x: Any) -> bool:
     return isinstance(x, _Buffer)
 
 
-def wrap_buffers(tree: Any, buffers: Any) -> Any:
-    """`tree` with the arrays selected by `buffers(tree)` wrapped as `_Buffer`s."""
+def wrap_buffers(tree: Any, buffers: Any, tag: Any) -> Any:
+    """`tree` with the arrays selected by `buffers(tree)` wrapped as `_Buffer`s
+    tagged `tag` (one loop's)."""
     if buffers is None:
         return tree
     selected = {id(x) for x in jax.tree_util.tree_leaves(buffers(tree))}
     return jax.tree_util.tree_map(
-        lambda x: _Buffer(x) if id(x) in selected else x, tree
+        lambda x: _Buffer(x, tag) if id(x) in selected else x, tree
     )
 
 
-def unwrap_buffers(tree: Any) -> Any:
-    return jax.tree_util.tree_map(
-        lambda x: x.array if isinstance(x, _Buffer) else x, tree, is_leaf=is_buffer
-    )
+def unwrap_buffers(tree: Any, tag: Any) -> Any:
+    """`tree` without the `_Buffer`s tagged `tag` (those of other loops stay)."""
+
+    def unwrap(x: Any) -> Any:
+        if not isinstance(x, _Buffer):
+            return x
+        inner = unwrap(x.array)
+        return inner if x.tag is tag else _Buffer(inner, x.tag)
+
+    return jax.tree_util.tree_map(unwrap, tree, is_leaf=is_buffer)
 
 
 class _MaybeBufferCheck(type):

@@ -105,12 +105,14 @@ def while_loop(
         raise ValueError(f"`kind` must be one of {', '.join(_KINDS)}; got {kind!r}.")
     _check_max_steps(max_steps, kind)
     arrays, rebuild = _split_carry(_as_arrays(init_val))
+    tag = object()  # marks this loop's buffers
 
     def cond(a: Any) -> Any:
-        return cond_fun(wrap_buffers(rebuild(a), buffers))
+        return cond_fun(wrap_buffers(rebuild(a), buffers, tag))
 
     def body(a: Any) -> Any:
-        out = unwrap_buffers(body_fun(wrap_buffers(rebuild(a), buffers)))
+        out = body_fun(wrap_buffers(rebuild(a), buffers, tag))
+        out = unwrap_buffers(out, tag)
         # Python numbers in the output become arrays, as in the initial value (and
         # as `lax.while_loop` does).
         return partition(_as_arrays(out), is_array)[0]
@@ -281,8 +283,10 @@ def _blocked_scan(
 
 
 def _with_buffers(f: Callable, buffers: Callable) -> Callable:
+    tag = object()  # marks this scan's buffers
+
     def step(carry: Any, x: Any) -> tuple:
-        carry, y = f(wrap_buffers(carry, buffers), x)
-        return unwrap_buffers(carry), y
+        carry, y = f(wrap_buffers(carry, buffers, tag), x)
+        return unwrap_buffers(carry, tag), y
 
     return step
