@@ -225,10 +225,10 @@ CASES = {
             0,
             max_steps=4,
             kind="checkpointed",
-            checkpoints=3,
+            checkpoints=0,
         ),
         ValueError,
-        r"`checkpoints` must be an even int >= 2; got 3",
+        r"`checkpoints` must be an int >= 1; got 0",
     ),
     "scan-kind": (
         lambda: internal.scan(lambda c, x: (c, x), 0, jnp.ones(3), kind="fast"),

@@ -82,8 +82,14 @@ def test_lax_kind_max_steps_and_errors():
         while_loop(lambda y: True, lambda y: y, 0, kind="bounded")
     with pytest.raises(ValueError, match="`kind` must be one of"):
         while_loop(lambda y: True, lambda y: y, 0, kind="fast")
-    with pytest.raises(ValueError, match="even int"):
-        while_loop(lambda y: True, lambda y: y, 0, kind="checkpointed", checkpoints=3)
+    with pytest.raises(ValueError, match=r"`checkpoints` must be an int >= 1; got 0"):
+        while_loop(lambda y: True, lambda y: y, 0, kind="checkpointed", checkpoints=0)
+    # An odd number (diffrax passes its stage count) is accepted, as in Equinox.
+    f = lambda x: while_loop(  # noqa: E731
+        lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * x), (0, x),
+        kind="checkpointed", checkpoints=3, max_steps=7,
+    )[1]  # fmt: skip
+    assert jax.grad(f)(1.5) == pytest.approx(6 * 1.5**5)
     with pytest.raises(ValueError, match="non-negative int"):
         while_loop(lambda y: True, lambda y: y, 0, kind="lax", max_steps=-1)
 

@@ -95,7 +95,9 @@ class _TrivialClosureConvert(_ClosureConvertBase):
 class _ClosureConvert(_ClosureConvertBase):
     """A function traced to a jaxpr whose closed-over arrays are `consts`."""
 
-    jaxpr: Any = field(static=True)
+    # A leaf, not static (as in Equinox): two conversions of one function then
+    # share a structure, and `combine` may pair one's arrays with the other's jaxpr.
+    jaxpr: Any
     consts: list
     out_dynamic_struct: Any = field(static=True)  # `(leaves, treedef)`
     out_static: Any = field(static=True)

@@ -126,9 +126,19 @@ def tree_at(
     # `None` is a node without leaves, unless the caller's `is_leaf` makes it a leaf
     none_is_leaf = is_leaf is not None and _calls_none_a_leaf(is_leaf)
     probes = [_probe(i, x, none_is_leaf, is_leaf) for i, x in enumerate(leaves)]
-    probe_tree = treedef.unflatten(probes)
-    chosen = where(probe_tree)
-    nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
+    probe_tree, chosen, nodes, single = None, None, [None], True
+    if not none_is_leaf and any(x is None for x in leaves):
+        # First as Equinox does, with the `None`s themselves in place: a `where`
+        # may test them (diffrax: `[x for x in ts if x is not None]`). Stand-ins for
+        # them only when `where` picks a `None`.
+        plain = [None if x is None else p for x, p in zip(leaves, probes)]
+        probe_tree = treedef.unflatten(plain)
+        chosen = where(probe_tree)
+        nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
+    if any(n is None for n in nodes):
+        probe_tree = treedef.unflatten(probes)
+        chosen = where(probe_tree)
+        nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
     if replace is not _MISSING:
         if single:
             replace = (replace,)

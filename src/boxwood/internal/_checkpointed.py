@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from .._closure_convert import filter_closure_convert
-from .._filters import is_inexact_array
+from .._filters import combine, is_array, is_inexact_array, partition
 from .._jvp import filter_vjp
 
 
@@ -107,31 +107,40 @@ def _backward(body: Any, residuals: tuple, ct: Any) -> tuple:
     return ct_body, ct_val
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _loop(body: Any, cond: Any, arrays: Any, max_steps: Any, slots: int) -> Any:
-    return _forward(body, cond, arrays, max_steps, slots)[1]
+def _make_loop(body_static: Any, cond_static: Any) -> Callable:
+    """The loop as a `custom_vjp` of the converted functions' arrays (their other
+    leaves, such as jaxprs, are closed over)."""
 
+    def both(body_dyn: Any, cond_dyn: Any) -> tuple:
+        return combine(body_dyn, body_static), combine(cond_dyn, cond_static)
 
-def _loop_fwd(body: Any, cond: Any, arrays: Any, max_steps: Any, slots: int) -> tuple:
-    n, val, buf, at, count, _ = _forward(body, cond, arrays, max_steps, slots)
-    return val, (body, cond, (buf, at, count, n))
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+    def loop(body_dyn: Any, cond_dyn: Any, arrays: Any, max_steps: Any, slots: int):
+        body, cond = both(body_dyn, cond_dyn)
+        return _forward(body, cond, arrays, max_steps, slots)[1]
 
+    def fwd(body_dyn: Any, cond_dyn: Any, arrays: Any, max_steps: Any, slots: int):
+        body, cond = both(body_dyn, cond_dyn)
+        n, val, buf, at, count, _ = _forward(body, cond, arrays, max_steps, slots)
+        return val, (body_dyn, cond_dyn, (buf, at, count, n))
 
-def _loop_bwd(max_steps: Any, slots: int, res: tuple, ct: Any) -> tuple:
-    body, cond, residuals = res
-    body = _scalars_as_arrays(body)  # so that a closed-over float is differentiated
-    ct_body, ct_val = _backward(body, residuals, ct)
-    no_ct_cond = jax.tree_util.tree_map(lambda _: None, cond)
-    return ct_body, no_ct_cond, ct_val
+    def bwd(max_steps: Any, slots: int, res: tuple, ct: Any) -> tuple:
+        body_dyn, cond_dyn, residuals = res
+        # so that a closed-over float is differentiated
+        body = _scalars_as_arrays(both(body_dyn, cond_dyn)[0])
+        ct_body, ct_val = _backward(body, residuals, ct)
+        no_ct_cond = jax.tree_util.tree_map(lambda _: None, cond_dyn)
+        return ct_body, no_ct_cond, ct_val
 
-
-_loop.defvjp(_loop_fwd, _loop_bwd)
+    loop.defvjp(fwd, bwd)
+    return loop
 
 
 def checkpointed_while(
     cond: Callable, body: Callable, arrays: Any, max_steps: Any, slots: int
 ) -> Any:
     """Run the loop on the pytree of arrays `arrays` (see the module docstring)."""
-    body_cc = filter_closure_convert(body, arrays)
-    cond_cc = filter_closure_convert(cond, arrays)
-    return _loop(body_cc, cond_cc, arrays, max_steps, slots)
+    body_dyn, body_static = partition(filter_closure_convert(body, arrays), is_array)
+    cond_dyn, cond_static = partition(filter_closure_convert(cond, arrays), is_array)
+    loop = _make_loop(body_static, cond_static)
+    return loop(body_dyn, cond_dyn, arrays, max_steps, slots)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from .._filters import combine, is_array, partition
+from ._buffers import unwrap_buffers, wrap_buffers
 from ._checkpointed import checkpointed_while
 
 _KINDS = ("lax", "checkpointed", "bounded")
@@ -69,9 +70,12 @@ def while_loop(
       pytree; its non-array leaves must stay the same from step to step.
     - `max_steps`: stop after this many steps even if `cond_fun` is still true;
       `None` for no bound.
-    - `buffers`: accepted for compatibility. Equinox uses it to update the selected
-      arrays in place; here they are ordinary arrays of the carry, so `buf[i]` and
-      `buf.at[i].set(x)` in `body_fun` work unchanged (without that optimisation).
+    - `buffers`: a function selecting arrays of the carry (`buffers(carry)`, any
+      pytree of them) that `cond_fun`/`body_fun` see as buffers: `buf[i]` reads,
+      `buf.at[i].set(x, pred=p)` writes where the boolean scalar `p` is true (the
+      default). The result is an ordinary array again. (Equinox uses this to update
+      the arrays in place; boxwood gives the same results without that
+      optimisation.)
     - `kind`: keyword-only, required.
         - `"lax"`: `jax.lax.while_loop`; forward-mode differentiable only.
         - `"checkpointed"`: reverse-mode differentiable with bounded memory: the
@@ -80,8 +84,8 @@ def while_loop(
           the steps between them. Not forward-mode differentiable.
         - `"bounded"`: nested `lax.scan`s of `base` steps each, skipped once
           `cond_fun` is false; differentiable in both modes; needs `max_steps`.
-    - `checkpoints`: for `"checkpointed"`, how many states to keep (an even number
-      of at least 2); by default `ceil(sqrt(max_steps))` rounded up to even, or 64
+    - `checkpoints`: for `"checkpointed"`, how many states to keep (rounded up to
+      an even number, at least 2); by default `ceil(sqrt(max_steps))`, or 64
       without `max_steps`.
     - `base`: for `"bounded"`, the steps per scan level.
 
@@ -97,17 +101,21 @@ def while_loop(
     >>> jax.grad(power)(2.0)  # d/dx x**3 = 3 x**2
     Array(12., dtype=float32, weak_type=True)
     """
-    del buffers  # see the docstring: the arrays are updated as ordinary arrays
     if kind not in _KINDS:
         raise ValueError(f"`kind` must be one of {', '.join(_KINDS)}; got {kind!r}.")
     _check_max_steps(max_steps, kind)
     arrays, rebuild = _split_carry(_as_arrays(init_val))
+    tag = object()  # marks this loop's buffers
 
     def cond(a: Any) -> Any:
-        return cond_fun(rebuild(a))
+        return cond_fun(wrap_buffers(rebuild(a), buffers, tag))
 
     def body(a: Any) -> Any:
-        return partition(body_fun(rebuild(a)), is_array)[0]
+        out = body_fun(wrap_buffers(rebuild(a), buffers, tag))
+        out = unwrap_buffers(out, tag)
+        # Python numbers in the output become arrays, as in the initial value (and
+        # as `lax.while_loop` does).
+        return partition(_as_arrays(out), is_array)[0]
 
     if max_steps == 0:
         return rebuild(arrays)
@@ -119,11 +127,12 @@ def while_loop(
     else:
         if checkpoints is None:
             checkpoints = 64 if max_steps is None else math.isqrt(max_steps - 1) + 1
-            checkpoints = max(2, checkpoints + checkpoints % 2)
-        if not isinstance(checkpoints, int) or checkpoints < 2 or checkpoints % 2:
-            raise ValueError(
-                f"`checkpoints` must be an even int >= 2; got {checkpoints!r}."
-            )
+        if isinstance(checkpoints, bool) or not isinstance(checkpoints, int):
+            raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
+        if checkpoints < 1:
+            raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
+        # The store is halved when it fills up, so it holds an even number of states.
+        checkpoints = max(2, checkpoints + checkpoints % 2)
         out = checkpointed_while(cond, body, arrays, max_steps, checkpoints)
     return rebuild(out)
 
@@ -189,7 +198,8 @@ def scan(
     **Arguments:**
 
     - `f`, `init`, `xs`, `length`: as `jax.lax.scan`.
-    - `buffers`: accepted for compatibility; see [`boxwood.internal.while_loop`][].
+    - `buffers`: selects arrays of the carry that `f` sees as buffers; see
+      [`boxwood.internal.while_loop`][].
     - `kind`: `"lax"` (plain `lax.scan`) or `"checkpointed"`: the steps run in
       `checkpoints` blocks, and only the carry between blocks is stored for the
       backward pass (each block is recomputed there).
@@ -206,8 +216,9 @@ def scan(
     >>> scan(step, jnp.zeros(()), jnp.arange(4.0), kind="checkpointed", checkpoints=2)
     (Array(6., dtype=float32), Array([0., 1., 3., 6.], dtype=float32))
     """
-    del buffers
     init, xs = _as_arrays((init, xs))
+    if buffers is not None:
+        f = _with_buffers(f, buffers)
     if kind == "lax":
         return jax.lax.scan(f, init, xs, length)
     if kind != "checkpointed":
@@ -269,3 +280,13 @@ def _blocked_scan(
         lambda y: y.reshape(blocks * size, *y.shape[2:])[:n], ys
     )
     return carry, ys
+
+
+def _with_buffers(f: Callable, buffers: Callable) -> Callable:
+    tag = object()  # marks this scan's buffers
+
+    def step(carry: Any, x: Any) -> tuple:
+        carry, y = f(wrap_buffers(carry, buffers, tag), x)
+        return unwrap_buffers(carry, tag), y
+
+    return step

@@ -1,0 +1,196 @@
+"""Small helpers of Equinox's internal API: `scan_trick`, `eval_empty`,
+`eval_zero`, `str2jax`, `nextafter`, `prevbefore`, `left_broadcast_to`,
+`hashable_partition`, `hashable_combine`, `cached_filter_eval_shape`,
+`ContainerMeta`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .._errors import error_if
+from .._eval_shape import filter_eval_shape
+from .._filters import is_array
+from .._module import Module
+from ._nontraceable import nonbatchable
+
+
+def scan_trick(fn: Callable, intermediates: Sequence[Callable], init: Any) -> Any:
+    """Compute `fn` once in the compiled program although it is called
+    `len(intermediates) + 1` times: `init -> fn -> intermediates[0] -> fn -> ... ->
+    intermediates[-1] -> fn`, as one `lax.scan` whose body calls `fn` once and then
+    the step's intermediate function (picked with `lax.switch`).
+
+    >>> import jax.numpy as jnp
+    >>> from boxwood.internal import scan_trick
+    >>> scan_trick(lambda x: x * 2, [lambda x: x + 1], jnp.array(1.0))  # (1*2+1)*2
+    Array(6., dtype=float32, weak_type=True)
+    """
+    branches = [*intermediates, lambda x: x]
+
+    def step(carry: Any, index: Any) -> tuple:
+        carry = fn(carry)
+        return jax.lax.switch(nonbatchable(index), branches, carry), None
+
+    return jax.lax.scan(step, init, jnp.arange(len(branches)))[0]
+
+
+def _eval_filled(fill: Callable, fn: Callable, inputs: tuple) -> Any:
+    out = filter_eval_shape(fn, *inputs)
+    return jax.tree_util.tree_map(lambda s: fill(s.shape, s.dtype), out)
+
+
+def eval_empty(fn: Callable, *inputs: Any) -> Any:
+    """Arrays shaped as the output of `fn(*inputs)`, without running `fn` (their
+    contents are unspecified)."""
+    return _eval_filled(jnp.empty, fn, inputs)
+
+
+def eval_zero(fn: Callable, *inputs: Any) -> Any:
+    """Arrays of zeros shaped as the output of `fn(*inputs)`, without running `fn`."""
+    return _eval_filled(jnp.zeros, fn, inputs)
+
+
+def eval_full(fn: Callable, *inputs: Any, fill_value: Any) -> Any:
+    """Arrays of `fill_value` shaped as the output of `fn(*inputs)`."""
+    return _eval_filled(functools.partial(_full, fill_value), fn, inputs)
+
+
+def _full(fill_value: Any, shape: tuple, dtype: Any) -> Any:
+    return jnp.full(shape, fill_value, dtype)
+
+
+def str2jax(msg: str) -> Module:
+    """A module without fields (so a static pytree, usable as a `jit` argument or
+    carried through `lax` control flow) whose `str` and `repr` are `msg`."""
+
+    class _Text(Module):
+        def __repr__(self) -> str:
+            return msg
+
+        __str__ = __repr__
+
+    _Text.__name__ = _Text.__qualname__ = msg
+    return _Text()
+
+
+@jax.custom_jvp
+def nextafter(x: Any) -> Any:
+    """The next floating-point number above `x`; above zero, the smallest normal
+    number. Its derivative is that of the identity."""
+    x = jnp.asarray(x)
+    return jnp.where(x == 0, jnp.finfo(x.dtype).tiny, jnp.nextafter(x, jnp.inf))
+
+
+@jax.custom_jvp
+def prevbefore(x: Any) -> Any:
+    """The previous floating-point number below `x`; below zero, minus the
+    smallest normal number. Its derivative is that of the identity."""
+    x = jnp.asarray(x)
+    return jnp.where(x == 0, -jnp.finfo(x.dtype).tiny, jnp.nextafter(x, -jnp.inf))
+
+
+@nextafter.defjvp
+def _nextafter_jvp(primals: tuple, tangents: tuple) -> tuple:
+    return nextafter(primals[0]), tangents[0]
+
+
+@prevbefore.defjvp
+def _prevbefore_jvp(primals: tuple, tangents: tuple) -> tuple:
+    return prevbefore(primals[0]), tangents[0]
+
+
+def left_broadcast_to(arr: Any, shape: tuple) -> Any:
+    """Broadcast `arr` to `shape`, lining up its axes with the *leading* axes of
+    `shape` (trailing axes are added), unlike NumPy's right-aligned rule."""
+    arr = jnp.asarray(arr)
+    return jnp.broadcast_to(
+        arr.reshape(arr.shape + (1,) * (len(shape) - arr.ndim)), shape
+    )
+
+
+def hashable_partition(pytree: Any, filter_fn: Callable) -> tuple:
+    """Split `pytree`'s leaves by `filter_fn`: `(selected, (others, treedef))`,
+    tuples with `None` in the places of the other kind; the second part is
+    hashable when the unselected leaves are."""
+    leaves, treedef = jax.tree_util.tree_flatten(pytree)
+    chosen = [filter_fn(x) for x in leaves]
+    dynamic = tuple(x if c else None for x, c in zip(leaves, chosen))
+    static = tuple(None if c else x for x, c in zip(leaves, chosen))
+    return dynamic, (static, treedef)
+
+
+def hashable_combine(dynamic: Any, static: tuple) -> Any:
+    """Inverse of [`boxwood.internal.hashable_partition`][]."""
+    static_leaves, treedef = static
+    leaves = [d if s is None else s for d, s in zip(dynamic, static_leaves)]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _as_struct(x: Any) -> Any:
+    return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) if is_array(x) else x
+
+
+@functools.cache
+def _eval_shape_cached(leaves: tuple, treedef: Any) -> Any:
+    fn, args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+    return filter_eval_shape(fn, *args, **kwargs)
+
+
+def cached_filter_eval_shape(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """[`boxwood.filter_eval_shape`][], remembered for the same function, the same
+    non-array arguments and arrays of the same shapes and dtypes (all of which
+    must be hashable)."""
+    leaves, treedef = jax.tree_util.tree_flatten(
+        jax.tree_util.tree_map(_as_struct, (fn, args, kwargs))
+    )
+    return _eval_shape_cached(tuple(leaves), treedef)
+
+
+class ContainerMeta(type):
+    """Metaclass of an old-style enumeration (superseded by
+    [`boxwood.Enumeration`][]): each non-dunder attribute of the class becomes its
+    index, `Cls[i]` gives the value back, `len(Cls)` counts them, and
+    `isinstance(x, Cls)` accepts ints and integer scalar arrays."""
+
+    reverse_lookup: list
+
+    def __new__(mcs, name: str, bases: tuple, namespace: dict) -> Any:
+        if "reverse_lookup" in namespace:
+            raise ValueError("`reverse_lookup` is a reserved name for ContainerMeta.")
+        body: dict = {}
+        values: list = []
+        for key, value in namespace.items():
+            if key.startswith("__") and key.endswith("__"):
+                body[key] = value
+            else:
+                body[key] = len(values)
+                values.append(value)
+        body["reverse_lookup"] = values
+        return super().__new__(mcs, name, bases, body)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        if is_array(instance):
+            return instance.shape == () and jnp.issubdtype(instance.dtype, jnp.integer)
+        return isinstance(instance, int) or super().__instancecheck__(instance)
+
+    def __getitem__(cls, item: int) -> Any:
+        return cls.reverse_lookup[item]
+
+    def __len__(cls) -> int:
+        return len(cls.reverse_lookup)
+
+
+def assert_dce(x: Any, msg: str, *, on_error: str = "default") -> Any:
+    """`x`, with a run-time error (`msg`) if `x` is still used once the compiler has
+    removed dead code: under `jit`, `x` passes through an error check that always
+    fails, so the program raises unless that check is eliminated with `x`. Outside
+    `jit` nothing is eliminated, so nothing is checked."""
+    if not isinstance(jnp.asarray(1) + 1, jax.core.Tracer):
+        return x
+    # `~False` (not `True`): an error known at trace time would raise right away.
+    return error_if(x, jnp.invert(False), msg, on_error=on_error)
