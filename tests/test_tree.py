@@ -83,23 +83,6 @@ def test_tree_at_where_sees_the_leaves_of_the_real_tree():
     ]
 
 
-def test_tree_at_where_that_filters_out_nones():
-    # diffrax's `saveat` update: `where` keeps the nodes that are not None
-    tree = {"a": [None, jnp.ones(2)], "b": [jnp.zeros(1), None]}
-
-    def not_none(t):
-        nodes = (t["a"][0], t["a"][1], t["b"][0], t["b"][1])
-        return [x for x in nodes if x is not None]
-
-    out = bw.tree_at(not_none, tree, replace_fn=lambda x: x + 1)
-    assert out["a"][0] is None and out["b"][1] is None
-    assert out["a"][1].tolist() == [2.0, 2.0] and out["b"][0].tolist() == [1.0]
-    assert bw.tree_at(not_none, tree, replace=(3, 4)) == {
-        "a": [None, 3],
-        "b": [4, None],
-    }
-
-
 def test_tree_at_errors():
     net = make_net()
     with pytest.raises(ValueError, match=r"exactly one of `replace=` or `replace_fn=`"):

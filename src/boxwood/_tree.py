@@ -107,13 +107,6 @@ def tree_at(
     probes = [_probe(i, x, none_is_leaf) for i, x in enumerate(leaves)]
     probe_tree = treedef.unflatten(probes)
     chosen = where(probe_tree)
-    if any(isinstance(p, _NoneProbe) for p in probes) and _tests_for_none(
-        where, pytree, chosen
-    ):
-        # `where` drops Nones by `is None` (diffrax does): give it real Nones.
-        probes = [None if isinstance(p, _NoneProbe) else p for p in probes]
-        probe_tree = treedef.unflatten(probes)
-        chosen = where(probe_tree)
     nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
     if replace is not _MISSING:
         if single:
@@ -156,19 +149,6 @@ def tree_at(
             "`dataclasses.replace` or by building a new module."
         )
     return result
-
-
-def _tests_for_none(where: Callable, pytree: Any, chosen: Any) -> bool:
-    """Whether `where` picks fewer nodes on `pytree` itself than on the probe tree,
-    i.e. it filters the tree's Nones out by identity."""
-    try:
-        real = where(pytree)
-    except Exception:  # `where` works on the probe tree only; keep that
-        return False
-    probe_like = lambda x: x is None or isinstance(x, (_Probe, _NoneProbe))
-    return len(jax.tree_util.tree_leaves(real, is_leaf=probe_like)) != len(
-        jax.tree_util.tree_leaves(chosen, is_leaf=probe_like)
-    )
 
 
 def _as_nodes(chosen: Any, probe_tree: Any, leaf_pred) -> tuple[list, bool]:
