@@ -69,6 +69,9 @@ ALLOWED = {
     ("src/boxwood/internal/_nondiff.py", "_transpose", "RuntimeError"): (
         "carries nondifferentiable_backward's message (default text catalogued)"
     ),
+    ("src/boxwood/internal/_nontraceable.py", "_nonbatchable_batch", "ValueError"): (
+        "carries the message the caller gave nonbatchable"
+    ),
     ("src/boxwood/demo/__init__.py", "main", "SystemExit"): (
         "the command line's exit status 2 after printing a catalogued DemoError"
     ),

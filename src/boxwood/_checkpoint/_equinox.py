@@ -3,11 +3,11 @@ and their default filter specs, reading and writing Equinox's `.eqx` files.
 
 An `.eqx` file is the tree's leaves, in flattening order, each written by
 `numpy.save` (arrays and Python `bool`/`int`/`float`/`complex`); nothing names
-the leaves. With the default filter spec, loading aligns the file's records to
-the leaves of `like`: a 0-d record that does not fit the next leaf is a Python
-scalar that Equinox keeps as a leaf and boxwood as a static field (`Dropout.p`,
-`BatchNorm.inference`) or state that boxwood's layer does not have, and is
-skipped; anything else that does not fit is an error naming the leaf and why.
+the leaves. With the default filter specs, both directions follow Equinox's record
+layout exactly (`_equinox_layout`): the Python scalars that Equinox keeps as leaves
+and boxwood as static fields (`Dropout.p`, `BatchNorm.inference`, ...) have their
+own records, and every record is matched to its slot by position alone; a record
+that does not fit its slot is an error naming the leaf and why.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,7 +26,9 @@ import numpy as np
 
 from .._filters import is_array_like
 from .._paths import dotted_path
+from .._warnings import user_stacklevel
 from ._atomic import atomic_write
+from ._equinox_layout import equinox_slots
 from ._error import CheckpointError
 from ._format import describe
 from ._leaves import is_key_dtype
@@ -173,7 +176,13 @@ def tree_serialise_leaves(
     """
 
     def write(f: Any) -> None:
-        for spec, path, leaf in _spec_leaves(filter_spec, pytree, is_leaf):
+        if filter_spec is default_serialise_filter_spec:  # Equinox's exact layout
+            leaves = [
+                (filter_spec, s.path, s.value) for s in equinox_slots(pytree, is_leaf)
+            ]
+        else:
+            leaves = _spec_leaves(filter_spec, pytree, is_leaf)
+        for spec, path, leaf in leaves:
             try:
                 spec(f, leaf)
             except Exception as e:
@@ -213,51 +222,101 @@ def _records(f: Any, name: str) -> list[np.ndarray]:
             ) from None
 
 
+def _stored(slot: Any) -> bool:
+    """Whether the file holds a record for `slot`."""
+    return (
+        slot.scalar
+        or isinstance(slot.value, jax.ShapeDtypeStruct)
+        or is_array_like(slot.value)
+    )
+
+
+def _layout(like: Any, n_records: int, is_leaf: Callable | None) -> list:
+    """The slots of `like` (see `_equinox_layout`): Equinox's layout, with its
+    scalar leaves; or, for a file holding exactly those records fewer, the layout
+    of files written by boxwood before it wrote them."""
+    slots = equinox_slots(like, is_leaf)
+    with_scalars = sum(map(_stored, slots))
+    n_scalars = sum(s.scalar for s in slots)
+    if n_scalars and n_records == with_scalars - n_scalars:
+        return [s for s in slots if not s.scalar]
+    return slots
+
+
 def _aligned(like: Any, records: list[np.ndarray], is_leaf: Callable | None) -> Any:
-    pairs, treedef = jtu.tree_flatten_with_path(like, is_leaf=is_leaf)
-    out, i, skipped = [], 0, []
-    for path, x in pairs:
-        if not (isinstance(x, jax.ShapeDtypeStruct) or is_array_like(x)):
-            out.append(x)
+    """Load `records` into `like`, one record per slot, in order: a record that does
+    not fit its slot is an error."""
+    out, i = [], 0
+    for slot in _layout(like, len(records), is_leaf):
+        if not _stored(slot):
+            out.append(slot.value)
             continue
-        passed = len(skipped)  # the scalars passed over for this leaf start here
-        while i < len(records) and not _fits(records[i], x) and records[i].ndim == 0:
-            skipped.append(i)  # a scalar leaf of the saving library (see module doc)
-            i += 1
-        shape, dtype = _want(x)
-        if i == len(records) and len(skipped) > passed:  # none fitted: say which
-            rec = records[skipped[passed]]  # was in this leaf's place
-            raise _leaf_error(
-                path,
-                f"the file's scalar record {skipped[passed]} is "
-                f"{describe(rec.dtype, rec.shape)}, `like` expects "
-                f"{describe(dtype, shape)}, and no later record fits it.",
-                mismatch=True,
-            )
         if i == len(records):
+            shape, dtype = _want(slot.value)
             raise _leaf_error(
-                path,
+                slot.path,
                 f"the file has no array left for it ({describe(dtype, shape)}); it holds fewer leaves than `like`.",
             )
-        if not _fits(records[i], x):
-            rec = _as_dtype(records[i], dtype)
-            raise _leaf_error(
-                path,
-                f"the file's next array (record {i}) is {describe(rec.dtype, rec.shape)}, "
-                f"`like` expects {describe(dtype, shape)}. The saved model's layout differs "
-                "here: build `like` with the same layers and sizes.",
-                mismatch=True,
-            )
-        out.append(_convert(records[i], x))
+        if slot.scalar:
+            _check_scalar(slot, records[i], i)
+        elif not _fits(records[i], slot.value):
+            raise _mismatch(slot, records[i], i)
+        else:
+            out.append(_convert(records[i], slot.value))
         i += 1
-    rest = [r for r in records[i:] if r.ndim > 0]
-    if rest:
+    if i < len(records):
+        rest = records[i:]
         raise CheckpointError(
             f"The file holds {len(rest)} more array(s) than `like` has leaves (the "
             f"first is {describe(rest[0].dtype, rest[0].shape)}): the saved model is "
             "larger than `like`."
         )
-    return jtu.tree_unflatten(treedef, out)
+    return jtu.tree_unflatten(jtu.tree_structure(like, is_leaf=is_leaf), out)
+
+
+_MODE_HINT = (
+    " A stateful layer stores different state in each mode: build `like` with the "
+    "saved layer's mode (Equinox's `BatchNorm` defaults to mode='ema', boxwood's to "
+    "mode='torch')."
+)
+
+
+def _mismatch(slot: Any, record: np.ndarray, i: int) -> CheckpointError:
+    shape, dtype = _want(slot.value)
+    rec = _as_dtype(record, dtype)
+    name = dotted_path(slot.path)
+    stateful = ("BatchNorm", "state_index", "first_time_index", "batch_counter")
+    hint = _MODE_HINT if any(word in name for word in stateful) else ""
+    return _leaf_error(
+        slot.path,
+        f"the file's next array (record {i}) is {describe(rec.dtype, rec.shape)}, "
+        f"`like` expects {describe(dtype, shape)}. The saved model's layout differs "
+        f"here: build `like` with the same layers and sizes.{hint}",
+        mismatch=True,
+    )
+
+
+def _check_scalar(slot: Any, record: np.ndarray, i: int) -> None:
+    """A record of a Python scalar that Equinox keeps as a leaf and boxwood static:
+    it must be one; `like`'s value is kept, with a warning if the file's differs."""
+    if record.shape != () or record.dtype.kind not in "biuf":
+        raise _leaf_error(
+            slot.path,
+            f"Equinox stores this Python scalar as a leaf, but the file's record {i} "
+            f"is {describe(record.dtype, record.shape)}. The saved model's layout "
+            "differs here: build `like` with the same layers and sizes.",
+            mismatch=True,
+        )
+    saved = record.item()
+    if saved != slot.value:
+        name = dotted_path(slot.path)
+        field = name.rsplit(".", 1)[-1]
+        warnings.warn(
+            f"`{name}`: the file holds {saved!r}, `like` has {slot.value!r}. boxwood "
+            f"keeps this field static, so the loaded model keeps `like`'s value: "
+            f"build `like` with {field}={saved!r} to use the saved one.",
+            stacklevel=user_stacklevel(),
+        )
 
 
 def _check_like(path: tuple, new: Any, old: Any) -> None:
@@ -295,8 +354,10 @@ def tree_deserialise_leaves(
 
     Loads files written by `equinox.tree_serialise_leaves`, so a model trained with
     Equinox moves to the equivalent boxwood model. With the default `filter_spec`,
-    Python scalars that Equinox saves as leaves and boxwood keeps static (such as
-    `Dropout.p`) are skipped; any other mismatch raises a
+    records are matched to `like` by position, exactly as Equinox does. The Python
+    scalars that Equinox saves as leaves and boxwood keeps static (such as
+    `Dropout.p` or `BatchNorm.inference`) keep `like`'s value, with a warning where
+    the file's differs; any record that does not fit its leaf raises a
     [`boxwood.CheckpointError`][] naming the leaf and the shapes.
 
     **Arguments:**

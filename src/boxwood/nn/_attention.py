@@ -273,9 +273,18 @@ class MultiheadAttention(Module):
         if process_heads is not None:
             q, k, v = self._process(process_heads, q, k, v)
         weights = self._weights(q, k, mask)
-        weights = self.dropout(weights, key=key, inference=inference)
+        weights = self._dropout_per_head(weights, key, inference)
         out = jnp.einsum("hqk,khd->qhd", weights, v)
         return jax.vmap(self.output_proj)(out.reshape(query.shape[0], -1))
+
+    def _dropout_per_head(self, weights: Array, key: Any, inference: Any) -> Array:
+        """Dropout on the `(heads, q_seq, kv_seq)` weights with one key per head,
+        `jax.random.split(key, num_heads)`, as Equinox draws it."""
+        if key is None:
+            return self.dropout(weights, key=None, inference=inference)
+        keys = jax.random.split(key, self.num_heads)
+        drop = lambda w, k: self.dropout(w, key=k, inference=inference)
+        return jax.vmap(drop)(weights, keys)
 
     def _heads(self, proj: Linear, x: Array) -> Array:
         return jax.vmap(proj)(x).reshape(x.shape[0], self.num_heads, -1)
