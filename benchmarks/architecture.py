@@ -136,7 +136,11 @@ def c_functions(path: Path, limit: int) -> list[tuple[str, int]]:
     start = name = None
     for i, line in enumerate(lines):
         match = _C_START.match(line)
-        if start is None and match and not line.startswith(("typedef", "static PyObject *\n")):
+        if (
+            start is None
+            and match
+            and not line.startswith(("typedef", "static PyObject *\n"))
+        ):
             name, start = match.group(1), i
         elif start is not None and line.startswith("}"):
             if i - start + 1 > limit:
@@ -163,9 +167,7 @@ def measure() -> dict:
     ]
     return {
         "import_cycles": cycles(edges),
-        "files_over_500_lines": sorted(
-            (m, n) for m, n in sizes.items() if n > 500
-        ),
+        "files_over_500_lines": sorted((m, n) for m, n in sizes.items() if n > 500),
         "private_names_imported_across_files": sorted(private),
         "python_functions_over_60_lines": sorted(long_py),
         "c_functions_over_100_lines": sorted(long_c),
