@@ -14,7 +14,9 @@ def test_assert_max_traces_counts_through_jit():
     f(jnp.ones(2))
     f(jnp.zeros(2))
     assert bw.debug.get_num_traces(f) == 1
-    with pytest.raises(RuntimeError, match="can only be traced 1 times.*trace number 2"):
+    with pytest.raises(
+        RuntimeError, match="can only be traced 1 times.*trace number 2"
+    ):
         f(jnp.ones(3))
 
 

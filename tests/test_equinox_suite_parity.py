@@ -205,7 +205,10 @@ def test_equinox_file_errors_are_runtime_errors_naming_the_key_path(tmp_path):
     for lib in (bw, eqx):
         with pytest.raises(RuntimeError, match=r"Deserialised leaf at path \(Seq"):
             lib.tree_deserialise_leaves(path, bad)
-    with pytest.raises(bw.CheckpointError, match=r"`1.a`: the file's next array \(record 1\) is i32\[\]"):
+    with pytest.raises(
+        bw.CheckpointError,
+        match=r"`1.a`: the file's next array \(record 1\) is i32\[\]",
+    ):
         bw.tree_deserialise_leaves(path, bad)
     eqx.tree_serialise_leaves(path, (jnp.array(1), {}))
     more = (jnp.array(2), {"a": jnp.array(2)})
