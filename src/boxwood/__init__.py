@@ -86,11 +86,10 @@ from ._tree import tree_equal as tree_equal
 from ._tree_check import tree_check as tree_check
 from ._tree_check import tree_flatten_one_level as tree_flatten_one_level
 from ._update_wrapper import module_update_wrapper as module_update_wrapper
+from ._version import __version__ as __version__
 from ._vmap import filter_vmap as filter_vmap
 from ._vmap import if_array as if_array
 from ._warnings import PerformanceWarning as PerformanceWarning
 from ._warnings import RecompileWarning as RecompileWarning
-
-__version__ = "0.1.0"
 
 _notice_pure_python()

@@ -422,3 +422,19 @@ def treescope_repr(module: Module, path: str | None, subtree_renderer: Any) -> A
         roundtrippable=False,
         color=formatting_util.color_from_string(type(module).__qualname__),
     )
+
+
+def _module_repr_html(self: Module) -> str:
+    """`Module._repr_html_`: notebooks show a collapsible tree (`module_html`)."""
+    return module_html(self)
+
+
+def _module_treescope_repr(self: Module, path: Any, subtree_renderer: Any) -> Any:
+    """`Module.__treescope_repr__`: treescope (an optional extra) calls this."""
+    return treescope_repr(self, path, subtree_renderer)
+
+
+# Registered here, at import of the package (`boxwood/__init__.py` imports this
+# module), so that `_module` never imports display code.
+type.__setattr__(Module, "_repr_html_", _module_repr_html)
+type.__setattr__(Module, "__treescope_repr__", _module_treescope_repr)

@@ -38,7 +38,7 @@ def info() -> dict[str, Any]:
     """
     import jax
 
-    from . import __version__
+    from ._version import __version__
 
     active = _native.active()
     if active:

@@ -34,7 +34,7 @@ KEYS_KEY = "boxwood.prng_keys"
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 

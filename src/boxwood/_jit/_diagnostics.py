@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import jax
 
@@ -20,8 +20,18 @@ from .capture import captured_path, describe_captures
 
 if TYPE_CHECKING:
     from ._cache import _Plan, _Store
-    from ._filter_jit import _JitWrapper
     from ._options import JitOptions
+
+
+class DonatingWrapper(Protocol):
+    """What the donation warning reads of the wrapper that made the call (typed
+    here, so that this module does not depend on `_filter_jit`)."""
+
+    _except_first: bool
+    _hidden: list[str] | None
+    _options: JitOptions
+    _warned: set[str]
+
 
 _DONATION_MESSAGE = "Some donated buffers were not usable"
 _MAX_EXPLAIN_RECORDS = 32
@@ -111,7 +121,7 @@ def _user_path(keys: tuple, hidden: list[str] | None = None) -> str:
 
 
 def _warn_undonated(
-    wrapper: _JitWrapper, args: tuple, kwargs: dict, plan: _Plan
+    wrapper: DonatingWrapper, args: tuple, kwargs: dict, plan: _Plan
 ) -> None:
     """After a call that compiled: name the donated inputs XLA could not reuse."""
     keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))

@@ -298,7 +298,7 @@ class Module(_Instance, metaclass=_ModuleMeta):
 
     # `vars(module)`: the fields (see `_user_dict`); boxwood's own code reads the
     # instance dict through `instance_dict`
-    __dict__ = property(  # type: ignore[assignment]
+    __dict__ = property(  # pyright: ignore[reportGeneralTypeIssues, reportAssignmentType]
         lambda self: _user_dict(self), lambda self, values: _set_dict(self, values)
     )
 
@@ -360,17 +360,9 @@ class Module(_Instance, metaclass=_ModuleMeta):
 
         return tree_pformat(self)
 
-    def _repr_html_(self) -> str:
-        # Notebooks show this: a collapsible tree (`boxwood/_display.py`).
-        from .._display import module_html
-
-        return module_html(self)
-
-    def __treescope_repr__(self, path, subtree_renderer):
-        # treescope (an optional extra) calls this; see `boxwood/_display.py`.
-        from .._display import treescope_repr
-
-        return treescope_repr(self, path, subtree_renderer)
+    # `_repr_html_` (notebooks) and `__treescope_repr__` are set on this class by
+    # `boxwood/_display.py` when the package is imported: display depends on
+    # modules, never the reverse.
 
 
 # The `__dict__` slot's getter and setter, bypassing `Module.__setattr__` and the

@@ -1,6 +1,7 @@
 """`boxwood.models`: pretrained `transformers` architectures as boxwood modules,
 loaded from local `save_pretrained` directories; see README.md and docs/models.md."""
 
+from ._auto import from_pretrained as from_pretrained
 from ._bert import BertConfig as BertConfig
 from ._bert import BertModel as BertModel
 from ._config import ConfigError as ConfigError
@@ -9,7 +10,6 @@ from ._gpt2 import GPT2Config as GPT2Config
 from ._gpt2 import GPT2LMHeadModel as GPT2LMHeadModel
 from ._llama import LlamaConfig as LlamaConfig
 from ._llama import LlamaForCausalLM as LlamaForCausalLM
-from ._pretrained import from_pretrained as from_pretrained
 from ._pretrained import save_pretrained as save_pretrained
 from ._sharding_rules import sharding_rules as sharding_rules
 from ._vit import ViTConfig as ViTConfig

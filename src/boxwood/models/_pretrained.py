@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +26,7 @@ from ._checkpoint_files import (
     floating_dtype,
     renamed_tensors,
 )
-from ._config import ConfigError, read_json
-from ._sharding_rules import sharding_rules
+from ._sharding_rules import Strategy, sharding_rules
 
 
 class Pretrained(Module):
@@ -97,7 +96,8 @@ class Pretrained(Module):
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
         abstract = filter_eval_shape(cls, config, dtype, key=jax.random.key(0))
         if isinstance(rules, str):
-            rules = sharding_rules(cls, rules)  # type: ignore[arg-type]
+            # `sharding_rules` checks the name itself
+            rules = sharding_rules(cls, cast(Strategy, rules))
         if mesh is not None:
             abstract = _with_shardings(
                 abstract, named_shardings(abstract, mesh, rules or ())
@@ -133,7 +133,8 @@ class Pretrained(Module):
             (self.checkpoint_name(name), self.export_array(name, array))
             for name, array in state_dict(self).items()
         ]
-        options = self.config.to_dict()  # type: ignore[attr-defined]
+        # every subclass declares its `config` field
+        options = cast(Any, self).config.to_dict()
         options["dtype"] = str(np.dtype(arrays[0][1].dtype))
         with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
             json.dump(options, f, indent=2, sort_keys=True)
@@ -165,44 +166,3 @@ def save_pretrained(model: Pretrained, path: str | os.PathLike) -> None:
             f"{type(model).__name__}; save other trees with `boxwood.save`."
         )
     model.save_pretrained(path)
-
-
-def pretrained_classes() -> dict[str, type]:
-    """The model classes by `model_type`."""
-    from ._bert import BertModel
-    from ._gpt2 import GPT2LMHeadModel
-    from ._llama import LlamaForCausalLM
-    from ._vit import ViTForImageClassification
-
-    classes = (GPT2LMHeadModel, LlamaForCausalLM, BertModel, ViTForImageClassification)
-    return {c.config_class.model_type: c for c in classes}
-
-
-def from_pretrained(
-    path: str | os.PathLike, *, dtype: Any = None, mesh: Any = None, rules: Any = None
-) -> Any:
-    """Load the model in a local `save_pretrained` directory, choosing the class
-    from `config.json`'s `model_type`.
-
-    Reads files only; never uses the network. See `GPT2LMHeadModel.from_pretrained`
-    for the arguments; the supported `model_type`s are `gpt2`, `llama` (and
-    Llama-shaped `mistral`), `bert` and `vit`.
-
-    **Raises:** `boxwood.models.ConfigError` naming the file when there is no
-    `config.json` or its `model_type` is not supported (listing those that are).
-    """
-    directory = os.fspath(path)
-    cfg_file = config_path(directory)
-    options = read_json(cfg_file)
-    classes = pretrained_classes()
-    model_type = options.get("model_type")
-    if model_type == "mistral":
-        model_type = "llama"
-    if model_type not in classes:
-        raise ConfigError(
-            f"{cfg_file}: `model_type` = {model_type!r} is not one boxwood has; "
-            f"supported: {', '.join(sorted(classes))}."
-        )
-    cls = classes[model_type]
-    config = cls.config_class.from_dict(options, cfg_file)
-    return cls._load(directory, config, dtype, mesh, rules)

@@ -1,0 +1,51 @@
+"""`from_pretrained` for any supported directory: the class is chosen from
+`config.json`'s `model_type`. Its own module, so that the model files import
+`_pretrained` (their base class) and nothing imports them back."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ._bert import BertModel
+from ._checkpoint_files import config_path
+from ._config import ConfigError, read_json
+from ._gpt2 import GPT2LMHeadModel
+from ._llama import LlamaForCausalLM
+from ._vit import ViTForImageClassification
+
+
+def pretrained_classes() -> dict[str, type]:
+    """The model classes by `model_type`."""
+    classes = (GPT2LMHeadModel, LlamaForCausalLM, BertModel, ViTForImageClassification)
+    return {c.config_class.model_type: c for c in classes}
+
+
+def from_pretrained(
+    path: str | os.PathLike, *, dtype: Any = None, mesh: Any = None, rules: Any = None
+) -> Any:
+    """Load the model in a local `save_pretrained` directory, choosing the class
+    from `config.json`'s `model_type`.
+
+    Reads files only; never uses the network. See `GPT2LMHeadModel.from_pretrained`
+    for the arguments; the supported `model_type`s are `gpt2`, `llama` (and
+    Llama-shaped `mistral`), `bert` and `vit`.
+
+    **Raises:** `boxwood.models.ConfigError` naming the file when there is no
+    `config.json` or its `model_type` is not supported (listing those that are).
+    """
+    directory = os.fspath(path)
+    cfg_file = config_path(directory)
+    options = read_json(cfg_file)
+    classes = pretrained_classes()
+    model_type = options.get("model_type")
+    if model_type == "mistral":
+        model_type = "llama"
+    if model_type not in classes:
+        raise ConfigError(
+            f"{cfg_file}: `model_type` = {model_type!r} is not one boxwood has; "
+            f"supported: {', '.join(sorted(classes))}."
+        )
+    cls = classes[model_type]
+    config = cls.config_class.from_dict(options, cfg_file)
+    return cls._load(directory, config, dtype, mesh, rules)
