@@ -6,7 +6,7 @@ import collections
 import functools
 import warnings
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -84,7 +84,8 @@ class _Pmapped(Wrapped):
         `lower`); JAX's own stages are `.flat`."""
         entry, leaves, mapped = self._entry(args, kwargs)
         flat = entry.pmapped.lower(*self._inputs(entry, leaves, mapped))
-        return _aot.Lowered(flat, _PmapAotCall(self, entry))
+        # `Lowered` only calls it and reads `name`, as `_AotCall` has them
+        return _aot.Lowered(flat, cast(_aot._AotCall, _PmapAotCall(self, entry)))
 
     def _entry(self, args: tuple, kwargs: dict) -> tuple[_Entry, list, tuple]:
         if kwargs:
@@ -179,7 +180,8 @@ class _Pmapped(Wrapped):
                 "to None), so the number of devices is unknown. Pass `axis_size=`."
             )
         # jax.pmap needs a mapped input: a stand-in of one element per device
-        entry.dummy = None if has_mapped else np.zeros((size,), np.int8)
+        # (`size` is not None without a mapped input: checked above)
+        entry.dummy = None if has_mapped or size is None else np.zeros((size,), np.int8)
         dummy_axis = None if has_mapped else 0
         # The output's structure and axes first (an abstract trace, vectorised
         # under the same axis name so that collectives trace), so that `jax.pmap`

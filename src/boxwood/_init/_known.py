@@ -14,9 +14,11 @@ the same IEEE arithmetic as XLA's.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.nn import initializers as _jinit
@@ -28,12 +30,18 @@ try:  # JAX's own fan computation, so that every axis convention matches
 except ImportError:  # pragma: no cover - a JAX without it takes the direct call
     _compute_fans = None
 
+
+def _code(fn: Any) -> types.CodeType:
+    # typed as `Initializer` (a protocol without `__code__`): plain closures
+    return fn.__code__
+
+
 #: The code objects of the closures JAX's initialiser factories return.
-_CODES = {
-    _jinit.variance_scaling(1.0, "fan_in", "normal").__code__: "variance_scaling",
-    _jinit.normal().__code__: "normal",
-    _jinit.uniform().__code__: "uniform",
-    _jinit.truncated_normal().__code__: "truncated_normal",
+_CODES: dict[Any, str] = {  # looked up with any object's `__code__`
+    _code(_jinit.variance_scaling(1.0, "fan_in", "normal")): "variance_scaling",
+    _code(_jinit.normal()): "normal",
+    _code(_jinit.uniform()): "uniform",
+    _code(_jinit.truncated_normal()): "truncated_normal",
 }
 _TRUNC_STD = 0.87962566103423978  # JAX's stddev of N(0, 1) truncated to (-2, 2)
 

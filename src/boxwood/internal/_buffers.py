@@ -272,6 +272,8 @@ def unwrap_buffers(tree: Any, tag: Any) -> Any:
 
 
 class _MaybeBufferCheck(type):
+    annotation: Any  # set by `MaybeBuffer.__class_getitem__`
+
     def __instancecheck__(cls, instance: Any) -> bool:
         while isinstance(instance, _Buffer):
             instance = instance.array

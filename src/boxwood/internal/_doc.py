@@ -22,6 +22,9 @@ class _Shown(type):
     """A class standing in for `obj` whose repr is `text`; calling it calls `obj`.
     (A class, so that it may appear inside type annotations too.)"""
 
+    obj: Any
+    text: str
+
     def __new__(mcs, obj: Any, text: str) -> Any:
         cls = super().__new__(mcs, text, (), {"obj": obj, "text": text})
         cls.__module__ = "builtins"

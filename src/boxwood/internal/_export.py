@@ -21,8 +21,8 @@ def to_onnx(fn: Callable) -> Callable:
 
     def export(*args: Any) -> Any:
         try:
-            import tensorflow as tf  # type: ignore[import-not-found]
-            import tf2onnx  # type: ignore[import-not-found]
+            import tensorflow as tf  # pyright: ignore[reportMissingImports, reportMissingModuleSource]
+            import tf2onnx  # pyright: ignore[reportMissingImports]
             from jax.experimental import jax2tf
         except ImportError as e:
             raise ImportError(

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 
 from .._errors import error_if

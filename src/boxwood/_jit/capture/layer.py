@@ -190,7 +190,9 @@ class Layer:
             call.__code__ = code
             call.__name__, call.__qualname__ = self.name, self.qualname
             return call
-        for old, new in zip(into.__closure__, call.__closure__):
+        old_cells = into.__closure__
+        assert old_cells is not None, "`into` is a `_generate`d closure"
+        for old, new in zip(old_cells, call.__closure__):
             old.cell_contents = new.cell_contents
         into.__code__ = code
         return into
@@ -223,6 +225,7 @@ class Layer:
             )
         if self.hidden:
             return self.core_call(hidden, *args, **kwargs)
+        assert store is not None  # set whenever the core takes no hidden argument
         traces = store.traces
         out = self.core_call(*args, **kwargs)
         if store.traces != traces:  # traced now, with these values

@@ -194,8 +194,8 @@ class Reads:
     """
 
     def __init__(self, fun: Any, g: dict | None = None) -> None:
-        g = fun.__globals__ if g is None else g
-        self.g = g
+        self.g: dict = fun.__globals__ if g is None else g
+        g = self.g
         self.unfollowed: dict[str, str] = {}
         self.stored: set[str] = set()
         self.global_helpers: list[str] = []

@@ -58,7 +58,10 @@ class Capture:
         # weakly: wrappers hold `fun`, and `traced_for` caches by it
         plain = type(fun) is types.FunctionType
         self._fun = weakref.ref(fun) if plain else (lambda: None)
-        self.g = fun.__globals__ if plain else g
+        if plain:
+            g = fun.__globals__
+        assert g is not None, "a callable object is scanned in the globals given"
+        self.g: dict = g
         self.reads = Reads(fun, self.g)
         self._global = {global_label(n): n for n in self.reads.globals}
         self.labels = [*self._global, *(label for label, _ in self.reads.cells)]
