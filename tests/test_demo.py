@@ -13,6 +13,10 @@ import pytest
 from boxwood.data import load_digits, load_mnist, read_idx
 from boxwood.demo import main
 
+# The demo wraps its step functions once per run; this module runs it many times in
+# one process, which boxwood's own notice about re-wrapped functions would flag.
+pytestmark = pytest.mark.filterwarnings("ignore:This line has wrapped")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
