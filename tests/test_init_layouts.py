@@ -125,9 +125,9 @@ def _draws(make, get):
     return np.concatenate(out)
 
 
-def _boxwood_rnn(cls, fn):
+def _boxwood_rnn(cls, fn, sizes):
     def make(seed):
-        cell = cls(16, 64, key=jr.key(seed))
+        cell = cls(*sizes, key=jr.key(seed))
         where = lambda c: (c.weight_ih, c.weight_hh)
         return nn.init(cell, where, fn, key=jr.key(seed + 1000))
 
@@ -161,15 +161,16 @@ PAIRS = {
         lambda m: m.embedding[...],
     ),
     "gru": (
-        lambda fn: _boxwood_rnn(nn.GRUCell, fn),
+        # sizes that give N_MIN draws from one cell (fans 1024 and 192)
+        lambda fn: _boxwood_rnn(nn.GRUCell, fn, (1024, 64)),
         lambda m: m.weight_ih,
-        lambda fn: lambda s: nnx.GRUCell(16, 64, kernel_init=fn, rngs=nnx.Rngs(s)),
+        lambda fn: lambda s: nnx.GRUCell(1024, 64, kernel_init=fn, rngs=nnx.Rngs(s)),
         lambda m: m.dense_i.kernel[...],
     ),
     "lstm": (
-        lambda fn: _boxwood_rnn(nn.LSTMCell, fn),
+        lambda fn: _boxwood_rnn(nn.LSTMCell, fn, (16, 128)),  # fans 128 and 512
         lambda m: m.weight_hh,
-        lambda fn: lambda s: nnx.OptimizedLSTMCell(16, 64, recurrent_kernel_init=fn,
+        lambda fn: lambda s: nnx.OptimizedLSTMCell(16, 128, recurrent_kernel_init=fn,
                                                    rngs=nnx.Rngs(s)),
         lambda m: m.dense_h.kernel[...],
     ),
