@@ -289,7 +289,15 @@ def test_fast_call_checks_what_it_is_given_to_watch(call_path):
             FastCall(**{**good, **kwargs})
     held = 1
     cell = (lambda: held).__closure__[0]
-    FastCall(**good, watch_sources=({}, cell), watch_keys=("a", None))  # accepted
+    watching = FastCall(**good, watch_sources=({}, cell), watch_keys=("a", None))
+    # rewatching takes the same pairs, checked the same way
+    for sources, keys in [(({},), (None,)), ((cell,), ("a",)), (({},), ("a", "b"))]:
+        with pytest.raises(TypeError, match="FastCall._rewatch: a watching FastCall"):
+            watching._rewatch(sources, keys)
+    watching._rewatch(({}, cell), ("b", None))  # accepted
+    plain = FastCall(**core._fast_kwargs)
+    with pytest.raises(TypeError, match="FastCall._rewatch: a watching FastCall"):
+        plain._rewatch((), ())
 
 
 def test_lists_and_dicts_inside_arguments_take_the_fast_path(monkeypatch):

@@ -447,6 +447,21 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args,
     return out;
 }
 
+/* Whether `sources` and `keys` (tuples) describe watched names: of the same length,
+ * each pair a dict and a str (a global) or a cell and None (a closure variable). */
+static int valid_watch_pairs(PyObject *sources, PyObject *keys) {
+    Py_ssize_t n = PyTuple_GET_SIZE(sources);
+    if (PyTuple_GET_SIZE(keys) != n) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *source = PyTuple_GET_ITEM(sources, i);
+        PyObject *name = PyTuple_GET_ITEM(keys, i);
+        int ok = name == Py_None ? PyCell_Check(source)
+                                 : PyDict_CheckExact(source) && PyUnicode_CheckExact(name);
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
 static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"fallback", "plans", "store", "walk", "after_trace",
                             "on_error", "array_type", "array_token", "none_token",
@@ -477,15 +492,10 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
         return NULL;
     }
     if (watch != Py_None) {
-        Py_ssize_t n = watch_sources ? PyTuple_GET_SIZE(watch_sources) : -1;
-        int ok = watch_keys != NULL && PyTuple_GET_SIZE(watch_keys) == n &&
-                 Py_TYPE(watch_snap)->tp_descr_get != NULL && PyCallable_Check(watch_fallback);
-        for (Py_ssize_t i = 0; ok && i < n; i++) {
-            PyObject *source = PyTuple_GET_ITEM(watch_sources, i);
-            PyObject *name = PyTuple_GET_ITEM(watch_keys, i);
-            ok = name == Py_None ? PyCell_Check(source)
-                                 : PyDict_CheckExact(source) && PyUnicode_CheckExact(name);
-        }
+        int ok = watch_sources != NULL && watch_keys != NULL &&
+                 Py_TYPE(watch_snap)->tp_descr_get != NULL &&
+                 PyCallable_Check(watch_fallback) &&
+                 valid_watch_pairs(watch_sources, watch_keys);
         if (!ok) {
             PyErr_SetString(PyExc_TypeError,
                             "FastCall: watch needs watch_snap (a descriptor), "
@@ -584,14 +594,7 @@ static PyObject *fastcall_rewatch(FastCall *self, PyObject *args) {
     PyObject *sources, *keys;
     if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &sources, &PyTuple_Type, &keys))
         return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(sources);
-    int ok = self->watch != Py_None && PyTuple_GET_SIZE(keys) == n;
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
-        PyObject *source = PyTuple_GET_ITEM(sources, i);
-        PyObject *name = PyTuple_GET_ITEM(keys, i);
-        ok = name == Py_None ? PyCell_Check(source)
-                             : PyDict_CheckExact(source) && PyUnicode_CheckExact(name);
-    }
+    int ok = self->watch != Py_None && valid_watch_pairs(sources, keys);
     if (!ok) {
         PyErr_SetString(PyExc_TypeError,
                         "FastCall._rewatch: a watching FastCall and two tuples of the "
