@@ -83,6 +83,29 @@ def _named(fun: Callable) -> Callable:
     return fun.func if isinstance(fun, BoundMethod) else fun
 
 
+class _Annotations(dict):
+    """A wrapper class's own `__annotations__` (its fields', as the dataclass
+    machinery and `typing.get_type_hints` read them) that, read on an instance,
+    gives the annotations of the function it wraps."""
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        return getattr(_named(instance.__wrapped__), "__annotations__", {})
+
+
+def follow_wrapped_annotations(cls: type) -> None:
+    """Make `instance.__annotations__` of the wrapper class `cls` (which has a
+    `__wrapped__`) the wrapped function's."""
+    own = cls.__dict__.get("__annotations__", {})
+    type.__setattr__(cls, "__annotations__", _Annotations(own))
+
+
+def wrapped_qualname(wrapper: Any) -> str:
+    target = _named(wrapper.__wrapped__)
+    return getattr(target, "__qualname__", type(target).__qualname__)
+
+
 class Wrapped(Module):
     # Base class of the callables returned by the transformations.
     #
@@ -107,9 +130,19 @@ class Wrapped(Module):
     def __doc__(self) -> str | None:  # type: ignore[override]
         return getattr(_named(self.fun), "__doc__", None)
 
+    def __getattr__(self, name: str) -> Any:
+        # `__qualname__` is not a class attribute of instances (a type's is a slot of
+        # `type`), so it comes here; a property would have to be a `str`.
+        if name == "__qualname__":
+            return wrapped_qualname(self)
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r}"
+        )
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.__doc__ = Wrapped.__dict__["__doc__"]  # a subclass docstring would hide it
+        follow_wrapped_annotations(cls)
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         """Used as a method decorator, bind `instance` as the first argument."""
@@ -118,3 +151,6 @@ class Wrapped(Module):
         from ._partial import Partial
 
         return Partial(cast(Callable, self), instance)  # subclasses are callable
+
+
+follow_wrapped_annotations(Wrapped)

@@ -223,17 +223,19 @@ class _Method:
     plain function. A non-data descriptor: an instance dict entry of the same name
     wins."""
 
-    __slots__ = ("func",)
-
     def __init__(self, func: Callable) -> None:
         self.func = func
+        # the function's own, not `_Method`'s (`doctest` and `inspect` read them)
+        for name in ("__module__", "__doc__"):
+            setattr(self, name, getattr(func, name, None))
+        self.__wrapped__ = func
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:
         if obj is None:
             return self.func
         return bind_method(self.func, obj)
 
-    def __getattr__(self, name: str) -> Any:  # `__doc__`, `__isabstractmethod__`, ...
+    def __getattr__(self, name: str) -> Any:  # `__name__`, `__isabstractmethod__`, ...
         return getattr(self.func, name)
 
 

@@ -45,8 +45,10 @@ def _from_slices(index: Any) -> Any:
 
 
 def _set(pred: Any, xs: Any, x: Any, index: Any) -> Any:
+    # Select on the written part only, so that XLA updates `xs` in place: the cost
+    # is that of the part, not of the whole buffer.
     index = _to_slices(index)
-    return jnp.where(pred, xs.at[index].set(x), xs)
+    return xs.at[index].set(jnp.where(pred, x, xs[index]))
 
 
 def _maybe_set_impl(pred, xs, x, index):
@@ -73,7 +75,7 @@ def _maybe_set_transpose(inputs, ct):
     if ct is None:
         return None, None, None, None
     ix = _to_slices(index)
-    ct_xs = jnp.where(pred, ct.at[ix].set(0), ct)
+    ct_xs = ct.at[ix].set(jnp.where(pred, 0, ct[ix]))
     ct_x = jnp.where(pred, ct[ix], 0) if isinstance(x, ad.UndefinedPrimal) else None
     ct_xs = ct_xs if isinstance(xs, ad.UndefinedPrimal) else None
     return None, ct_xs, ct_x, None

@@ -1,146 +1,331 @@
-"""The `"checkpointed"` kind of `while_loop`: reverse-mode differentiable with a
-bounded number of stored states, for loops whose length is known only at run time.
+"""The `"checkpointed"` kind of `while_loop`: reverse-mode differentiable with at
+most `checkpoints` stored states, for loops whose length is known only at run time.
 
-Forward pass: run the loop, storing the state every `stride` steps in a buffer of
-`checkpoints` slots. When the buffer is full, every other stored state is dropped
-and `stride` doubles, so any number of steps fits (the states kept are always at
-steps `0, stride, 2 * stride, ...`).
+Forward pass: run the loop; before each step, `_online_schedule.next_slot` says in
+which of the `checkpoints` slots to keep the carry (or not to keep it). Buffers
+(`while_loop(buffers=...)`) are never stored: each of their elements is written at
+most once, so the final buffers hold every value any step read, and recomputed
+steps are given those.
 
-Backward pass: walk the stored states from the last to the first. For each step
-between two of them (latest first), recompute that step's input state from the
-stored state before it, and pull the cotangent back through the step. That costs
-`O(stride)` recomputed steps per step: `O(n**2 / checkpoints)` in all, for memory of
-`checkpoints` states. The loop's body is closure-converted first, so arrays it
-closes over (model parameters) get cotangents too.
+Backward pass: `_treeverse` reversal. Take the latest stored state `p` and the
+number `L` of steps from it still to reverse. If `L == 1`, pull the cotangent back
+through step `p` and free its slot. Otherwise, with free slots, advance
+`_treeverse.advance_by(L, s)` steps from `p` and store the state reached; without,
+recompute from `p` up to the last step and pull the cotangent back through it.
+Stored states are kept as a stack: `order[:depth]` are the slots in use, in step
+order, and `order[depth:]` the free ones.
+
+Without differentiation the loop is a plain `lax.while_loop` and stores nothing.
+The body is closure-converted first, so arrays it closes over (model parameters)
+get cotangents too. Only the leaves `_perturbation` finds perturbed are
+differentiated, and only those with nonzero cotangents are carried backwards; the
+other outputs get symbolic-zero tangents.
+
+Layers: a `custom_jvp` (`_Loop.run`) sees which inputs are perturbed, and calls a
+`custom_vjp` (`_Loop.differentiable`) of the perturbed inputs only, whose forward
+and backward rules are `_forward` and `_backward`. Everything is on flat lists of
+leaves (`_Loop` knows the pytree structures).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero, zero_from_primal
 
 from .._closure_convert import filter_closure_convert
-from .._filters import combine, is_array, is_inexact_array, partition
-from .._jvp import filter_vjp
+from .._filters import combine, is_array, partition
+from . import _online_schedule, _treeverse
+from ._perturbation import inexact, nonzero_cotangents, perturbed_carry
 
 
-def _tree_where(pred: Any, a: Any, b: Any) -> Any:
-    return jax.tree_util.tree_map(lambda x, y: jnp.where(pred, x, y), a, b)
+def _is_zero(t: Any) -> bool:
+    return isinstance(t, SymbolicZero)
 
 
-def _inexact_only(tree: Any) -> Any:
-    return jax.tree_util.tree_map(lambda x: x if is_inexact_array(x) else None, tree)
+def _pick(xs: list, flags: list) -> list:
+    return [x for x, f in zip(xs, flags) if f]
 
 
-def _scalars_as_arrays(tree: Any) -> Any:
-    # Inside `custom_vjp` rules a weakly typed Python scalar input arrives as JAX's
-    # typed float/int (no `.shape`), not as an array.
-    scalar = (bool, int, float, complex)
-    return jax.tree_util.tree_map(
-        lambda x: jnp.asarray(x) if isinstance(x, scalar) else x, tree
-    )
+def _merge(flags: list, chosen: list, others: list) -> list:
+    """Interleave: `chosen` where `flags` is true, `others` elsewhere, in order."""
+    chosen_it, others_it = iter(chosen), iter(others)
+    return [next(chosen_it) if f else next(others_it) for f in flags]
 
 
-def _forward(body: Any, cond: Any, arrays: Any, max_steps: Any, slots: int) -> tuple:
-    body, cond, arrays = _scalars_as_arrays((body, cond, arrays))
-    buf = jax.tree_util.tree_map(
-        lambda x: jnp.zeros((slots, *x.shape), x.dtype), arrays
-    )
-    zero = jnp.asarray(0)
-    state = (zero, arrays, buf, jnp.zeros(slots, zero.dtype), zero, zero + 1)
+class _Loop:
+    """One checkpointed loop: the structures of its body, condition and carry."""
 
-    def live(s: tuple) -> Any:
-        step, val = s[0], s[1]
-        keep_going = cond(val)
-        return keep_going if max_steps is None else keep_going & (step < max_steps)
+    def __init__(
+        self, body: Any, cond: Any, arrays: Any, is_buffer: Any, max_steps: Any, c: int
+    ) -> None:
+        body_dyn, self.body_static = partition(body, is_array)
+        cond_dyn, self.cond_static = partition(cond, is_array)
+        self.body_leaves, self.body_def = jax.tree_util.tree_flatten(body_dyn)
+        self.cond_leaves, self.cond_def = jax.tree_util.tree_flatten(cond_dyn)
+        self.leaves, self.treedef = jax.tree_util.tree_flatten(arrays)
+        self.buffer = [bool(f) for f in jax.tree_util.tree_leaves(is_buffer)]
+        assert len(self.buffer) == len(self.leaves)
+        self.max_steps, self.c = max_steps, c
 
-    def thin(buf: Any, at: Any) -> tuple:
-        half = jax.tree_util.tree_map(lambda b: b[::2], buf)
-        pad = lambda b: jnp.concatenate([b, jnp.zeros_like(b)])  # noqa: E731
-        return jax.tree_util.tree_map(pad, half), pad(at[::2])
-
-    def step_fn(s: tuple) -> tuple:
-        step, val, buf, at, count, stride = s
-        full = (step % stride == 0) & (count == slots)
-        thinned, thinned_at = thin(buf, at)
-        buf = _tree_where(full, thinned, buf)
-        at = jnp.where(full, thinned_at, at)
-        count = jnp.where(full, slots // 2, count)
-        stride = jnp.where(full, stride * 2, stride)
-        store = step % stride == 0
-        stored = jax.tree_util.tree_map(lambda b, v: b.at[count].set(v), buf, val)
-        buf = _tree_where(store, stored, buf)
-        at = jnp.where(store, at.at[count].set(step), at)
-        count = count + store.astype(count.dtype)
-        return step + 1, body(val), buf, at, count, stride
-
-    return jax.lax.while_loop(live, step_fn, state)
-
-
-def _backward(body: Any, residuals: tuple, ct: Any) -> tuple:
-    buf, at, count, n = residuals
-    ct_body = jax.tree_util.tree_map(jnp.zeros_like, _inexact_only(body))
-
-    def through_step(k: Any, start: Any, j: Any, cts: tuple) -> tuple:
-        ct_val, ct_body = cts
-        saved = jax.tree_util.tree_map(lambda b: b[k], buf)
-        val = jax.lax.fori_loop(0, j - start, lambda _, v: body(v), saved)
-        _, vjp_fn = filter_vjp(lambda b, v: b(v), body, val)
-        d_body, d_val = vjp_fn(ct_val)
-        ct_body = jax.tree_util.tree_map(jnp.add, ct_body, d_body)
-        return _inexact_only(d_val), ct_body
-
-    def segment(i: Any, cts: tuple) -> tuple:
-        k = count - 1 - i
-        start = at[k]
-        end = jnp.where(k == count - 1, n, at[jnp.minimum(k + 1, at.shape[0] - 1)])
-        length = end - start
-        return jax.lax.fori_loop(
-            0, length, lambda m, c: through_step(k, start, end - 1 - m, c), cts
+    def step(self, body_leaves: list) -> Callable:
+        """One step of the loop on the carry's flat leaves."""
+        body = combine(
+            jax.tree_util.tree_unflatten(self.body_def, body_leaves), self.body_static
         )
 
-    ct_val, ct_body = jax.lax.fori_loop(0, count, segment, (_inexact_only(ct), ct_body))
-    return ct_body, ct_val
+        def one(leaves: list) -> list:
+            out = body(jax.tree_util.tree_unflatten(self.treedef, leaves))
+            return [jnp.asarray(x) for x in jax.tree_util.tree_leaves(out)]
+
+        return one
+
+    def live(self, cond_leaves: list) -> Callable:
+        """Whether step `i` runs, given the carry's flat leaves."""
+        cond = combine(
+            jax.tree_util.tree_unflatten(self.cond_def, cond_leaves), self.cond_static
+        )
+
+        def keep_going(i: Any, leaves: list) -> Any:
+            go = cond(jax.tree_util.tree_unflatten(self.treedef, leaves))
+            return go if self.max_steps is None else go & (i < self.max_steps)
+
+        return keep_going
+
+    def kept(self, leaves: list) -> list:
+        """The leaves that checkpoints store (not the buffers)."""
+        return _pick(leaves, [not b for b in self.buffer])
+
+    def recompute(self, step: Callable, kept: list, bufs: list, m: Any) -> list:
+        """The state `m` steps after the one stored as `kept`. Steps are given the
+        final buffers `bufs`, and their writes to them are dropped: the buffers hold
+        those values already, and are not copied."""
+
+        def join(kept: list) -> list:
+            return _merge(self.buffer, bufs, kept)
+
+        kept = jax.lax.fori_loop(0, m, lambda _, k: self.kept(step(join(k))), kept)
+        return join(kept)
+
+    def __call__(self) -> Any:
+        run = jax.custom_jvp(self.plain)
+        run.defjvp(self._jvp, symbolic_zeros=True)
+        out = run(self.body_leaves, self.cond_leaves, self.leaves)
+        return jax.tree_util.tree_unflatten(self.treedef, out)
+
+    def plain(self, body_leaves: list, cond_leaves: list, leaves: list) -> list:
+        step, live = self.step(body_leaves), self.live(cond_leaves)
+        _, out = jax.lax.while_loop(
+            lambda s: live(s[0], s[1]),
+            lambda s: (s[0] + 1, step(s[1])),
+            (jnp.asarray(0), [jnp.asarray(x) for x in leaves]),
+        )
+        return out
+
+    def _jvp(self, primals: tuple, tangents: tuple) -> tuple:
+        body_leaves, cond_leaves, leaves = jax.tree_util.tree_map(jnp.asarray, primals)
+        t_body, _, t_leaves = tangents
+        b_pert = [not _is_zero(t) and inexact(x) for t, x in zip(t_body, body_leaves)]
+        c_pert = perturbed_carry(
+            lambda b, c: self.step(b)(c),
+            body_leaves,
+            b_pert,
+            leaves,
+            [not _is_zero(t) for t in t_leaves],
+            self.treedef,
+        )
+        if not any(c_pert):
+            out = self.plain(body_leaves, cond_leaves, leaves)
+            return out, [zero_from_primal(x, symbolic_zeros=True) for x in out]
+        diff = self._differentiable(b_pert, c_pert)
+        others = (
+            _pick(body_leaves, [not p for p in b_pert]),
+            cond_leaves,
+            _pick(leaves, [not p for p in c_pert]),
+        )
+
+        def tangent(t: Any, x: Any) -> Any:
+            return jnp.zeros_like(x) if _is_zero(t) else t
+
+        primal_in = (_pick(body_leaves, b_pert), _pick(leaves, c_pert))
+        tangent_in = (
+            [tangent(t, x) for t, x in _pick(list(zip(t_body, body_leaves)), b_pert)],
+            [tangent(t, x) for t, x in _pick(list(zip(t_leaves, leaves)), c_pert)],
+        )
+        out, t_out = jax.jvp(
+            lambda pb, pc: diff((pb, pc), others), primal_in, tangent_in
+        )
+        t_out = [
+            t if p else zero_from_primal(x, symbolic_zeros=True)
+            for t, x, p in zip(t_out, out, c_pert)
+        ]
+        return out, t_out
+
+    def _differentiable(self, b_pert: list, c_pert: list) -> Callable:
+        """A `custom_vjp` of `((perturbed body leaves, perturbed carry leaves),
+        (other body leaves, condition leaves, other carry leaves))`, returning all
+        the carry's leaves."""
+
+        def full(pvals: tuple, others: tuple) -> tuple:
+            (pb, pc), (ob, cond_leaves, oc) = pvals, others
+            return _merge(b_pert, pb, ob), cond_leaves, _merge(c_pert, pc, oc)
+
+        @jax.custom_vjp
+        def diff(pvals: tuple, others: tuple) -> list:
+            return self.plain(*full(pvals, others))
+
+        def fwd(pvals: tuple, others: tuple) -> tuple:
+            pvals, others = jax.tree_util.tree_map(lambda p: p.value, (pvals, others))
+            body_leaves, cond_leaves, leaves = full(pvals, others)
+            n, out, saved, pos = _forward(self, body_leaves, cond_leaves, leaves)
+            bufs = _pick(out, self.buffer)
+            return out, (body_leaves, n, saved, pos, bufs)
+
+        def bwd(res: tuple, ct: list) -> tuple:
+            body_leaves = res[0]
+            nonzero = [p and not _is_zero(t) for p, t in zip(c_pert, ct)]
+            if any(nonzero):
+                ct_body, ct_leaves = _backward(self, res, ct, b_pert, c_pert, nonzero)
+            else:  # no cotangent reaches the loop
+                ct_body = [jnp.zeros_like(x) for x in _pick(body_leaves, b_pert)]
+                ct_leaves = [None] * len(self.leaves)
+            ct_pc = [
+                jnp.zeros(jnp.shape(x), jnp.result_type(x)) if t is None else t
+                for x, t in _pick(list(zip(self.leaves, ct_leaves)), c_pert)
+            ]
+            others = jax.tree_util.tree_map(
+                lambda _: None, (_pick(body_leaves, [not p for p in b_pert]), 0, 0)
+            )
+            return (ct_body, ct_pc), others
+
+        diff.defvjp(fwd, bwd, symbolic_zeros=True)
+        return diff
 
 
-def _make_loop(body_static: Any, cond_static: Any) -> Callable:
-    """The loop as a `custom_vjp` of the converted functions' arrays (their other
-    leaves, such as jaxprs, are closed over)."""
+def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
+    """Run the loop, keeping states as `_online_schedule` says."""
+    c = loop.c
+    step, live = loop.step(body_leaves), loop.live(cond_leaves)
+    leaves = [jnp.asarray(x) for x in leaves]
+    # one slot more than asked for: the scratch slot `c`, written when a state is not
+    # kept (cheaper than a conditional write)
+    saved = [jnp.zeros((c + 1, *x.shape), x.dtype) for x in loop.kept(leaves)]
+    pos = jnp.full((c + 1,), -1, jnp.int32)
+    start = (jnp.asarray(0, jnp.int32), leaves, saved, pos)
+    start = start + (_online_schedule.initial_state(c),)
 
-    def both(body_dyn: Any, cond_dyn: Any) -> tuple:
-        return combine(body_dyn, body_static), combine(cond_dyn, cond_static)
+    def one(s: tuple) -> tuple:
+        i, leaves, saved, pos, sched = s
+        slot, sched = _online_schedule.next_slot(c, i, sched)
+        saved = [b.at[slot].set(x) for b, x in zip(saved, loop.kept(leaves))]
+        pos = pos.at[slot].set(i)
+        return i + 1, step(leaves), saved, pos, sched
 
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-    def loop(body_dyn: Any, cond_dyn: Any, arrays: Any, max_steps: Any, slots: int):
-        body, cond = both(body_dyn, cond_dyn)
-        return _forward(body, cond, arrays, max_steps, slots)[1]
+    n, leaves, saved, pos, _ = jax.lax.while_loop(
+        lambda s: live(s[0], s[1]), one, start
+    )
+    return n, leaves, saved, pos
 
-    def fwd(body_dyn: Any, cond_dyn: Any, arrays: Any, max_steps: Any, slots: int):
-        body, cond = both(body_dyn, cond_dyn)
-        n, val, buf, at, count, _ = _forward(body, cond, arrays, max_steps, slots)
-        return val, (body_dyn, cond_dyn, (buf, at, count, n))
 
-    def bwd(max_steps: Any, slots: int, res: tuple, ct: Any) -> tuple:
-        body_dyn, cond_dyn, residuals = res
-        # so that a closed-over float is differentiated
-        body = _scalars_as_arrays(both(body_dyn, cond_dyn)[0])
-        ct_body, ct_val = _backward(body, residuals, ct)
-        no_ct_cond = jax.tree_util.tree_map(lambda _: None, cond_dyn)
-        return ct_body, no_ct_cond, ct_val
+def _stack(pos: Any, c: int) -> tuple:
+    """The stored states as a stack in step order: `(order, stack_pos, depth)`."""
+    used = pos[:c] >= 0
+    key = jnp.where(used, pos[:c], jnp.iinfo(jnp.int32).max)
+    order = jnp.argsort(key, stable=True).astype(jnp.int32)
+    return order, key[order], jnp.sum(used, dtype=jnp.int32)
 
-    loop.defvjp(fwd, bwd)
-    return loop
+
+def _pull_back(
+    loop: _Loop,
+    body_leaves: list,
+    b_pert: list,
+    live: list,
+    leaves: list,
+    cts: list,
+    ct_body: list,
+) -> tuple:
+    """Cotangents through one step from `leaves`: the `live` carry leaves' and
+    (added to `ct_body`) the perturbed body leaves'."""
+
+    def one_step(pb: list, lv: list) -> list:
+        full_body = _merge(b_pert, pb, _pick(body_leaves, [not p for p in b_pert]))
+        out = loop.step(full_body)(
+            _merge(live, lv, _pick(leaves, [not x for x in live]))
+        )
+        return _pick(out, live)
+
+    _, vjp_fn = jax.vjp(one_step, _pick(body_leaves, b_pert), _pick(leaves, live))
+    d_body, d_leaves = vjp_fn(cts)
+    return list(d_leaves), [a + b for a, b in zip(ct_body, d_body)]
+
+
+def _backward(
+    loop: _Loop, res: tuple, ct: list, b_pert: list, c_pert: list, nonzero: list
+) -> tuple:
+    """`(body cotangents, carry cotangents)`: the carry's as a list over all leaves,
+    `None` where zero."""
+    body_leaves, n, saved, pos, bufs = res
+    c = loop.c
+    live = nonzero_cotangents(
+        loop.step(body_leaves), loop.leaves, c_pert, nonzero, loop.treedef
+    )
+    step = loop.step(body_leaves)
+    order, stack_pos, depth = _stack(pos, c)
+    cts = [
+        jnp.zeros(jnp.shape(x), jnp.result_type(x)) if _is_zero(t) else t
+        for x, t in _pick(list(zip(loop.leaves, ct)), live)
+    ]
+    ct_body = [jnp.zeros_like(x) for x in _pick(body_leaves, b_pert)]
+
+    def one(s: tuple) -> tuple:
+        end, saved, stack_pos, depth, cts, ct_body = s
+        top = stack_pos[depth - 1]
+        length = end - top
+        free = c - depth + 1
+        simple = (length == 1) | (free == 1)
+        m = jnp.where(
+            length == 1,
+            0,
+            jnp.where(free == 1, length - 1, _treeverse.advance_by(length, free)),
+        )
+        leaves = loop.recompute(step, [b[order[depth - 1]] for b in saved], bufs, m)
+
+        def reverse_one(args: tuple) -> tuple:
+            saved, stack_pos, depth, cts, ct_body = args
+            cts, ct_body = _pull_back(
+                loop, body_leaves, b_pert, live, leaves, cts, ct_body
+            )
+            depth = depth - (length == 1).astype(depth.dtype)
+            return end - 1, saved, stack_pos, depth, cts, ct_body
+
+        def store(args: tuple) -> tuple:
+            saved, stack_pos, depth, cts, ct_body = args
+            slot = order[depth]
+            saved = [b.at[slot].set(x) for b, x in zip(saved, loop.kept(leaves))]
+            stack_pos = stack_pos.at[depth].set(top + m)
+            return end, saved, stack_pos, depth + 1, cts, ct_body
+
+        args = (saved, stack_pos, depth, cts, ct_body)
+        return jax.lax.cond(simple, reverse_one, store, args)
+
+    state = (n, saved, stack_pos, depth, cts, ct_body)
+    _, _, _, _, cts, ct_body = jax.lax.while_loop(lambda s: s[0] > 0, one, state)
+    return ct_body, _merge(live, cts, [None] * (len(live) - len(cts)))
 
 
 def checkpointed_while(
-    cond: Callable, body: Callable, arrays: Any, max_steps: Any, slots: int
+    cond: Callable,
+    body: Callable,
+    arrays: Any,
+    max_steps: Any,
+    checkpoints: int,
+    is_buffer: Any,
 ) -> Any:
-    """Run the loop on the pytree of arrays `arrays` (see the module docstring)."""
-    body_dyn, body_static = partition(filter_closure_convert(body, arrays), is_array)
-    cond_dyn, cond_static = partition(filter_closure_convert(cond, arrays), is_array)
-    loop = _make_loop(body_static, cond_static)
-    return loop(body_dyn, cond_dyn, arrays, max_steps, slots)
+    """Run the loop on the pytree of arrays `arrays` (see the module docstring);
+    `is_buffer` marks (with the structure of `arrays`) the leaves that are buffers."""
+    body = filter_closure_convert(body, arrays)
+    cond = filter_closure_convert(cond, arrays)
+    return _Loop(body, cond, arrays, is_buffer, max_steps, checkpoints)()

@@ -36,6 +36,18 @@ def _split_carry(init_val: Any) -> tuple:
     return arrays, rebuild
 
 
+def _buffer_leaves(arrays: Any, rebuild: Callable, buffers: Any) -> Any:
+    """`arrays` with each array replaced by whether `buffers` selects it (asked of
+    distinct stand-ins, so that one array passed twice is told apart)."""
+    if buffers is None:
+        return jax.tree_util.tree_map(lambda _: False, arrays)
+    stand_ins = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), arrays
+    )
+    selected = {id(x) for x in jax.tree_util.tree_leaves(buffers(rebuild(stand_ins)))}
+    return jax.tree_util.tree_map(lambda x: id(x) in selected, stand_ins)
+
+
 def _check_max_steps(max_steps: Any, kind: str) -> None:
     if max_steps is None:
         if kind == "bounded":
@@ -79,14 +91,17 @@ def while_loop(
     - `kind`: keyword-only, required.
         - `"lax"`: `jax.lax.while_loop`; forward-mode differentiable only.
         - `"checkpointed"`: reverse-mode differentiable with bounded memory: the
-          forward pass keeps at most `checkpoints` states (every so many steps, the
-          spacing doubling as the loop runs on), and the backward pass recomputes
-          the steps between them. Not forward-mode differentiable.
+          forward pass keeps at most `checkpoints` states, chosen online (the
+          number of steps is not known in advance), and the backward pass
+          recomputes the steps between them with binomial checkpointing. Up to
+          `(checkpoints + 1) * (checkpoints + 2) / 2` steps, each step is
+          recomputed at most twice. Buffers are not stored (each of their
+          elements is written once, so recomputed steps read the final buffers).
+          Not forward-mode differentiable.
         - `"bounded"`: nested `lax.scan`s of `base` steps each, skipped once
           `cond_fun` is false; differentiable in both modes; needs `max_steps`.
-    - `checkpoints`: for `"checkpointed"`, how many states to keep (rounded up to
-      an even number, at least 2); by default `ceil(sqrt(max_steps))`, or 64
-      without `max_steps`.
+    - `checkpoints`: for `"checkpointed"`, how many states to keep (at least 1);
+      by default `ceil(sqrt(max_steps))`, or 64 without `max_steps`.
     - `base`: for `"bounded"`, the steps per scan level.
 
     **Returns:**
@@ -131,9 +146,10 @@ def while_loop(
             raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
         if checkpoints < 1:
             raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
-        # The store is halved when it fills up, so it holds an even number of states.
-        checkpoints = max(2, checkpoints + checkpoints % 2)
-        out = checkpointed_while(cond, body, arrays, max_steps, checkpoints)
+        if max_steps is not None:  # more slots than steps would never be used
+            checkpoints = min(checkpoints, max(max_steps, 1))
+        is_buffer = _buffer_leaves(arrays, rebuild, buffers)
+        out = checkpointed_while(cond, body, arrays, max_steps, checkpoints, is_buffer)
     return rebuild(out)
 
 

@@ -15,6 +15,7 @@ from .._filters import filter as filter_tree
 from .._jit import filter_jit
 from .._jvp import filter_jvp
 from .._module import Module, field
+from .._partition import follow_wrapped_annotations, wrapped_qualname
 from ._finalise import register_impl_finalisation
 from ._misc import cached_filter_eval_shape
 from ._primitive import (
@@ -100,6 +101,32 @@ class _NoInline(Module):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fn = combine(self.fn_arrays, self.fn_static)
         return filter_primitive_bind(noinline_p, fn, self.abstract_fn, args, kwargs)
+
+    # It looks like the function it wraps (`abstract_fn` when given, as in Equinox),
+    # as `functools.wraps` would make it.
+    @property
+    def __wrapped__(self) -> Any:
+        if self.abstract_fn is not None:
+            return self.abstract_fn
+        return combine(self.fn_arrays, self.fn_static)
+
+    @property
+    def __name__(self) -> str:  # type: ignore[override]
+        return getattr(self.__wrapped__, "__name__", type(self).__name__)
+
+    @property
+    def __doc__(self) -> str | None:  # type: ignore[override]
+        return getattr(self.__wrapped__, "__doc__", None)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "__qualname__":  # see `Wrapped.__getattr__`
+            return wrapped_qualname(self)
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r}"
+        )
+
+
+follow_wrapped_annotations(_NoInline)
 
 
 def noinline(fn: Callable, abstract_fn: Callable | None = None) -> Callable:

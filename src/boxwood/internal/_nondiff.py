@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 import jax
+from jax.core import Tracer
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -74,7 +75,10 @@ def _jvp(primals: tuple, tangents: tuple, *, msg: str, symbolic: bool) -> tuple:
     bind = functools.partial(
         nondifferentiable_backward_p.bind, msg=msg, symbolic=symbolic
     )
-    return bind(x), bind(ad.instantiate_zeros(t))
+    # A concrete value (a Python float under `jax.jvp`) comes back as it is, as in
+    # Equinox: only a traced one can meet a reverse pass, so only those are bound.
+    t = ad.instantiate_zeros(t)
+    return tuple(bind(v) if isinstance(v, Tracer) else v for v in (x, t))
 
 
 def _transpose(ct: Any, x: Any, *, msg: str, symbolic: bool) -> list:
