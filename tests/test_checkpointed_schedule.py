@@ -19,7 +19,8 @@ def _kept_after(c, n):
     sched = _online_schedule.initial_state(c)
     slots = {}
     for i in range(n):
-        slot, sched = _online_schedule.next_slot(c, jnp.asarray(i, jnp.int32), sched)
+        i = jnp.asarray(i, jnp.int32)
+        slot, sched = _online_schedule.next_slot(c, i, sched, jnp.asarray(True))
         slot = int(slot)
         if slot < c:
             assert slot != 0 or i == 0, "state 0 is never evicted"

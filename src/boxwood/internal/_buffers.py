@@ -186,6 +186,10 @@ class _Buffer(Module):
 
     array: Any
     tag: Any = field(static=True, default=None)
+    # Whether the loop's step is live: `False` for a batch element whose loop has
+    # ended while others (under `vmap`) run on. Every write is gated by it, so the
+    # loop need not select between the old and the new buffer.
+    live: Any = True
 
     def __getitem__(self, item: Any) -> Any:
         return self.array[item]
@@ -227,13 +231,15 @@ class _BufferIndex:
         return self._buffer.array.at[self._item].get(**kwargs)
 
     def set(self, x: Any, *, pred: Any = True, **kwargs: Any) -> _Buffer:
-        array, tag = self._buffer.array, self._buffer.tag
+        array, tag, live = self._buffer.array, self._buffer.tag, self._buffer.live
+        if live is not True:
+            pred = jnp.logical_and(pred, live)
         if isinstance(array, _Buffer):  # nested loops: write through
-            return _Buffer(array.at[self._item].set(x, pred=pred, **kwargs), tag)
+            return _Buffer(array.at[self._item].set(x, pred=pred, **kwargs), tag, live)
         if kwargs:
             new = array.at[self._item].set(x, **kwargs)
-            return _Buffer(jnp.where(pred, new, array), tag)
-        return _Buffer(_maybe_set(pred, array, x, self._item), tag)
+            return _Buffer(jnp.where(pred, new, array), tag, live)
+        return _Buffer(_maybe_set(pred, array, x, self._item), tag, live)
 
 
 def buffer_at_set(buffer: Any, item: Any, x: Any, *, pred: Any = True, **kwargs: Any):
@@ -250,14 +256,18 @@ def is_buffer(x: Any) -> bool:
     return isinstance(x, _Buffer)
 
 
-def wrap_buffers(tree: Any, buffers: Any, tag: Any) -> Any:
+def wrap_buffers(tree: Any, buffers: Any, tag: Any, live: Any = True) -> Any:
     """`tree` with the arrays selected by `buffers(tree)` wrapped as `_Buffer`s
-    tagged `tag` (one loop's)."""
+    tagged `tag` (one loop's), their writes gated by `live`."""
     if buffers is None:
         return tree
     selected = {id(x) for x in jax.tree_util.tree_leaves(buffers(tree))}
+    # An enclosing loop's buffers are leaves too: their arrays are wrapped (writes
+    # go through both loops), their `live` flags are not.
+    outer = jax.tree_util.tree_leaves(tree, is_leaf=is_buffer)
+    selected -= {id(b.live) for b in outer if is_buffer(b)}
     return jax.tree_util.tree_map(
-        lambda x: _Buffer(x, tag) if id(x) in selected else x, tree
+        lambda x: _Buffer(x, tag, live) if id(x) in selected else x, tree
     )
 
 
@@ -268,7 +278,7 @@ def unwrap_buffers(tree: Any, tag: Any) -> Any:
         if not isinstance(x, _Buffer):
             return x
         inner = unwrap(x.array)
-        return inner if x.tag is tag else _Buffer(inner, x.tag)
+        return inner if x.tag is tag else _Buffer(inner, x.tag, x.live)
 
     return jax.tree_util.tree_map(unwrap, tree, is_leaf=is_buffer)
 

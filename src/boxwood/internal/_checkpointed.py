@@ -38,6 +38,7 @@ from jax.custom_derivatives import SymbolicZero, zero_from_primal
 
 from .._closure_convert import filter_closure_convert
 from .._filters import combine, is_array, partition
+from .._unvmap import unvmap_any
 from . import _online_schedule, _treeverse
 from ._perturbation import inexact, nonzero_cotangents, perturbed_carry
 
@@ -77,8 +78,10 @@ class _Loop:
             jax.tree_util.tree_unflatten(self.body_def, body_leaves), self.body_static
         )
 
-        def one(leaves: list) -> list:
-            out = body(jax.tree_util.tree_unflatten(self.treedef, leaves))
+        def one(leaves: list, live: Any = True) -> list:
+            """`live`: whether the step is live (see `gated_step`)."""
+            tree = jax.tree_util.tree_unflatten(self.treedef, leaves)
+            out = body(tree, jnp.asarray(live))
             return [jnp.asarray(x) for x in jax.tree_util.tree_leaves(out)]
 
         return one
@@ -116,14 +119,26 @@ class _Loop:
         out = run(self.body_leaves, self.cond_leaves, self.leaves)
         return jax.tree_util.tree_unflatten(self.treedef, out)
 
+    def gated_step(self, step: Callable, i: Any, leaves: list, go: Any) -> tuple:
+        """Step `i` if `go`, else nothing: `(i, leaves)` after it. Buffers are
+        written only where `go` (their writes are gated), the other leaves selected.
+        Loops run while `unvmap_any(go)`: under `vmap` a loop whose length differs
+        between batch elements then selects its small leaves itself, instead of
+        `vmap` selecting every leaf of the carry (buffers, checkpoints) each step."""
+        new = step(leaves, go)
+        leaves = [
+            n if b else jnp.where(go, n, x) for n, x, b in zip(new, leaves, self.buffer)
+        ]
+        return i + go.astype(i.dtype), leaves
+
     def plain(self, body_leaves: list, cond_leaves: list, leaves: list) -> list:
         step, live = self.step(body_leaves), self.live(cond_leaves)
-        _, out = jax.lax.while_loop(
-            lambda s: live(s[0], s[1]),
-            lambda s: (s[0] + 1, step(s[1])),
-            (jnp.asarray(0), [jnp.asarray(x) for x in leaves]),
-        )
-        return out
+
+        def one(s: tuple) -> tuple:
+            return self.gated_step(step, s[0], s[1], live(s[0], s[1]))
+
+        start = (jnp.asarray(0), [jnp.asarray(x) for x in leaves])
+        return jax.lax.while_loop(lambda s: unvmap_any(live(*s)), one, start)[1]
 
     def _jvp(self, primals: tuple, tangents: tuple) -> tuple:
         body_leaves, cond_leaves, leaves = jax.tree_util.tree_map(jnp.asarray, primals)
@@ -219,14 +234,17 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
 
     def one(s: tuple) -> tuple:
         i, leaves, saved, pos, sched = s
-        slot, sched = _online_schedule.next_slot(c, i, sched)
+        go = live(i, leaves)
+        slot, sched = _online_schedule.next_slot(c, i, sched, go)
         saved = [b.at[slot].set(x) for b, x in zip(saved, loop.kept(leaves))]
-        pos = pos.at[slot].set(i)
-        return i + 1, step(leaves), saved, pos, sched
+        pos = pos.at[slot].set(jnp.where(go, i, -1))
+        i, leaves = loop.gated_step(step, i, leaves, go)
+        return i, leaves, saved, pos, sched
 
-    n, leaves, saved, pos, _ = jax.lax.while_loop(
-        lambda s: live(s[0], s[1]), one, start
-    )
+    def more(s: tuple) -> Any:
+        return unvmap_any(live(s[0], s[1]))
+
+    n, leaves, saved, pos, _ = jax.lax.while_loop(more, one, start)
     return n, leaves, saved, pos
 
 
@@ -326,6 +344,6 @@ def checkpointed_while(
 ) -> Any:
     """Run the loop on the pytree of arrays `arrays` (see the module docstring);
     `is_buffer` marks (with the structure of `arrays`) the leaves that are buffers."""
-    body = filter_closure_convert(body, arrays)
+    body = filter_closure_convert(body, arrays, jnp.asarray(True))
     cond = filter_closure_convert(cond, arrays)
     return _Loop(body, cond, arrays, is_buffer, max_steps, checkpoints)()

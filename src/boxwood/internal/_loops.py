@@ -125,8 +125,8 @@ def while_loop(
     def cond(a: Any) -> Any:
         return cond_fun(wrap_buffers(rebuild(a), buffers, tag))
 
-    def body(a: Any) -> Any:
-        out = body_fun(wrap_buffers(rebuild(a), buffers, tag))
+    def body(a: Any, live: Any = True) -> Any:
+        out = body_fun(wrap_buffers(rebuild(a), buffers, tag, live))
         out = unwrap_buffers(out, tag)
         # Python numbers in the output become arrays, as in the initial value (and
         # as `lax.while_loop` does).

@@ -68,7 +68,7 @@ def initial_state(c: int) -> dict:
     }
 
 
-def _phase1(c: int, i: Any, sched: dict) -> tuple:
+def _phase1(c: int, i: Any, sched: dict, go: Any) -> tuple:
     run, start = sched["run"], sched["run_start"]
     length = c - run + 1
     offset = i - start
@@ -76,7 +76,7 @@ def _phase1(c: int, i: Any, sched: dict) -> tuple:
     slot = jnp.where(offset == 0, first_slot, offset)
     # a run's last state is not kept; nor is any state once the runs are over
     slot = jnp.where((offset == length - 1) | (run >= c), c, slot)
-    ends = offset == length - 1
+    ends = go & (offset == length - 1)
     sched = dict(
         sched,
         run=jnp.where(ends, run + 1, run),
@@ -108,13 +108,14 @@ def _phase2(c: int, i: Any, sched: dict) -> tuple:
     return slot, sched
 
 
-def next_slot(c: int, i: Any, sched: dict) -> tuple:
+def next_slot(c: int, i: Any, sched: dict, go: Any) -> tuple:
     """`(slot, sched)`: where state `i` goes (`c`: not kept) and the updated
-    schedule state."""
-    slot1, sched1 = _phase1(c, i, sched)
+    schedule state; nothing is kept or changed unless `go` (the step is live)."""
+    slot1, sched1 = _phase1(c, i, sched, go)
+    slot1 = jnp.where(go, slot1, c)
     if c == 1:  # only state 0 is ever kept
         return slot1, sched1
-    in_phase2 = i >= phase1_steps(c)
+    in_phase2 = go & (i >= phase1_steps(c))
 
     def both(_: Any) -> tuple:
         slot2, sched2 = _phase2(c, i, sched)
