@@ -188,8 +188,8 @@ class _Buffer(Module):
     tag: Any = field(static=True, default=None)
     # Whether the loop's step is live: `False` for a batch element whose loop has
     # ended while others (under `vmap`) run on. Every write is gated by it, so the
-    # loop need not select between the old and the new buffer.
-    live: Any = True
+    # loop need not select between the old and the new buffer. `None`: always.
+    live: Any = None
 
     def __getitem__(self, item: Any) -> Any:
         return self.array[item]
@@ -232,7 +232,7 @@ class _BufferIndex:
 
     def set(self, x: Any, *, pred: Any = True, **kwargs: Any) -> _Buffer:
         array, tag, live = self._buffer.array, self._buffer.tag, self._buffer.live
-        if live is not True:
+        if live is not None:
             pred = jnp.logical_and(pred, live)
         if isinstance(array, _Buffer):  # nested loops: write through
             return _Buffer(array.at[self._item].set(x, pred=pred, **kwargs), tag, live)
@@ -256,7 +256,7 @@ def is_buffer(x: Any) -> bool:
     return isinstance(x, _Buffer)
 
 
-def wrap_buffers(tree: Any, buffers: Any, tag: Any, live: Any = True) -> Any:
+def wrap_buffers(tree: Any, buffers: Any, tag: Any, live: Any = None) -> Any:
     """`tree` with the arrays selected by `buffers(tree)` wrapped as `_Buffer`s
     tagged `tag` (one loop's), their writes gated by `live`."""
     if buffers is None:
@@ -265,7 +265,7 @@ def wrap_buffers(tree: Any, buffers: Any, tag: Any, live: Any = True) -> Any:
     # An enclosing loop's buffers are leaves too: their arrays are wrapped (writes
     # go through both loops), their `live` flags are not.
     outer = jax.tree_util.tree_leaves(tree, is_leaf=is_buffer)
-    selected -= {id(b.live) for b in outer if is_buffer(b)}
+    selected -= {id(b.live) for b in outer if is_buffer(b) and b.live is not None}
     return jax.tree_util.tree_map(
         lambda x: _Buffer(x, tag, live) if id(x) in selected else x, tree
     )

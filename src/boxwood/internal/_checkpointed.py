@@ -17,14 +17,15 @@ order, and `order[depth:]` the free ones.
 
 Without differentiation the loop is a plain `lax.while_loop` and stores nothing.
 The body is closure-converted first, so arrays it closes over (model parameters)
-get cotangents too. Only the leaves `_perturbation` finds perturbed are
-differentiated, and only those with nonzero cotangents are carried backwards; the
-other outputs get symbolic-zero tangents.
-
-Layers: a `custom_jvp` (`_Loop.run`) sees which inputs are perturbed, and calls a
-`custom_vjp` (`_Loop.differentiable`) of the perturbed inputs only, whose forward
-and backward rules are `_forward` and `_backward`. Everything is on flat lists of
-leaves (`_Loop` knows the pytree structures).
+get cotangents too. The loop is a `custom_vjp` (`_Loop.__call__`): only the carry
+leaves `_perturbation` finds perturbed are differentiated, and only those with
+nonzero cotangents are carried backwards; every floating-point array the body closes
+over is differentiated (JAX's `perturbed` flags under-report closed-over values in
+some nested programs, which would give zero gradients). Unlike Equinox's, every
+floating-point output has a tangent, even one that depends on no perturbed input: a
+`custom_vjp` cannot mark outputs as unperturbed, and a `custom_jvp` around it fails
+under `vmap`. Everything is on flat lists of leaves (`_Loop` knows the pytree
+structures).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.custom_derivatives import SymbolicZero, zero_from_primal
+from jax.custom_derivatives import SymbolicZero
 
 from .._closure_convert import filter_closure_convert
 from .._filters import combine, is_array, partition
@@ -113,12 +114,6 @@ class _Loop:
         kept = jax.lax.fori_loop(0, m, lambda _, k: self.kept(step(join(k))), kept)
         return join(kept)
 
-    def __call__(self) -> Any:
-        run = jax.custom_jvp(self.plain)
-        run.defjvp(self._jvp, symbolic_zeros=True)
-        out = run(self.body_leaves, self.cond_leaves, self.leaves)
-        return jax.tree_util.tree_unflatten(self.treedef, out)
-
     def gated_step(self, step: Callable, i: Any, leaves: list, go: Any) -> tuple:
         """Step `i` if `go`, else nothing: `(i, leaves)` after it. Buffers are
         written only where `go` (their writes are gated), the other leaves selected.
@@ -140,84 +135,55 @@ class _Loop:
         start = (jnp.asarray(0), [jnp.asarray(x) for x in leaves])
         return jax.lax.while_loop(lambda s: unvmap_any(live(*s)), one, start)[1]
 
-    def _jvp(self, primals: tuple, tangents: tuple) -> tuple:
-        body_leaves, cond_leaves, leaves = jax.tree_util.tree_map(jnp.asarray, primals)
-        t_body, _, t_leaves = tangents
-        b_pert = [not _is_zero(t) and inexact(x) for t, x in zip(t_body, body_leaves)]
-        c_pert = perturbed_carry(
-            lambda b, c: self.step(b)(c),
-            body_leaves,
-            b_pert,
-            leaves,
-            [not _is_zero(t) for t in t_leaves],
-            self.treedef,
-        )
-        if not any(c_pert):
-            out = self.plain(body_leaves, cond_leaves, leaves)
-            return out, [zero_from_primal(x, symbolic_zeros=True) for x in out]
-        diff = self._differentiable(b_pert, c_pert)
-        others = (
-            _pick(body_leaves, [not p for p in b_pert]),
-            cond_leaves,
-            _pick(leaves, [not p for p in c_pert]),
-        )
-
-        def tangent(t: Any, x: Any) -> Any:
-            return jnp.zeros_like(x) if _is_zero(t) else t
-
-        primal_in = (_pick(body_leaves, b_pert), _pick(leaves, c_pert))
-        tangent_in = (
-            [tangent(t, x) for t, x in _pick(list(zip(t_body, body_leaves)), b_pert)],
-            [tangent(t, x) for t, x in _pick(list(zip(t_leaves, leaves)), c_pert)],
-        )
-        out, t_out = jax.jvp(
-            lambda pb, pc: diff((pb, pc), others), primal_in, tangent_in
-        )
-        t_out = [
-            t if p else zero_from_primal(x, symbolic_zeros=True)
-            for t, x, p in zip(t_out, out, c_pert)
-        ]
-        return out, t_out
-
-    def _differentiable(self, b_pert: list, c_pert: list) -> Callable:
-        """A `custom_vjp` of `((perturbed body leaves, perturbed carry leaves),
-        (other body leaves, condition leaves, other carry leaves))`, returning all
-        the carry's leaves."""
-
-        def full(pvals: tuple, others: tuple) -> tuple:
-            (pb, pc), (ob, cond_leaves, oc) = pvals, others
-            return _merge(b_pert, pb, ob), cond_leaves, _merge(c_pert, pc, oc)
+    def __call__(self) -> Any:
+        """Run the loop: a `custom_vjp` of the body's, condition's and carry's
+        leaves, whose rules are `_forward` and `_backward`."""
 
         @jax.custom_vjp
-        def diff(pvals: tuple, others: tuple) -> list:
-            return self.plain(*full(pvals, others))
+        def run(body_leaves: list, cond_leaves: list, leaves: list) -> list:
+            return self.plain(body_leaves, cond_leaves, leaves)
 
-        def fwd(pvals: tuple, others: tuple) -> tuple:
-            pvals, others = jax.tree_util.tree_map(lambda p: p.value, (pvals, others))
-            body_leaves, cond_leaves, leaves = full(pvals, others)
-            n, out, saved, pos = _forward(self, body_leaves, cond_leaves, leaves)
-            bufs = _pick(out, self.buffer)
-            return out, (body_leaves, n, saved, pos, bufs)
-
-        def bwd(res: tuple, ct: list) -> tuple:
-            body_leaves = res[0]
-            nonzero = [p and not _is_zero(t) for p, t in zip(c_pert, ct)]
-            if any(nonzero):
-                ct_body, ct_leaves = _backward(self, res, ct, b_pert, c_pert, nonzero)
-            else:  # no cotangent reaches the loop
-                ct_body = [jnp.zeros_like(x) for x in _pick(body_leaves, b_pert)]
-                ct_leaves = [None] * len(self.leaves)
-            ct_pc = [
-                jnp.zeros(jnp.shape(x), jnp.result_type(x)) if t is None else t
-                for x, t in _pick(list(zip(self.leaves, ct_leaves)), c_pert)
-            ]
-            others = jax.tree_util.tree_map(
-                lambda _: None, (_pick(body_leaves, [not p for p in b_pert]), 0, 0)
+        def fwd(body_leaves: list, cond_leaves: list, leaves: list) -> tuple:
+            b_pert = [inexact(p.value) for p in body_leaves]  # see the docstring
+            c_init = [p.perturbed for p in leaves]
+            body_leaves, cond_leaves, leaves = jax.tree_util.tree_map(
+                lambda p: jnp.asarray(p.value), (body_leaves, cond_leaves, leaves)
             )
-            return (ct_body, ct_pc), others
+            c_pert = perturbed_carry(
+                lambda b, c: self.step(b)(c),
+                body_leaves,
+                b_pert,
+                leaves,
+                c_init,
+                self.treedef,
+            )
+            # The analysis goes to `bwd` as the residuals' structure: JAX reuses a
+            # traced forward rule (and so its residuals' structure) for each
+            # pattern of perturbed inputs, but calls the same `bwd` for all.
+            flags = (
+                [() if p else None for p in b_pert],
+                [() if p else None for p in c_pert],
+            )
+            if not any(c_pert):  # nothing to differentiate: store nothing
+                return self.plain(body_leaves, cond_leaves, leaves), (flags, None)
+            n, out, saved, pos = _forward(self, body_leaves, cond_leaves, leaves)
+            return out, (flags, (body_leaves, n, saved, pos, _pick(out, self.buffer)))
 
-        diff.defvjp(fwd, bwd, symbolic_zeros=True)
-        return diff
+        def bwd(res: Any, ct: list) -> tuple:
+            flags, res = res
+            b_pert, c_pert = ([f is not None for f in fs] for fs in flags)
+            nonzero = [p and not _is_zero(t) for p, t in zip(c_pert, ct)]
+            none_cond = [None] * len(self.cond_leaves)
+            if res is None or not any(nonzero):  # no cotangent reaches the loop
+                none_body = [None] * len(self.body_leaves)
+                return none_body, none_cond, [None] * len(self.leaves)
+            ct_body, ct_leaves = _backward(self, res, ct, b_pert, c_pert, nonzero)
+            ct_body = _merge(b_pert, ct_body, [None] * b_pert.count(False))
+            return ct_body, none_cond, ct_leaves
+
+        run.defvjp(fwd, bwd, symbolic_zeros=True)
+        out = run(self.body_leaves, self.cond_leaves, self.leaves)
+        return jax.tree_util.tree_unflatten(self.treedef, out)
 
 
 def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):

@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax._src.lax.lax import _convert_element_type  # no public way to keep weak types
 
 from .._filters import combine, is_array, partition
 from ._buffers import unwrap_buffers, wrap_buffers
@@ -34,6 +35,20 @@ def _split_carry(init_val: Any) -> tuple:
         return combine(a, others)
 
     return arrays, rebuild
+
+
+def _keep_weak_types(init: Any, out: Any) -> Any:
+    """`out` with each leaf weakly typed where the initial value's was (a Python
+    number in the carry): the loop's arithmetic may make it strongly typed, and a
+    strongly typed int32 and int64 do not mix under strict type promotion."""
+
+    def fix(x: Any, y: Any) -> Any:
+        if jax.typeof(x).weak_type and not jax.typeof(y).weak_type:
+            if jnp.result_type(x) == jnp.result_type(y):
+                return _convert_element_type(y, weak_type=True)
+        return y
+
+    return jax.tree_util.tree_map(fix, init, out)
 
 
 def _buffer_leaves(arrays: Any, rebuild: Callable, buffers: Any) -> Any:
@@ -125,7 +140,7 @@ def while_loop(
     def cond(a: Any) -> Any:
         return cond_fun(wrap_buffers(rebuild(a), buffers, tag))
 
-    def body(a: Any, live: Any = True) -> Any:
+    def body(a: Any, live: Any = None) -> Any:
         out = body_fun(wrap_buffers(rebuild(a), buffers, tag, live))
         out = unwrap_buffers(out, tag)
         # Python numbers in the output become arrays, as in the initial value (and
@@ -150,7 +165,7 @@ def while_loop(
             checkpoints = min(checkpoints, max(max_steps, 1))
         is_buffer = _buffer_leaves(arrays, rebuild, buffers)
         out = checkpointed_while(cond, body, arrays, max_steps, checkpoints, is_buffer)
-    return rebuild(out)
+    return rebuild(_keep_weak_types(arrays, out))
 
 
 def _lax_loop(cond: Callable, body: Callable, arrays: Any, max_steps: Any) -> Any:

@@ -4,8 +4,8 @@
   or when some step writes into it a value depending on a perturbed leaf or on a
   perturbed array the body closes over. Found by iterating `filter_jvp` of one step
   (traced only, never run) to a fixed point. Leaves that are not perturbed are not
-  differentiated at all: their outputs get symbolic-zero tangents, and
-  `nondifferentiable` inside the body does not fire for them.
+  differentiated at all: `nondifferentiable` inside the body does not fire for
+  them.
 - `nonzero_cotangents`: backward. A perturbed carry leaf has a nonzero cotangent
   when the final value of that leaf receives one, or when some step passes one back
   into it. Found from the dependencies of one step's tangent map (a jaxpr walked
