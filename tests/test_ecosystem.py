@@ -154,6 +154,34 @@ _SCRIPT = textwrap.dedent(
         close(y1, jnp.exp(-a) * jnp.array([1.0, 2.0]))
         close(jax.grad(lambda a: final(a)[0].sum())(a), -3.0 * jnp.exp(-a))
 
+    @check
+    def diffrax_adjoints_agree_on_closed_over_args():
+        # The checkpointed loop (RecursiveCheckpointAdjoint) differentiates what its
+        # body closes over (here `args`, through diffrax's inner loops and filter_jit
+        # caches) as the unrolled one (DirectAdjoint) does.
+        import diffrax
+        import equinox as eqx
+
+        def run(inexact, adjoint):
+            y0, (a,) = inexact
+            term = diffrax.ODETerm(
+                lambda t, y, args: jnp.stack([args[0] * y[0] + args[1] * y[1], -0.1 * y[1]])
+            )
+            sol = diffrax.diffeqsolve(
+                term, diffrax.Tsit5(), 0.3, 9.5, None, y0, (a, -1.0),
+                stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-6),
+                saveat=diffrax.SaveAt(t1=True), adjoint=adjoint,
+            )
+            return jnp.sum(sol.ys)
+
+        x = (jnp.array([0.9, 5.4]), (jnp.asarray(0.1),))
+        grad = eqx.filter_jit(eqx.filter_grad(run))
+        direct = grad(x, diffrax.DirectAdjoint())
+        checkpointed = grad(x, diffrax.RecursiveCheckpointAdjoint())
+        assert float(jnp.abs(direct[1][0])) > 1.0, direct
+        close(checkpointed[1][0], direct[1][0], 1e-4)
+        close(checkpointed[0], direct[0], 1e-4)
+
     print("RESULTS" + json.dumps(results))
     """
 )
@@ -184,6 +212,7 @@ def aliased_results():
         "optimistix_root_find",
         "optimistix_least_squares",
         "diffrax_adaptive_and_backprop",
+        "diffrax_adjoints_agree_on_closed_over_args",
     ],
 )
 def test_libraries_on_boxwood(aliased_results, name):
