@@ -103,6 +103,10 @@ class _Loop:
         """The leaves that checkpoints store (not the buffers)."""
         return _pick(leaves, [not b for b in self.buffer])
 
+    def store(self, saved: list, slot: Any, leaves: list) -> list:
+        """The checkpoint store `saved` with `leaves` (but their buffers) in `slot`."""
+        return [b.at[slot].set(x) for b, x in zip(saved, self.kept(leaves))]
+
     def recompute(self, step: Callable, kept: list, bufs: list, m: Any) -> list:
         """The state `m` steps after the one stored as `kept`. Steps are given the
         final buffers `bufs`, and their writes to them are dropped: the buffers hold
@@ -202,7 +206,7 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
         i, leaves, saved, pos, sched = s
         go = live(i, leaves)
         slot, sched = _online_schedule.next_slot(c, i, sched, go)
-        saved = [b.at[slot].set(x) for b, x in zip(saved, loop.kept(leaves))]
+        saved = loop.store(saved, slot, leaves)
         pos = pos.at[slot].set(jnp.where(go, i, -1))
         i, leaves = loop.gated_step(step, i, leaves, go)
         return i, leaves, saved, pos, sched
@@ -288,7 +292,7 @@ def _backward(
         def store(args: tuple) -> tuple:
             saved, stack_pos, depth, cts, ct_body = args
             slot = order[depth]
-            saved = [b.at[slot].set(x) for b, x in zip(saved, loop.kept(leaves))]
+            saved = loop.store(saved, slot, leaves)
             stack_pos = stack_pos.at[depth].set(top + m)
             return end, saved, stack_pos, depth + 1, cts, ct_body
 
