@@ -1,8 +1,9 @@
-"""Build script for boxwood's optional C extension (the rest is in pyproject.toml).
+"""Build script for boxwood's optional C extensions (the rest is in pyproject.toml).
 
-`boxwood._jit._speedups` runs `filter_jit`'s warm calls in C. It is optional: where no C
-compiler is available the build continues without it and boxwood uses the same
-path written in Python (set `BOXWOOD_PURE_PYTHON=1` to choose that path anyway).
+`boxwood._jit._speedups` runs `filter_jit`'s warm calls in C, and
+`boxwood._module._fields` reads modules' fields in C. Both are optional: where no C
+compiler is available the build continues without them and boxwood uses the same
+paths written in Python (set `BOXWOOD_PURE_PYTHON=1` to choose that path anyway).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,11 @@ setup(
             "boxwood._jit._speedups",
             sources=["src/boxwood/_jit/_speedups.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "boxwood._module._fields",
+            sources=["src/boxwood/_module/_fields.c"],
+            optional=True,
+        ),
     ]
 )

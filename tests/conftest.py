@@ -20,7 +20,7 @@ def call_path(request, monkeypatch):
     """Run a test on both of `filter_jit`'s warm-call paths: the C extension
     (`boxwood._jit._speedups`) and the same path written in Python. Wrappers and output
     builders pick their path when created, so the test creates its own."""
-    from boxwood._config import _env_flag
+    from boxwood._config import env_flag
     from boxwood._jit import _native
 
     if request.param == "python":
@@ -28,7 +28,7 @@ def call_path(request, monkeypatch):
         monkeypatch.setattr(_native, "Builder", None)
         _native.use_rebuild_slot(False)  # JAX's rebuild of modules
         request.addfinalizer(lambda: _native.use_rebuild_slot(True))
-    elif _env_flag("BOXWOOD_PURE_PYTHON"):
+    elif env_flag("BOXWOOD_PURE_PYTHON"):
         assert not _native.active()  # the switch is honoured: Python paths only
     else:
         assert _native.active(), (

@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # What is still over the aims (each a known debt, to be paid down, never added to).
 FILES_OVER_500 = {"boxwood._jit._filter_jit"}
-PRIVATE_IMPORTS_AT_MOST = 29
+PRIVATE_IMPORTS_AT_MOST = 25
 LONG_PYTHON_FUNCTIONS = {
     "_apply.py:init",
     "_attention.py:__init__",

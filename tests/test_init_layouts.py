@@ -33,7 +33,8 @@ def _bits(x):
     "fn",
     [*INITS.values(), inits.glorot_normal(), inits.lecun_uniform(), inits.normal(0.02),
      inits.uniform(0.3), inits.truncated_normal(0.7, -1.5, 2.0),
-     inits.variance_scaling(0.4, "fan_geo_avg", "normal", in_axis=0, out_axis=1)],
+     inits.variance_scaling(0.4, "fan_geo_avg", "normal", in_axis=0, out_axis=1),
+     inits.orthogonal(), inits.orthogonal(scale=1.7, column_axis=0)],
 )  # fmt: skip
 @pytest.mark.parametrize("shape", [(128, 32), (3, 3, 8, 16), (5, 2, 70)])
 def test_fast_path_is_bit_identical(fn, shape):
@@ -46,7 +47,8 @@ def test_fast_path_is_bit_identical(fn, shape):
 
 def test_fast_path_declines_what_it_does_not_know():
     key = jr.key(0)
-    assert fast_call(inits.orthogonal(), key, (4, 4), jnp.float32) is None
+    assert fast_call(inits.orthogonal(), key, (4,), jnp.float32) is None  # JAX raises
+    assert fast_call(inits.orthogonal(), key, (0, 4), jnp.float32) is None
     assert fast_call(inits.lecun_normal(), key, (4, 4), jnp.bfloat16) is None
     assert fast_call(lambda k, s, d: jnp.zeros(s, d), key, (4,), jnp.float32) is None
     # a shape JAX rejects goes to the direct call, which raises JAX's error
@@ -227,15 +229,35 @@ def test_nn_init_compiles_once_per_distribution(count_compiles, monkeypatch):
     mlp = _mlp()
     weights = lambda m: [layer.weight for layer in m.layers]
     nn.init(mlp, weights, inits.he_normal(), key=jr.key(1))  # warm the kernels
+    nn.init(mlp, weights, inits.orthogonal(), key=jr.key(1))  # and the QR check
     with count_compiles() as compiles:
         nn.init(mlp, weights, inits.lecun_normal(), key=jr.key(2))
         nn.init(mlp, weights, inits.glorot_normal(), key=jr.key(3))
-    assert compiles == []
-    # an initialiser off the fast path compiles once per distinct shape (3 here),
-    # not once per operation and leaf
-    with count_compiles() as compiles:
+        # orthogonal: the normal draw on the kernel, the QR on the host
         nn.init(mlp, weights, inits.orthogonal(), key=jr.key(4))
-    assert 1 <= len(compiles) <= 3
+    assert compiles == []
+
+
+def test_orthogonal_takes_the_direct_call_where_the_host_qr_differs(monkeypatch):
+    from boxwood._init import _known
+
+    monkeypatch.setattr(_known, "_qr_matches_jax", lambda dtype: False)
+    assert fast_call(inits.orthogonal(), jr.key(0), (8, 4), jnp.float32) is None
+    # and an initialiser off the fast path compiles once per distinct shape (3 in
+    # this MLP), not once per operation and leaf
+    mlp = _mlp()
+    new = nn.init(mlp, lambda m: [layer.weight for layer in m.layers],
+                  inits.orthogonal(), key=jr.key(4))  # fmt: skip
+    w = new.layers[1].weight
+    np.testing.assert_allclose(w @ w.T, np.eye(256), atol=1e-5)
+
+
+def test_the_host_qr_check_compares_with_jax():
+    from boxwood._init import _known
+
+    assert _known._qr_matches_jax(np.dtype(np.float32)) == (
+        jax.default_backend() == "cpu"
+    )
 
 
 def test_nn_init_conv_and_rnn_layouts():

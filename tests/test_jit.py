@@ -583,7 +583,7 @@ def test_deeply_nested_modules_on_every_call():
 _identity = bw.filter_jit(lambda m: m)
 
 
-@pytest.mark.parametrize("name", ["_NOT_GIVEN", "_construct", "_set_dict", "_REBUILD"])
+@pytest.mark.parametrize("name", ["_NOT_GIVEN", "_construct", "set_dict", "_REBUILD"])
 def test_fields_named_like_generated_code_work(name):
     cls = type(
         "Odd",

@@ -19,7 +19,7 @@ import optax
 import pytest
 
 import boxwood as bw
-from boxwood._config import _env_flag
+from boxwood._config import env_flag
 
 # the C extension's own tests: skipped where it was not built (no C compiler)
 pytest.importorskip(
@@ -44,7 +44,7 @@ def _lin(seed=0):
 
 
 def test_extension_is_built_unless_switched_off():
-    pure = _env_flag("BOXWOOD_PURE_PYTHON")
+    pure = env_flag("BOXWOOD_PURE_PYTHON")
     code = "from boxwood._jit import _native; print(_native.active())"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 
-def _env_flag(name: str) -> bool:
+def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -21,7 +21,7 @@ class Config:
     __slots__ = ("explain_recompiles",)
 
     def __init__(self) -> None:
-        self.explain_recompiles = _env_flag("BOXWOOD_EXPLAIN_RECOMPILES")
+        self.explain_recompiles = env_flag("BOXWOOD_EXPLAIN_RECOMPILES")
 
     def __repr__(self) -> str:
         return f"Config(explain_recompiles={self.explain_recompiles})"

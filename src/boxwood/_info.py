@@ -8,7 +8,7 @@ import sys
 import warnings
 from typing import Any
 
-from ._config import _env_flag
+from ._config import env_flag
 from ._jit import _native
 from ._warnings import PerformanceWarning
 
@@ -43,7 +43,7 @@ def info() -> dict[str, Any]:
     active = _native.active()
     if active:
         reason = "built"
-    elif _env_flag("BOXWOOD_PURE_PYTHON"):
+    elif env_flag("BOXWOOD_PURE_PYTHON"):
         reason = "BOXWOOD_PURE_PYTHON=1"
     else:
         reason = "not built"
@@ -73,6 +73,6 @@ def notice_pure_python() -> None:
     warning points at the line that imports boxwood (stacklevel 3: this function,
     boxwood's `__init__`, then the importer; the import machinery's frames are
     skipped by `warnings`)."""
-    if _native.active() or _env_flag("BOXWOOD_PURE_PYTHON") or _running_the_demo():
+    if _native.active() or env_flag("BOXWOOD_PURE_PYTHON") or _running_the_demo():
         return
     warnings.warn(PURE_PYTHON_NOTICE, PerformanceWarning, stacklevel=3)

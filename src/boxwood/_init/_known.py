@@ -10,10 +10,19 @@ closures JAX's factories return (`variance_scaling` and everything built on it:
 `lecun_*`, `glorot_*`, `he_*`; `normal`, `uniform`, `truncated_normal`), by their
 code object, and only in float32 and float64, where NumPy's scalar arithmetic is
 the same IEEE arithmetic as XLA's.
+
+`orthogonal` is a normal draw followed by a QR decomposition, which is not
+elementwise: on the CPU backend, JAX's QR is LAPACK's `geqrf` and `orgqr` from
+SciPy's LAPACK (jaxlib loads SciPy's), with the optimal workspace. `_host_qr` calls
+the same two routines through `scipy.linalg.lapack`, after checking once per dtype
+and process that they give JAX's bits (`_qr_matches_jax`); elsewhere, or if they
+do not, the direct call is used.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import types
 from typing import Any
 
@@ -42,6 +51,7 @@ _CODES: dict[Any, str] = {  # looked up with any object's `__code__`
     _code(_jinit.normal()): "normal",
     _code(_jinit.uniform()): "uniform",
     _code(_jinit.truncated_normal()): "truncated_normal",
+    _code(_jinit.orthogonal()): "orthogonal",
 }
 _TRUNC_STD = 0.87962566103423978  # JAX's stddev of N(0, 1) truncated to (-2, 2)
 
@@ -81,6 +91,74 @@ def _variance_scaling(c: dict, key: Any, shape: tuple, dtype: Any) -> Any:
     return None
 
 
+def _host_qr(z: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """`(q, diagonal of r)` of the reduced QR of `z` (rows >= columns), with the
+    LAPACK routines and workspace that JAX's CPU QR uses; `None` if LAPACK reports
+    a failure (the direct call then serves)."""
+    from scipy.linalg import lapack
+
+    prefix = "s" if z.dtype == np.float32 else "d"
+    geqrf, orgqr = getattr(lapack, prefix + "geqrf"), getattr(lapack, prefix + "orgqr")
+    lwork = int(geqrf(z, lwork=-1)[2][0])
+    qr, tau, _, info = geqrf(z, lwork=lwork)
+    if info != 0:
+        return None
+    k = z.shape[1]
+    lwork = int(orgqr(qr[:, :k], tau, lwork=-1)[1][0])
+    q, _, info = orgqr(qr[:, :k], tau, lwork=lwork)
+    if info != 0:
+        return None
+    return q, np.diagonal(qr)[:k].copy()
+
+
+@functools.cache
+def _qr_matches_jax(dtype: np.dtype) -> bool:
+    """Whether `_host_qr` gives `jnp.linalg.qr`'s bits here (one small QR compiled
+    once per dtype and process; `False` off the CPU backend or without SciPy)."""
+    if jax.default_backend() != "cpu":
+        return False
+    try:
+        z = np.asarray(np.random.default_rng(0).standard_normal((70, 40)), dtype)
+        host = _host_qr(z)
+        if host is None:
+            return False
+        q, d = host
+        jq, jr = jnp.linalg.qr(jnp.asarray(z))
+        return bool(
+            np.array_equal(q, np.asarray(jq))
+            and np.array_equal(d, np.diagonal(np.asarray(jr)))
+        )
+    except Exception:  # no SciPy, or LAPACK refused: the direct call serves
+        return False
+
+
+def _orthogonal(c: dict, key: Any, shape: tuple, dtype: Any) -> Any:
+    """JAX's `orthogonal()(key, shape, dtype)`: a normal draw on the chunk kernel,
+    QR on the host (see the module doc), the signs of `r`'s diagonal, JAX's
+    reshaping and scale."""
+    if len(shape) < 2 or 0 in shape or not _qr_matches_jax(dtype):
+        return None
+    axis = c["column_axis"]
+    try:
+        n_cols = shape[axis]
+    except (IndexError, TypeError):
+        return None  # the direct call raises JAX's own error
+    n_rows = math.prod(shape) // n_cols
+    z = np.asarray(
+        draw("normal", key, (max(n_rows, n_cols), min(n_rows, n_cols)), dtype)
+    )
+    host = _host_qr(z)
+    if host is None:
+        return None
+    q, d = host
+    x = q * np.sign(d)[None, :]
+    if n_rows < n_cols:
+        x = x.T
+    x = np.reshape(x, tuple(np.delete(shape, axis)) + (n_cols,))
+    x = np.moveaxis(x, -1, axis)
+    return jax.device_put(np.asarray(c["scale"], dtype) * x)
+
+
 def _scaled(dist: str, key: Any, shape: tuple, dtype: Any, factor: Any, *params):
     values = np.asarray(draw(dist, key, shape, dtype, *params))
     return jax.device_put(values * np.asarray(factor, dtype))
@@ -99,6 +177,8 @@ def fast_call(fn: Any, key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
     c = _closure(fn)
     if kind == "variance_scaling":
         return _variance_scaling(c, key, shape, dtype)
+    if kind == "orthogonal":
+        return _orthogonal(c, key, shape, dtype)
     if kind == "normal":
         return _scaled("normal", key, shape, dtype, c["stddev"])
     if kind == "uniform":

@@ -37,7 +37,8 @@ import jax
 
 from .._errors import raise_as_boxwood_error
 from .._filters import is_array
-from .._module._module import FLAT, MODULE_TYPES
+from .._module._instance import FLAT
+from .._module._module import MODULE_TYPES
 from . import _aot, _convention, _native, _shardings
 from . import capture as _capture
 from ._bound import as_pytree_function
@@ -86,9 +87,16 @@ class _JitWrapper:
     """The callable returned by [`boxwood.filter_jit`][]."""
 
     def __init__(
-        self, fun: Callable, options: JitOptions, hidden: list[str] | None = None
+        self,
+        fun: Callable,
+        options: JitOptions,
+        hidden: list[str] | None = None,
+        watch_methods: bool = True,
     ):
         self._fun = as_pytree_function(fun)
+        # capture="inputs": warn about arrays that methods of module arguments read
+        # from their globals (fixed at the trace: `capture/arguments.py`)
+        self._watch_methods = watch_methods
         self._options = options
         self._store, self._fun_dyn = _store_for(self._fun, options)
         # `hidden` (their labels): `args[0]` is the tuple of captured values
@@ -398,6 +406,7 @@ class _JitWrapper:
         entry_ref = weakref.ref(entry)
         conv = self._convention
         hidden = self._hidden
+        watch_methods = self._watch_methods
         out_shardings = options.jit_kwargs().get("out_shardings")
 
         def inner(*groups):
@@ -408,6 +417,9 @@ class _JitWrapper:
             else:
                 args, kwargs = plan.treedef.unflatten(leaves), {}
             _on_trace(options, name, store, args, kwargs, hidden)
+            if watch_methods:  # (captured modules, `args[0]`, are watched already)
+                user_args = args[1:] if hidden else args
+                _capture.warn_argument_methods(name, user_args, kwargs)
             store.tracing += 1
             fun = store.function(fun_dyn)
             try:
@@ -652,4 +664,4 @@ def filter_jit(
         )
         if layer is not None:
             return layer.core.decorate(layer.call, fun, layer.clear_cache, layer.lower)
-    return _JitWrapper(fun, options).call
+    return _JitWrapper(fun, options, watch_methods=capture == "inputs").call

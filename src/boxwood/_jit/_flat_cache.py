@@ -9,7 +9,7 @@ every call. Instead, a module can carry its own flat form in its instance dict, 
 - by `filter_jit`'s output builders (`_rebuild.py`) to every module they return
   (the outermost ones), so what one step returns is already flat for the next.
   Those modules are built from the flat form alone: their fields, and the nested
-  modules inside, are built when first read (`_module._LazyField`), which a
+  modules inside, are built when first read (`_module._Field`), which a
   training loop that passes them straight back never does; and
 - by `remember`, to a module argument that `filter_jit` sees a second time.
 
@@ -48,7 +48,8 @@ from jax._src.array import ArrayImpl
 
 from .._filters import is_array
 from .._module import Module
-from .._module._module import FLAT, FLAT_DROPPED, MODULE_TYPES, instance_dict
+from .._module._instance import FLAT, FLAT_DROPPED, instance_dict
+from .._module._module import MODULE_TYPES
 from .._module._static_key import strict
 
 # The concrete `jax.Array` class, named without creating an array: importing

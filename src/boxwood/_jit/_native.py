@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._config import _env_flag
+from .._config import env_flag
 from .._module._module import SLOTTED, Module
 from .._module._register import REBUILD_NAME
 from .._module._static_key import StaticKey
@@ -23,7 +23,7 @@ FastCall: Any = None
 Builder: Any = None
 install_call: Any = None
 
-if not _env_flag("BOXWOOD_PURE_PYTHON"):
+if not env_flag("BOXWOOD_PURE_PYTHON"):
     try:
         from ._speedups import Builder, FastCall, install_call
     except ImportError:  # not built: the Python paths serve

@@ -17,7 +17,7 @@ For `filter_jit` (`remember=True`), the outermost modules of an output are built
 from their flat form alone (see `_flat_cache.py`): a model returned by one training
 step is passed to the next without being flattened again, and its nested modules
 (and those of the optimiser state) are built only if something reads them
-(`_module._LazyField`). A step then creates a handful of objects instead of one per
+(`_module._Field`). A step then creates a handful of objects instead of one per
 module of every copy of the model.
 """
 
@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 from .._filters import is_array
-from .._module._module import FLAT, _set_dict
+from .._module._instance import FLAT, set_dict
 from .._module._register import REBUILD_NAME
 from . import _native
 from ._flat_cache import immutable, is_module_class, token_for
@@ -210,7 +210,7 @@ class _Source:
 
     def __init__(self) -> None:
         self.namespace: dict[str, Any] = {
-            "_new": object.__new__, "_set": _set_dict, "_tnew": tuple.__new__,
+            "_new": object.__new__, "_set": set_dict, "_tnew": tuple.__new__,
         }  # fmt: skip
         self._names = itertools.count()
 

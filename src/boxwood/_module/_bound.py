@@ -15,7 +15,7 @@ from typing import Any
 
 from . import _module as _core
 from ._field import field
-from ._module import Module, _set_dict
+from ._module import Module, set_dict
 from ._register import REBUILD_NAME
 from ._static_key import StaticKey
 
@@ -58,7 +58,7 @@ _KEY = StaticKey((BoundMethod, None))  # `_static_key.key` of any bound function
 
 def _bind(func: Callable, obj: Any) -> BoundMethod:
     bound = _new(BoundMethod)
-    _set_dict(
+    set_dict(
         bound,
         {"func": func, "instance": obj, REBUILD_NAME: _KEY},
     )

@@ -46,8 +46,13 @@ def rebuild(cls: Any, values: dict) -> Any:
     that keeps a field in `__slots__` (any other class is rebuilt inline by the
     metaclass: its instance dict is `values` itself)."""
     obj = _new(cls)
-    for name, value in values.items():
-        object.__setattr__(obj, name, value)
+    key = id(obj)
+    INITIALISING.add(key)  # (field writes: not a change after construction)
+    try:
+        for name, value in values.items():
+            object.__setattr__(obj, name, value)
+    finally:
+        INITIALISING.discard(key)
     return obj
 
 

@@ -10,11 +10,19 @@ import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from . import _construct
 from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
 from ._construct import INITIALISING, construct, rebuild
 from ._field import converter_of, field, is_static, static_field
+from ._instance import (
+    FLAT,
+    FLAT_DROPPED,
+    Instance,
+    install_fields,
+    instance_dict,
+    materialise,
+    set_dict,
+)
 from ._register import REBUILD_NAME, register
 from ._static_key import StaticKey
 
@@ -22,8 +30,6 @@ try:  # Python >= 3.11
     from typing import dataclass_transform
 except ImportError:  # pragma: no cover - Python 3.10
     from typing_extensions import dataclass_transform
-
-FLAT = "_boxwood_flat"
 
 # Every Module class (registered with JAX, so never freed anyway): `type(x) in
 # MODULE_TYPES` is a much cheaper test than `isinstance(x, Module)` (an ABC check).
@@ -68,7 +74,7 @@ class _ModuleMeta(abc.ABCMeta):
             data_fields=list(cls._boxwood_data),
             meta_fields=list(cls._boxwood_static),
         )
-        _install_lazy_fields(cls, fields)
+        install_fields(cls, fields)
         _install_methods(cls, namespace)
         MODULE_TYPES.add(cls)
         if cls._boxwood_slots:
@@ -84,7 +90,7 @@ class _ModuleMeta(abc.ABCMeta):
         if SLOTTED and cls in SLOTTED:
             return rebuild(cls, kwargs)
         obj = _new(cls)
-        _set_dict(obj, kwargs)
+        set_dict(obj, kwargs)
         return obj
 
     # `inspect.signature(cls)` would otherwise show `__call__`'s `(*args, **kwargs)`
@@ -157,65 +163,6 @@ def _check_field_names(cls_name: str, fields: tuple) -> None:
             )
 
 
-class _LazyField:
-    """The class attribute of a data field: a non-data descriptor, so that the
-    instance dict wins and reading a field costs what it costs on any object.
-
-    It is reached only when the instance dict lacks the field: either a default
-    read on the class (`Cls.field`), a field not set yet during `__init__`, or a
-    module built by `filter_jit` with its flat form only (`_rebuild.py`: a training
-    step's outputs usually go straight into the next step, so their nested modules
-    are only built when something reads them). Then the fields are rebuilt from the
-    flat form, once.
-    """
-
-    __slots__ = ("name", "default")
-
-    def __init__(self, name: str, default: Any) -> None:
-        self.name = name
-        self.default = default
-
-    def __get__(self, obj: Any, owner: Any = None) -> Any:
-        if obj is None:  # `Cls.field`: the default, as on a dataclass
-            if self.default is dataclasses.MISSING:
-                raise AttributeError(
-                    f"type object {owner.__name__!r} has no attribute {self.name!r}"
-                )
-            return self.default
-        values = instance_dict(obj)
-        record = values.get(FLAT)
-        if record is None:
-            raise AttributeError(
-                f"{type(obj).__name__!r} object has no attribute {self.name!r}",
-                name=self.name,
-                obj=obj,
-            )
-        materialise(obj)
-        return values[self.name]
-
-
-def materialise(obj: Any) -> None:
-    """Fill in the fields of a module built from its flat form alone (see
-    `_LazyField`); a no-op for any other module."""
-    values = instance_dict(obj)
-    record = values.get(FLAT)
-    if record is None or all(n in values for n in type(obj)._boxwood_data):
-        return
-    token, leaves = record
-    full = token.unflatten(leaves)
-    for name, value in instance_dict(full).items():
-        values.setdefault(name, value)  # another thread may have been first
-
-
-def _install_lazy_fields(cls: Any, fields: tuple) -> None:
-    for f in fields:
-        if is_static(f):
-            continue
-        current = cls.__dict__.get(f.name, dataclasses.MISSING)
-        if current is dataclasses.MISSING or current is f.default:
-            type.__setattr__(cls, f.name, _LazyField(f.name, f.default))
-
-
 class _Method:
     """A method of a module class. Read on an instance it gives a `BoundMethod`
     (`_bound.py`): a module whose child is the instance, so `model.method` is a
@@ -262,15 +209,7 @@ def _install_methods(cls: Any, namespace: dict) -> None:
             type.__setattr__(cls, name, _Method(value))
 
 
-class _Instance:
-    """The base that gives modules their instance dict: its `__dict__` slot is read
-    and set directly (`instance_dict`, `_set_dict`), while `Module.__dict__` is the
-    property that users see (`_user_dict`)."""
-
-    __slots__ = ("__dict__", "__weakref__")
-
-
-class Module(_Instance, metaclass=_ModuleMeta):
+class Module(Instance, metaclass=_ModuleMeta):
     """Base class for models: a frozen dataclass registered as a JAX pytree.
 
     Fields are pytree children (dynamic) unless declared with
@@ -301,7 +240,7 @@ class Module(_Instance, metaclass=_ModuleMeta):
     # `vars(module)`: the fields (see `_user_dict`); boxwood's own code reads the
     # instance dict through `instance_dict`
     __dict__ = property(  # pyright: ignore[reportGeneralTypeIssues, reportAssignmentType]
-        lambda self: _user_dict(self), lambda self, values: _set_dict(self, values)
+        lambda self: _user_dict(self), lambda self, values: set_dict(self, values)
     )
 
     def __getstate__(self) -> dict:
@@ -365,19 +304,6 @@ class Module(_Instance, metaclass=_ModuleMeta):
     # `_repr_html_` (notebooks) and `__treescope_repr__` are set on this class by
     # `boxwood/_display.py` when the package is imported: display depends on
     # modules, never the reverse.
-
-
-# The `__dict__` slot's getter and setter, bypassing `Module.__setattr__` and the
-# `__dict__` property below: `instance_dict(obj)` is the instance dict as it is;
-# `_set_dict(obj, d)` makes `d` the instance dict in one step (the cheapest rebuild
-# measured).
-instance_dict = _construct.instance_dict = _Instance.__dict__["__dict__"].__get__
-_set_dict = _Instance.__dict__["__dict__"].__set__
-
-# Called (with no argument) when a module's `__dict__` is handed out, since it may
-# be written to (`boxwood/_jit/_flat_cache.py` registers the invalidation of the
-# fast-path keys and flat forms that may rest on that module).
-FLAT_DROPPED: list[Callable[[], None]] = []
 
 
 def _user_dict(self: Any) -> dict:

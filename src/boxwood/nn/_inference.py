@@ -5,6 +5,7 @@ from typing import Any, TypeVar
 import jax
 
 from .._module import Module
+from .._module._instance import set_fields
 
 _T = TypeVar("_T")
 
@@ -24,7 +25,7 @@ def _rebuild(node: Any, value: bool) -> Any:
     if _has_inference_field(new):
         # `new` is a fresh instance (unflattening never calls `__init__`), so setting
         # the field on it directly cannot affect `node`.
-        object.__setattr__(new, "inference", value)
+        set_fields(new, inference=value)
     return new
 
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from .._module import Module, field
+from .._module._instance import set_fields
 from .._pretty import tree_pformat
 
 _Value = TypeVar("_Value")
@@ -77,8 +78,7 @@ def _is_index(x: Any) -> bool:
 def _make_index(marker: Any, init: Any) -> StateIndex:
     """A `StateIndex` with the given marker (fields set directly: modules are frozen)."""
     new = StateIndex(0)
-    object.__setattr__(new, "marker", marker)
-    object.__setattr__(new, "init", init)
+    set_fields(new, marker=marker, init=init)
     return new
 
 

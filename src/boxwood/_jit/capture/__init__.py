@@ -1,6 +1,7 @@
 """What a `filter_jit` function reads from its closure and globals, treated as
 input (see README.md)."""
 
+from .arguments import warn_argument_methods
 from .layer import CallState, Layer, plain_parameters, watched_sources, wrap
 from .reads import Reads, unwrap_jitted
 from .rebuild import Capture
@@ -19,5 +20,5 @@ __all__ = [
     "MSG_CHANGED", "MSG_UNFOLLOWED", "CallState", "Capture", "CapturedValueWarning",
     "Layer", "Reads", "Traced", "captured_path", "describe_captures", "global_label",
     "has_arrays", "is_input", "plain_parameters", "split_callable", "traced_for",
-    "unwrap_jitted", "watched_sources", "wrap",
+    "unwrap_jitted", "warn_argument_methods", "watched_sources", "wrap",
 ]  # fmt: skip

@@ -75,7 +75,7 @@ def _own_class(cls: type, g: dict) -> bool:
     return getattr(cls, "__module__", None) == g.get("__name__", MISSING)
 
 
-def _class_functions(cls: type, g: dict) -> Iterator[Any]:
+def class_functions(cls: type, g: dict) -> Iterator[Any]:
     for klass in cls.__mro__:
         if _own_class(klass, g):
             for name, item in vars(klass).items():
@@ -128,16 +128,16 @@ def _reach(value: Any, g: dict, followed: bool, depth: int, budget: list[int]):
             if callable(item) or type(item) in _CONTAINERS:
                 yield from _reach(item, g, followed, deeper, budget)
     elif isinstance(value, type):
-        for item in _class_functions(value, g):
+        for item in class_functions(value, g):
             yield from _reach(item, g, False, deeper, budget)
     elif isinstance(value, Module):
         for leaf in _leaves(value):
             if callable(leaf):
                 yield from _reach(leaf, g, followed, deeper, budget)
-        for item in _class_functions(typ, g):
+        for item in class_functions(typ, g):
             yield from _reach(item, g, False, deeper, budget)
     elif _own_class(typ, g):  # an object of a class of this module
-        for item in _class_functions(typ, g):
+        for item in class_functions(typ, g):
             yield from _reach(item, g, False, deeper, budget)
 
 

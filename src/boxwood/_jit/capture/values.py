@@ -39,6 +39,14 @@ MSG_UNFOLLOWED = (
     "the module), or call `clear_cache()` on the compiled function to trace again "
     "with the new value."
 )
+MSG_ARGUMENT_METHOD = (
+    "{label} ({value}) is read inside {via}, a method of a module passed to {name}: "
+    "a method runs from its class, so boxwood cannot pass that global to it as an "
+    "input, and the compiled code keeps the value it has at this first trace; "
+    "rebinding it later is not seen. Store it in a field of the module or pass it "
+    "as an argument (or read it in {name} itself, where what the function reads "
+    "from globals is an input)."
+)
 
 
 def global_label(name: str) -> str:

@@ -1,0 +1,120 @@
+"""At a trace: arrays that methods of the modules passed as arguments read from
+their globals.
+
+A method runs from its class, so what it reads from globals is fixed when the
+function that calls it is traced (the rule in README.md). boxwood watches such
+reads in the classes it can find from the function (`reads.py`: names the function
+reads, the callable given to `filter_jit`), and warns when one is rebound. The class
+of a module passed as an *argument* is only known at the call: `warn_argument_methods`
+looks at those classes when a function is traced and warns once per method and
+global, at that first trace, that the value is fixed (naming the function, the
+method and the global, and the fix). Classes of installed libraries (boxwood's own
+layers, Equinox, diffrax, ...) are left alone: their module-level arrays are
+constants by design.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+import warnings
+import weakref
+from typing import Any
+
+import jax
+
+from ..._module._module import MODULE_TYPES
+from ..._warnings import user_stacklevel
+from .reads import class_functions, scan_code
+from .values import (
+    MISSING,
+    MSG_ARGUMENT_METHOD,
+    CapturedValueWarning,
+    is_input,
+    short,
+)
+
+# class -> `[(method qualname, globals, name)]`: its methods' global reads, scanned
+# once per class (weakly: classes defined in a notebook cell come and go)
+_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_WARNED: set[tuple[str, str, str]] = set()  # (module, method qualname, name)
+_LOCK = threading.Lock()
+_LIBRARY_ROOTS = tuple(
+    {
+        os.path.normcase(sysconfig.get_paths()[kind]) + os.sep
+        for kind in ("purelib", "platlib", "stdlib", "platstdlib")
+    }
+    | {os.path.normcase(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))}
+)
+
+
+def _user_class(cls: type) -> bool:
+    """A class of the user's code: a script, a notebook, a package of their own;
+    not one of an installed library or of boxwood."""
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    if path is None:  # `__main__` of a notebook or `python -c`
+        return module is not None
+    path = os.path.normcase(os.path.abspath(path))
+    return not path.startswith(_LIBRARY_ROOTS)
+
+
+def _global_reads(cls: type) -> list[tuple[str, dict, str]]:
+    found = _READS.get(cls)
+    if found is None:
+        found = []
+        module = sys.modules.get(cls.__module__)
+        g = getattr(module, "__dict__", None)
+        if type(g) is dict and _user_class(cls):
+            for fun in class_functions(cls, g):
+                code = getattr(fun, "__code__", None)
+                if code is None or getattr(fun, "__globals__", None) is not g:
+                    continue
+                for name in scan_code(code)[0]:
+                    found.append((fun.__qualname__, g, name))
+        _READS[cls] = found
+    return found
+
+
+def _module_classes(tree: Any) -> list[type]:
+    """The module classes in `tree`, from its structure (no leaf is looked at)."""
+    classes: dict[type, None] = {}
+    stack = [jax.tree_util.tree_structure(tree)]
+    while stack:
+        treedef = stack.pop()
+        data = treedef.node_data()
+        if data is None:  # a leaf
+            continue
+        typ = data[0]
+        if typ in MODULE_TYPES:
+            classes[typ] = None
+        stack.extend(treedef.children())
+    return list(classes)
+
+
+def warn_argument_methods(name: str, args: tuple, kwargs: dict) -> None:
+    """Warn (once per method and global) about the arrays read from globals by
+    methods of the modules in `args` and `kwargs`, which function `name` is being
+    traced with."""
+    for cls in _module_classes((args, kwargs)):
+        for method, g, global_name in _global_reads(cls):
+            value = g.get(global_name, MISSING)
+            if value is MISSING or not is_input(value) or isinstance(value, type):
+                continue
+            key = (cls.__module__, method, global_name)
+            with _LOCK:
+                if key in _WARNED:
+                    continue
+                _WARNED.add(key)
+            warnings.warn(
+                MSG_ARGUMENT_METHOD.format(
+                    label=f"global {global_name!r}",
+                    value=short(value),
+                    via=f"`{method}`",
+                    name=name,
+                ),
+                CapturedValueWarning,
+                stacklevel=user_stacklevel(),
+            )

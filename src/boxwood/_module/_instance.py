@@ -1,0 +1,211 @@
+"""Modules' instance dicts and their fields' class attributes.
+
+`Instance` gives modules their instance dict, read and replaced through the slot
+(`instance_dict`, `set_dict`) beneath `Module.__dict__` (a property, see
+`_module._user_dict`). `_Field` is the class attribute of every field; `FLAT` is
+the key under which `filter_jit` may keep a module's flat form in its instance dict
+(`boxwood/_jit/_flat_cache.py`), and `FLAT_DROPPED` the hooks that forget flat forms
+when a module may have been written to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from . import _construct, _static_key
+from ._construct import INITIALISING
+from ._field import is_static
+from ._register import REBUILD_NAME
+
+FLAT = "_boxwood_flat"
+
+# Called (with no argument) when a module may have been written to after
+# construction (its `__dict__` handed out, `object.__setattr__`): the invalidation of
+# the fast-path keys and flat forms that may rest on it
+# (`boxwood/_jit/_flat_cache.py` registers it).
+FLAT_DROPPED: list[Callable[[], None]] = []
+
+
+class Instance:
+    """The base that gives modules their instance dict: its `__dict__` slot is read
+    and set directly (`instance_dict`, `set_dict`), while `Module.__dict__` is the
+    property that users see (`_user_dict`)."""
+
+    __slots__ = ("__dict__", "__weakref__")
+
+
+# The `__dict__` slot's getter and setter, bypassing `Module.__setattr__` and the
+# `__dict__` property (`_module._user_dict`): `instance_dict(obj)` is the instance
+# dict as it is; `set_dict(obj, d)` makes `d` the instance dict in one step (the cheapest rebuild
+# measured).
+instance_dict = _construct.instance_dict = Instance.__dict__["__dict__"].__get__
+set_dict = Instance.__dict__["__dict__"].__set__
+
+
+class _PyFieldBase:
+    """The Python twin of `_fields.FieldBase` (C): the three paths of a field's class
+    attribute. A data descriptor, so that every write reaches `_write`, also one
+    that bypasses `Module.__setattr__`; reads return the instance dict's value and
+    fall back to `_missing` when the dict lacks the field."""
+
+    __slots__ = ("name",)
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is not None:
+            try:
+                return instance_dict(obj)[self.name]
+            except KeyError:
+                pass
+        return self._missing(obj, owner)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self._write(obj, value)
+
+    def __delete__(self, obj: Any) -> None:
+        self._delete(obj)
+
+    # defined by the subclass (`_FieldRules`), as for the C base
+    _missing: Callable[[Any, Any], Any]
+    _write: Callable[[Any, Any], None]
+    _delete: Callable[[Any], None]
+
+
+def _field_base() -> type:
+    """`_fields.FieldBase` (reads in C), or its Python twin where the extension is
+    not built or `BOXWOOD_PURE_PYTHON=1` is set."""
+    from .._config import env_flag
+
+    if not env_flag("BOXWOOD_PURE_PYTHON"):
+        try:
+            from ._fields import FieldBase
+        except ImportError:  # not built: the Python twin serves
+            pass
+        else:
+            return FieldBase
+    return _PyFieldBase
+
+
+class _FieldRules:
+    """The class attribute of a field: reads, defaults, lazy fields, and writes that
+    bypass `Module.__setattr__`.
+
+    - **Reads** return the instance dict's value (in C, see `_fields.c`).
+    - **A field missing from the instance dict**: either a default read on the class
+      (`Cls.field`), a field not set yet during `__init__`, or a data field of a
+      module built by `filter_jit` with its flat form only (`_rebuild.py`: a
+      training step's outputs usually go straight into the next step, so their
+      nested modules are only built when something reads them). Then the fields are
+      rebuilt from the flat form, once.
+    - **Writes** during construction go to the instance dict. A write after
+      construction (`object.__setattr__(module, name, value)`, which Equinox code
+      sometimes uses; a subclass's own `__setattr__`) is seen by the next call of
+      every `filter_jit` function: see `write_after_construction`.
+    """
+
+    __slots__ = ()
+    name: str
+    default: Any
+    static: bool
+
+    def __init__(self, name: str, default: Any, static: bool) -> None:
+        self.name = name
+        self.default = default
+        self.static = static
+
+    def _missing(self, obj: Any, owner: Any) -> Any:
+        if obj is None:  # `Cls.field`: the default, as on a dataclass
+            if self.default is dataclasses.MISSING:
+                raise AttributeError(
+                    f"type object {owner.__name__!r} has no attribute {self.name!r}"
+                )
+            return self.default
+        values = instance_dict(obj)
+        if values.get(FLAT) is None:
+            raise AttributeError(
+                f"{type(obj).__name__!r} object has no attribute {self.name!r}",
+                name=self.name,
+                obj=obj,
+            )
+        materialise(obj)
+        return values[self.name]
+
+    def _write(self, obj: Any, value: Any) -> None:
+        if id(obj) in INITIALISING:
+            instance_dict(obj)[self.name] = value
+        else:
+            write_after_construction(obj, self.name, value, self.static)
+
+    def _delete(self, obj: Any) -> None:
+        values = instance_dict(obj)
+        if self.name not in values and FLAT not in values:
+            raise AttributeError(
+                f"{type(obj).__name__!r} object has no attribute {self.name!r}",
+                name=self.name,
+                obj=obj,
+            )
+        write_after_construction(obj, self.name, _DELETED, self.static)
+
+
+class _Field(_FieldRules, _field_base()):  # pyright: ignore[reportUntypedBaseClass]
+    """A field's class attribute: `_FieldRules` on the C `FieldBase` (or its twin)."""
+
+    __slots__ = ("default", "static")
+
+
+_DELETED = object()
+
+
+def write_after_construction(obj: Any, name: str, value: Any, static: bool) -> None:
+    """`obj.name = value` (`_DELETED`: `del obj.name`) on a module already built,
+    made visible: the module's own flat form is dropped, its static key follows a
+    static field, and every flat form and fast-path key that may rest on it is
+    forgotten (`FLAT_DROPPED`), so the next call of a `filter_jit` function
+    flattens the module afresh and sees the new value."""
+    values = instance_dict(obj)
+    if FLAT in values:
+        materialise(obj)
+        values.pop(FLAT, None)
+    if value is _DELETED:
+        values.pop(name, None)
+    else:
+        values[name] = value
+    if static and REBUILD_NAME in values:
+        try:
+            values[REBUILD_NAME] = _static_key.key(type(obj), values)
+        except KeyError:  # a static field deleted: only the class is left to key
+            values[REBUILD_NAME] = type(obj)._boxwood_rebuild
+    for hook in FLAT_DROPPED:
+        hook()
+
+
+def set_fields(obj: Any, **values: Any) -> None:
+    """Set fields of `obj`, a module just made by boxwood itself (nothing has seen
+    it yet, so no cached flat form can rest on it), keeping its static key
+    current."""
+    own = instance_dict(obj)
+    own.pop(FLAT, None)
+    own.update(values)
+    if REBUILD_NAME in own:
+        own[REBUILD_NAME] = _static_key.key(type(obj), own)
+
+
+def materialise(obj: Any) -> None:
+    """Fill in the fields of a module built from its flat form alone (see
+    `_Field`); a no-op for any other module."""
+    values = instance_dict(obj)
+    record = values.get(FLAT)
+    if record is None or all(n in values for n in type(obj)._boxwood_data):
+        return
+    token, leaves = record
+    full = token.unflatten(leaves)
+    for name, value in instance_dict(full).items():
+        values.setdefault(name, value)  # another thread may have been first
+
+
+def install_fields(cls: Any, fields: tuple) -> None:
+    for f in fields:
+        current = cls.__dict__.get(f.name, dataclasses.MISSING)
+        if current is dataclasses.MISSING or current is f.default:
+            type.__setattr__(cls, f.name, _Field(f.name, f.default, is_static(f)))

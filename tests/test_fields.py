@@ -1,0 +1,120 @@
+"""Modules' field descriptors (`_module._Field`) on both paths: the C base
+(`boxwood._module._fields.FieldBase`) and its Python twin (`_PyFieldBase`). Each
+test installs one kind on a class of its own, so both run in one process."""
+
+import gc
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood as bw
+from boxwood._module import _instance as _module
+
+BASES = [pytest.param(_module._PyFieldBase, id="python")]
+try:
+    from boxwood._module._fields import FieldBase
+
+    BASES.append(pytest.param(FieldBase, id="C"))
+except ImportError:  # not built: the Python twin serves (and is tested)
+    pass
+
+
+@pytest.fixture(params=BASES)
+def Scale(request):
+    """A module class whose fields' class attributes are built on one base."""
+
+    class Twin(_module._FieldRules, request.param):
+        __slots__ = ("default", "static")
+
+    class Scale(bw.Module):
+        w: jax.Array
+        k: float = bw.field(static=True, default=1.0)
+
+        def __call__(self, x):
+            return self.w * x * self.k
+
+    for f in Scale._boxwood_fields:
+        type.__setattr__(Scale, f.name, Twin(f.name, f.default, _module.is_static(f)))
+    return Scale
+
+
+def test_the_installed_base_follows_the_switch():
+    from boxwood._config import env_flag
+
+    base = _module._Field.__mro__[2]
+    if env_flag("BOXWOOD_PURE_PYTHON") or len(BASES) == 1:
+        assert base is _module._PyFieldBase
+    else:
+        assert base.__module__ == "boxwood._module._fields"
+
+
+def test_reads_defaults_and_missing_fields(Scale):
+    m = Scale(jnp.arange(3.0))
+    assert m.k == 1.0 and Scale.k == 1.0
+    np.testing.assert_array_equal(m.w, [0.0, 1.0, 2.0])
+    with pytest.raises(
+        AttributeError, match="type object 'Scale' has no attribute 'w'"
+    ):
+        Scale.w  # noqa: B018
+    bare = object.__new__(Scale)
+    with pytest.raises(AttributeError, match="'Scale' object has no attribute 'w'"):
+        bare.w  # noqa: B018
+
+
+def test_a_module_built_from_its_flat_form_fills_its_fields_when_read(Scale):
+    out = bw.filter_jit(lambda m: m)(Scale(jnp.arange(3.0), k=2.0))
+    np.testing.assert_array_equal(out.w, [0.0, 1.0, 2.0])
+    assert out.k == 2.0
+
+
+def test_writes_after_construction_are_seen(Scale):
+    f = bw.filter_jit(lambda m, x: m(x))
+    m = Scale(jnp.arange(3.0))
+    f(m, 1.0)
+    f(m, 1.0)
+    object.__setattr__(m, "w", jnp.arange(3.0) * 5)
+    np.testing.assert_array_equal(f(m, 1.0), [0.0, 5.0, 10.0])
+    object.__setattr__(m, "k", 3.0)
+    np.testing.assert_array_equal(f(m, 1.0), [0.0, 15.0, 30.0])
+    object.__delattr__(m, "w")
+    with pytest.raises(AttributeError, match="w"):
+        m.w  # noqa: B018
+
+
+def test_writes_during_construction_go_to_the_instance_dict(Scale):
+    m = Scale(jnp.ones(2), k=4.0)
+    assert _module.instance_dict(m)["k"] == 4.0
+    with pytest.raises(Exception, match="frozen|Cannot"):
+        m.w = jnp.zeros(2)
+
+
+def test_reads_keep_reference_counts(Scale):
+    w = jnp.arange(3.0)
+    m = Scale(w)
+    gc.collect()
+    before = sys.getrefcount(w), sys.getrefcount(m)
+    for _ in range(1000):
+        m.w  # noqa: B018
+        Scale.k  # noqa: B018
+    try:
+        object.__new__(Scale).w  # noqa: B018
+    except AttributeError:
+        pass
+    gc.collect()
+    assert (sys.getrefcount(w), sys.getrefcount(m)) == before
+
+
+def test_a_field_missing_from_the_dict_asks_the_rules(Scale):
+    descriptor = Scale.__dict__["w"]
+    m = Scale(jnp.ones(2))
+    old = descriptor.name
+    descriptor.name = "nope"
+    try:
+        with pytest.raises(AttributeError, match="nope"):
+            m.w  # noqa: B018
+    finally:
+        descriptor.name = old
+    np.testing.assert_array_equal(m.w, [1.0, 1.0])
