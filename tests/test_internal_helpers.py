@@ -283,3 +283,18 @@ def test_nested_loops_share_a_buffer():
         kind="checkpointed", max_steps=2,
     )  # fmt: skip
     assert buf.tolist() == [0.0, 1.0, 10.0, 11.0]
+
+
+def test_cached_filter_eval_shape_keeps_weak_types():
+    # diffrax's `direction = jnp.where(t0 < t1, 1, -1)` is weakly typed, and its
+    # `t * direction` must trace under strict promotion
+    direction = jnp.where(jnp.array(True), 1, -1)
+    fn = lambda t, d: t * d  # noqa: E731
+    with jax.numpy_dtype_promotion("strict"):
+        out = bw.internal.cached_filter_eval_shape(fn, jnp.array(2.0), direction)
+    assert out.shape == () and out.dtype == jnp.float32
+    strong = jnp.asarray(1, dtype=jnp.int32)
+    with jax.numpy_dtype_promotion("strict"), pytest.raises(
+        jax.dtypes.TypePromotionError, match="int32"
+    ):
+        bw.internal.cached_filter_eval_shape(fn, jnp.array(2.0), strong)

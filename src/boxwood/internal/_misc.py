@@ -133,7 +133,12 @@ def hashable_combine(dynamic: Any, static: tuple) -> Any:
 
 
 def _as_struct(x: Any) -> Any:
-    return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) if is_array(x) else x
+    """An array's shape, dtype and weak type (a weakly typed `jnp.where(c, 1, -1)`
+    must stay weak, or `t * direction` fails under strict promotion)."""
+    if not is_array(x):
+        return x
+    weak = bool(getattr(getattr(x, "aval", None), "weak_type", False))
+    return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x), weak_type=weak)
 
 
 @functools.cache
