@@ -294,7 +294,8 @@ def test_cached_filter_eval_shape_keeps_weak_types():
         out = bw.internal.cached_filter_eval_shape(fn, jnp.array(2.0), direction)
     assert out.shape == () and out.dtype == jnp.float32
     strong = jnp.asarray(1, dtype=jnp.int32)
-    with jax.numpy_dtype_promotion("strict"), pytest.raises(
-        jax.dtypes.TypePromotionError, match="int32"
+    with (
+        jax.numpy_dtype_promotion("strict"),
+        pytest.raises(jax.dtypes.TypePromotionError, match="int32"),
     ):
         bw.internal.cached_filter_eval_shape(fn, jnp.array(2.0), strong)
