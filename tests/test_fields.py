@@ -118,3 +118,23 @@ def test_a_field_missing_from_the_dict_asks_the_rules(Scale):
     finally:
         descriptor.name = old
     np.testing.assert_array_equal(m.w, [1.0, 1.0])
+
+
+def test_a_property_standing_in_for_a_field_is_kept_in_subclasses():
+    class Base(bw.Module):
+        k: int
+
+    class Mid(Base):
+        def __init__(self):
+            pass  # `k` is the property's
+
+        @property
+        def k(self):
+            return 7
+
+    class Leaf(Mid):  # inherits the field: its class attribute is Mid's property
+        pass
+
+    assert Mid().k == 7
+    assert Leaf().k == 7
+    assert isinstance(Leaf.__dict__.get("k", Mid.__dict__["k"]), property)

@@ -11,6 +11,7 @@ when a module may have been written to.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -163,21 +164,36 @@ def write_after_construction(obj: Any, name: str, value: Any, static: bool) -> N
     static field, and every flat form and fast-path key that may rest on it is
     forgotten (`FLAT_DROPPED`), so the next call of a `filter_jit` function
     flattens the module afresh and sees the new value."""
-    values = instance_dict(obj)
-    if FLAT in values:
-        materialise(obj)
-        values.pop(FLAT, None)
+    values = forget_flat_forms(obj)
     if value is _DELETED:
         values.pop(name, None)
     else:
         values[name] = value
-    if static and REBUILD_NAME in values:
+    if static:
+        _rekey(obj, values)
+
+
+def forget_flat_forms(obj: Any) -> dict:
+    """`obj` may be written to (a write after construction, its `__dict__` handed
+    out): fill in its fields and drop its flat form, and forget every flat form and
+    fast-path key that may rest on it (`FLAT_DROPPED`). **Returns** its instance
+    dict."""
+    values = instance_dict(obj)
+    if FLAT in values:
+        materialise(obj)
+        values.pop(FLAT, None)
+    for hook in FLAT_DROPPED:
+        hook()
+    return values
+
+
+def _rekey(obj: Any, values: dict) -> None:
+    """Keep the static key in `values` (`obj`'s instance dict) current."""
+    if REBUILD_NAME in values:
         try:
             values[REBUILD_NAME] = _static_key.key(type(obj), values)
         except KeyError:  # a static field deleted: only the class is left to key
             values[REBUILD_NAME] = type(obj)._boxwood_rebuild
-    for hook in FLAT_DROPPED:
-        hook()
 
 
 def set_fields(obj: Any, **values: Any) -> None:
@@ -187,8 +203,7 @@ def set_fields(obj: Any, **values: Any) -> None:
     own = instance_dict(obj)
     own.pop(FLAT, None)
     own.update(values)
-    if REBUILD_NAME in own:
-        own[REBUILD_NAME] = _static_key.key(type(obj), own)
+    _rekey(obj, own)
 
 
 def materialise(obj: Any) -> None:
@@ -205,7 +220,17 @@ def materialise(obj: Any) -> None:
 
 
 def install_fields(cls: Any, fields: tuple) -> None:
+    """Give each field of `cls` its `_Field`, unless something else stands in for
+    it along the MRO (a property, a slot, a class attribute overriding it);
+    `cls._boxwood_dict_fields` names the fields kept in the instance dict."""
+    in_dict = []
     for f in fields:
-        current = cls.__dict__.get(f.name, dataclasses.MISSING)
-        if current is dataclasses.MISSING or current is f.default:
+        current = inspect.getattr_static(cls, f.name, dataclasses.MISSING)
+        if (
+            current is dataclasses.MISSING
+            or current is f.default
+            or isinstance(current, _Field)
+        ):
             type.__setattr__(cls, f.name, _Field(f.name, f.default, is_static(f)))
+            in_dict.append(f.name)
+    cls._boxwood_dict_fields = frozenset(in_dict)

@@ -16,8 +16,8 @@ from ._construct import INITIALISING, construct, rebuild
 from ._field import converter_of, field, is_static, static_field
 from ._instance import (
     FLAT,
-    FLAT_DROPPED,
     Instance,
+    forget_flat_forms,
     install_fields,
     instance_dict,
     materialise,
@@ -231,6 +231,7 @@ class Module(Instance, metaclass=_ModuleMeta):
 
     _boxwood_fields: ClassVar[tuple]
     _boxwood_field_names: ClassVar[frozenset]
+    _boxwood_dict_fields: ClassVar[frozenset]
     _boxwood_static: ClassVar[tuple[str, ...]]
     _boxwood_data: ClassVar[tuple[str, ...]]
     # The flat form `(token, leaves)` that `filter_jit` may keep in an instance's
@@ -272,7 +273,10 @@ class Module(Instance, metaclass=_ModuleMeta):
             )
         if callable(value) and getattr(value, "__self__", None) is self:
             raise ValueError(MSG_METHOD.format(cls=type(self).__name__, name=name))
-        object.__setattr__(self, name, value)
+        if name in type(self)._boxwood_dict_fields:  # (its `_Field` would do this)
+            instance_dict(self)[name] = value
+        else:  # a slot, a property's setter
+            object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
         raise dataclasses.FrozenInstanceError(
@@ -310,11 +314,4 @@ def _user_dict(self: Any) -> dict:
     """`module.__dict__` and `vars(module)`: the fields, as for any object. A
     module returned by `filter_jit` has its fields filled in first; cached flat
     forms are dropped, since the dict handed out may be written to."""
-    values = instance_dict(self)
-    if FLAT in values:
-        materialise(self)
-        values.pop(FLAT, None)
-    # (the flat form of another module may hold this one: those are dropped too)
-    for hook in FLAT_DROPPED:
-        hook()
-    return values
+    return forget_flat_forms(self)

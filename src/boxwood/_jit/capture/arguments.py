@@ -101,7 +101,7 @@ def warn_argument_methods(name: str, args: tuple, kwargs: dict) -> None:
     for cls in _module_classes((args, kwargs)):
         for method, g, global_name in _global_reads(cls):
             value = g.get(global_name, MISSING)
-            if value is MISSING or not is_input(value) or isinstance(value, type):
+            if value is MISSING or not is_input(value):
                 continue
             key = (cls.__module__, method, global_name)
             with _LOCK:
