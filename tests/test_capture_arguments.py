@@ -116,6 +116,17 @@ def test_numbers_constants_mode_and_library_layers_stay_silent():
         bw.filter_jit(_call)(layer, jnp.ones(3))
 
 
+def test_only_classes_of_the_users_code_are_looked_at():
+    import equinox
+    import optax
+
+    from boxwood._jit.capture import arguments
+
+    assert arguments._user_class(_Adds)  # a test file: the user's code
+    for library_class in (bw.nn.Linear, equinox.nn.Linear, optax.ScaleByAdamState):
+        assert not arguments._user_class(library_class)
+
+
 def test_the_same_class_warns_in_capture_inputs_mode():
     # (the class of the test above: silent only because of capture="constants")
     with pytest.warns(bw.CapturedValueWarning, match="_TABLE_FOR_CONSTANTS"):
