@@ -8,6 +8,17 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_method_read_warnings():
+    """Each test sees boxwood's once-per-process warnings about globals read inside
+    methods (`_jit/capture/arguments.py`) as a fresh process would, whatever ran
+    before it on the same worker."""
+    from boxwood._jit.capture import arguments
+
+    arguments._WARNED.clear()
+    yield
+
+
 @pytest.fixture
 def getkey():
     """`getkey()` returns a fresh PRNG key each call (deterministic per test)."""

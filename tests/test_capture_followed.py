@@ -1,6 +1,7 @@
 """Captured arrays read through helpers (`_jit/capture/`): each case gives the
 eager result, or warns (`CapturedValueWarning`, naming the global and where it is
-read) on the first call where the compiled code would differ."""
+read) at the first call that the value is fixed, and again on the first call where
+the compiled code would differ."""
 
 import functools
 import warnings
@@ -181,7 +182,12 @@ def test_partial_of_a_helper_read_from_a_global():
 def test_unfollowed_reads_warn_when_the_global_changes(make, where):
     step = make(_model())
     step.clear_cache()  # same structure as in other tests: shared compiled code
-    first = step(X)
+    with pytest.warns(
+        CapturedValueWarning,
+        match=rf"global 'Y' \(an array float32\[4, 1\]\) is read inside `{where}`"
+        r".*keeps the value it has at this first trace",
+    ):
+        first = step(X)  # the first call says the value is fixed
     np.testing.assert_allclose(step(X), first)  # unchanged: no warning
     _rebind(1.0)
     with pytest.warns(
@@ -197,10 +203,47 @@ def test_unfollowed_reads_warn_when_the_global_changes(make, where):
     np.testing.assert_allclose(step(X), expected)  # retraced with the new value
 
 
+def test_the_first_call_names_the_function_the_method_and_the_global():
+    step = bw.filter_jit(lambda v: _model()(v))
+    with pytest.warns(CapturedValueWarning) as record:
+        step(X)
+    assert len(record) == 1
+    assert str(record[0].message) == (
+        "global 'Y' (an array float32[4, 1]) is read inside `Affine.__call__`, which "
+        "<lambda> reaches: a method runs from its class (as does the function of a "
+        "callable object given to `filter_jit`), so boxwood cannot pass that global "
+        "to it as an input, and the compiled code keeps the value it has at this "
+        "first trace; a later rebinding is not seen (it warns). Store it in a field "
+        "of the module or pass it as an argument (or read it in <lambda> itself, "
+        "where what the function reads from globals is an input)."
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # once per method and global, whichever function reaches it
+        bw.filter_jit(_model())(X)
+        bw.filter_jit(lambda v: _model()(v) * 2.0)(X)
+
+
+def test_a_method_reading_only_numbers_says_nothing_at_the_first_call():
+    class Scaled(bw.Module):
+        w: jax.Array
+
+        def __call__(self, v):
+            return v @ self.w * _FACTOR  # a number: a trace-time constant, as in JAX
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bw.filter_jit(Scaled(jnp.ones((2, 1))))(X)
+
+
+_FACTOR = 2.0
+
+
 def test_a_watched_method_global_is_checked_in_c(call_path):
     step = bw.filter_jit(_model())
     step.clear_cache()  # same structure as in other tests: shared compiled code
-    step(X)
+    with pytest.warns(CapturedValueWarning, match="at this first trace"):
+        step(X)
     if call_path == "compiled" and _native.active():
         assert isinstance(step, _native.FastCall)
         hits = step.hits
@@ -217,7 +260,8 @@ def test_wrappers_sharing_compiled_code_compare_with_its_trace():
     # compares the global with the value the shared code was traced with
     first = bw.filter_jit(_model())
     first.clear_cache()
-    first(X)
+    with pytest.warns(CapturedValueWarning, match="at this first trace"):
+        first(X)
     _rebind(1.0)
     second = bw.filter_jit(_model())
     with pytest.warns(CapturedValueWarning, match=r"global 'Y'.*Affine\.__call__"):

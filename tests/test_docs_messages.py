@@ -117,6 +117,27 @@ def _error_if_in_filter_jit(tmp_path):
     f(jnp.ones(2))
 
 
+y = jnp.zeros((4, 1))  # a global array read inside a method (docs/filter_jit.md)
+
+
+class Affine(bw.Module):
+    w: jax.Array
+
+    def __call__(self, v):
+        return v @ self.w + y
+
+
+def _method_reads_a_global(tmp_path):
+    model = Affine(jnp.ones((2, 1)))
+
+    def step(v):
+        return model(v)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bw.filter_jit(step)(jnp.ones((4, 2)))
+
+
 QUOTES = [
     Quote("docs/layers.md", "Linear(in_features=3): expected input of shape (3,), got (5,).", _linear_shape, whole=True),
     Quote("docs/errors.md", "ValueError: Layer(...): expected input of shape (3,), got (5,)", _linear_shape,
@@ -155,6 +176,15 @@ replicate this leaf with an earlier rule.""",
     ),
     Quote("docs/errors.md", "TypeError: `filter_jit`: the non-array value at `args[1].config.sizes` (of type list) is not hashable", _unhashable_argument),
     Quote("docs/filter_jit.md", "the non-array value at `args[1].config.sizes` (of type list) is not hashable", _unhashable_argument, part=True),
+    Quote(
+        "docs/filter_jit.md",
+        """global 'y' (an array float32[4, 1]) is read inside `Affine.__call__`, which step
+reaches: a method runs from its class (...), so boxwood cannot pass that global to
+it as an input, and the compiled code keeps the value it has at this first trace;
+a later rebinding is not seen (it warns). Store it in a field of the module or pass
+it as an argument (or read it in step itself, ...).""",
+        _method_reads_a_global, whole=True,
+    ),
     Quote("docs/concepts.md", "`Block.table` is a static field but holds an array", _array_in_static_field, part=True),
     Quote("docs/errors.md", "ValueError: summary: `max_rows` must be a positive int", lambda t: bw.summary([], max_rows=0)),
     Quote("docs/errors.md", "TypeError: summary: `check_finite` must be True or False", lambda t: bw.summary([], check_finite=1)),

@@ -238,6 +238,37 @@ def test_nn_init_compiles_once_per_distribution(count_compiles, monkeypatch):
     assert compiles == []
 
 
+def test_nn_init_compiles_nothing_for_new_shapes(count_compiles, monkeypatch):
+    # the transpose into boxwood's (out, in) layout is done on the host: shapes
+    # never seen before compile nothing once the distribution's kernel is warm
+    monkeypatch.setattr(_draw, "_host_hashed", 0)
+    weights = lambda m: [layer.weight for layer in m.layers]
+    nn.init(_mlp(), weights, inits.lecun_normal(), key=jr.key(1))
+    fresh = nn.MLP(37, 5, 91, 2, key=jr.key(0))  # shapes of no other test
+    with count_compiles() as compiles:
+        new = nn.init(fresh, weights, inits.lecun_normal(), key=jr.key(2))
+    assert compiles == []
+    for layer, k in zip(new.layers, jr.split(jr.key(2), len(new.layers))):
+        out, inp = layer.weight.shape
+        expected = inits.lecun_normal()(k, (inp, out), jnp.float32).T
+        assert _bits(layer.weight) == _bits(expected)
+        assert not layer.weight.committed  # placed as the model's other arrays
+
+
+def test_to_stored_keeps_a_committed_array_where_it_is():
+    from boxwood._init._layout import to_stored
+
+    device = jax.devices()[-1]
+    value = jax.device_put(jnp.arange(6.0).reshape(2, 3), device)
+    out = to_stored(value, (3, 2), "dense")
+    assert out.committed and out.devices() == {device}
+    np.testing.assert_array_equal(out, np.arange(6.0).reshape(2, 3).T)
+    conv = jnp.arange(24.0).reshape(2, 3, 4)  # (spatial, in, out), uncommitted
+    out = to_stored(conv, (4, 3, 2), "conv")
+    np.testing.assert_array_equal(out, np.asarray(conv).transpose(2, 1, 0))
+    assert not out.committed
+
+
 def test_orthogonal_takes_the_direct_call_where_the_host_qr_differs(monkeypatch):
     from boxwood._init import _known
 

@@ -111,6 +111,12 @@ def _host_qr(z: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return q, np.diagonal(qr)[:k].copy()
 
 
+def _jax_qr(z: Any) -> tuple[Any, Any]:
+    """`(q, diagonal of r)` from `jnp.linalg.qr`, one compile for both."""
+    q, r = jnp.linalg.qr(z)
+    return q, jnp.diagonal(r)
+
+
 @functools.cache
 def _qr_matches_jax(dtype: np.dtype) -> bool:
     """Whether `_host_qr` gives `jnp.linalg.qr`'s bits here (one small QR compiled
@@ -123,11 +129,8 @@ def _qr_matches_jax(dtype: np.dtype) -> bool:
         if host is None:
             return False
         q, d = host
-        jq, jr = jnp.linalg.qr(jnp.asarray(z))
-        return bool(
-            np.array_equal(q, np.asarray(jq))
-            and np.array_equal(d, np.diagonal(np.asarray(jr)))
-        )
+        jq, jd = jax.jit(_jax_qr)(z)
+        return bool(np.array_equal(q, np.asarray(jq)) and np.array_equal(d, jd))
     except Exception:  # no SciPy, or LAPACK refused: the direct call serves
         return False
 

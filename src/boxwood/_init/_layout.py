@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+import numpy as np
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
 
@@ -43,15 +45,35 @@ def drawn_shape(shape: tuple[int, ...], layout: str | None) -> tuple[int, ...]:
 
 
 def to_stored(value: Any, shape: tuple[int, ...], layout: str | None) -> Any:
-    """`value`, drawn in `drawn_shape(shape, layout)`, in the stored layout."""
+    """`value`, drawn in `drawn_shape(shape, layout)`, in the stored layout.
+
+    A concrete array on one device is transposed on the host and put back on its
+    device: the same bits, without compiling an eager transpose for every shape
+    (0.02-0.07 s each on two cores)."""
     if layout == "dense" and len(shape) == 2:
-        return value.T
-    if layout == "conv" and len(shape) >= 2:
+        axes: tuple[int, ...] | None = (1, 0)
+    elif layout == "conv" and len(shape) >= 2:
         n = len(shape) - 2  # spatial axes come first in the drawn array
-        return value.transpose(n + 1, n, *range(n))
-    if layout == "channel_bias":
+        axes = (n + 1, n, *range(n))
+    elif layout == "channel_bias":
         return value.reshape(shape)
-    return value
+    else:
+        return value
+    if not _on_default_device(value):
+        return value.transpose(axes)
+    return jax.device_put(np.asarray(value).transpose(axes))
+
+
+def _on_default_device(value: Any) -> bool:
+    """Whether `value` is a concrete `jax.Array` placed as `jax.device_put` places
+    a NumPy array (uncommitted, on one device), so that the host round trip gives
+    back the same placement."""
+    if not isinstance(value, jax.Array) or isinstance(value, jax.core.Tracer):
+        return False
+    try:
+        return not value.committed and len(value.devices()) == 1
+    except Exception:  # a deleted or otherwise unreadable array: the eager path
+        return False
 
 
 _MISSING = object()

@@ -1,5 +1,4 @@
-"""At a trace: arrays that methods of the modules passed as arguments read from
-their globals.
+"""At a first call: arrays that methods read from their globals, fixed at the trace.
 
 A method runs from its class, so what it reads from globals is fixed when the
 function that calls it is traced (the rule in README.md). boxwood watches such
@@ -31,6 +30,7 @@ from .reads import class_functions, scan_code
 from .values import (
     MISSING,
     MSG_ARGUMENT_METHOD,
+    MSG_FIXED_READ,
     CapturedValueWarning,
     is_input,
     short,
@@ -94,6 +94,23 @@ def _module_classes(tree: Any) -> list[type]:
     return list(classes)
 
 
+def _warn_once(key: tuple[str, str, str], template: str, value: Any, **more: str):
+    """Warn, once per process for each `(module, method, global)`, that the global
+    read inside the method holds `value`, fixed at the trace (`more`: the template's
+    other fields)."""
+    with _LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    warnings.warn(
+        template.format(
+            label=f"global {key[2]!r}", value=short(value), via=f"`{key[1]}`", **more
+        ),
+        CapturedValueWarning,
+        stacklevel=user_stacklevel(),
+    )
+
+
 def warn_argument_methods(name: str, args: tuple, kwargs: dict) -> None:
     """Warn (once per method and global) about the arrays read from globals by
     methods of the modules in `args` and `kwargs`, which function `name` is being
@@ -101,20 +118,27 @@ def warn_argument_methods(name: str, args: tuple, kwargs: dict) -> None:
     for cls in _module_classes((args, kwargs)):
         for method, g, global_name in _global_reads(cls):
             value = g.get(global_name, MISSING)
-            if value is MISSING or not is_input(value):
-                continue
-            key = (cls.__module__, method, global_name)
-            with _LOCK:
-                if key in _WARNED:
-                    continue
-                _WARNED.add(key)
-            warnings.warn(
-                MSG_ARGUMENT_METHOD.format(
-                    label=f"global {global_name!r}",
-                    value=short(value),
-                    via=f"`{method}`",
-                    name=name,
-                ),
-                CapturedValueWarning,
-                stacklevel=user_stacklevel(),
-            )
+            if value is not MISSING and is_input(value):
+                key = (cls.__module__, method, global_name)
+                _warn_once(key, MSG_ARGUMENT_METHOD, value, name=name)
+
+
+def warn_fixed_reads(name: str | None, reads: dict[str, str], g: dict) -> None:
+    """Warn (once per method and global) about the arrays read from globals inside
+    methods and callable objects that boxwood finds but cannot pass them to
+    (`reads`: `{global name: method qualname}`, the capture layer's `unfollowed`;
+    `g`: their globals): at the first call of function `name` that reaches them by
+    name, or of the callable object itself (`name=None`)."""
+    module = str(g.get("__name__", "?"))
+    where = "" if name is None else f", which {name} reaches"
+    fix = (
+        ""
+        if name is None
+        else f" (or read it in {name} itself, where what the function reads from "
+        "globals is an input)"
+    )
+    for global_name, method in reads.items():
+        value = g.get(global_name, MISSING)
+        if value is not MISSING and is_input(value):
+            key = (module, method, global_name)
+            _warn_once(key, MSG_FIXED_READ, value, where=where, fix=fix)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._warnings import user_stacklevel
+from .arguments import warn_fixed_reads
 from .reads import globals_of
 from .rebuild import Capture
 from .traced import Traced, traced_for
@@ -202,6 +203,9 @@ class Layer:
         if capture.reads.roots and capture.reads.stale(capture.g):
             self.rescan()
         values = capture.read()
+        if capture.unfollowed:  # fixed at the trace: said at the first call
+            name = self.name if self.hidden else None
+            warn_fixed_reads(name, capture.reads.unfollowed, capture.g)
         hidden = capture.hidden(values) if self.hidden else None
         store = None if self.hidden else self.core._store
         with capture.lock:

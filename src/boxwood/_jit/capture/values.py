@@ -39,6 +39,13 @@ MSG_UNFOLLOWED = (
     "the module), or call `clear_cache()` on the compiled function to trace again "
     "with the new value."
 )
+MSG_FIXED_READ = (
+    "{label} ({value}) is read inside {via}{where}: a method runs from its class (as "
+    "does the function of a callable object given to `filter_jit`), so boxwood "
+    "cannot pass that global to it as an input, and the compiled code keeps the "
+    "value it has at this first trace; a later rebinding is not seen (it warns). "
+    "Store it in a field of the module or pass it as an argument{fix}."
+)
 MSG_ARGUMENT_METHOD = (
     "{label} ({value}) is read inside {via}, a method of a module passed to {name}: "
     "a method runs from its class, so boxwood cannot pass that global to it as an "
