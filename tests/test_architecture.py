@@ -34,7 +34,7 @@ LONG_PYTHON_FUNCTIONS = {
     "_tree.py:tree_at",
     "_vmap.py:filter_vmap",
 }
-LONG_C_FUNCTIONS = {"_speedups.c:fastcall_call", "_speedups.c:run_node"}
+LONG_C_FUNCTIONS: set[str] = set()
 
 
 @pytest.fixture(scope="module")

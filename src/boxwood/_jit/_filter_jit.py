@@ -58,6 +58,7 @@ from ._flat_cache import (
     KEY_ARRAY_TYPE,
     KEY_TOKEN,
     NONE_TOKEN,
+    call_key,
     remember_walkable,
     walk,
 )
@@ -225,28 +226,14 @@ class _JitWrapper:
             if kwargs and first_name is not None and not args and first_name in kwargs:
                 kwargs = dict(kwargs)  # the first argument, by keyword: positional
                 args = (kwargs.pop(first_name),)
-            if kwargs:
-                if fast_plans:
-                    # the key of `(args, kwargs)`: the keywords walk as a dict does
-                    # (sorted names, as jax flattens them), after the arguments
-                    # (an empty `args` walks as `[tuple, 0]`: written out, it
-                    # saves a call in the common all-keyword call)
-                    key = [] if args else [tuple, 0]
-                    dyn = []
-                    if (not args or walk(args, key, dyn)) and walk(kwargs, key, dyn):
-                        found = fast_plans.get(tuple(key))
-                        if found is not None:
-                            plan, entry = found
-            elif fast_plans:
-                # Arguments that are arrays, modules carrying their flat form, or
-                # containers of those (`_flat_cache.py`): no flatten, no treedef
-                # hash, no leaf-type check.
-                key = []
-                dyn = []
-                if walk(args, key, dyn):
-                    found = fast_plans.get(tuple(key))
+            if fast_plans:
+                # arrays, modules carrying their flat form, containers of those
+                # (`_flat_cache.py`): no flatten, no treedef hash, no type check
+                walked = call_key(args, kwargs)
+                if walked is not None:
+                    found = fast_plans.get(walked[0])
                     if found is not None:
-                        plan, entry = found
+                        (plan, entry), dyn = found, walked[1]
             if entry is None:
                 if kwargs:
                     leaves, treedef = _flatten((args, kwargs))
@@ -325,11 +312,10 @@ class _JitWrapper:
             complete = complete and step is not None
         if not complete:
             return
-        key: list = []
-        walked: list = []
+        found = call_key(args, kwargs)  # the fast path's own key
+        key, walked = found if found is not None else ((), [])
         if (
-            not walk(args, key, walked)  # the fast path's own walk
-            or (kwargs and not walk(kwargs, key, walked))
+            found is None
             or len(walked) != len(dyn)
             or any(a is not b for a, b in zip(walked, dyn))
             or len(walked_statics) != len(statics)
@@ -337,7 +323,7 @@ class _JitWrapper:
         ):
             plan.fast = False  # the walk disagrees with jax's flatten for these types
             return
-        self._store.fast_plans[tuple(key)] = (plan, entry)
+        self._store.fast_plans[key] = (plan, entry)
         plan.fast = True
 
     def _call_locked(self, entry: _Entry, plan: _Plan, dyn: Any) -> tuple[Any, int]:

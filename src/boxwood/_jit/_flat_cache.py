@@ -336,6 +336,19 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
     return False
 
 
+def call_key(args: tuple, kwargs: dict) -> tuple[tuple, list] | None:
+    """The fast path's key of a call and the call's dynamic leaves: the walk of
+    `args` as one tuple, then, if there are keyword arguments, of `kwargs` as a
+    dict (its sorted names, then the values); `None` where a real flatten is
+    needed. The C `FastCall` computes the same (its `_key` method gives it for
+    tests: tests/test_walk_agreement.py)."""
+    key: list = []
+    dyn: list = []
+    if not walk(args, key, dyn) or (kwargs and not walk(kwargs, key, dyn)):
+        return None
+    return tuple(key), dyn
+
+
 # A dict's keys in insertion order -> the same keys sorted, as jax flattens dicts
 # (a tuple of the keys is cheaper to look up here than to sort on every call).
 _ORDERS: dict[tuple, tuple] = {}

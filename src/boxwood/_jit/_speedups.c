@@ -214,6 +214,165 @@ static PyObject *kw_order(FastCall *self, PyObject *kwnames, Py_ssize_t *perm) {
     return self->kw_order;
 }
 
+/* The key of a call into `key` and its dynamic leaves into `dyn`, as the Python
+ * `_flat_cache.call_key` gives them: the walk of the positional arguments as one
+ * tuple, then of the keyword arguments as a dict (sorted names, then the values).
+ * 1 walked, 0 not walkable (the slow path), -1 error. */
+static int call_key(FastCall *self, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames, PyObject *key, PyObject *dyn) {
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *n_args = PyLong_FromSsize_t(nargs);
+    int r = n_args != NULL && PyList_Append(key, (PyObject *)&PyTuple_Type) == 0 &&
+                    PyList_Append(key, n_args) == 0
+                ? 1
+                : -1;
+    Py_XDECREF(n_args);
+    for (Py_ssize_t i = 0; r == 1 && i < nargs; i++) {
+        r = walk_obj(self, args[i], key, dyn, 0);
+    }
+    if (r == 1 && nkw > 0) {
+        Py_ssize_t perm[MAX_KW];
+        PyObject *order = kw_order(self, kwnames, perm);
+        r = order != NULL && PyList_Append(key, (PyObject *)&PyDict_Type) == 0 &&
+                    PyList_Append(key, order) == 0
+                ? 1
+                : -1;
+        Py_XDECREF(order);
+        for (Py_ssize_t i = 0; r == 1 && i < nkw; i++) {
+            r = walk_obj(self, args[nargs + perm[i]], key, dyn, 0);
+        }
+    }
+    return r;
+}
+
+/* `entry.jitted` called on the leaves by the convention of `_convention.py`:
+ * `(dyn)`, `(fun_dyn, dyn)` or `(fun_dyn, first, rest)` split at `plan.n_first`. */
+static PyObject *call_jitted(FastCall *self, PyObject *jitted, PyObject *plan,
+                             PyObject *dyn) {
+    if (self->fun_dyn == Py_None) {
+        PyObject *call_args[1] = {dyn};
+        return PyObject_Vectorcall(jitted, call_args, 1, NULL);
+    }
+    if (!self->split_first) {
+        PyObject *call_args[2] = {self->fun_dyn, dyn};
+        return PyObject_Vectorcall(jitted, call_args, 2, NULL);
+    }
+    PyObject *k_obj = read_field(self->plan_n_first, plan);
+    Py_ssize_t k = k_obj ? PyLong_AsSsize_t(k_obj) : -1;
+    Py_XDECREF(k_obj);
+    if (k < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "FastCall: n_first < 0");
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *first = PyList_GetSlice(dyn, 0, k);
+    PyObject *rest = PyList_GetSlice(dyn, k, PyList_GET_SIZE(dyn));
+    if (first != NULL && rest != NULL) {
+        PyObject *call_args[3] = {self->fun_dyn, first, rest};
+        result = PyObject_Vectorcall(jitted, call_args, 3, NULL);
+    }
+    Py_XDECREF(first);
+    Py_XDECREF(rest);
+    return result;
+}
+
+/* After the compiled call raised: `on_error(exc)` undoes what a failed trace left
+ * behind and may raise another exception in its place (a failed `error_if`
+ * check); otherwise the original exception is restored. */
+static void report_error(FastCall *self) {
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyErr_NormalizeException(&exc_type, &exc_value, &exc_tb);
+    if (exc_tb != NULL && exc_value != NULL) PyException_SetTraceback(exc_value, exc_tb);
+    PyObject *res = exc_value ? PyObject_CallOneArg(self->on_error, exc_value) : NULL;
+    Py_XDECREF(res);
+    if (res == NULL) {
+        Py_XDECREF(exc_type);
+        Py_XDECREF(exc_value);
+        Py_XDECREF(exc_tb);
+    } else {
+        PyErr_Restore(exc_type, exc_value, exc_tb);
+    }
+}
+
+/* `after_trace(after - before, args, kwargs, plan)`: the call traced. 0 or -1. */
+static int note_trace(FastCall *self, PyObject *before, PyObject *after,
+                      PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                      PyObject *plan) {
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *n = PyNumber_Subtract(after, before);
+    PyObject *kwargs = n ? PyDict_New() : NULL;
+    for (Py_ssize_t i = 0; kwargs != NULL && i < nkw; i++) {
+        if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+            Py_CLEAR(kwargs);
+        }
+    }
+    PyObject *argt = kwargs ? PyTuple_New(nargs) : NULL;
+    for (Py_ssize_t i = 0; argt != NULL && i < nargs; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(argt, i, args[i]);
+    }
+    PyObject *res = argt ? PyObject_CallFunctionObjArgs(self->after_trace, n, argt,
+                                                        kwargs, plan, NULL)
+                         : NULL;
+    Py_XDECREF(n);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(argt);
+    Py_XDECREF(res);
+    return res == NULL ? -1 : 0;
+}
+
+/* The output: `entry.fast_build(result)`, or `entry.output(fun_dyn, dyn, result)`. */
+static PyObject *build_output(FastCall *self, PyObject *entry, PyObject *dyn,
+                              PyObject *result) {
+    PyObject *build = read_field(self->entry_fast_build, entry);
+    if (build == NULL) return NULL;
+    PyObject *out = NULL;
+    if (build != Py_None) {
+        out = PyObject_CallOneArg(build, result);
+    } else {
+        PyObject *fun_dyn = self->fun_dyn == Py_None ? PyList_New(0) : self->fun_dyn;
+        if (self->fun_dyn != Py_None) Py_INCREF(fun_dyn);
+        if (fun_dyn != NULL) {
+            out = PyObject_CallFunctionObjArgs(self->entry_output, entry, fun_dyn, dyn,
+                                               result, NULL);
+            Py_DECREF(fun_dyn);
+        }
+    }
+    Py_DECREF(build);
+    return out;
+}
+
+/* Call a warm `(plan, entry)` (`found`, held by the caller) on `dyn`: the compiled
+ * call, a retrace noticed, the output built. NULL with an error set, or with none
+ * when the entry is busy (cold, or another thread tracing): the caller falls back. */
+static PyObject *call_entry(FastCall *self, PyObject *found, PyObject *dyn,
+                            PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames) {
+    PyObject *plan = PyTuple_GET_ITEM(found, 0);
+    PyObject *entry = PyTuple_GET_ITEM(found, 1);
+    int busy = field_true(self->entry_cold, entry);
+    if (busy == 0) busy = field_true(self->store_tracing, self->store);
+    if (busy != 0) return NULL; /* an error is set only when busy < 0 */
+    PyObject *out = NULL, *after = NULL, *result = NULL;
+    PyObject *jitted = read_field(self->entry_jitted, entry);
+    PyObject *before = jitted ? read_field(self->store_traces, self->store) : NULL;
+    if (before != NULL) result = call_jitted(self, jitted, plan, dyn);
+    if (before != NULL && result == NULL) report_error(self);
+    if (result != NULL) after = read_field(self->store_traces, self->store);
+    int same = after ? PyObject_RichCompareBool(before, after, Py_EQ) : -1;
+    if (same == 1) self->hits++;
+    if (same == 1 ||
+        (same == 0 && note_trace(self, before, after, args, nargs, kwnames, plan) == 0)) {
+        out = build_output(self, entry, dyn, result);
+    }
+    Py_XDECREF(jitted);
+    Py_XDECREF(before);
+    Py_XDECREF(after);
+    Py_XDECREF(result);
+    return out;
+}
+
 static PyObject *fastcall_call(FastCall *self, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -226,170 +385,50 @@ static PyObject *fastcall_call(FastCall *self, PyObject *const *args, size_t nar
     }
     PyObject *key = PyList_New(0);
     PyObject *dyn = PyList_New(0);
-    PyObject *result = NULL, *keyt = NULL, *jitted = NULL, *before = NULL,
-             *after = NULL, *out = NULL, *build = NULL;
-    if (key == NULL || dyn == NULL) goto done;
-    /* the key of the argument tuple, as the Python `walk(args, ...)` gives it */
-    PyObject *n_args = PyLong_FromSsize_t(nargs);
-    int r = n_args != NULL && PyList_Append(key, (PyObject *)&PyTuple_Type) == 0 &&
-                    PyList_Append(key, n_args) == 0
-                ? 1
-                : -1;
-    Py_XDECREF(n_args);
-    for (Py_ssize_t i = 0; r == 1 && i < nargs; i++) {
-        r = walk_obj(self, args[i], key, dyn, 0);
-    }
-    if (r == 1 && nkw > 0) {
-        /* then the keyword arguments, as the Python `walk` of a dict of them */
-        Py_ssize_t perm[MAX_KW];
-        PyObject *order = kw_order(self, kwnames, perm);
-        r = order != NULL && PyList_Append(key, (PyObject *)&PyDict_Type) == 0 &&
-                    PyList_Append(key, order) == 0
-                ? 1
-                : -1;
-        Py_XDECREF(order);
-        for (Py_ssize_t i = 0; r == 1 && i < nkw; i++) {
-            r = walk_obj(self, args[nargs + perm[i]], key, dyn, 0);
-        }
-    }
-    if (r < 0) goto done;
-    PyObject *found = NULL;
+    PyObject *keyt = NULL, *found = NULL, *out = NULL;
+    int r = key && dyn ? call_key(self, args, nargs, kwnames, key, dyn) : -1;
     if (r == 1) {
         keyt = PyList_AsTuple(key);
-        if (keyt == NULL) goto done;
-        found = PyDict_GetItemWithError(self->plans, keyt);
-        if (found == NULL && PyErr_Occurred()) goto done;
+        found = keyt ? PyDict_GetItemWithError(self->plans, keyt) : NULL;
+        if (found == NULL && PyErr_Occurred()) r = -1;
     }
-    if (found == NULL || !PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2) {
-        out = fall_back(self, args, nargsf, kwnames);
-        goto done;
-    }
-    Py_INCREF(found); /* the table may change while Python code runs */
-    PyObject *plan = PyTuple_GET_ITEM(found, 0);
-    PyObject *entry = PyTuple_GET_ITEM(found, 1);
-    int busy = field_true(self->entry_cold, entry);
-    if (busy == 0) busy = field_true(self->store_tracing, self->store);
-    if (busy != 0) {
-        if (busy > 0) out = fall_back(self, args, nargsf, kwnames);
+    if (r >= 0 && found != NULL && PyTuple_CheckExact(found) &&
+        PyTuple_GET_SIZE(found) == 2) {
+        Py_INCREF(found); /* the table may change while Python code runs */
+        out = call_entry(self, found, dyn, args, nargs, kwnames);
         Py_DECREF(found);
-        goto done;
+        if (out == NULL && !PyErr_Occurred()) r = 0; /* busy: fall back */
+        else r = -1; /* done (or failed): nothing more to do */
+    } else if (r >= 0) {
+        r = 0; /* not walkable, or a key not in the table */
     }
-    jitted = read_field(self->entry_jitted, entry);
-    before = jitted ? read_field(self->store_traces, self->store) : NULL;
-    if (before == NULL) {
-        Py_DECREF(found);
-        goto done;
-    }
-    if (self->fun_dyn == Py_None) {
-        PyObject *call_args[1] = {dyn};
-        result = PyObject_Vectorcall(jitted, call_args, 1, NULL);
-    } else if (!self->split_first) {
-        PyObject *call_args[2] = {self->fun_dyn, dyn};
-        result = PyObject_Vectorcall(jitted, call_args, 2, NULL);
-    } else {
-        PyObject *k_obj = read_field(self->plan_n_first, plan);
-        Py_ssize_t k = k_obj ? PyLong_AsSsize_t(k_obj) : -1;
-        Py_XDECREF(k_obj);
-        if (k < 0 && PyErr_Occurred()) {
-            Py_DECREF(found);
-            goto done;
-        }
-        Py_ssize_t n = PyList_GET_SIZE(dyn);
-        /* the convention of `_convention.py`: `(fun_dyn, first, rest)` */
-        PyObject *first = PyList_GetSlice(dyn, 0, k);
-        PyObject *rest = PyList_GetSlice(dyn, k, n);
-        if (first != NULL && rest != NULL) {
-            PyObject *call_args[3] = {self->fun_dyn, first, rest};
-            result = PyObject_Vectorcall(jitted, call_args, 3, NULL);
-        }
-        Py_XDECREF(first);
-        Py_XDECREF(rest);
-    }
-    if (result == NULL) {
-        /* undo what a failed trace left behind, keeping its exception */
-        PyObject *exc_type, *exc_value, *exc_tb;
-        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-        PyErr_NormalizeException(&exc_type, &exc_value, &exc_tb);
-        if (exc_tb != NULL && exc_value != NULL) PyException_SetTraceback(exc_value, exc_tb);
-        /* `on_error(exc)` cleans up and may raise another exception in its place
-           (a failed `error_if` check); otherwise the original is restored */
-        PyObject *res = exc_value ? PyObject_CallOneArg(self->on_error, exc_value) : NULL;
-        Py_XDECREF(res);
-        if (res == NULL) {
-            Py_XDECREF(exc_type);
-            Py_XDECREF(exc_value);
-            Py_XDECREF(exc_tb);
-        } else {
-            PyErr_Restore(exc_type, exc_value, exc_tb);
-        }
-        Py_DECREF(found);
-        goto done;
-    }
-    after = read_field(self->store_traces, self->store);
-    if (after == NULL) {
-        Py_DECREF(found);
-        goto done;
-    }
-    int same = PyObject_RichCompareBool(before, after, Py_EQ);
-    if (same < 0) {
-        Py_DECREF(found);
-        goto done;
-    }
-    if (same) {
-        self->hits++;
-    } else {
-        PyObject *n = PyNumber_Subtract(after, before);
-        PyObject *kwargs = n ? PyDict_New() : NULL;
-        for (Py_ssize_t i = 0; kwargs != NULL && i < nkw; i++) {
-            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
-                Py_CLEAR(kwargs);
-            }
-        }
-        PyObject *argt = kwargs ? PyTuple_New(nargs) : NULL;
-        if (argt != NULL) {
-            for (Py_ssize_t i = 0; i < nargs; i++) {
-                Py_INCREF(args[i]);
-                PyTuple_SET_ITEM(argt, i, args[i]);
-            }
-        }
-        PyObject *res = argt ? PyObject_CallFunctionObjArgs(self->after_trace, n,
-                                                            argt, kwargs, plan, NULL)
-                             : NULL;
-        Py_XDECREF(n);
-        Py_XDECREF(kwargs);
-        Py_XDECREF(argt);
-        if (res == NULL) {
-            Py_DECREF(found);
-            goto done;
-        }
-        Py_DECREF(res);
-    }
-    build = read_field(self->entry_fast_build, entry);
-    if (build == NULL) {
-        Py_DECREF(found);
-        goto done;
-    }
-    if (build != Py_None) {
-        out = PyObject_CallOneArg(build, result);
-    } else {
-        PyObject *fun_dyn = self->fun_dyn == Py_None ? PyList_New(0) : self->fun_dyn;
-        if (self->fun_dyn != Py_None) Py_INCREF(fun_dyn);
-        if (fun_dyn != NULL) {
-            out = PyObject_CallFunctionObjArgs(self->entry_output, entry, fun_dyn, dyn,
-                                               result, NULL);
-            Py_DECREF(fun_dyn);
-        }
-    }
-    Py_DECREF(found);
-done:
+    if (r == 0) out = fall_back(self, args, nargsf, kwnames);
     Py_XDECREF(key);
     Py_XDECREF(dyn);
     Py_XDECREF(keyt);
-    Py_XDECREF(jitted);
-    Py_XDECREF(before);
-    Py_XDECREF(after);
-    Py_XDECREF(result);
-    Py_XDECREF(build);
+    return out;
+}
+
+/* `FastCall._key(*args, **kwargs)`: `(key, dyn)` as the warm path computes them,
+ * or None where it hands the call to Python unwalked; for tests that the key is
+ * the Python `_flat_cache.call_key`'s. */
+static PyObject *fastcall_key(FastCall *self, PyObject *const *args, Py_ssize_t nargsf,
+                              PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > MAX_KW) Py_RETURN_NONE;
+    PyObject *key = PyList_New(0);
+    PyObject *dyn = PyList_New(0);
+    PyObject *out = NULL;
+    int r = key && dyn ? call_key(self, args, nargs, kwnames, key, dyn) : -1;
+    if (r == 0) {
+        out = Py_NewRef(Py_None);
+    } else if (r == 1) {
+        PyObject *keyt = PyList_AsTuple(key);
+        out = keyt ? PyTuple_Pack(2, keyt, dyn) : NULL;
+        Py_XDECREF(keyt);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(dyn);
     return out;
 }
 
@@ -609,6 +648,8 @@ static PyObject *fastcall_rewatch(FastCall *self, PyObject *args) {
 }
 
 static PyMethodDef fastcall_methods[] = {
+    {"_key", (PyCFunction)(void (*)(void))fastcall_key, METH_FASTCALL | METH_KEYWORDS,
+     "`(key, dyn)` of a call as the warm path walks it; None where it does not."},
     {"_rewatch", (PyCFunction)fastcall_rewatch, METH_VARARGS,
      "read the watched names from these sources and keys from now on"},
     {NULL}};
@@ -714,6 +755,21 @@ static PyObject *run_tuple(Builder *b, PyTypeObject *type, PyObject *children,
     return fill(b, out, children, leaves, depth);
 }
 
+/* children -> a new dict mapping `keys[i]` to the built child `i` */
+static PyObject *run_dict(Builder *b, PyObject *keys, PyObject *children,
+                          PyObject *leaves, int depth) {
+    PyObject *items = run_children(b, children, leaves, depth);
+    if (items == NULL) return NULL;
+    PyObject *d = PyDict_New();
+    for (Py_ssize_t i = 0; d != NULL && i < PyList_GET_SIZE(items); i++) {
+        if (PyDict_SetItem(d, PyTuple_GET_ITEM(keys, i), PyList_GET_ITEM(items, i)) < 0) {
+            Py_CLEAR(d);
+        }
+    }
+    Py_DECREF(items);
+    return d;
+}
+
 /* a new instance of `cls` (as `object.__new__(cls)`) whose `__dict__` is `values` */
 static PyObject *new_with_dict(PyObject *cls, PyObject *values) {
     if (!PyType_Check(cls)) {
@@ -765,35 +821,15 @@ static PyObject *run_node(Builder *b, PyObject *node, PyObject *leaves, int dept
         }
         return run_tuple(b, (PyTypeObject *)cls, PyTuple_GET_ITEM(node, 2), leaves, depth);
     }
-    case K_DICT: {
+    case K_DICT:
         if (size < 3) break;
-        PyObject *keys = PyTuple_GET_ITEM(node, 1);
-        PyObject *items = run_children(b, PyTuple_GET_ITEM(node, 2), leaves, depth);
-        if (items == NULL) return NULL;
-        PyObject *d = PyDict_New();
-        for (Py_ssize_t i = 0; d != NULL && i < PyList_GET_SIZE(items); i++) {
-            if (PyDict_SetItem(d, PyTuple_GET_ITEM(keys, i),
-                               PyList_GET_ITEM(items, i)) < 0) {
-                Py_CLEAR(d);
-            }
-        }
-        Py_DECREF(items);
-        return d;
-    }
+        return run_dict(b, PyTuple_GET_ITEM(node, 1), PyTuple_GET_ITEM(node, 2), leaves,
+                        depth);
     case K_MODULE: {
         if (size < 5) break;
         PyObject *names = PyTuple_GET_ITEM(node, 2);
         PyObject *statics = PyTuple_GET_ITEM(node, 4);
-        PyObject *items = run_children(b, PyTuple_GET_ITEM(node, 3), leaves, depth);
-        if (items == NULL) return NULL;
-        PyObject *d = PyDict_New();
-        for (Py_ssize_t i = 0; d != NULL && i < PyList_GET_SIZE(items); i++) {
-            if (PyDict_SetItem(d, PyTuple_GET_ITEM(names, i),
-                               PyList_GET_ITEM(items, i)) < 0) {
-                Py_CLEAR(d);
-            }
-        }
-        Py_DECREF(items);
+        PyObject *d = run_dict(b, names, PyTuple_GET_ITEM(node, 3), leaves, depth);
         if (d == NULL || PyDict_Update(d, statics) < 0) {
             Py_XDECREF(d);
             return NULL;
