@@ -53,16 +53,16 @@ def call_path(request, monkeypatch):
 def count_flattens(monkeypatch):
     """`count_flattens["n"]`: how many times `filter_jit` flattened its arguments
     (its slow path) since the fixture was set up."""
-    from boxwood._jit import _filter_jit
+    from boxwood._jit import _wrapper
 
     calls = {"n": 0}
-    real = _filter_jit._flatten
+    real = _wrapper._flatten
 
     def counting(tree, *a, **k):
         calls["n"] += 1
         return real(tree, *a, **k)
 
-    monkeypatch.setattr(_filter_jit, "_flatten", counting)
+    monkeypatch.setattr(_wrapper, "_flatten", counting)
     return calls
 
 

@@ -533,13 +533,11 @@ def test_bound_methods_as_arguments_are_traced_once(getkey):
 
 @pytest.mark.parametrize("how", ["module", "bound_method"])
 def test_jitted_module_and_bound_method_take_the_fast_path(getkey, monkeypatch, how):
-    from boxwood._jit import _filter_jit
+    from boxwood._jit import _wrapper
 
     flattens = []
-    real = _filter_jit._flatten
-    monkeypatch.setattr(
-        _filter_jit, "_flatten", lambda t: flattens.append(1) or real(t)
-    )
+    real = _wrapper._flatten
+    monkeypatch.setattr(_wrapper, "_flatten", lambda t: flattens.append(1) or real(t))
     model = linear(getkey(), 3)
     f = bw.filter_jit(model if how == "module" else model.__call__)
     f.clear_cache()  # the store may be shared with an earlier test's wrapper
@@ -670,19 +668,17 @@ def test_tracer_errors_name_the_users_function_and_paths(getkey):
             f(*args, **kwargs)
         text = str(info.value)
         assert f"depends on the value of the argument {path}." in text
-        assert "groups[" not in text and "_filter_jit.py" not in text
+        assert "groups[" not in text and "_trace.py" not in text
         if not isinstance(f.__wrapped__, bw.Partial):
             assert where in text
 
 
 def test_keyword_arguments_take_the_fast_path(getkey, monkeypatch):
-    from boxwood._jit import _filter_jit
+    from boxwood._jit import _wrapper
 
     flattens = []
-    real = _filter_jit._flatten
-    monkeypatch.setattr(
-        _filter_jit, "_flatten", lambda t: flattens.append(1) or real(t)
-    )
+    real = _wrapper._flatten
+    monkeypatch.setattr(_wrapper, "_flatten", lambda t: flattens.append(1) or real(t))
     fn, count = counting(lambda m, *, x, scale: (m, m(x) * scale))
     f = bw.filter_jit(fn)
     model = linear(getkey(), 3)

@@ -106,3 +106,26 @@ def test_bfloat16_export(tmp_path):
     assert reference.model.embed_tokens.weight.dtype == torch.bfloat16
     loaded = bm.from_pretrained(tmp_path)
     assert loaded.model.norm.weight.dtype == jnp.bfloat16
+
+
+def test_a_failed_save_leaves_the_previous_files_whole(tmp_path, monkeypatch):
+    from boxwood.models import _pretrained
+
+    model = bm.GPT2LMHeadModel(CONFIGS["gpt2"], key=jax.random.key(0))
+    model.save_pretrained(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real = _pretrained.write_arrays
+
+    def fails_part_way(f, arrays, metadata):
+        real(f, arrays[:1], metadata)  # some bytes reach the file, then a crash
+        raise OSError("disk full")
+
+    monkeypatch.setattr(_pretrained, "write_arrays", fails_part_way)
+    other = bm.GPT2LMHeadModel(CONFIGS["gpt2"], key=jax.random.key(1))
+    with pytest.raises(OSError, match="disk full"):
+        other.save_pretrained(tmp_path)
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert after == before  # the old files, whole, and no temporary file left
+    loaded = bm.GPT2LMHeadModel.from_pretrained(tmp_path)
+    ids = jnp.arange(5)
+    np.testing.assert_array_equal(loaded(ids), model(ids))

@@ -301,7 +301,7 @@ def test_fast_call_checks_what_it_is_given_to_watch(call_path):
 
 
 def test_lists_and_dicts_inside_arguments_take_the_fast_path(monkeypatch):
-    from boxwood._jit import _filter_jit as _jit
+    from boxwood._jit import _wrapper as _jit
 
     flattens = []
     real = _jit._flatten

@@ -8,6 +8,7 @@ order."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import hypothesis.strategies as st
 import jax
@@ -49,7 +50,7 @@ def _modules(tree):
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
         elif isinstance(node, bw.Module):
-            stack.extend(jax.tree_util.tree_leaves(node, is_leaf=lambda x: x is not node))
+            stack.extend(getattr(node, f.name) for f in dataclasses.fields(node))
     return found
 
 

@@ -17,7 +17,7 @@ from ._jit import _aot
 from ._jit._bound import as_pytree_function
 from ._module import field
 from ._partition import OutBox, Wrapped
-from ._vmap import _UNMAPPED, _named_axes, _param_names, _resolve, if_array
+from ._vmap import UNMAPPED, if_array, named_axes, parameter_names, resolve_axes
 
 _EACH_ARRAY = if_array(0)  # the default axes: every array on its leading axis
 _CACHE_SIZE = 256  # compiled programs kept (least recently used dropped)
@@ -60,6 +60,24 @@ class _Array:
 _ARRAY = _Array()
 
 
+def _split_output(out: Any, out_axes: Any) -> tuple[Any, list, list, list]:
+    """`(out_def, kinds, axes, arrays)` for one device's output `out`: its structure;
+    its leaves, with `_ARRAY` in place of each one returned as an array; and the
+    arrays returned (its arrays and the Python numbers given an axis) with their
+    axes (`None`: unmapped)."""
+    out_axes = resolve_axes(out_axes, out, "out_axes", "the output")
+    out_leaves, out_def = jax.tree_util.tree_flatten(out)
+    pairs = list(zip(out_leaves, out_axes))
+    kinds = [x if a is UNMAPPED and not is_array(x) else _ARRAY for x, a in pairs]
+    axes = [
+        None if a is UNMAPPED else a
+        for x, a in pairs
+        if is_array(x) or a is not UNMAPPED
+    ]
+    arrays = [jnp.asarray(x) for x, a in pairs if is_array(x) or a is not UNMAPPED]
+    return out_def, kinds, axes, arrays
+
+
 class _Pmapped(Wrapped):
     in_axes: Any
     out_axes: Any
@@ -96,17 +114,17 @@ class _Pmapped(Wrapped):
             )
         in_axes = self.in_axes
         if isinstance(in_axes, dict):
-            in_axes = _named_axes(self.param_names, in_axes, len(args))
-        axes = _resolve(in_axes, args, "in_axes", "args")
+            in_axes = named_axes(self.param_names, in_axes, len(args))
+        axes = resolve_axes(in_axes, args, "in_axes", "args")
         # The function's own arrays (a module, a bound method's module) are inputs
         # too, broadcast to every device; its other leaves are compiled in.
         leaves, treedef = jax.tree_util.tree_flatten((self.fun, args))
-        axes = [_UNMAPPED] * (len(leaves) - len(axes)) + axes
+        axes = [UNMAPPED] * (len(leaves) - len(axes)) + axes
         # Every array is an argument of the pmapped function (unmapped ones with
         # axis None: broadcast to every device); the rest is compiled in.
         mapped = tuple(i for i, x in enumerate(leaves) if is_array(x))
         static = tuple(x for x in leaves if not is_array(x))
-        dev_axes = tuple(None if axes[i] is _UNMAPPED else axes[i] for i in mapped)
+        dev_axes = tuple(None if axes[i] is UNMAPPED else axes[i] for i in mapped)
         shapes = tuple((leaves[i].shape, leaves[i].dtype) for i in mapped)
         key = (self._options_key(), treedef, mapped, dev_axes, static, shapes)
         try:
@@ -154,22 +172,9 @@ class _Pmapped(Wrapped):
             for i, x in zip(mapped, mapped_leaves):
                 new[i] = x
             fun, args = jax.tree_util.tree_unflatten(treedef, new)
-            out = fun(*args)
-            out_axes = _resolve(self.out_axes, out, "out_axes", "the output")
-            out_leaves, out_def = jax.tree_util.tree_flatten(out)
-            pairs = list(zip(out_leaves, out_axes))
-            kinds = [
-                x if a is _UNMAPPED and not is_array(x) else _ARRAY for x, a in pairs
-            ]
-            axes_out = [
-                None if a is _UNMAPPED else a
-                for x, a in pairs
-                if is_array(x) or a is not _UNMAPPED
-            ]
+            out_def, kinds, axes_out, arrays = _split_output(fun(*args), self.out_axes)
             box.put((out_def, kinds, axes_out))
-            return [
-                jnp.asarray(x) for x, a in pairs if is_array(x) or a is not _UNMAPPED
-            ]
+            return arrays
 
         entry = _Entry()
         size = self.axis_size
@@ -277,11 +282,7 @@ def filter_pmap(
     >>> f(jnp.ones((jax.local_device_count(), 2)), 3).shape[1]
     2
     """
-    if donate not in ("none", "all", "warn"):
-        raise ValueError(
-            "`filter_pmap(donate=...)` must be 'none', 'all' or 'warn'; got "
-            f"{donate!r}."
-        )
+    _check_donate(donate)
     if fun is None:
         return functools.partial(
             filter_pmap, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name,
@@ -293,5 +294,13 @@ def filter_pmap(
     )
     return _Pmapped(
         as_pytree_function(fun), in_axes, out_axes, axis_name, axis_size, donate,
-        _Cache(), options, _param_names(fun, in_axes),
+        _Cache(), options, parameter_names(fun, in_axes),
     )  # fmt: skip
+
+
+def _check_donate(donate: str) -> None:
+    if donate not in ("none", "all", "warn"):
+        raise ValueError(
+            "`filter_pmap(donate=...)` must be 'none', 'all' or 'warn'; got "
+            f"{donate!r}."
+        )

@@ -123,59 +123,10 @@ def tree_at(
         )
 
     leaves, treedef = jax.tree_util.tree_flatten(pytree, is_leaf=leaf_pred)
-    # `None` is a node without leaves, unless the caller's `is_leaf` makes it a leaf
-    none_is_leaf = is_leaf is not None and _calls_none_a_leaf(is_leaf)
-    probes = [_probe(i, x, none_is_leaf, is_leaf) for i, x in enumerate(leaves)]
-    probe_tree, chosen, nodes, single = None, None, [None], True
-    if not none_is_leaf and any(x is None for x in leaves):
-        # First as Equinox does, with the `None`s themselves in place: a `where`
-        # may test them (diffrax: `[x for x in ts if x is not None]`). Stand-ins for
-        # them only when `where` picks a `None`.
-        plain = [None if x is None else p for x, p in zip(leaves, probes)]
-        probe_tree = treedef.unflatten(plain)
-        chosen = where(probe_tree)
-        nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
-    if any(n is None for n in nodes):
-        probe_tree = treedef.unflatten(probes)
-        chosen = where(probe_tree)
-        nodes, single = _as_nodes(chosen, probe_tree, leaf_pred)
-    if replace is not _MISSING:
-        if single:
-            replace = (replace,)
-        elif not isinstance(replace, Sequence):
-            raise TreeAtReplaceError(
-                f"`where` selected {len(nodes)} nodes, so `replace` must be a sequence "
-                f"of {len(nodes)} values; got {type(replace).__name__}."
-            )
-        elif len(replace) != len(nodes):
-            raise ValueError(
-                f"`where` selected {len(nodes)} nodes, so `replace` must be a sequence "
-                f"of {len(nodes)} values; got {type(replace).__name__}."
-            )
-        new = {id(n): (lambda _old, v=v: v) for n, v in zip(nodes, replace)}
-    else:
-        new = {id(n): replace_fn for n in nodes}
+    probe_tree, nodes, single = _select(where, leaves, treedef, is_leaf, leaf_pred)
+    new = _replacements(nodes, single, replace, replace_fn)
     found: set[int] = set()
-
-    def rebuild(original: Any, probe: Any) -> Any:
-        fn = new.get(id(probe))
-        if fn is not None:
-            found.add(id(probe))
-            return fn(original)
-        if isinstance(probe, (_Probe, _NoneProbe)):
-            return original
-        parts = _children(original)
-        if parts is None:
-            return original
-        children, node_def = parts
-        probe_parts = _children(probe)
-        assert probe_parts is not None  # the probe tree mirrors the original
-        probe_children = probe_parts[0]
-        return node_def.unflatten(
-            [rebuild(o, p) for o, p in zip(children, probe_children)]
-        )
-
-    result = rebuild(pytree, probe_tree)
+    result = _rebuild(pytree, probe_tree, new, found)
     if len(found) != len(new):
         raise ValueError(
             "`where` in `tree_at` returned something that is not a node of the pytree "
@@ -185,6 +136,70 @@ def tree_at(
             "`dataclasses.replace` or by building a new module."
         )
     return result
+
+
+def _select(
+    where: Callable, leaves: list, treedef: Any, is_leaf: Callable | None, leaf_pred
+) -> tuple[Any, list, bool]:
+    """`(probe_tree, nodes, single)`: the stand-in tree `where` was run on, the
+    nodes of it that `where` chose, and whether it chose one node (not a
+    sequence)."""
+    # `None` is a node without leaves, unless the caller's `is_leaf` makes it a leaf
+    none_is_leaf = is_leaf is not None and _calls_none_a_leaf(is_leaf)
+    probes = [_probe(i, x, none_is_leaf, is_leaf) for i, x in enumerate(leaves)]
+    probe_tree, nodes, single = None, [None], True
+    if not none_is_leaf and any(x is None for x in leaves):
+        # First as Equinox does, with the `None`s themselves in place: a `where`
+        # may test them (diffrax: `[x for x in ts if x is not None]`). Stand-ins for
+        # them only when `where` picks a `None`.
+        plain = [None if x is None else p for x, p in zip(leaves, probes)]
+        probe_tree = treedef.unflatten(plain)
+        nodes, single = _as_nodes(where(probe_tree), probe_tree, leaf_pred)
+    if any(n is None for n in nodes):
+        probe_tree = treedef.unflatten(probes)
+        nodes, single = _as_nodes(where(probe_tree), probe_tree, leaf_pred)
+    return probe_tree, nodes, single
+
+
+def _replacements(nodes: list, single: bool, replace: Any, replace_fn: Any) -> dict:
+    """`id(node) -> old -> new` for each chosen node, from `replace` (checked
+    against the nodes) or `replace_fn`."""
+    if replace is _MISSING:
+        return {id(n): replace_fn for n in nodes}
+    if single:
+        replace = (replace,)
+    elif not isinstance(replace, Sequence):
+        raise TreeAtReplaceError(
+            f"`where` selected {len(nodes)} nodes, so `replace` must be a sequence "
+            f"of {len(nodes)} values; got {type(replace).__name__}."
+        )
+    elif len(replace) != len(nodes):
+        raise ValueError(
+            f"`where` selected {len(nodes)} nodes, so `replace` must be a sequence "
+            f"of {len(nodes)} values; got {type(replace).__name__}."
+        )
+    return {id(n): (lambda _old, v=v: v) for n, v in zip(nodes, replace)}
+
+
+def _rebuild(original: Any, probe: Any, new: dict, found: set[int]) -> Any:
+    """`original` with each node whose stand-in (in `probe`, its mirror in the probe
+    tree) is a key of `new` replaced; the ids of those stand-ins go into `found`."""
+    fn = new.get(id(probe))
+    if fn is not None:
+        found.add(id(probe))
+        return fn(original)
+    if isinstance(probe, (_Probe, _NoneProbe)):
+        return original
+    parts = _children(original)
+    if parts is None:
+        return original
+    children, node_def = parts
+    probe_parts = _children(probe)
+    assert probe_parts is not None  # the probe tree mirrors the original
+    probe_children = probe_parts[0]
+    return node_def.unflatten(
+        [_rebuild(o, p, new, found) for o, p in zip(children, probe_children)]
+    )
 
 
 def _as_nodes(chosen: Any, probe_tree: Any, leaf_pred) -> tuple[list, bool]:

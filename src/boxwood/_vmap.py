@@ -34,7 +34,7 @@ class if_array:
         return self.axis if is_array(x) else None
 
 
-_UNMAPPED = object()  # stands in for a `None` axis (a `None` leaf would vanish)
+UNMAPPED = object()  # stands in for a `None` axis (a `None` leaf would vanish)
 
 
 def _is_number(x: Any) -> bool:
@@ -44,7 +44,7 @@ def _is_number(x: Any) -> bool:
 def _resolve_leaf(spec: Any, leaf: Any, where: str, what: str) -> Any:
     axis = spec(leaf) if callable(spec) else spec
     if axis is None:
-        return _UNMAPPED
+        return UNMAPPED
     if isinstance(axis, bool) or not isinstance(axis, int):
         raise ValueError(
             f"`{what}` gave {axis!r} for {where}; axes must be ints or None (or "
@@ -60,8 +60,8 @@ def _resolve_leaf(spec: Any, leaf: Any, where: str, what: str) -> Any:
     return axis
 
 
-def _resolve(axes: Any, tree: Any, what: str, root: str) -> list:
-    """Per-leaf axes of `tree` (ints, or `_UNMAPPED`), from the prefix `axes`."""
+def resolve_axes(axes: Any, tree: Any, what: str, root: str) -> list:
+    """Per-leaf axes of `tree` (ints, or `UNMAPPED`), from the prefix `axes`."""
 
     def expand(prefix_path, spec, subtree):
         if not (spec is None or isinstance(spec, int) or callable(spec)):
@@ -88,12 +88,10 @@ def _resolve(axes: Any, tree: Any, what: str, root: str) -> list:
     full = jax.tree_util.tree_map_with_path(
         expand, axes, tree, is_leaf=lambda x: x is None
     )
-    return jax.tree_util.tree_leaves(full, is_leaf=lambda x: x is _UNMAPPED)
+    return jax.tree_util.tree_leaves(full, is_leaf=lambda x: x is UNMAPPED)
 
 
-def _named_axes(
-    param_names: tuple[str, ...] | None, in_axes: dict, nargs: int
-) -> tuple:
+def named_axes(param_names: tuple[str, ...] | None, in_axes: dict, nargs: int) -> tuple:
     params = list(param_names or ())[:nargs]
     unknown = sorted(set(in_axes) - set(params))
     if unknown:
@@ -104,7 +102,7 @@ def _named_axes(
     return tuple(in_axes.get(name, if_array(0)) for name in params)
 
 
-def _param_names(fun: Callable, in_axes: Any) -> tuple[str, ...] | None:
+def parameter_names(fun: Callable, in_axes: Any) -> tuple[str, ...] | None:
     if not isinstance(in_axes, dict):
         return None
     try:
@@ -131,9 +129,9 @@ class _Vmapped(Wrapped):
                 f"only; got keyword arguments {sorted(kwargs)}. Pass them by position "
                 "(use `in_axes=dict(name=axis)` to choose axes by argument name)."
             )
-        axes = _resolve(self._in_axes_for(args), args, "in_axes", "args")
+        axes = resolve_axes(self._in_axes_for(args), args, "in_axes", "args")
         leaves, treedef = jax.tree_util.tree_flatten(args)
-        mapped = [i for i, a in enumerate(axes) if a is not _UNMAPPED]
+        mapped = [i for i, a in enumerate(axes) if a is not UNMAPPED]
         if not mapped and self.axis_size is None:
             raise ValueError(
                 "`filter_vmap`: no argument is vectorised (every `in_axes` leaf "
@@ -146,18 +144,16 @@ class _Vmapped(Wrapped):
             for i, x in zip(mapped, mapped_leaves):
                 new_leaves[i] = x
             out = self.fun(*jax.tree_util.tree_unflatten(treedef, new_leaves))
-            out_axes = _resolve(self.out_axes, out, "out_axes", "the output")
+            out_axes = resolve_axes(self.out_axes, out, "out_axes", "the output")
             out_leaves, out_def = jax.tree_util.tree_flatten(out)
             box.put((out_def, out_axes, out_leaves))
             batched = [
                 jnp.asarray(x) if _is_number(x) else x
                 for x, a in zip(out_leaves, out_axes)
-                if a is not _UNMAPPED
+                if a is not UNMAPPED
             ]
             unbatched = [
-                x
-                for x, a in zip(out_leaves, out_axes)
-                if a is _UNMAPPED and is_array(x)
+                x for x, a in zip(out_leaves, out_axes) if a is UNMAPPED and is_array(x)
             ]
             return batched, unbatched
 
@@ -173,7 +169,7 @@ class _Vmapped(Wrapped):
         batched, unbatched = iter(batched), iter(unbatched)
         out_leaves = []
         for a, traced in zip(out_axes, traced_leaves):
-            if a is not _UNMAPPED:
+            if a is not UNMAPPED:
                 x = next(batched)
                 out_leaves.append(x if a == 0 else jnp.moveaxis(x, 0, a))
             elif is_array(traced):
@@ -185,7 +181,7 @@ class _Vmapped(Wrapped):
     def _in_axes_for(self, args: tuple) -> Any:
         in_axes = self.in_axes
         if isinstance(in_axes, dict):
-            return _named_axes(self.param_names, in_axes, len(args))
+            return named_axes(self.param_names, in_axes, len(args))
         if isinstance(in_axes, list):
             return tuple(in_axes)
         return in_axes
@@ -241,6 +237,21 @@ def filter_vmap(
     >>> boxwood.filter_vmap(lambda m, x: m(x), in_axes=(0, None))(ensemble, 2.0)
     Array([0., 2., 4.], dtype=float32)
     """
+    options = _hashable_options(vmapkwargs)
+    if fun is None:
+        return functools.partial(
+            filter_vmap, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name,
+            axis_size=axis_size, **vmapkwargs,
+        )  # fmt: skip
+    return _Vmapped(
+        as_pytree_function(fun), in_axes, out_axes, axis_name, axis_size,
+        parameter_names(fun, in_axes), options,
+    )  # fmt: skip
+
+
+def _hashable_options(vmapkwargs: dict) -> tuple:
+    """The options for `jax.vmap` as sorted `(name, value)` pairs, checked to be
+    hashable (they sit in a static field)."""
     try:
         options = tuple(sorted(vmapkwargs.items()))
         hash(options)
@@ -249,21 +260,4 @@ def filter_vmap(
             "`filter_vmap`: the options passed on to `jax.vmap` must be hashable; "
             f"got {vmapkwargs!r}."
         ) from None
-    if fun is None:
-        return functools.partial(
-            filter_vmap,
-            in_axes=in_axes,
-            out_axes=out_axes,
-            axis_name=axis_name,
-            axis_size=axis_size,
-            **vmapkwargs,
-        )
-    return _Vmapped(
-        as_pytree_function(fun),
-        in_axes,
-        out_axes,
-        axis_name,
-        axis_size,
-        _param_names(fun, in_axes),
-        options,
-    )
+    return options

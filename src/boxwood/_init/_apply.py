@@ -95,6 +95,22 @@ def init(
     >>> float(abs(mlp.layers[0].bias).sum())
     0.0
     """
+    initializer = _checked_initializer(where, filter, initializer)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(model)
+    leaves = [leaf for _, leaf in flat]
+    chosen = _selected_arrays(where, filter, treedef, leaves)
+    keys = split_keys(key, len(chosen))
+    compiled: dict = {}  # (shape, dtype) -> jitted initialiser, for this call
+    for i, k in zip(chosen, keys):
+        leaves[i] = _init_leaf(initializer, k, model, flat[i][0], leaves[i], compiled)
+    return treedef.unflatten(leaves)
+
+
+def _checked_initializer(
+    where: Callable | None, filter: Callable | None, initializer: Any
+) -> Initializer:
+    """`initializer`, once exactly one of `where` and `filter` is given and it is a
+    function."""
     if (where is None) == (filter is None) or not callable(initializer):
         raise TypeError(
             _MSG_SELECT
@@ -102,9 +118,14 @@ def init(
             else "nn.init: `initializer` must be a function `(key, shape, dtype) -> "
             f"array`, got {type(initializer).__name__}."
         )
-    flat, treedef = jax.tree_util.tree_flatten_with_path(model)
-    paths = [dotted_path(p) for p, _ in flat]
-    leaves = [leaf for _, leaf in flat]
+    return initializer
+
+
+def _selected_arrays(
+    where: Callable | None, filter: Callable | None, treedef: Any, leaves: list
+) -> list[int]:
+    """The indices of the arrays among `leaves` that `where` (or `filter`) selects;
+    raises if there are none."""
     if where is not None:
         chosen = _selected_by_where(where, treedef, len(leaves))
     else:
@@ -118,16 +139,19 @@ def init(
             "Check it returns arrays such as `m.layers[0].weight` (static fields "
             "and `None` are not arrays)."
         )
-    keys = split_keys(key, len(chosen))
-    compiled: dict = {}  # (shape, dtype) -> jitted initialiser, for this call
-    for i, k in zip(chosen, keys):
-        layout, ndim = layout_at(model, flat[i][0])
-        leaf = leaves[i]
-        if ndim is not None and leaf.ndim > ndim:  # stacked layers (`nn.Stacked`)
-            leaves[i] = _apply_stacked(initializer, k, leaf, paths[i], layout, ndim)
-        else:
-            leaves[i] = _apply_one(initializer, k, leaf, paths[i], layout, compiled)
-    return treedef.unflatten(leaves)
+    return chosen
+
+
+def _init_leaf(
+    fn: Initializer, key: Any, model: Any, path: tuple, leaf: Any, compiled: dict
+) -> Any:
+    """The new value of the array `leaf` at `path` in `model`, drawn as its layer
+    lays it out (slice by slice for stacked layers)."""
+    layout, ndim = layout_at(model, path)
+    name = dotted_path(path)
+    if ndim is not None and leaf.ndim > ndim:  # stacked layers (`nn.Stacked`)
+        return _apply_stacked(fn, key, leaf, name, layout, ndim)
+    return _apply_one(fn, key, leaf, name, layout, compiled)
 
 
 def _draw(fn: Initializer, key: Any, shape: tuple, dtype: Any, compiled: dict) -> Any:

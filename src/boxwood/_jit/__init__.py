@@ -1,5 +1,5 @@
 """`filter_jit` and its parts: see README.md in this folder for how a call flows."""
 
-from ._filter_jit import CacheInfo as CacheInfo
 from ._filter_jit import filter_jit as filter_jit
+from ._wrapper import CacheInfo as CacheInfo
 from .capture import CapturedValueWarning as CapturedValueWarning

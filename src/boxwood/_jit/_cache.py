@@ -19,7 +19,7 @@ from .._module._static_key import needs_strict, strict
 from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
 from ._flat_cache import STORES
-from ._flat_cache import merge_leaves as _merge
+from ._flat_cache import merge_leaves as merge
 from ._options import JitOptions
 from ._rebuild import compile_builder
 from .capture import Traced
@@ -35,7 +35,7 @@ def _picker(indices: tuple[int, ...]) -> Callable[[list], tuple]:
     return operator.itemgetter(*indices)
 
 
-class _Out:
+class Out:
     """The output structure recorded when tracing, and its compiled builder."""
 
     __slots__ = ("key", "build")
@@ -48,19 +48,19 @@ class _Out:
         )
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Out) and self.key == other.key
+        return isinstance(other, Out) and self.key == other.key
 
     # compared by value but never a dict key; the stubs type `__hash__` as a method
     __hash__ = None  # pyright: ignore[reportAssignmentType]
 
 
-def _signature(leaves) -> tuple:
+def signature(leaves) -> tuple:
     return tuple(
         (x.shape, x.dtype, bool(getattr(x, "weak_type", False))) for x in leaves
     )
 
 
-class _Entry:
+class Entry:
     """One inner `jax.jit` for one (structure, leaf types, static values)."""
 
     __slots__ = (
@@ -71,11 +71,11 @@ class _Entry:
         self.cold = True  # no call has completed yet
         self.fast_build = None  # output builder, unless it depends on input shapes
         self.jitted: Any = None
-        self.out: _Out | None = None
-        self.outs: dict[tuple, _Out] = {}
+        self.out: Out | None = None
+        self.outs: dict[tuple, Out] = {}
         self.shape_sensitive = False
 
-    def record(self, sig: tuple, out: _Out) -> None:
+    def record(self, sig: tuple, out: Out) -> None:
         self.outs[sig] = out
         if self.out is None:
             self.out = out
@@ -87,8 +87,8 @@ class _Entry:
 
     def output(self, fun_dyn: list, dyn: list, result: list) -> Any:
         if self.shape_sensitive:
-            return self.outs[_signature([*fun_dyn, *dyn])].build(result)
-        return cast(_Out, self.out).build(result)
+            return self.outs[signature([*fun_dyn, *dyn])].build(result)
+        return cast(Out, self.out).build(result)
 
 
 def _same(statics: tuple) -> tuple:
@@ -99,7 +99,7 @@ def _strict_key(statics: tuple) -> tuple:
     return (statics, tuple(map(strict, statics)))
 
 
-class _Plan:
+class Plan:
     """How to split the leaves of one treedef (with given leaf types)."""
 
     __slots__ = (
@@ -131,13 +131,13 @@ class _Plan:
         args_def = treedef.children()[0] if kw else treedef
         first = sum(c.num_leaves for c in args_def.children()[:first_args])
         self.n_first = sum(dyn_mask[:first])
-        self.entries: dict[tuple, _Entry] = {}
-        self.only: _Entry | None = None
+        self.entries: dict[tuple, Entry] = {}
+        self.only: Entry | None = None
         # whether calls with this plan can take the fast path (None: not known yet)
         self.fast: bool | None = None
 
 
-class _Store:
+class Store:
     """Compiled code for one function, shared by wrappers of the same function (for
     example the bound methods of two modules with the same structure)."""
 
@@ -153,14 +153,14 @@ class _Store:
         self.fun_dyn_idx = fun_dyn_idx
         self.fun_static_idx = fun_static_idx
         self.fun_statics = fun_statics
-        self.plans: dict[Any, _Plan] = {}  # calls without keyword arguments
-        self.kw_plans: dict[Any, _Plan] = {}
+        self.plans: dict[Any, Plan] = {}  # calls without keyword arguments
+        self.kw_plans: dict[Any, Plan] = {}
         # `_flat_cache.walk` keys -> (plan, entry): calls that skip flattening
-        self.fast_plans: dict[tuple, tuple[_Plan, _Entry]] = {}
+        self.fast_plans: dict[tuple, tuple[Plan, Entry]] = {}
         STORES.add(self)  # (cleared when a flat form is dropped)
-        self.plan_variants: dict[tuple, _Plan] = {}
+        self.plan_variants: dict[tuple, Plan] = {}
         # `lock`: plans, entries, and a cold entry's first call (held across that
-        # call into JAX). `trace_lock`: what a trace records (`_on_trace`), and
+        # call into JAX). `trace_lock`: what a trace records (`on_trace`), and
         # nothing else. A trace must never need `lock`: JAX makes a thread that
         # calls a signature another thread is tracing wait for that trace, and the
         # waiting thread may hold `lock` (`_call_locked`); so that trace, needing
@@ -176,7 +176,7 @@ class _Store:
         self.records: list[dict] = []
 
     def function(self, fun_dyn: list) -> Callable:
-        leaves = _merge(
+        leaves = merge(
             self.fun_def.num_leaves, self.fun_dyn_idx, fun_dyn,
             self.fun_static_idx, self.fun_statics,
         )  # fmt: skip
@@ -258,7 +258,7 @@ def _note_wrap(fun: Callable) -> None:
         )
 
 
-def _store_for(fun: Callable, options: JitOptions) -> tuple[_Store, list]:
+def store_for(fun: Callable, options: JitOptions) -> tuple[Store, list]:
     """The store of compiled code for `fun` with `options` (shared with every other
     wrapper of the same function structure and options), and `fun`'s own arrays."""
     leaves, fun_def = _flatten(fun)
@@ -269,7 +269,7 @@ def _store_for(fun: Callable, options: JitOptions) -> tuple[_Store, list]:
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:
-            store = _Store(fun_def, dyn_idx, static_idx, statics)
+            store = Store(fun_def, dyn_idx, static_idx, statics)
             _STORES[key] = store
             created = True
         else:

@@ -1,6 +1,6 @@
 """The inner function's calling convention: how `filter_jit` calls the `jax.jit` it
 builds for each entry. This file is its one definition; the C fast path is handed
-the parts (`fun_dyn`, `split_first`) by `_filter_jit.py` and follows them.
+the parts (`fun_dyn`, `split_first`) by `_wrapper.py` and follows them.
 
 - `PLAIN`: `inner(dyn)`, the arguments' arrays in flatten order.
 - `WITH_FUN`: `inner(fun_dyn, dyn)`: first the function's own arrays (the module of

@@ -19,7 +19,7 @@ from ._explain import describe_call, explain
 from .capture import captured_path, describe_captures
 
 if TYPE_CHECKING:
-    from ._cache import _Plan, _Store
+    from ._cache import Plan, Store
     from ._options import JitOptions
 
 
@@ -37,8 +37,8 @@ _DONATION_MESSAGE = "Some donated buffers were not usable"
 _MAX_EXPLAIN_RECORDS = 32
 
 
-def _unhashable_error(
-    args: tuple, kwargs: dict, plan: _Plan, hidden: list[str] | None = None
+def unhashable_error(
+    args: tuple, kwargs: dict, plan: Plan, hidden: list[str] | None = None
 ) -> TypeError:
     keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
     for i in plan.static_idx:
@@ -69,7 +69,7 @@ _TRACER_ERRORS = (
 def rename_arguments(
     error: BaseException,
     conv: str,
-    plan: _Plan,
+    plan: Plan,
     args: tuple,
     kwargs: dict,
     fun: Any,
@@ -120,8 +120,8 @@ def _user_path(keys: tuple, hidden: list[str] | None = None) -> str:
     return head + jax.tree_util.keystr((second, *rest))
 
 
-def _warn_undonated(
-    wrapper: DonatingWrapper, args: tuple, kwargs: dict, plan: _Plan
+def warn_undonated(
+    wrapper: DonatingWrapper, args: tuple, kwargs: dict, plan: Plan
 ) -> None:
     """After a call that compiled: name the donated inputs XLA could not reuse."""
     keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
@@ -173,15 +173,15 @@ def restore_warnings() -> None:
         warnings._filters_mutated()  # pyright: ignore[reportAttributeAccessIssue]
 
 
-def _on_trace(
+def on_trace(
     options: JitOptions,
     name: str,
-    store: _Store,
+    store: Store,
     args: tuple,
     kwargs: dict,
     hidden: list[str] | None = None,
 ) -> None:
-    with store.trace_lock:  # never `store.lock` in a trace: see `_Store`
+    with store.trace_lock:  # never `store.lock` in a trace: see `Store`
         store.traces += 1
         store.size += 1
         store.pending.n = getattr(store.pending, "n", 0) + 1

@@ -32,7 +32,13 @@ a `jax.Array`) or an unhashable one means no record.
 `walk` turns call arguments into a key (tokens of modules with records, markers for
 tuples, lists, dicts and `None`, static scalars by value) and the list of dynamic leaves,
 in the order `jax.tree_util.tree_flatten` would give them. `filter_jit` checks that
-order against a real flatten before it trusts a key (see `_JitWrapper._note_fast`).
+order against a real flatten before it trusts a key (see `JitWrapper._note_fast`).
+`call_key` is the key of a whole call (the Python definition the C walk follows).
+
+`walk`'s tuple and dict branches each inline arrays and flat-form modules with the
+same loop, written twice on purpose: one shared loop over
+`map(obj.__getitem__, order)` measured +0.02-0.04x of `jax.jit` for pure-Python
+dispatch at 4 leaves, +0.05-0.1x with keywords.
 """
 
 from __future__ import annotations
@@ -170,7 +176,7 @@ def is_module_class(typ: Any) -> bool:
     )
 
 
-# Every `_Store` (`_cache.py`), held weakly: their fast-path tables are cleared
+# Every `Store` (`_cache.py`), held weakly: their fast-path tables are cleared
 # when a flat form they may rest on is dropped.
 STORES: weakref.WeakSet = weakref.WeakSet()
 # Whether a flat form was ever dropped (see `invalidate`): from then on, the slow
@@ -244,11 +250,11 @@ def _module_statics(obj: Module, record: tuple, statics: list) -> None:
 
 # NamedTuple classes (and other tuple subclasses): True where jax flattens an
 # instance natively into its elements in order, so that `walk` may walk it.
-_WALKABLE: dict[type, bool] = {tuple: True, list: True}
+WALKABLE: dict[type, bool] = {tuple: True, list: True}
 
 
 def _walkable(typ: type) -> bool:
-    ok = _WALKABLE.get(typ)
+    ok = WALKABLE.get(typ)
     if ok is None:
         ok = False
         if issubclass(typ, tuple) and hasattr(typ, "_fields"):
@@ -261,25 +267,18 @@ def _walkable(typ: type) -> bool:
                 )
             except Exception:  # a custom registration that rejects the probe
                 ok = False
-        _WALKABLE[typ] = ok
+        WALKABLE[typ] = ok
     return ok
 
 
 def walk(obj: Any, key: list, dyn: list) -> bool:
-    """Append `obj`'s part of a key to `key` and its dynamic leaves to `dyn`.
-
-    **Returns** `False` (leaving `key` and `dyn` partly filled) when `obj` holds
-    something only a real flatten can handle: a module without a flat form, a dict
-    whose keys don't sort, a custom pytree node, an array that is neither a
-    `jax.Array` nor a typed PRNG key (NumPy, a tracer).
-    """
+    """Append `obj`'s part of a key to `key` and its dynamic leaves to `dyn`;
+    `False` (leaving both partly filled) where only a real flatten will do: a module
+    without a flat form, a dict whose keys don't sort, a custom pytree node, an
+    array that is neither a `jax.Array` nor a typed PRNG key (NumPy, a tracer)."""
     typ = type(obj)
-    if typ is ARRAY_TYPE:
-        key.append(ARRAY_TOKEN)
-        dyn.append(obj)
-        return True
-    if typ is KEY_ARRAY_TYPE:
-        key.append(KEY_TOKEN)
+    if typ is ARRAY_TYPE or typ is KEY_ARRAY_TYPE:
+        key.append(ARRAY_TOKEN if typ is ARRAY_TYPE else KEY_TOKEN)
         dyn.append(obj)
         return True
     if typ in MODULE_TYPES:
@@ -289,7 +288,7 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
         key.append(record[0])
         dyn += record[1]
         return True
-    if _WALKABLE.get(typ) or (isinstance(obj, tuple) and _walkable(typ)):
+    if WALKABLE.get(typ) or (isinstance(obj, tuple) and _walkable(typ)):
         key.append(typ)
         key.append(len(obj))
         for child in obj:  # arrays and modules inline: most children are those
@@ -313,9 +312,6 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
             key.append(copysign(1.0, cast(float, obj)))
         return True
     if typ is dict:  # keyword arguments too: values inline, as for tuples
-        # (the same loop as the tuple branch's, written twice on purpose: one
-        # shared loop over `map(obj.__getitem__, order)` measured +0.02-0.04x of
-        # `jax.jit` for pure-Python dispatch at 4 leaves, +0.05-0.1x with keywords)
         order = _dict_order(cast(dict, obj))
         if order is None:
             return False

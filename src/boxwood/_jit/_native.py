@@ -4,7 +4,7 @@
 `install_call` rebuilds modules on JAX's unflatten path. All are `None` where the
 extension was not built (no C compiler at install time) or when
 `BOXWOOD_PURE_PYTHON=1` is set. Every user of them has a Python path that does
-the same work with the same data (`_filter_jit.py`, `_rebuild.py`,
+the same work with the same data (`_wrapper.py`, `_rebuild.py`,
 `_module/_construct.py`); `FastCall` and `Builder` are read when a wrapper or
 builder is created, and `use_rebuild_slot` switches the rebuild, so tests can
 switch paths.

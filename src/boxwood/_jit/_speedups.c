@@ -3,8 +3,9 @@
  * and `install_call` (the rebuild of modules on JAX's unflatten path).
  *
  * `FastCall` is the callable that `filter_jit` returns when this extension is
- * built. It does what the fast path at the top of `_filter_jit.py`'s `call` does, with
- * the same key format and the same table (`_Store.fast_plans`):
+ * built. It does what the fast path of `_wrapper.py`'s `call` does, with the same
+ * key (`_flat_cache.call_key` is its Python definition; tests/test_walk_agreement.py
+ * checks the two agree) and the same table (`Store.fast_plans`):
  *
  *   1. walk the positional arguments (as one tuple, as the Python path does), then
  *      the keyword arguments (as a dict: sorted names, then the values): arrays,
@@ -44,7 +45,7 @@ typedef struct {
     PyObject *weaklist;
     PyObject *fallback;    /* the Python call: every path not taken here */
     PyObject *plans;       /* dict: walk key -> (plan, entry) */
-    PyObject *store;       /* `_Store`: `traces`, `tracing` */
+    PyObject *store;       /* `Store`: `traces`, `tracing` */
     PyObject *walk;        /* `_flat_cache.walk(obj, key, dyn) -> bool` */
     PyObject *after_trace; /* `after_trace(n, args, kwargs, plan)` */
     PyObject *on_error;    /* `on_error(exc)`: called when the compiled call raised */
@@ -54,13 +55,13 @@ typedef struct {
     PyObject *key_token;
     PyObject *none_token;
     PyObject *module_types; /* set of module classes */
-    PyObject *walkable;     /* dict: type -> bool (`_flat_cache._WALKABLE`) */
+    PyObject *walkable;     /* dict: type -> bool (`_flat_cache.WALKABLE`) */
     PyObject *fun_dyn;      /* the function's own arrays, or None: call `jitted(dyn)` */
     PyObject *first_name;   /* donate="...-except-first": the first parameter's name, or None */
     PyObject *flat_key;     /* the instance-dict key of a module's flat form */
     PyObject *name;         /* the wrapped function's qualified name (its repr) */
     /* how to read the Python objects this path uses: member descriptors (slots)
-       and a function, handed over by `_filter_jit.py` (C names no attribute) */
+       and a function, handed over by `_wrapper.py` (C names no attribute) */
     PyObject *entry_cold, *entry_jitted, *entry_fast_build, *entry_output;
     PyObject *plan_n_first, *store_traces, *store_tracing;
     /* captured values (`capture/`), or `watch` None: the watched names' sources
@@ -1053,7 +1054,7 @@ static PyMethodDef speedups_methods[] = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "boxwood._jit._speedups",
-    .m_doc = "The warm-call path of `filter_jit`, in C (see `_filter_jit.py`).",
+    .m_doc = "The warm-call path of `filter_jit`, in C (see `_wrapper.py`).",
     .m_size = -1,
     .m_methods = speedups_methods,
 };

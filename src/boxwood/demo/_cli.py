@@ -81,17 +81,17 @@ def _data(text: str) -> str:
     )
 
 
+_DESCRIPTION = (
+    "Train an encoder, a classifier head and a reconstruction decoder, each with its "
+    "own optimizer, in one compiled step, on the bundled UCI handwritten digits (or "
+    "MNIST IDX files). No download."
+)
+
+
 def parser() -> argparse.ArgumentParser:
     """The `boxwood-demo` argument parser."""
     d = Options()
-    p = _Parser(
-        prog="boxwood-demo",
-        description=(
-            "Train an encoder, a classifier head and a reconstruction decoder, each "
-            "with its own optimizer, in one compiled step, on the bundled UCI "
-            "handwritten digits (or MNIST IDX files). No download."
-        ),
-    )
+    p = _Parser(prog="boxwood-demo", description=_DESCRIPTION)
     p.add_argument(
         "--epochs",
         type=_positive_int,

@@ -106,6 +106,14 @@ def run(opts: Options) -> None:
         from ._plot import plot_curves
 
         print(f"curves written to {plot_curves(history, opts.out / 'curves.png')}")
+    _reload_and_report(checkpoint, states, evaluate, train_set, test_set, test_acc)
+
+
+def _reload_and_report(
+    checkpoint, states, evaluate, train_set, test_set, test_acc: float
+) -> None:
+    """Load the checkpoint back and report its test accuracy against `test_acc`."""
+    from ._train import accuracy
 
     # Reload into the structure of freshly built modules; `filter_eval_shape` builds
     # that structure without allocating or initialising any array.

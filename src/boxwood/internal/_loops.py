@@ -134,6 +134,23 @@ def while_loop(
     if kind not in _KINDS:
         raise ValueError(f"`kind` must be one of {', '.join(_KINDS)}; got {kind!r}.")
     _check_max_steps(max_steps, kind)
+    return _while_loop(
+        cond_fun, body_fun, init_val, buffers, kind, max_steps, checkpoints, base
+    )
+
+
+def _while_loop(
+    cond_fun: Callable,
+    body_fun: Callable,
+    init_val: Any,
+    buffers: Callable | None,
+    kind: str,
+    max_steps: int | None,
+    checkpoints: int | None,
+    base: int,
+) -> Any:
+    """`while_loop`, once `kind` and `max_steps` are checked (`checkpoints` and
+    `base` are checked by the kinds that use them)."""
     arrays, rebuild = _split_carry(_as_arrays(init_val))
     tag = object()  # marks this loop's buffers
 
@@ -155,17 +172,24 @@ def while_loop(
         assert max_steps is not None  # `_check_max_steps` requires it
         out = _bounded_loop(cond, body, arrays, max_steps, base)
     else:
-        if checkpoints is None:
-            checkpoints = 64 if max_steps is None else math.isqrt(max_steps - 1) + 1
-        if isinstance(checkpoints, bool) or not isinstance(checkpoints, int):
-            raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
-        if checkpoints < 1:
-            raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
-        if max_steps is not None:  # more slots than steps would never be used
-            checkpoints = min(checkpoints, max(max_steps, 1))
+        checkpoints = _checkpoint_count(checkpoints, max_steps)
         is_buffer = _buffer_leaves(arrays, rebuild, buffers)
         out = checkpointed_while(cond, body, arrays, max_steps, checkpoints, is_buffer)
     return rebuild(_keep_weak_types(arrays, out))
+
+
+def _checkpoint_count(checkpoints: Any, max_steps: int | None) -> int:
+    """How many states the `"checkpointed"` kind keeps: `checkpoints` (checked) or
+    its default, at most one per step."""
+    if checkpoints is None:
+        checkpoints = 64 if max_steps is None else math.isqrt(max_steps - 1) + 1
+    if isinstance(checkpoints, bool) or not isinstance(checkpoints, int):
+        raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
+    if checkpoints < 1:
+        raise ValueError(f"`checkpoints` must be an int >= 1; got {checkpoints!r}.")
+    if max_steps is not None:  # more slots than steps would never be used
+        checkpoints = min(checkpoints, max(max_steps, 1))
+    return checkpoints
 
 
 def _lax_loop(cond: Callable, body: Callable, arrays: Any, max_steps: Any) -> Any:

@@ -14,6 +14,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._checkpoint._assemble import assemble
+from .._checkpoint._atomic import atomic_write
 from .._checkpoint._format import write_arrays
 from .._checkpoint._leaves import stored_leaves
 from .._checkpoint._state_dict import state_dict
@@ -123,7 +124,8 @@ class Pretrained(Module):
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Write the model as `transformers`' `save_pretrained` does: `config.json`
         and `model.safetensors` in the directory `path` (created if needed), so
-        that `transformers`' `from_pretrained(path)` loads it.
+        that `transformers`' `from_pretrained(path)` loads it. Each file is
+        replaced crash-safely (written aside, then renamed over the old one).
 
         **Arguments:** `path`: the directory.
         """
@@ -136,10 +138,15 @@ class Pretrained(Module):
         # every subclass declares its `config` field
         options = cast(Any, self).config.to_dict()
         options["dtype"] = str(np.dtype(arrays[0][1].dtype))
-        with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(options, f, indent=2, sort_keys=True)
-        with open(os.path.join(directory, "model.safetensors"), "wb") as f:
-            write_arrays(f, arrays, {"format": "pt"})
+        # each file crash-safely: a save that fails or is killed part way leaves
+        # the directory's previous files whole (the weights are written first, so
+        # a new config never describes old weights)
+        atomic_write(
+            os.path.join(directory, "model.safetensors"),
+            lambda f: write_arrays(f, arrays, {"format": "pt"}),
+        )
+        text = json.dumps(options, indent=2, sort_keys=True).encode()
+        atomic_write(os.path.join(directory, "config.json"), lambda f: f.write(text))
 
 
 def _with_shardings(abstract: Any, shardings: Any) -> Any:

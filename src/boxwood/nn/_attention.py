@@ -110,6 +110,46 @@ ProcessHeads = Callable[
 ]
 
 
+def _head_sizes(
+    num_heads: int, query_size: int, qk_size: int | None, vo_size: int | None
+) -> tuple[int, int]:
+    """`(qk_size, vo_size)`, defaulted to `query_size // num_heads`, after checking
+    `num_heads` and them."""
+    if not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(
+            f"MultiheadAttention: `num_heads` must be a positive int, got {num_heads!r}."
+        )
+    qk_size = query_size // num_heads if qk_size is None else qk_size
+    vo_size = query_size // num_heads if vo_size is None else vo_size
+    if qk_size < 1 or vo_size < 1:
+        raise ValueError(
+            f"MultiheadAttention: `qk_size` and `vo_size` must be positive, got "
+            f"{qk_size} and {vo_size} (`query_size // num_heads` by default)."
+        )
+    return qk_size, vo_size
+
+
+def _projections(
+    attn: MultiheadAttention,
+    dtype: Any,
+    weight_init: Initializer | None,
+    bias_init: Initializer | None,
+    key: PRNGKeyArray,
+) -> tuple[Linear, Linear, Linear, Linear]:
+    """The query, key, value and output projections of `attn`, whose size and bias
+    fields are already set."""
+    qkey, kkey, vkey, okey = split_keys(key, 4)
+    inits = dict(weight_init=weight_init, bias_init=bias_init)
+    lin = lambda i, o, b, k: Linear(i, o, use_bias=b, dtype=dtype, **inits, key=k)
+    h, qk, vo = attn.num_heads, attn.qk_size, attn.vo_size
+    return (
+        lin(attn.query_size, h * qk, attn.use_query_bias, qkey),
+        lin(attn.key_size, h * qk, attn.use_key_bias, kkey),
+        lin(attn.value_size, h * vo, attn.use_value_bias, vkey),
+        lin(h * vo, attn.output_size, attn.use_output_bias, okey),
+    )
+
+
 class MultiheadAttention(Module):
     r"""Multi-head scaled dot-product attention.
 
@@ -192,39 +232,21 @@ class MultiheadAttention(Module):
           [`boxwood.nn.Linear`][]). (Keyword only.)
         - `key`: a `jax.random` key for the initialisation. (Keyword only.)
         """
-        if not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(
-                f"MultiheadAttention: `num_heads` must be a positive int, got {num_heads!r}."
-            )
-        key_size = query_size if key_size is None else key_size
-        value_size = query_size if value_size is None else value_size
-        output_size = query_size if output_size is None else output_size
-        qk_size = query_size // num_heads if qk_size is None else qk_size
-        vo_size = query_size // num_heads if vo_size is None else vo_size
-        if qk_size < 1 or vo_size < 1:
-            raise ValueError(
-                f"MultiheadAttention: `qk_size` and `vo_size` must be positive, got "
-                f"{qk_size} and {vo_size} (`query_size // num_heads` by default)."
-            )
-        qkey, kkey, vkey, okey = split_keys(key, 4)
-        inits = dict(weight_init=weight_init, bias_init=bias_init)
-        lin = lambda i, o, b, k: Linear(i, o, use_bias=b, dtype=dtype, **inits, key=k)
-        self.query_proj = lin(query_size, num_heads * qk_size, use_query_bias, qkey)
-        self.key_proj = lin(key_size, num_heads * qk_size, use_key_bias, kkey)
-        self.value_proj = lin(value_size, num_heads * vo_size, use_value_bias, vkey)
-        self.output_proj = lin(num_heads * vo_size, output_size, use_output_bias, okey)
-        self.dropout = Dropout(dropout_p, inference=inference)
+        qk_size, vo_size = _head_sizes(num_heads, query_size, qk_size, vo_size)
         self.num_heads = num_heads
         self.query_size = query_size
-        self.key_size = key_size
-        self.value_size = value_size
-        self.output_size = output_size
+        self.key_size = query_size if key_size is None else key_size
+        self.value_size = query_size if value_size is None else value_size
+        self.output_size = query_size if output_size is None else output_size
         self.qk_size = qk_size
         self.vo_size = vo_size
         self.use_query_bias = bool(use_query_bias)
         self.use_key_bias = bool(use_key_bias)
         self.use_value_bias = bool(use_value_bias)
         self.use_output_bias = bool(use_output_bias)
+        projections = _projections(self, dtype, weight_init, bias_init, key)
+        self.query_proj, self.key_proj, self.value_proj, self.output_proj = projections
+        self.dropout = Dropout(dropout_p, inference=inference)
 
     def __call__(
         self,

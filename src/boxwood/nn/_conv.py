@@ -57,19 +57,8 @@ class _ConvBase(Module):
     # how an initialiser sees each parameter (boxwood._init._layout)
     _init_layouts = {"weight": "conv", "bias": "channel_bias"}
 
-    def _set_config(
-        self,
-        n,
-        in_channels,
-        out_channels,
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        groups,
-        use_bias,
-        padding_mode,
-    ):
+    def _set_channels(self, n, in_channels, out_channels, groups):
+        """The channel fields, checked (`groups` must divide both channel counts)."""
         self.num_spatial_dims = check_positive_int(n, "num_spatial_dims")
         self.in_channels = check_positive_int(in_channels, "in_channels")
         self.out_channels = check_positive_int(out_channels, "out_channels")
@@ -83,13 +72,15 @@ class _ConvBase(Module):
                     f"`groups` must divide `{arg}`, got {arg}={channels} and "
                     f"groups={groups}."
                 )
+
+    def _set_window(self, kernel_size, stride, padding, dilation, padding_mode):
+        """The sliding window's fields (after `_set_channels`)."""
         n = self.num_spatial_dims
         self.kernel_size = as_tuple(kernel_size, n, "kernel_size")
         self.stride = as_tuple(stride, n, "stride")
         self.dilation = as_tuple(dilation, n, "dilation")
         self.padding = parse_padding(padding, n)
         self.padding_mode = parse_padding_mode(padding_mode)
-        self.use_bias = bool(use_bias)
 
     def _init_params(
         self,
@@ -191,18 +182,9 @@ class Conv(_ConvBase):
         By default weight and bias are drawn from `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`
         with `fan_in = in_channels // groups * prod(kernel_size)`, PyTorch's default.
         """
-        self._set_config(
-            num_spatial_dims,
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding,
-            dilation,
-            groups,
-            use_bias,
-            padding_mode,
-        )
+        self._set_channels(num_spatial_dims, in_channels, out_channels, groups)
+        self._set_window(kernel_size, stride, padding, dilation, padding_mode)
+        self.use_bias = bool(use_bias)
         self._init_params(
             key, dtype, self.in_channels // self.groups, weight_init, bias_init
         )

@@ -83,18 +83,9 @@ class ConvTranspose(_ConvBase):
         `out_channels // groups` for transposed convolutions; Equinox uses
         `in_channels // groups` instead).
         """
-        self._set_config(
-            num_spatial_dims,
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding,
-            dilation,
-            groups,
-            use_bias,
-            padding_mode,
-        )
+        self._set_channels(num_spatial_dims, in_channels, out_channels, groups)
+        self._set_window(kernel_size, stride, padding, dilation, padding_mode)
+        self.use_bias = bool(use_bias)
         n = self.num_spatial_dims
         self.output_padding = as_tuple(output_padding, n, "output_padding", minimum=0)
         if any(a >= s for a, s in zip(self.output_padding, self.stride)):

@@ -94,31 +94,6 @@ class MLP(Module):
         activation = store_callable(activation, "MLP: `activation`")
         final_activation = store_callable(final_activation, "MLP: `final_activation`")
         dtype = resolve_dtype(dtype, "MLP")
-        # A vmapped (scan) build needs the keys as one array; otherwise split on the
-        # host, with no compile per `depth` (the same keys either way).
-        keys = jr.split(key, depth + 1) if scan else split_keys(key, depth + 1)
-        if depth == 0:
-            layers = [Linear(in_size, out_size, use_final_bias, dtype, key=keys[0])]
-        else:
-
-            def hidden(k: PRNGKeyArray) -> Linear:
-                return Linear(width_size, width_size, use_bias, dtype, key=k)
-
-            layers = [Linear(in_size, width_size, use_bias, dtype, key=keys[0])]
-            if scan:
-                layers.append(jax.vmap(hidden)(cast(Array, keys)[1:depth]))
-            else:
-                layers.extend(hidden(k) for k in keys[1:depth])
-            layers.append(
-                Linear(width_size, out_size, use_final_bias, dtype, key=keys[-1])
-            )
-        self.layers = tuple(layers)
-        self.activation = copy_per_neuron(activation, (depth, width_size))
-        self.final_activation = (
-            final_activation
-            if out_size == "scalar"
-            else copy_per_neuron(final_activation, (out_size,))
-        )
         self.use_bias = bool(use_bias)
         self.use_final_bias = bool(use_final_bias)
         self.in_size = in_size
@@ -126,6 +101,13 @@ class MLP(Module):
         self.width_size = width_size
         self.depth = depth
         self.scan = bool(scan)
+        self.layers = _layers(self, dtype, key)
+        self.activation = copy_per_neuron(activation, (depth, width_size))
+        self.final_activation = (
+            final_activation
+            if out_size == "scalar"
+            else copy_per_neuron(final_activation, (out_size,))
+        )
 
     def __call__(
         self, x: Float[Array, " in_size"], *, key: PRNGKeyArray | None = None
@@ -159,3 +141,26 @@ class MLP(Module):
         if self.out_size == "scalar":
             return self.final_activation(x)
         return call_per_neuron(self.final_activation, x)
+
+
+def _layers(mlp: MLP, dtype: Any, key: PRNGKeyArray) -> tuple[Linear, ...]:
+    """The `Linear` layers of `mlp`, whose size, bias and `scan` fields are already
+    set."""
+    in_size, out_size = mlp.in_size, mlp.out_size
+    width, depth = mlp.width_size, mlp.depth
+    # A vmapped (scan) build needs the keys as one array; otherwise split on the
+    # host, with no compile per `depth` (the same keys either way).
+    keys = jr.split(key, depth + 1) if mlp.scan else split_keys(key, depth + 1)
+    if depth == 0:
+        return (Linear(in_size, out_size, mlp.use_final_bias, dtype, key=keys[0]),)
+
+    def hidden(k: PRNGKeyArray) -> Linear:
+        return Linear(width, width, mlp.use_bias, dtype, key=k)
+
+    layers = [Linear(in_size, width, mlp.use_bias, dtype, key=keys[0])]
+    if mlp.scan:
+        layers.append(jax.vmap(hidden)(cast(Array, keys)[1:depth]))
+    else:
+        layers.extend(hidden(k) for k in keys[1:depth])
+    layers.append(Linear(width, out_size, mlp.use_final_bias, dtype, key=keys[-1]))
+    return tuple(layers)

@@ -134,7 +134,7 @@ def watched_sources(capture: Capture) -> tuple[tuple, tuple]:
 
 _RESCAN_LOCK = threading.Lock()
 # A callable object's compiled code is shared by every wrapper of the same
-# function and structure (`_cache._Store`): the values of its watched names when
+# function and structure (`_cache.Store`): the values of its watched names when
 # it was last traced are kept with it, so that each wrapper compares with those.
 _BASELINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

@@ -1,0 +1,109 @@
+"""What `filter_jit`'s inner `jax.jit` runs: the user's function, rebuilt around
+the traced leaves of one plan and its static leaves.
+
+`traced_function` makes the function handed to `jax.jit` for one `Entry`: it takes
+the flat lists of arrays of the calling convention (`_convention.py`), rebuilds the
+arguments (`Plan.treedef` and the entry's static leaves), reports the trace
+(`_diagnostics.on_trace`: counts and recompile explanations), runs the function,
+records the output structure on the entry (`Out`) and returns the output arrays.
+Everything here runs only while JAX traces, never on a warm call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from .._filters import is_array
+from . import _convention, _shardings
+from . import capture as _capture
+from ._cache import Entry, Out, Plan, Store, merge, signature
+from ._diagnostics import on_trace, rename_arguments, silence_donation_warning
+from ._options import JitOptions
+
+
+def traced_function(
+    fun: Any,
+    store: Store,
+    plan: Plan,
+    statics: tuple,
+    entry: Entry,
+    *,
+    options: JitOptions,
+    name: str,
+    conv: Any,
+    hidden: list[str] | None,
+    watch_methods: bool,
+) -> Callable:
+    """The function `jax.jit` compiles for `entry` of `plan` (static leaves
+    `statics`) of the wrapper of `fun` named `name`. `hidden`: the labels of the
+    captured values passed as `args[0]`, or `None`; `watch_methods`: warn about
+    globals that methods of module arguments read (`capture/arguments.py`)."""
+    # JAX's "not usable" warning is replaced by `warn_undonated` ("warn" modes),
+    # which names the buffers, or dropped ("all" modes)
+    silence = options.donates
+    entry_ref = weakref.ref(entry)
+    out_shardings = options.jit_kwargs().get("out_shardings")
+
+    def inner(*groups):
+        fun_dyn, dyn = _convention.unpack(conv, groups)
+        leaves = merge(plan.n, plan.dyn_idx, dyn, plan.static_idx, statics)
+        if plan.kw:
+            args, kwargs = plan.treedef.unflatten(leaves)
+        else:
+            args, kwargs = plan.treedef.unflatten(leaves), {}
+        on_trace(options, name, store, args, kwargs, hidden)
+        if watch_methods:  # (captured modules, `args[0]`, are watched already)
+            user_args = args[1:] if hidden else args
+            _capture.warn_argument_methods(name, user_args, kwargs)
+        store.tracing += 1
+        function = store.function(fun_dyn)
+        try:
+            out = function(*args, **kwargs)
+        except Exception as error:  # name the caller's paths, not `groups[0][3]`
+            rename_arguments(error, conv, plan, args, kwargs, function)
+            raise
+        finally:
+            store.tracing -= 1
+        if out_shardings is not None:
+            out = _shardings.constrain_output(out_shardings, out)
+        arrays = _record_output(out, entry_ref(), signature([*fun_dyn, *dyn]))
+        if silence:  # JAX warns while lowering, right after this returns
+            silence_donation_warning()
+        return arrays
+
+    inner.__qualname__ = name
+    inner.__name__ = name.rsplit(".", 1)[-1]
+    # JAX names the traced function by its code's location: the user's, with the
+    # inner signature kept for JAX's argument names
+    inner.__signature__ = inspect.signature(inner)  # type: ignore[attr-defined]
+    source = _source_function(fun)
+    if source is not None:
+        inner.__wrapped__ = source  # type: ignore[attr-defined]
+    return inner
+
+
+def _record_output(out: Any, entry: Entry | None, shapes: Any) -> list:
+    """The arrays of `out`, the traced output, after recording its structure and
+    static leaves (`Out`) on `entry` for the input `shapes` (`signature`)."""
+    leaves, treedef = jax.tree_util.tree_flatten(out)
+    mask = [is_array(x) for x in leaves]
+    static_idx = tuple(i for i, m in enumerate(mask) if not m)
+    if entry is not None:
+        entry.record(
+            shapes, Out(treedef, static_idx, tuple(leaves[i] for i in static_idx))
+        )
+    return [x for x, m in zip(leaves, mask) if m]
+
+
+def _source_function(fun: Any) -> Any:
+    """The Python function whose code `fun` runs (for JAX's messages), or None."""
+    own_call = type(fun).__call__ if callable(fun) else None
+    for candidate in (getattr(fun, "__func__", fun), own_call):
+        if hasattr(candidate, "__code__"):
+            return candidate
+    return None
