@@ -131,3 +131,24 @@ def test_the_same_class_warns_in_capture_inputs_mode():
     # (the class of the test above: silent only because of capture="constants")
     with pytest.warns(bw.CapturedValueWarning, match="_TABLE_FOR_CONSTANTS"):
         bw.filter_jit(_call)(_AddsForConstants(jnp.ones(3)), 1.0)
+
+
+class _AddsForBothModes(bw.Module):
+    w: jax.Array
+
+    def __call__(self, x):
+        return self.w * x + _TABLE_FOR_BOTH
+
+
+_TABLE_FOR_BOTH = jnp.ones(3)
+
+
+def test_an_inputs_wrapper_warns_after_a_constants_wrapper_of_the_same_function():
+    # the two modes never share compiled code, so the "inputs" wrapper traces
+    # (and looks at the argument's methods) itself
+    m = _AddsForBothModes(jnp.ones(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bw.filter_jit(_call, capture="constants")(m, 1.0)
+    with pytest.warns(bw.CapturedValueWarning, match="_TABLE_FOR_BOTH"):
+        bw.filter_jit(_call)(m, 1.0)

@@ -122,7 +122,7 @@ def filter_jit(
         )
     if not callable(fun):
         raise TypeError(f"`filter_jit` expects a callable, got {type(fun).__name__}.")
-    return _wrap(fun, JitOptions(donate, explain, jit_kwargs), capture)
+    return _wrap(fun, JitOptions(donate, explain, jit_kwargs, capture))
 
 
 def _check_options(donate: str, capture: str, jit_kwargs: dict) -> None:
@@ -142,10 +142,10 @@ def _check_options(donate: str, capture: str, jit_kwargs: dict) -> None:
         _shardings.check(name, jit_kwargs.get(name))
 
 
-def _wrap(fun: Callable, options: JitOptions, capture: str) -> Any:
+def _wrap(fun: Callable, options: JitOptions) -> Any:
     """The callable `filter_jit(fun)` returns: the capture layer's where `fun`
     reads watched names (`capture/`), else the wrapper's own call."""
-    if capture == "inputs":
+    if options.capture == "inputs":
         layer = _capture.wrap(
             fun,
             options.key,  # what the core is compiled with
@@ -154,4 +154,4 @@ def _wrap(fun: Callable, options: JitOptions, capture: str) -> Any:
         )
         if layer is not None:
             return layer.core.decorate(layer.call, fun, layer.clear_cache, layer.lower)
-    return JitWrapper(fun, options, watch_methods=capture == "inputs").call
+    return JitWrapper(fun, options).call

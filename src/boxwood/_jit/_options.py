@@ -80,16 +80,28 @@ class JitOptions:
     - `donate`: one of `DONATE_MODES`.
     - `explain`: `True`/`False`, or `None` for `boxwood.config.explain_recompiles`.
     - `jit_kwargs`: keyword arguments for the inner `jax.jit`.
+    - `capture`: `"inputs"` or `"constants"`. Part of the key although the compiled
+      code of a function that reads nothing watched is the same in both: a trace
+      in `"inputs"` mode also warns about globals read by methods of module
+      arguments (`capture/arguments.py`), which a trace shared with a
+      `"constants"` wrapper would skip.
     """
 
-    __slots__ = ("donate", "explain", "_jit_kwargs", "key", "except_first")
+    __slots__ = ("donate", "explain", "_jit_kwargs", "key", "except_first", "capture")
 
-    def __init__(self, donate: str, explain: bool | None, jit_kwargs: dict) -> None:
+    def __init__(
+        self,
+        donate: str,
+        explain: bool | None,
+        jit_kwargs: dict,
+        capture: str = "inputs",
+    ) -> None:
         self.donate = donate
         self.explain = explain
+        self.capture = capture
         self._jit_kwargs = dict(jit_kwargs)
         self.except_first = donate.endswith("except-first")
-        self.key = (donate, explain, _freeze(self._jit_kwargs))
+        self.key = (donate, explain, _freeze(self._jit_kwargs), capture)
 
     def jit_kwargs(self) -> dict[str, Any]:
         """A fresh dict of the keyword arguments for the inner `jax.jit`."""

@@ -68,12 +68,11 @@ class JitWrapper:
         fun: Callable,
         options: JitOptions,
         hidden: list[str] | None = None,
-        watch_methods: bool = True,
     ):
         self._fun = as_pytree_function(fun)
         # capture="inputs": warn about arrays that methods of module arguments read
         # from their globals (fixed at the trace: `capture/arguments.py`)
-        self._watch_methods = watch_methods
+        self._watch_methods = options.capture == "inputs"
         self._options = options
         self._store, self._fun_dyn = store_for(self._fun, options)
         # `hidden` (their labels): `args[0]` is the tuple of captured values
