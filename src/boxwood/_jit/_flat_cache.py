@@ -332,17 +332,21 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
     return False
 
 
-def call_key(args: tuple, kwargs: dict) -> tuple[tuple, list] | None:
-    """The fast path's key of a call and the call's dynamic leaves: the walk of
-    `args` as one tuple, then, if there are keyword arguments, of `kwargs` as a
-    dict (its sorted names, then the values); `None` where a real flatten is
-    needed. The C `FastCall` computes the same (its `_key` method gives it for
-    tests: tests/test_walk_agreement.py)."""
-    key: list = []
-    dyn: list = []
-    if not walk(args, key, dyn) or (kwargs and not walk(kwargs, key, dyn)):
+def call_key(args: tuple, kwargs: dict, dyn: list) -> tuple | None:
+    """The fast path's key of a call, with the call's dynamic leaves appended to
+    `dyn`: the walk of `args` as one tuple, then, if there are keyword arguments,
+    of `kwargs` as a dict (its sorted names, then the values); `None` where a real
+    flatten is needed. The C `FastCall` computes the same (its `_key` method gives
+    it for tests: tests/test_walk_agreement.py)."""
+    if args or not kwargs:
+        key: list = []
+        if not walk(args, key, dyn):
+            return None
+    else:  # all by keyword, the common keyword call: `()` walks as `[tuple, 0]`
+        key = [tuple, 0]
+    if kwargs and not walk(kwargs, key, dyn):
         return None
-    return tuple(key), dyn
+    return tuple(key)
 
 
 # A dict's keys in insertion order -> the same keys sorted, as jax flattens dicts

@@ -197,6 +197,7 @@ class JitWrapper:
         # behind the C path every call it hands over has been walked already
         fast_plans = store.fast_plans if walk_first else {}
         slow_path = self._slow_path
+        key_of = call_key
         conv = self._convention
         first_name = self._first_name
         plain = conv == _convention.PLAIN  # the inner jit takes `(dyn)`
@@ -210,11 +211,12 @@ class JitWrapper:
             if fast_plans:
                 # arrays, modules carrying their flat form, containers of those
                 # (`_flat_cache.py`): no flatten, no treedef hash, no type check
-                walked = call_key(args, kwargs)
-                if walked is not None:
-                    found = fast_plans.get(walked[0])
+                dyn = []
+                key = key_of(args, kwargs, dyn)
+                if key is not None:
+                    found = fast_plans.get(key)
                     if found is not None:
-                        (plan, entry), dyn = found, walked[1]
+                        plan, entry = found
             if entry is None:
                 plan, entry, dyn = slow_path(args, kwargs)
             try:
@@ -304,10 +306,10 @@ class JitWrapper:
             complete = complete and step is not None
         if not complete:
             return
-        found = call_key(args, kwargs)  # the fast path's own key
-        key, walked = found if found is not None else ((), [])
+        walked: list = []
+        key = call_key(args, kwargs, walked)  # the fast path's own key
         if (
-            found is None
+            key is None
             or len(walked) != len(dyn)
             or any(a is not b for a, b in zip(walked, dyn))
             or len(walked_statics) != len(statics)
