@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-from boxwood._module._module import FLAT, instance_dict
+from boxwood._flat_form import FLAT
+from boxwood._module._slots import instance_dict
 
 pytestmark = pytest.mark.usefixtures("call_path")
 

@@ -52,9 +52,9 @@ from typing import Any, cast
 import jax
 from jax._src.array import ArrayImpl
 
+from .. import _flat_form
 from .._filters import is_array
 from .._module import Module
-from .._module._instance import FLAT, FLAT_DROPPED, instance_dict
 from .._module._module import MODULE_TYPES
 from .._module._static_key import strict
 
@@ -195,7 +195,7 @@ def invalidate() -> None:
         store.fast_plans.clear()
 
 
-FLAT_DROPPED.append(invalidate)
+_flat_form.DROPPED.append(invalidate)
 
 
 def immutable(treedef: Any) -> bool:
@@ -232,7 +232,7 @@ def remember(obj: Module) -> tuple | None:
     if token is None:
         return None
     record = (token, arrays)
-    instance_dict(obj)[FLAT] = record
+    _flat_form.attach(obj, record)
     return record
 
 

@@ -37,8 +37,9 @@ import jax
 import numpy as np
 
 from .._filters import is_array
-from .._module._instance import FLAT, set_dict
+from .._flat_form import FLAT
 from .._module._register import REBUILD_NAME
+from .._module._slots import set_dict
 from . import _native
 from ._flat_cache import immutable, is_module_class, token_for
 

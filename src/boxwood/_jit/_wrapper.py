@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import jax
 
 from .._errors import raise_as_boxwood_error
-from .._module._instance import FLAT
+from .._flat_form import FLAT
 from .._module._module import MODULE_TYPES
 from . import _aot, _convention, _native, _shardings
 from ._bound import as_pytree_function

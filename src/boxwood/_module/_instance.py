@@ -1,11 +1,11 @@
-"""Modules' instance dicts and their fields' class attributes.
+"""The class attributes of modules' fields.
 
-`Instance` gives modules their instance dict, read and replaced through the slot
-(`instance_dict`, `set_dict`) beneath `Module.__dict__` (a property, see
-`_module._user_dict`). `_Field` is the class attribute of every field; `FLAT` is
-the key under which `filter_jit` may keep a module's flat form in its instance dict
-(`boxwood/_jit/_flat_cache.py`), and `FLAT_DROPPED` the hooks that forget flat forms
-when a module may have been written to.
+`_Field` is the class attribute of every field: a data descriptor, so that every
+write reaches boxwood, also one that bypasses `Module.__setattr__`. A field read
+that finds nothing in the instance dict fills in a module built from its flat form
+alone, and a write after construction forgets the module's flat form, both through
+`boxwood/_flat_form.py`, the one owner of flat forms. The instance dict itself is
+reached through its slot (`_slots.py`).
 """
 
 from __future__ import annotations
@@ -15,34 +15,16 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .. import _flat_form
 from . import _construct, _static_key
 from ._construct import INITIALISING
 from ._field import is_static
 from ._register import REBUILD_NAME
+from ._slots import Instance, instance_dict, set_dict
 
-FLAT = "_boxwood_flat"
+__all__ = ["Instance", "install_fields", "instance_dict", "set_dict", "set_fields"]
 
-# Called (with no argument) when a module may have been written to after
-# construction (its `__dict__` handed out, `object.__setattr__`): the invalidation of
-# the fast-path keys and flat forms that may rest on it
-# (`boxwood/_jit/_flat_cache.py` registers it).
-FLAT_DROPPED: list[Callable[[], None]] = []
-
-
-class Instance:
-    """The base that gives modules their instance dict: its `__dict__` slot is read
-    and set directly (`instance_dict`, `set_dict`), while `Module.__dict__` is the
-    property that users see (`_user_dict`)."""
-
-    __slots__ = ("__dict__", "__weakref__")
-
-
-# The `__dict__` slot's getter and setter, bypassing `Module.__setattr__` and the
-# `__dict__` property (`_module._user_dict`): `instance_dict(obj)` is the instance
-# dict as it is; `set_dict(obj, d)` makes `d` the instance dict in one step (the cheapest rebuild
-# measured).
-instance_dict = _construct.instance_dict = Instance.__dict__["__dict__"].__get__
-set_dict = Instance.__dict__["__dict__"].__set__
+_construct.instance_dict = instance_dict
 
 
 class _PyFieldBase:
@@ -122,15 +104,14 @@ class _FieldRules:
                     f"type object {owner.__name__!r} has no attribute {self.name!r}"
                 )
             return self.default
-        values = instance_dict(obj)
-        if values.get(FLAT) is None:
+        if _flat_form.flat_form(obj) is None:
             raise AttributeError(
                 f"{type(obj).__name__!r} object has no attribute {self.name!r}",
                 name=self.name,
                 obj=obj,
             )
-        materialise(obj)
-        return values[self.name]
+        _flat_form.fill(obj)
+        return instance_dict(obj)[self.name]
 
     def _write(self, obj: Any, value: Any) -> None:
         if id(obj) in INITIALISING:
@@ -140,7 +121,7 @@ class _FieldRules:
 
     def _delete(self, obj: Any) -> None:
         values = instance_dict(obj)
-        if self.name not in values and FLAT not in values:
+        if self.name not in values and _flat_form.flat_form(obj) is None:
             raise AttributeError(
                 f"{type(obj).__name__!r} object has no attribute {self.name!r}",
                 name=self.name,
@@ -162,29 +143,15 @@ def write_after_construction(obj: Any, name: str, value: Any, static: bool) -> N
     """`obj.name = value` (`_DELETED`: `del obj.name`) on a module already built,
     made visible: the module's own flat form is dropped, its static key follows a
     static field, and every flat form and fast-path key that may rest on it is
-    forgotten (`FLAT_DROPPED`), so the next call of a `filter_jit` function
+    forgotten (`_flat_form.forget`), so the next call of a `filter_jit` function
     flattens the module afresh and sees the new value."""
-    values = forget_flat_forms(obj)
+    values = _flat_form.forget(obj)
     if value is _DELETED:
         values.pop(name, None)
     else:
         values[name] = value
     if static:
         _rekey(obj, values)
-
-
-def forget_flat_forms(obj: Any) -> dict:
-    """`obj` may be written to (a write after construction, its `__dict__` handed
-    out): fill in its fields and drop its flat form, and forget every flat form and
-    fast-path key that may rest on it (`FLAT_DROPPED`). **Returns** its instance
-    dict."""
-    values = instance_dict(obj)
-    if FLAT in values:
-        materialise(obj)
-        values.pop(FLAT, None)
-    for hook in FLAT_DROPPED:
-        hook()
-    return values
 
 
 def _rekey(obj: Any, values: dict) -> None:
@@ -201,22 +168,9 @@ def set_fields(obj: Any, **values: Any) -> None:
     it yet, so no cached flat form can rest on it), keeping its static key
     current."""
     own = instance_dict(obj)
-    own.pop(FLAT, None)
+    _flat_form.drop(own)
     own.update(values)
     _rekey(obj, own)
-
-
-def materialise(obj: Any) -> None:
-    """Fill in the fields of a module built from its flat form alone (see
-    `_Field`); a no-op for any other module."""
-    values = instance_dict(obj)
-    record = values.get(FLAT)
-    if record is None or all(n in values for n in type(obj)._boxwood_data):
-        return
-    token, leaves = record
-    full = token.unflatten(leaves)
-    for name, value in instance_dict(full).items():
-        values.setdefault(name, value)  # another thread may have been first
 
 
 def install_fields(cls: Any, fields: tuple) -> None:

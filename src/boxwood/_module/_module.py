@@ -10,19 +10,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from .. import _flat_form
 from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
 from ._construct import INITIALISING, construct, rebuild
 from ._field import converter_of, field, is_static, static_field
-from ._instance import (
-    FLAT,
-    Instance,
-    forget_flat_forms,
-    install_fields,
-    instance_dict,
-    materialise,
-    set_dict,
-)
+from ._instance import Instance, install_fields, instance_dict, set_dict
 from ._register import REBUILD_NAME, register
 from ._static_key import StaticKey
 
@@ -246,12 +239,7 @@ class Module(Instance, metaclass=_ModuleMeta):
 
     def __getstate__(self) -> dict:
         # pickle and copy: the flat form is a cache, not state
-        state: dict = instance_dict(self)
-        if FLAT in state:
-            materialise(self)
-            state = dict(state)
-            del state[FLAT]
-        return state
+        return _flat_form.state(self)
 
     def __setstate__(self, state: dict) -> None:
         # unpickling and copying (otherwise they would write to `__dict__`)
@@ -314,4 +302,4 @@ def _user_dict(self: Any) -> dict:
     """`module.__dict__` and `vars(module)`: the fields, as for any object. A
     module returned by `filter_jit` has its fields filled in first; cached flat
     forms are dropped, since the dict handed out may be written to."""
-    return forget_flat_forms(self)
+    return _flat_form.forget(self)
