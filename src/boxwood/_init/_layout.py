@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.core
 import numpy as np
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, ClassVar, cast
+from typing import Any, BinaryIO, ClassVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -146,7 +146,11 @@ class Pretrained(Module):
             lambda f: write_arrays(f, arrays, {"format": "pt"}),
         )
         text = json.dumps(options, indent=2, sort_keys=True).encode()
-        atomic_write(os.path.join(directory, "config.json"), lambda f: f.write(text))
+
+        def write_config(f: BinaryIO) -> None:
+            f.write(text)
+
+        atomic_write(os.path.join(directory, "config.json"), write_config)
 
 
 def _with_shardings(abstract: Any, shardings: Any) -> Any:
