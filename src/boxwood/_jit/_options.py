@@ -6,8 +6,8 @@ It is the one place where such options are collected: `filter_jit` validates the
 into a `JitOptions`, its `key` is part of the key of the compiled-code store
 (`_cache.store_for`), so two wrappers of one function with different options
 never share compiled code, and `jit_kwargs()` is what the inner `jax.jit` receives
-(`_filter_jit._JitWrapper._jit`). A new option goes here (and, if it is a pytree
-prefix of the arguments such as a sharding, into `_JitWrapper._jit_options`).
+(`_wrapper.JitWrapper._jit`). A new option goes here (and, if it is a pytree
+prefix of the arguments such as a sharding, into `JitWrapper._jit_options`).
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class Layer:
 
     - `fun`: the user's function or callable object.
     - `capture`: its names (`Capture`).
-    - `core`: the compiled wrapper (`_JitWrapper`): of `Traced(fun)` when `hidden`,
+    - `core`: the compiled wrapper (`JitWrapper`): of `Traced(fun)` when `hidden`,
       else of `fun` itself (a callable object whose methods read arrays from
       globals: watched only to warn when they change).
     - `hidden`: whether the core takes the hidden argument first.
