@@ -246,6 +246,24 @@ static int call_key(FastCall *self, PyObject *const *args, Py_ssize_t nargs,
     return r;
 }
 
+/* The key of a call as a tuple (`*keyt`, a new reference) and its dynamic leaves
+ * (`*dyn`, a new list, set whenever the result is not -1): 1 walked, 0 not
+ * walkable (`*keyt` NULL), -1 error (both NULL). */
+static int call_key_tuple(FastCall *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames, PyObject **keyt, PyObject **dyn) {
+    *keyt = NULL;
+    *dyn = PyList_New(0);
+    PyObject *key = PyList_New(0);
+    int r = key && *dyn ? call_key(self, args, nargs, kwnames, key, *dyn) : -1;
+    if (r == 1) {
+        *keyt = PyList_AsTuple(key);
+        if (*keyt == NULL) r = -1;
+    }
+    Py_XDECREF(key);
+    if (r < 0) Py_CLEAR(*dyn);
+    return r;
+}
+
 /* `entry.jitted` called on the leaves by the convention of `_convention.py`:
  * `(dyn)`, `(fun_dyn, dyn)` or `(fun_dyn, first, rest)` split at `plan.n_first`. */
 static PyObject *call_jitted(FastCall *self, PyObject *jitted, PyObject *plan,
@@ -384,13 +402,10 @@ static PyObject *fastcall_call(FastCall *self, PyObject *const *args, size_t nar
            makes it positional) */
         return fall_back(self, args, nargsf, kwnames);
     }
-    PyObject *key = PyList_New(0);
-    PyObject *dyn = PyList_New(0);
-    PyObject *keyt = NULL, *found = NULL, *out = NULL;
-    int r = key && dyn ? call_key(self, args, nargs, kwnames, key, dyn) : -1;
+    PyObject *keyt, *dyn, *found = NULL, *out = NULL;
+    int r = call_key_tuple(self, args, nargs, kwnames, &keyt, &dyn);
     if (r == 1) {
-        keyt = PyList_AsTuple(key);
-        found = keyt ? PyDict_GetItemWithError(self->plans, keyt) : NULL;
+        found = PyDict_GetItemWithError(self->plans, keyt);
         if (found == NULL && PyErr_Occurred()) r = -1;
     }
     if (r >= 0 && found != NULL && PyTuple_CheckExact(found) &&
@@ -404,7 +419,6 @@ static PyObject *fastcall_call(FastCall *self, PyObject *const *args, size_t nar
         r = 0; /* not walkable, or a key not in the table */
     }
     if (r == 0) out = fall_back(self, args, nargsf, kwnames);
-    Py_XDECREF(key);
     Py_XDECREF(dyn);
     Py_XDECREF(keyt);
     return out;
@@ -417,18 +431,10 @@ static PyObject *fastcall_key(FastCall *self, PyObject *const *args, Py_ssize_t 
                               PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > MAX_KW) Py_RETURN_NONE;
-    PyObject *key = PyList_New(0);
-    PyObject *dyn = PyList_New(0);
-    PyObject *out = NULL;
-    int r = key && dyn ? call_key(self, args, nargs, kwnames, key, dyn) : -1;
-    if (r == 0) {
-        out = Py_NewRef(Py_None);
-    } else if (r == 1) {
-        PyObject *keyt = PyList_AsTuple(key);
-        out = keyt ? PyTuple_Pack(2, keyt, dyn) : NULL;
-        Py_XDECREF(keyt);
-    }
-    Py_XDECREF(key);
+    PyObject *keyt, *dyn;
+    int r = call_key_tuple(self, args, nargs, kwnames, &keyt, &dyn);
+    PyObject *out = r < 0 ? NULL : r == 0 ? Py_NewRef(Py_None) : PyTuple_Pack(2, keyt, dyn);
+    Py_XDECREF(keyt);
     Py_XDECREF(dyn);
     return out;
 }

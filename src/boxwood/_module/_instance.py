@@ -20,9 +20,7 @@ from . import _construct, _static_key
 from ._construct import INITIALISING
 from ._field import is_static
 from ._register import REBUILD_NAME
-from ._slots import Instance, instance_dict, set_dict
-
-__all__ = ["Instance", "install_fields", "instance_dict", "set_dict", "set_fields"]
+from ._slots import instance_dict
 
 _construct.instance_dict = instance_dict
 

@@ -15,8 +15,9 @@ from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
 from ._construct import INITIALISING, construct, rebuild
 from ._field import converter_of, field, is_static, static_field
-from ._instance import Instance, install_fields, instance_dict, set_dict
+from ._instance import install_fields
 from ._register import REBUILD_NAME, register
+from ._slots import Instance, instance_dict, set_dict
 from ._static_key import StaticKey
 
 try:  # Python >= 3.11
