@@ -32,7 +32,7 @@ def pure_python() -> Iterator[bool]:
     """boxwood's Python per-call path, as where its C extension is not built: a
     wrapper created and first called inside keeps it. Yields whether the C path is
     there to compare with (otherwise the extra column is left out)."""
-    from boxwood._jit import _native
+    from boxwood import _native
 
     active = _native.active()
     saved = _native.FastCall, _native.Builder

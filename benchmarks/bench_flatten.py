@@ -5,7 +5,7 @@ The limit is a plain `@dataclass` registered with `jax.tree_util.register_datacl
 (flattened by JAX's C++ code). Every `filter_jit` call flattens its arguments and
 unflattens its outputs, so this cost is part of every call. Two rows show what the C
 extensions buy: unflatten without the rebuild slot, and flatten with the Python twin
-of the field descriptors (`boxwood._module._fields`).
+of the field descriptors (`boxwood._native._fields`).
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ NO_SLOT = "boxwood, no C rebuild slot"
 def _without_rebuild_slot(run):
     """`run` with the C extension's rebuild slot (`install_call`, the metaclass's
     `tp_call`) switched off: what that slot buys on JAX's unflatten path."""
-    from boxwood._jit import _native
+    from boxwood._module._module import use_rebuild_slot
 
     def slow(n: int) -> None:
-        _native.use_rebuild_slot(False)
+        use_rebuild_slot(False)
         try:
             run(n)
         finally:
-            _native.use_rebuild_slot(True)
+            use_rebuild_slot(True)
 
     return slow
 
@@ -65,7 +65,7 @@ PY_FIELDS = "boxwood, Python field descriptors"
 def _with_python_fields(run, model):
     """`run` with the model's classes reading their fields through the Python twin
     of the C field descriptor (`_module._PyFieldBase`, what a build without the
-    extension uses): what `boxwood._module._fields` buys on JAX's flatten path."""
+    extension uses): what `boxwood._native._fields` buys on JAX's flatten path."""
     from boxwood._module import _instance as _module
 
     class Twin(_module._FieldRules, _module._PyFieldBase):
@@ -110,7 +110,7 @@ def run(quick: bool) -> list[dict]:
     models = {kind: build(kind, weights) for kind in CONTENDERS}
     for kind, model in models.items():
         _check_roundtrip(kind, model)
-    from boxwood._jit import _native
+    from boxwood import _native
     from boxwood._module import _instance as _module
 
     with_slot = _native.install_call is not None

@@ -119,7 +119,7 @@ def _versions() -> dict:
     import optax
 
     import boxwood
-    from boxwood._jit import _native
+    from boxwood import _native
 
     return {
         "boxwood": boxwood.__version__,

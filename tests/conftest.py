@@ -29,21 +29,22 @@ def getkey():
 @pytest.fixture(params=["compiled", "python"])
 def call_path(request, monkeypatch):
     """Run a test on both of `filter_jit`'s warm-call paths: the C extension
-    (`boxwood._jit._speedups`) and the same path written in Python. Wrappers and output
+    (`boxwood._native._speedups`) and the same path written in Python. Wrappers and output
     builders pick their path when created, so the test creates its own."""
+    from boxwood import _native
     from boxwood._config import env_flag
-    from boxwood._jit import _native
+    from boxwood._module._module import use_rebuild_slot
 
     if request.param == "python":
         monkeypatch.setattr(_native, "FastCall", None)
         monkeypatch.setattr(_native, "Builder", None)
-        _native.use_rebuild_slot(False)  # JAX's rebuild of modules
-        request.addfinalizer(lambda: _native.use_rebuild_slot(True))
+        use_rebuild_slot(False)  # JAX's rebuild of modules
+        request.addfinalizer(lambda: use_rebuild_slot(True))
     elif env_flag("BOXWOOD_PURE_PYTHON"):
         assert not _native.active()  # the switch is honoured: Python paths only
     else:
         assert _native.active(), (
-            "boxwood._jit._speedups is not built (no C compiler at install time?); "
+            "boxwood._native._speedups is not built (no C compiler at install time?); "
             "set BOXWOOD_PURE_PYTHON=1 to test the Python path alone"
         )
     return request.param

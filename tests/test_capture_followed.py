@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-from boxwood._jit import _native
+from boxwood import _native
 from boxwood._jit.capture import CapturedValueWarning
 
 pytestmark = pytest.mark.usefixtures("call_path")

@@ -1,5 +1,5 @@
 """Modules' field descriptors (`_module._Field`) on both paths: the C base
-(`boxwood._module._fields.FieldBase`) and its Python twin (`_PyFieldBase`). Each
+(`boxwood._native._fields.FieldBase`) and its Python twin (`_PyFieldBase`). Each
 test installs one kind on a class of its own, so both run in one process."""
 
 import gc
@@ -15,7 +15,7 @@ from boxwood._module import _instance as _module
 
 BASES = [pytest.param(_module._PyFieldBase, id="python")]
 try:
-    from boxwood._module._fields import FieldBase
+    from boxwood._native._fields import FieldBase
 
     BASES.append(pytest.param(FieldBase, id="C"))
 except ImportError:  # not built: the Python twin serves (and is tested)
@@ -48,7 +48,7 @@ def test_the_installed_base_follows_the_switch():
     if env_flag("BOXWOOD_PURE_PYTHON") or len(BASES) == 1:
         assert base is _module._PyFieldBase
     else:
-        assert base.__module__ == "boxwood._module._fields"
+        assert base.__module__ == "boxwood._native._fields"
 
 
 def test_reads_defaults_and_missing_fields(Scale):

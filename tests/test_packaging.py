@@ -48,7 +48,7 @@ def test_sdist_carries_tests_notebooks_docs_and_license(sdist_names):
         missing = _tracked(folder) - sdist_names
         assert not missing, f"the sdist lacks {sorted(missing)}"
     for name in ("tests/conftest.py", "LICENSE", "NOTICE", "pyproject.toml",
-                 "src/boxwood/data/digits.csv.gz", "src/boxwood/_jit/_speedups.c"):  # fmt: skip
+                 "src/boxwood/data/digits.csv.gz", "src/boxwood/_native/_speedups.c"):  # fmt: skip
         assert name in sdist_names
     assert not [n for n in sdist_names if n.endswith((".so", ".pyc"))]
 
@@ -67,7 +67,7 @@ def test_missing_c_extension_gives_one_notice_and_info_says_so(tmp_path):
     # script imports), not at boxwood's own code
     (tmp_path / "mylib.py").write_text("x = 1\nimport boxwood\n")
     (tmp_path / "main.py").write_text(
-        "import sys; sys.modules['boxwood._jit._speedups'] = None\n"
+        "import sys; sys.modules['boxwood._native._speedups'] = None\n"
         "import mylib, boxwood\n"
         "print(boxwood.info()['path'], boxwood.info()['reason'])\n"
     )
@@ -99,7 +99,7 @@ def test_choosing_the_pure_python_path_is_silent():
 
 def test_info_reports_the_active_path():
     import boxwood
-    from boxwood._jit import _native
+    from boxwood import _native
 
     info = boxwood.info()
     assert info["speedups"] is _native.active()

@@ -1,4 +1,4 @@
-"""The C extension (`boxwood._jit._speedups`): built, switchable, and safe with references.
+"""The C extension (`boxwood._native._speedups`): built, switchable, and safe with references.
 
 Behaviour is tested on both paths by the `call_path` fixture (conftest.py) in the
 jit, rebuild and flat-cache tests; this file checks what only the C side can get
@@ -23,7 +23,7 @@ from boxwood._config import env_flag
 
 # the C extension's own tests: skipped where it was not built (no C compiler)
 pytest.importorskip(
-    "boxwood._jit._speedups", reason="boxwood's C extension is not built"
+    "boxwood._native._speedups", reason="boxwood's C extension is not built"
 )
 
 pytestmark = pytest.mark.usefixtures("call_path")
@@ -45,7 +45,7 @@ def _lin(seed=0):
 
 def test_extension_is_built_unless_switched_off():
     pure = env_flag("BOXWOOD_PURE_PYTHON")
-    code = "from boxwood._jit import _native; print(_native.active())"
+    code = "from boxwood import _native; print(_native.active())"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -220,7 +220,7 @@ def test_rebuilt_modules_have_the_fields_and_keep_user_construction():
 
 def test_builder_rejects_malformed_programs():
     from boxwood._jit._rebuild import FLAT, OPCODES
-    from boxwood._jit._speedups import (
+    from boxwood._native._speedups import (
         Builder,  # built (test above), whatever the switch
     )
 
@@ -237,7 +237,7 @@ def test_builder_rejects_malformed_programs():
 
 def test_builder_takes_its_opcodes_from_python():
     from boxwood._jit._rebuild import FLAT, OPCODES
-    from boxwood._jit._speedups import Builder
+    from boxwood._native._speedups import Builder
 
     # renumbered opcodes: the C builder follows what it is handed
     shifted = {name: op + 10 for name, op in OPCODES.items()}
@@ -250,7 +250,7 @@ def test_builder_takes_its_opcodes_from_python():
 
 
 def test_fast_call_reads_fields_through_the_descriptors_it_is_given():
-    from boxwood._jit._speedups import FastCall
+    from boxwood._native._speedups import FastCall
 
     with pytest.raises(TypeError, match="fields must be descriptors"):
         FastCall(
@@ -265,8 +265,8 @@ def test_fast_call_reads_fields_through_the_descriptors_it_is_given():
 
 
 def test_fast_call_checks_what_it_is_given_to_watch(call_path):
-    from boxwood._jit._speedups import FastCall
     from boxwood._jit.capture import CallState
+    from boxwood._native._speedups import FastCall
 
     core = bw.filter_jit(lambda x: x + 1)._boxwood_jit
     if call_path == "python":  # no `FastCall` was built for it
@@ -337,10 +337,10 @@ def test_tree_pformat_prints_a_jitted_function_like_a_function():
 
 
 def test_install_call_takes_only_a_metaclass_with_a_python_call():
-    from boxwood._jit._speedups import install_call
     from boxwood._module._module import SLOTTED, _ModuleMeta
     from boxwood._module._register import REBUILD_NAME
     from boxwood._module._static_key import StaticKey
+    from boxwood._native._speedups import install_call
 
     install_call(_ModuleMeta, REBUILD_NAME, StaticKey, SLOTTED)  # (a no-op: installed)
 

@@ -1,4 +1,4 @@
-"""The warm path's key is specified once: the C `FastCall` (`_jit/_speedups.c`) and
+"""The warm path's key is specified once: the C `FastCall` (`_native/_speedups.c`) and
 the Python `_flat_cache.call_key` give the same key and the same dynamic leaves
 for every call, or both decline it (a real flatten is needed). Random calls of
 arrays, typed PRNG keys, modules with and without their flat form, containers,
@@ -19,7 +19,8 @@ from hypothesis import given, settings
 
 import boxwood as bw
 from _strategies import SETTINGS, arrays, names, scalars, trees
-from boxwood._jit import _flat_cache, _native
+from boxwood import _native
+from boxwood._jit import _flat_cache
 
 pytestmark = pytest.mark.skipif(
     not _native.active(), reason="compares the C extension with its Python twin"

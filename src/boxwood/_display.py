@@ -19,7 +19,7 @@ import numpy as np
 
 from ._finite import FiniteReport, finite_report
 from ._module import Module
-from ._module._module import MODULE_TYPES
+from ._module._register import MODULE_TYPES
 from ._pretty import array_summary, function_name
 
 FOLD_AT = 16  # sequences longer than this show their first FOLD_HEAD items ...

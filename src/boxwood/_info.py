@@ -8,12 +8,12 @@ import sys
 import warnings
 from typing import Any
 
+from . import _native
 from ._config import env_flag
-from ._jit import _native
 from ._warnings import PerformanceWarning
 
 PURE_PYTHON_NOTICE = (
-    "boxwood runs on its pure-Python path: the C extension `boxwood._jit._speedups` is "
+    "boxwood runs on its pure-Python path: the C extension `boxwood._native._speedups` is "
     "not built (no C compiler at install time?). Everything works; warm "
     "`filter_jit` calls cost about 1.4x more for the smallest models. Reinstall "
     "with a C compiler to build it, or set BOXWOOD_PURE_PYTHON=1 to choose this "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 
@@ -21,16 +21,6 @@ from .capture import captured_path, describe_captures
 if TYPE_CHECKING:
     from ._cache import Plan, Store
     from ._options import JitOptions
-
-
-class DonatingWrapper(Protocol):
-    """What the donation warning reads of the wrapper that made the call (typed
-    here, so that this module does not depend on `_filter_jit`)."""
-
-    _except_first: bool
-    _hidden: list[str] | None
-    _options: JitOptions
-    _warned: set[str]
 
 
 _DONATION_MESSAGE = "Some donated buffers were not usable"
@@ -121,13 +111,26 @@ def _user_path(keys: tuple, hidden: list[str] | None = None) -> str:
 
 
 def warn_undonated(
-    wrapper: DonatingWrapper, args: tuple, kwargs: dict, plan: Plan
+    args: tuple,
+    kwargs: dict,
+    plan: Plan,
+    *,
+    name: str,
+    donate: str,
+    skip_first: bool,
+    hidden: list[str] | None,
+    warned: set[str],
 ) -> None:
-    """After a call that compiled: name the donated inputs XLA could not reuse."""
+    """After a call that compiled: name the donated inputs XLA could not reuse.
+
+    `plan` says which leaves were donated; `skip_first` that the capture layer's
+    hidden first argument (`plan.n_first` leaves, named by `hidden`) was not;
+    `name` and `donate` are quoted in the message, given once per `warned` set
+    (the caller's: one per wrapper)."""
     keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
-    start = plan.n_first if wrapper._except_first else 0
+    start = plan.n_first if skip_first else 0
     kept = [
-        f"{_user_path(keyed[i][0], wrapper._hidden)} {array_summary(keyed[i][1])}"
+        f"{_user_path(keyed[i][0], hidden)} {array_summary(keyed[i][1])}"
         for i in plan.dyn_idx[start:]
         if not (isinstance(keyed[i][1], jax.Array) and keyed[i][1].is_deleted())
     ]
@@ -135,15 +138,14 @@ def warn_undonated(
         return
     message = (
         "Some donated buffers were not usable: "
-        f"filter_jit({getattr(wrapper, '__qualname__', 'function')}, "
-        f"donate={wrapper._options.donate!r}): {len(kept)} input buffer(s) could not be "
+        f"filter_jit({name}, donate={donate!r}): {len(kept)} input buffer(s) could not be "
         f"donated (no output of the same shape and dtype could reuse them): "
         f"{', '.join(kept)}. Use donate='all' to donate without this warning, or "
         "donate='none'."
     )
-    if message in wrapper._warned:  # once per wrapper and message, not per trace
+    if message in warned:  # once per wrapper and message, not per trace
         return
-    wrapper._warned.add(message)
+    warned.add(message)
     warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
 
 

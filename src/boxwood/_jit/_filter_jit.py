@@ -19,7 +19,7 @@ recompiles (`_explain.py`) costs nothing on calls that do not trace.
 
 Warm calls whose arguments carry their flat form skip steps 1-3 (`_flat_cache.py`):
 a walk of the arguments gives a key for `Store.fast_plans`. Where the C extension
-is built (`_native.py`), the wrapper returned to the user is a `_speedups.FastCall`
+is built (`boxwood/_native/`), the wrapper returned to the user is a `_speedups.FastCall`
 that runs that walk, the lookup, the call and the output builder in C and hands
 every other call to the Python `call` (`_wrapper.py`); the two share one table and
 one key format (`_flat_cache.call_key`, the Python definition of the key).

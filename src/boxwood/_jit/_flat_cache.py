@@ -55,7 +55,7 @@ from jax._src.array import ArrayImpl
 from .. import _flat_form
 from .._filters import is_array
 from .._module import Module
-from .._module._module import MODULE_TYPES
+from .._module._register import MODULE_TYPES
 from .._module._static_key import strict
 
 # The concrete `jax.Array` class, named without creating an array: importing

@@ -36,11 +36,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from .. import _native
 from .._filters import is_array
 from .._flat_form import FLAT
 from .._module._register import REBUILD_NAME
 from .._module._slots import set_dict
-from . import _native
 from ._flat_cache import immutable, is_module_class, token_for
 
 _MAX_DEPTH = 60  # deeper trees fall back to `unflatten` (Python's parser nests ~200)

@@ -17,10 +17,11 @@ from typing import Any, NamedTuple
 
 import jax
 
+from .. import _native
 from .._errors import raise_as_boxwood_error
 from .._flat_form import FLAT
-from .._module._module import MODULE_TYPES
-from . import _aot, _convention, _native, _shardings
+from .._module._register import MODULE_TYPES
+from . import _aot, _convention, _shardings
 from ._bound import as_pytree_function
 from ._cache import Entry, Plan, Store, store_for
 from ._diagnostics import (
@@ -350,7 +351,16 @@ class JitWrapper:
         self._misses += 1
         self._traces += mine
         if self._options.warns_undonated:
-            warn_undonated(self, args, kwargs, plan)
+            warn_undonated(
+                args,
+                kwargs,
+                plan,
+                name=getattr(self, "__qualname__", "function"),
+                donate=self._options.donate,
+                skip_first=self._except_first,
+                hidden=self._hidden,
+                warned=self._warned,
+            )
 
     def _plan(self, treedef: Any, types: tuple, leaves: list, kw: bool) -> Plan:
         store = self._store

@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .. import _flat_form
+from .. import _flat_form, _native
 from . import _construct, _static_key
 from ._construct import INITIALISING
 from ._field import is_static
@@ -54,18 +54,9 @@ class _PyFieldBase:
 
 
 def _field_base() -> type:
-    """`_fields.FieldBase` (reads in C), or its Python twin where the extension is
-    not built or `BOXWOOD_PURE_PYTHON=1` is set."""
-    from .._config import env_flag
-
-    if not env_flag("BOXWOOD_PURE_PYTHON"):
-        try:
-            from ._fields import FieldBase
-        except ImportError:  # not built: the Python twin serves
-            pass
-        else:
-            return FieldBase
-    return _PyFieldBase
+    """`FieldBase` from `boxwood._native` (reads in C), or its Python twin where
+    the extension is not built or `BOXWOOD_PURE_PYTHON=1` is set."""
+    return _native.FieldBase or _PyFieldBase
 
 
 class _FieldRules:

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from .. import _flat_form
+from .. import _flat_form, _native
 from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
 from ._construct import INITIALISING, construct, rebuild
@@ -25,9 +25,6 @@ try:  # Python >= 3.11
 except ImportError:  # pragma: no cover - Python 3.10
     from typing_extensions import dataclass_transform
 
-# Every Module class (registered with JAX, so never freed anyway): `type(x) in
-# MODULE_TYPES` is a much cheaper test than `isinstance(x, Module)` (an ABC check).
-MODULE_TYPES: set[type] = set()
 # Module classes that keep a field in `__slots__`: JAX's rebuild sets their fields
 # one by one (the C rebuild slot hands them to `rebuild`).
 SLOTTED: set[type] = set()
@@ -70,7 +67,6 @@ class _ModuleMeta(abc.ABCMeta):
         )
         install_fields(cls, fields)
         _install_methods(cls, namespace)
-        MODULE_TYPES.add(cls)
         if cls._boxwood_slots:
             SLOTTED.add(cls)
         return cls
@@ -304,3 +300,19 @@ def _user_dict(self: Any) -> dict:
     module returned by `filter_jit` has its fields filled in first; cached flat
     forms are dropped, since the dict handed out may be written to."""
     return _flat_form.forget(self)
+
+
+def use_rebuild_slot(on: bool) -> bool:
+    """Rebuild modules on JAX's unflatten path in C (`on`: the metaclass's
+    `tp_call` slot from `boxwood._native`) or through `_ModuleMeta.__call__`.
+    **Returns** whether the C slot is in use. Tests switch it to run both paths."""
+    if _native.install_call is None:
+        return False
+    if on:
+        _native.install_call(_ModuleMeta, REBUILD_NAME, StaticKey, SLOTTED)
+    else:
+        _native.install_call(_ModuleMeta, None, None, None)
+    return on
+
+
+use_rebuild_slot(True)

@@ -30,6 +30,11 @@ from ._static_key import StaticKey
 
 REBUILD_NAME = "_boxwood_rebuild"
 
+# Every registered Module class (registered with JAX, so never freed anyway):
+# `type(x) in MODULE_TYPES` is a much cheaper test than `isinstance(x, Module)` (an
+# ABC check). Read by display and by `filter_jit`'s argument walk.
+MODULE_TYPES: set[type] = set()
+
 
 class _RebuildSentinel:
     """The marker of earlier versions (kept so that their pickles load: such a
@@ -74,3 +79,4 @@ def register(cls: type, data_fields: list[str], meta_fields: list[str]) -> None:
         )
     finally:
         type.__setattr__(cls, "__dataclass_fields__", real)
+    MODULE_TYPES.add(cls)

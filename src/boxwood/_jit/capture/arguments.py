@@ -24,7 +24,7 @@ from typing import Any
 
 import jax
 
-from ..._module._module import MODULE_TYPES
+from ..._module._register import MODULE_TYPES
 from ..._warnings import user_stacklevel
 from .reads import class_functions, scan_code
 from .values import (

@@ -1,4 +1,4 @@
-/* The class attribute of a module's field, in C: `boxwood._module._fields.FieldBase`.
+/* The class attribute of a module's field, in C: `boxwood._native._fields.FieldBase`.
  *
  * A *data* descriptor, so that every write to a field goes through it, also one that
  * bypasses `Module.__setattr__` (`object.__setattr__(module, "w", v)`): such a write
@@ -62,7 +62,7 @@ static PyMemberDef field_members[] = {
     {NULL}};
 
 static PyTypeObject FieldBaseType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "boxwood._module._fields.FieldBase",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "boxwood._native._fields.FieldBase",
     .tp_basicsize = sizeof(FieldBase),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "The class attribute of a module's field (a data descriptor); "
@@ -77,7 +77,7 @@ static PyTypeObject FieldBaseType = {
 
 static struct PyModuleDef fields_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "boxwood._module._fields",
+    .m_name = "boxwood._native._fields",
     .m_doc = "Module fields' class attributes, in C (see `_module.py`, `_Field`).",
     .m_size = -1,
 };

@@ -1,4 +1,4 @@
-/* boxwood._jit._speedups: the per-call paths of boxwood, in C: `FastCall` (the argument
+/* boxwood._native._speedups: the per-call paths of boxwood, in C: `FastCall` (the argument
  * walk, key lookup and call of `filter_jit`), `Builder` (rebuilding its outputs)
  * and `install_call` (the rebuild of modules on JAX's unflatten path).
  *
@@ -672,7 +672,7 @@ static PyGetSetDef fastcall_getset[] = {
 
 static PyTypeObject FastCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "boxwood._jit._speedups.FastCall",
+    .tp_name = "boxwood._native._speedups.FastCall",
     .tp_doc = "A `filter_jit` function whose warm calls run in C.",
     .tp_basicsize = sizeof(FastCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
@@ -953,7 +953,7 @@ static PyMemberDef builder_members[] = {
 
 static PyTypeObject BuilderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "boxwood._jit._speedups.Builder",
+    .tp_name = "boxwood._native._speedups.Builder",
     .tp_doc = "Builds a `filter_jit` output from its leaves (see `_rebuild.py`).",
     .tp_basicsize = sizeof(Builder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -1059,7 +1059,7 @@ static PyMethodDef speedups_methods[] = {
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "boxwood._jit._speedups",
+    .m_name = "boxwood._native._speedups",
     .m_doc = "The warm-call path of `filter_jit`, in C (see `_wrapper.py`).",
     .m_size = -1,
     .m_methods = speedups_methods,
