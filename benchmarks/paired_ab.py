@@ -28,9 +28,9 @@ import json, statistics, sys, time
 import jax, jax.numpy as jnp
 import boxwood as bw
 
-class MLP(bw.Module):
-    ws: list
-    bs: list
+class MLP(bw.Module):  # tuples: a module holding a list (mutable) has no flat form
+    ws: tuple
+    bs: tuple
     def __call__(self, x):
         for w, b in zip(self.ws, self.bs):
             x = jnp.tanh(w @ x + b)
@@ -39,8 +39,8 @@ class MLP(bw.Module):
 def build(leaves):
     k = jax.random.key(0)
     n = leaves // 2
-    return MLP([jax.random.normal(jax.random.fold_in(k, i), (4, 4)) for i in range(n)],
-               [jnp.zeros(4) for _ in range(n)])
+    return MLP(tuple(jax.random.normal(jax.random.fold_in(k, i), (4, 4)) for i in range(n)),
+               tuple(jnp.zeros(4) for _ in range(n)))
 
 def apply(model, x):
     return model(x)
