@@ -20,8 +20,9 @@ The body is closure-converted first, so arrays it closes over (model parameters)
 get cotangents too. The loop is a `custom_vjp` (`_Loop.__call__`): only the carry
 leaves `_perturbation` finds perturbed are differentiated, and only those with
 nonzero cotangents are carried backwards; every floating-point array the body closes
-over is differentiated (JAX's `perturbed` flags under-report closed-over values in
-some nested programs, which would give zero gradients). Unlike Equinox's, every
+over is differentiated (JAX's `perturbed` flags under-report closed-over values
+when checkpointed loops are nested, which gave zero gradients: see
+docs/migrating-from-equinox.md). Unlike Equinox's, every
 floating-point output has a tangent, even one that depends on no perturbed input: a
 `custom_vjp` cannot mark outputs as unperturbed, and a `custom_jvp` around it fails
 under `vmap`. Everything is on flat lists of leaves (`_Loop` knows the pytree
