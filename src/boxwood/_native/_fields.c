@@ -3,16 +3,16 @@
  * A *data* descriptor, so that every write to a field goes through it, also one that
  * bypasses `Module.__setattr__` (`object.__setattr__(module, "w", v)`): such a write
  * after construction must drop the flat form `filter_jit` may have cached for the
- * module (see `_module.py`, `_Field`). A data descriptor is also asked first on
+ * module (see `_module/_instance.py`, `_Field`). A data descriptor is also asked first on
  * every read, so the read here is the instance dict's lookup, in C; only a field
  * missing from the dict (a default read on the class, a module built by `filter_jit`
  * from its flat form alone) calls the subclass's Python `_missing(obj, owner)`.
  * Writes call `_write(obj, value)` and deletions `_delete(obj)` (both Python).
  *
- * The Python twin is `_module._PyFieldBase` (the same three paths in Python), used
- * where this extension is not built or `BOXWOOD_PURE_PYTHON=1` is set. It costs a
- * Python call on every field read, which doubles the time of JAX's flatten of a
- * module (`benchmarks/bench_fields.py`).
+ * The Python twin is `_module._instance._PyFieldBase` (the same three paths in
+ * Python), used where this extension is not built or `BOXWOOD_PURE_PYTHON=1` is set.
+ * It costs a Python call on every field read, which doubles the time of JAX's
+ * flatten of a module (`benchmarks/bench_flatten.py`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -78,7 +78,7 @@ static PyTypeObject FieldBaseType = {
 static struct PyModuleDef fields_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "boxwood._native._fields",
-    .m_doc = "Module fields' class attributes, in C (see `_module.py`, `_Field`).",
+    .m_doc = "Module fields' class attributes, in C (see `boxwood/_module/_instance.py`, `_Field`).",
     .m_size = -1,
 };
 

@@ -3,7 +3,7 @@
  * and `install_call` (the rebuild of modules on JAX's unflatten path).
  *
  * `FastCall` is the callable that `filter_jit` returns when this extension is
- * built. It does what the fast path of `_wrapper.py`'s `call` does, with the same
+ * built. It does what the fast path of `_jit/_wrapper.py`'s `call` does, with the same
  * key (`_flat_cache.call_key` is its Python definition; tests/test_walk_agreement.py
  * checks the two agree) and the same table (`Store.fast_plans`):
  *
@@ -26,7 +26,7 @@
  * The boundary is narrow: C reads no Python attribute by name. The fields it reads
  * (`entry.cold`, `store.traces`, ...) are read through the descriptors handed to
  * `FastCall` when it is built, the flat form through the instance-dict key it is
- * handed, and the Builder's opcodes are handed to each Builder (`_rebuild.py`
+ * handed, and the Builder's opcodes are handed to each Builder (`_jit/_rebuild.py`
  * numbers them). See `README.md`, "The C boundary".
  */
 #define PY_SSIZE_T_CLEAN
@@ -61,7 +61,7 @@ typedef struct {
     PyObject *flat_key;     /* the instance-dict key of a module's flat form */
     PyObject *name;         /* the wrapped function's qualified name (its repr) */
     /* how to read the Python objects this path uses: member descriptors (slots)
-       and a function, handed over by `_wrapper.py` (C names no attribute) */
+       and a function, handed over by `_jit/_wrapper.py` (C names no attribute) */
     PyObject *entry_cold, *entry_jitted, *entry_fast_build, *entry_output;
     PyObject *plan_n_first, *store_traces, *store_tracing;
     /* captured values (`capture/`), or `watch` None: the watched names' sources
@@ -695,12 +695,12 @@ static PyTypeObject FastCallType = {
 /* ------------------------------------------------------------------ Builder
  *
  * `Builder(program)(leaves)` builds a `filter_jit` output from its leaf list. The
- * program is a tree of tuples made by `_rebuild.py` (`_Emitter`), each starting
+ * program is a tree of tuples made by `_jit/_rebuild.py` (`_Emitter`), each starting
  * with an opcode; the same program is turned into Python source where this
  * extension is not built, so both build exactly the same objects.
  */
 /* What a node does. The opcodes that stand for these in a program are numbered in
- * `_rebuild.py` (the one definition) and handed to each Builder when it is built;
+ * `_jit/_rebuild.py` (the one definition) and handed to each Builder when it is built;
  * `handler[opcode]` maps them to these. */
 enum {
     K_NONE = 0,  /* an opcode with no handler */
@@ -897,7 +897,7 @@ static PyObject *builder_vectorcall(PyObject *callable, PyObject *const *args,
 }
 
 static PyObject *builder_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    /* the opcode of each node kind, numbered by `_rebuild.py` */
+    /* the opcode of each node kind, numbered by `_jit/_rebuild.py` */
     static char *names[] = {"program", "flat_key", "leaf", "const", "list", "tuple",
                             "ntuple", "dict", "module", "lazy", "call", NULL};
     PyObject *program, *flat_key;
@@ -954,7 +954,7 @@ static PyMemberDef builder_members[] = {
 static PyTypeObject BuilderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "boxwood._native._speedups.Builder",
-    .tp_doc = "Builds a `filter_jit` output from its leaves (see `_rebuild.py`).",
+    .tp_doc = "Builds a `filter_jit` output from its leaves (see `_jit/_rebuild.py`).",
     .tp_basicsize = sizeof(Builder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = builder_new,
@@ -1060,7 +1060,7 @@ static PyMethodDef speedups_methods[] = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "boxwood._native._speedups",
-    .m_doc = "The warm-call path of `filter_jit`, in C (see `_wrapper.py`).",
+    .m_doc = "The warm-call path of `filter_jit`, in C (see `_jit/_wrapper.py`).",
     .m_size = -1,
     .m_methods = speedups_methods,
 };
