@@ -19,10 +19,12 @@ Without differentiation the loop is a plain `lax.while_loop` and stores nothing.
 The body is closure-converted first, so arrays it closes over (model parameters)
 get cotangents too. The loop is a `custom_vjp` (`_Loop.__call__`): only the carry
 leaves `_perturbation` finds perturbed are differentiated, and only those with
-nonzero cotangents are carried backwards; every floating-point array the body closes
-over is differentiated (JAX's `perturbed` flags under-report closed-over values
-when checkpointed loops are nested, which gave zero gradients: see
-docs/migrating-from-equinox.md). Unlike Equinox's, every
+nonzero cotangents are carried backwards; closed-over arrays are differentiated
+when JAX reports them perturbed (a `nondifferentiable` value closed over is left
+alone, as in Equinox). The backward rule differentiates the union of what every
+trace of the forward rule found perturbed (`_Loop.note_perturbed`: JAX hands it the
+residuals of the last trace, which for a loop nested in another loop's body is not
+the trace of the call being differentiated). Unlike Equinox's, every
 floating-point output has a tangent, even one that depends on no perturbed input: a
 `custom_vjp` cannot mark outputs as unperturbed, and a `custom_jvp` around it fails
 under `vmap`. Everything is on flat lists of leaves (`_Loop` knows the pytree
@@ -73,6 +75,9 @@ class _Loop:
         self.buffer = [bool(f) for f in jax.tree_util.tree_leaves(is_buffer)]
         assert len(self.buffer) == len(self.leaves)
         self.max_steps, self.c = max_steps, c
+        # what `bwd` differentiates (see `note_perturbed`)
+        self.b_seen = [False] * len(self.body_leaves)
+        self.c_seen = [False] * len(self.leaves)
 
     def step(self, body_leaves: list) -> Callable:
         """One step of the loop on the carry's flat leaves."""
@@ -149,7 +154,7 @@ class _Loop:
             return self.plain(body_leaves, cond_leaves, leaves)
 
         def fwd(body_leaves: list, cond_leaves: list, leaves: list) -> tuple:
-            b_pert = [inexact(p.value) for p in body_leaves]  # see the docstring
+            b_pert = [p.perturbed and inexact(p.value) for p in body_leaves]
             c_init = [p.perturbed for p in leaves]
             body_leaves, cond_leaves, leaves = jax.tree_util.tree_map(
                 lambda p: jnp.asarray(p.value), (body_leaves, cond_leaves, leaves)
@@ -162,24 +167,18 @@ class _Loop:
                 c_init,
                 self.treedef,
             )
-            # The analysis goes to `bwd` as the residuals' structure: JAX reuses a
-            # traced forward rule (and so its residuals' structure) for each
-            # pattern of perturbed inputs, but calls the same `bwd` for all.
-            flags = (
-                [() if p else None for p in b_pert],
-                [() if p else None for p in c_pert],
-            )
+            self.note_perturbed(b_pert, c_pert)
             if not any(c_pert):  # nothing to differentiate: store nothing
-                return self.plain(body_leaves, cond_leaves, leaves), (flags, None)
+                out = self.plain(body_leaves, cond_leaves, leaves)
+                return out, self.no_residuals(body_leaves, out)
             n, out, saved, pos = _forward(self, body_leaves, cond_leaves, leaves)
-            return out, (flags, (body_leaves, n, saved, pos, _pick(out, self.buffer)))
+            return out, (body_leaves, n, saved, pos, _pick(out, self.buffer))
 
         def bwd(res: Any, ct: list) -> tuple:
-            flags, res = res
-            b_pert, c_pert = ([f is not None for f in fs] for fs in flags)
+            b_pert, c_pert = self.b_seen, self.c_seen
             nonzero = [p and not _is_zero(t) for p, t in zip(c_pert, ct)]
             none_cond = [None] * len(self.cond_leaves)
-            if res is None or not any(nonzero):  # no cotangent reaches the loop
+            if res[3].shape[0] == 0 or not any(nonzero):  # no cotangent to pull back
                 none_body = [None] * len(self.body_leaves)
                 return none_body, none_cond, [None] * len(self.leaves)
             ct_body, ct_leaves = _backward(self, res, ct, b_pert, c_pert, nonzero)
@@ -189,6 +188,36 @@ class _Loop:
         run.defvjp(fwd, bwd, symbolic_zeros=True)
         out = run(self.body_leaves, self.cond_leaves, self.leaves)
         return jax.tree_util.tree_unflatten(self.treedef, out)
+
+    def note_perturbed(self, b_pert: list, c_pert: list) -> None:
+        """Add one forward rule's analysis to what `bwd` differentiates.
+
+        JAX traces the forward rule once per pattern of perturbed inputs (memoised,
+        and shared by every evaluation of a jaxpr holding this loop, as a loop
+        nested in another loop's body is), but hands `bwd` the residuals with the
+        tree structure of the *last* trace. So the residuals' structure is the
+        same for every pattern, and `bwd` differentiates the union of the leaves
+        found perturbed by every trace so far (a superset of its own call's; the
+        cotangents of unperturbed inputs are dropped by JAX). A leaf no trace
+        found perturbed (a `nondifferentiable` value closed over) is never
+        differentiated."""
+        self.b_seen = [a or b for a, b in zip(self.b_seen, b_pert)]
+        self.c_seen = [a or b for a, b in zip(self.c_seen, c_pert)]
+
+    def no_residuals(self, body_leaves: list, out: list) -> tuple:
+        """Residuals of the structure `_forward`'s have, holding no checkpoint
+        (`pos` of length 0 marks them)."""
+        saved = [
+            jnp.zeros((0, *jnp.shape(x)), jnp.result_type(x)) for x in self.kept(out)
+        ]
+        pos = jnp.zeros((0,), jnp.int32)
+        return (
+            body_leaves,
+            jnp.asarray(0, jnp.int32),
+            saved,
+            pos,
+            _pick(out, self.buffer),
+        )
 
 
 def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):

@@ -13,13 +13,9 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._init import split_keys
 from .._module import Module, field
 from ..nn import Embedding, LayerNorm, Linear, MultiheadAttention
-from ._config import ConfigError, ModelConfig
+from ._config import ConfigError, ModelConfig, false_or_unset
 from ._layers import activation, check_input_ids, supported_activation
 from ._pretrained import Pretrained
-
-
-def _false(value: Any) -> bool:
-    return value is False or value is None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +44,8 @@ class BertConfig(ModelConfig):
             lambda v: v in (None, "absolute"),
             "only 'absolute' position embeddings",
         ),
-        "is_decoder": (_false, "only `false` (an encoder)"),
-        "add_cross_attention": (_false, "only `false` (no cross-attention)"),
+        "is_decoder": (false_or_unset, "only `false` (an encoder)"),
+        "add_cross_attention": (false_or_unset, "only `false` (no cross-attention)"),
     }
 
     def validate(self, where: str) -> None:

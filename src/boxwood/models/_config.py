@@ -133,6 +133,11 @@ class ModelConfig:
         return out
 
 
+def false_or_unset(value: Any) -> bool:
+    """A `REQUIRED` check: the option is `false`, `null` or absent."""
+    return value is False or value is None
+
+
 def _require(cls: type, name: str, value: Any, where: str) -> None:
     accept, supported = cls.REQUIRED[name]
     if not accept(value):

@@ -13,7 +13,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._init import split_keys
 from .._module import Module, field
 from ..nn import Embedding, LayerNorm, State, StateIndex
-from ._config import ConfigError, ModelConfig
+from ._config import ConfigError, ModelConfig, false_or_unset
 from ._layers import (
     ACTIVATION_NAMES,
     activation,
@@ -23,10 +23,6 @@ from ._layers import (
     init_cache,
 )
 from ._pretrained import Pretrained
-
-
-def _false(value: Any) -> bool:
-    return value is False or value is None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +49,8 @@ class GPT2Config(ModelConfig):
         | {"summary_proj_to_labels", "summary_use_proj"}
     )
     REQUIRED: ClassVar[dict] = {
-        "add_cross_attention": (_false, "only `false` (no cross-attention)"),
-        "scale_attn_by_inverse_layer_idx": (_false, "only `false`"),
+        "add_cross_attention": (false_or_unset, "only `false` (no cross-attention)"),
+        "scale_attn_by_inverse_layer_idx": (false_or_unset, "only `false`"),
     }
 
     def validate(self, where: str) -> None:
