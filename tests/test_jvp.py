@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -96,3 +99,24 @@ def test_filter_closure_convert_checks_arguments():
         g(jnp.ones(3), 2)
     with pytest.raises(ValueError, match="other non-array arguments"):
         g(jnp.ones(2), 3)
+
+
+def test_filter_closure_convert_keeps_weak_types():
+    # A weakly typed example argument (a Python scalar made an array) stays weak in
+    # the converted function's trace, as in the function's own: under x64 with
+    # strict promotion, `float64 * weak int` is fine, `float64 * int64` an error
+    # (diffrax's implicit solvers and dense interpolation hit it).
+    code = (
+        "import jax, jax.numpy as jnp, boxwood as bw\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "jax.config.update('jax_numpy_dtype_promotion', 'strict')\n"
+        "def outer(z):\n"
+        "    n = jnp.asarray(2)\n"
+        "    f = bw.filter_closure_convert(lambda n: z * n, n)\n"
+        "    return f(n), f(jnp.asarray(3, jnp.int64)).dtype\n"
+        "print(bw.filter_jit(outer)(jnp.asarray(1.5)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Array(3., dtype=float64" in done.stdout, done.stdout
+    assert "dtype('float64')" in done.stdout, done.stdout

@@ -144,7 +144,10 @@ def filter_closure_convert(fn: Callable, *args: Any, **kwargs: Any) -> Callable:
     (1, Array([3., 6.], dtype=float32))
     """
     in_dynamic, in_static = partition((args, kwargs), _is_struct)
-    in_structs = _structs(jax.eval_shape(lambda: in_dynamic))
+    # traced with the examples' weak types (a Python scalar stays weak, as in the
+    # function's own trace), checked at calls without them (see `_structs`)
+    shaped = jax.eval_shape(lambda: in_dynamic)
+    in_structs = _structs(shaped)
     if isinstance(fn, types.FunctionType) and fn.__closure__ is None:
         return _TrivialClosureConvert(_flat(in_structs), _flat(in_static), fn)
     in_treedef = jax.tree_util.tree_structure(in_structs)
@@ -157,7 +160,7 @@ def filter_closure_convert(fn: Callable, *args: Any, **kwargs: Any) -> Callable:
         box.put((static, treedef))
         return out
 
-    closed = jax.make_jaxpr(flat_fn)(*jax.tree_util.tree_leaves(in_structs))
+    closed = jax.make_jaxpr(flat_fn)(*jax.tree_util.tree_leaves(shaped))
     out_static, out_treedef = box.get()
     out_leaves = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.out_avals]
     return _ClosureConvert(
