@@ -197,3 +197,64 @@ def test_checkpointed_loop_leaves_unperturbed_closed_over_values_alone(wrap):
         jax.grad(lambda t: f(jnp.array([1.0, 2.0])) + nondifferentiable(t, name="t0"))(
             t0
         )
+
+
+def _unperturbed_loop(x, y):
+    # `fixed` never depends on `x` (the only perturbed input); `moved` starts
+    # unperturbed but a step copies `x`'s value into it.
+    def body(c):
+        i, fixed, moved, follow = c
+        return i + 1, fixed * 2.0, follow, follow * 1.5
+
+    init = (0, y, jax.lax.stop_gradient(x), x)
+    return while_loop(lambda c: c[0] < 3, body, init, kind="checkpointed", max_steps=4)
+
+
+@pytest.mark.parametrize("wrap", [lambda f: f, jax.jit], ids=["eager", "jit"])
+def test_outputs_depending_on_no_perturbed_input_have_no_tangent(wrap):
+    # `nondifferentiable` raises for any tangent that is not a symbolic zero: the
+    # loop's outputs that no perturbed input reaches must carry none, those a
+    # step makes perturbed must carry one.
+    y = jax.lax.stop_gradient(jnp.asarray(1.0))
+
+    def run(x):
+        _, fixed, moved, follow = _unperturbed_loop(x, y)
+        nondifferentiable(fixed, name="fixed")
+        with pytest.raises(RuntimeError, match="moved cannot be differentiated"):
+            nondifferentiable(moved, name="moved")
+        return fixed + moved + follow
+
+    jax.linearize(run, jnp.asarray(2.0))
+    got = wrap(jax.grad(run))(jnp.asarray(2.0))
+    assert jnp.allclose(got, 1.5**2 + 1.5**3)  # d(moved)/dx + d(follow)/dx
+
+
+def test_unperturbed_outputs_under_vmap_of_grad():
+    def loss(x, y):
+        _, fixed, moved, follow = _unperturbed_loop(x, y)
+        return fixed + moved + follow
+
+    xs, ys = jnp.array([1.0, 2.0, 3.0]), jnp.array([0.5, 1.0, 1.5])
+    got = jax.vmap(jax.grad(loss))(xs, ys)
+    assert jnp.allclose(got, jnp.full(3, 1.5**2 + 1.5**3))
+    grads_y = jax.vmap(jax.grad(loss, argnums=1))(xs, ys)
+    assert jnp.allclose(grads_y, 8.0)  # fixed = y * 2**3
+
+
+def test_unperturbed_outputs_of_a_vmapped_loop_inside_grad():
+    # Loops of different lengths in one batch; the constant output has no tangent.
+    def loop(x, n):
+        def body(c):
+            return c[0] + 1, c[1] * 1.5, c[2] * 2.0
+
+        init = (0, x, jnp.ones_like(x))
+        return while_loop(lambda c: c[0] < n, body, init, kind="checkpointed", max_steps=5)
+
+    def loss(x):
+        _, y, const = jax.vmap(loop)(x, jnp.array([1, 2, 3]))
+        nondifferentiable(const, name="const")
+        return y.sum()
+
+    xs = jnp.array([1.0, 2.0, 3.0])
+    for grad in (jax.grad(loss), jax.jit(jax.grad(loss))):
+        assert jnp.allclose(grad(xs), jnp.array([1.5, 1.5**2, 1.5**3]))

@@ -24,11 +24,11 @@ when JAX reports them perturbed (a `nondifferentiable` value closed over is left
 alone, as in Equinox). The backward rule differentiates the union of what every
 trace of the forward rule found perturbed (`_Loop.note_perturbed`: JAX hands it the
 residuals of the last trace, which for a loop nested in another loop's body is not
-the trace of the call being differentiated). Unlike Equinox's, every
-floating-point output has a tangent, even one that depends on no perturbed input: a
-`custom_vjp` cannot mark outputs as unperturbed, and a `custom_jvp` around it fails
-under `vmap`. Everything is on flat lists of leaves (`_Loop` knows the pytree
-structures).
+the trace of the call being differentiated). A `custom_vjp` gives every
+floating-point output a tangent, so the outputs pass through a `custom_jvp`
+identity (`_Loop.stop_unperturbed`) that gives those depending on no perturbed
+input a symbolic zero, as Equinox's loop does (`nondifferentiable` accepts them).
+Everything is on flat lists of leaves (`_Loop` knows the pytree structures).
 """
 
 from __future__ import annotations
@@ -187,7 +187,44 @@ class _Loop:
 
         run.defvjp(fwd, bwd, symbolic_zeros=True)
         out = run(self.body_leaves, self.cond_leaves, self.leaves)
+        out = self.stop_unperturbed(self.body_leaves, self.leaves, out)
         return jax.tree_util.tree_unflatten(self.treedef, out)
+
+    def stop_unperturbed(self, body_leaves: list, leaves: list, out: list) -> list:
+        """`out`, whose leaves that depend on no perturbed input (of `body_leaves`
+        and `leaves`, the loop's inputs) have no tangent: a `custom_jvp` identity
+        whose rule keeps the tangents of the leaves `perturbed_carry` finds
+        perturbed and gives the others symbolic zeros (a `custom_vjp` gives every
+        floating-point output a tangent)."""
+
+        @jax.custom_jvp
+        def identity(body_leaves: list, leaves: list, out: list) -> list:
+            return out
+
+        def rule(primals: tuple, tangents: tuple) -> tuple:
+            body_leaves, leaves, out = primals
+            tb, tc, to = tangents
+            b_pert = [
+                not _is_zero(t) and inexact(x) for x, t in zip(body_leaves, tb)
+            ]
+            c_init = [not _is_zero(t) for t in tc]
+            c_pert = perturbed_carry(
+                lambda b, c: self.step(b)(c),
+                body_leaves,
+                b_pert,
+                leaves,
+                c_init,
+                self.treedef,
+                report=False,
+            )
+            keep = [
+                t if p else SymbolicZero(jax.typeof(x).to_tangent_aval())
+                for x, t, p in zip(out, to, c_pert)
+            ]
+            return out, keep
+
+        identity.defjvp(rule, symbolic_zeros=True)
+        return identity(body_leaves, leaves, out)
 
     def note_perturbed(self, b_pert: list, c_pert: list) -> None:
         """Add one forward rule's analysis to what `bwd` differentiates.

@@ -66,9 +66,11 @@ def perturbed_carry(
     leaves: list,
     perturbed: list,
     treedef: Any,
+    *,
+    report: bool = True,
 ) -> list:
     """A bool per carry leaf (see the module docstring). `step(body_leaves, leaves)`
-    runs one step on flat lists."""
+    runs one step on flat lists. `report=False`: never print the result."""
     perturbed = [bool(p) and inexact(x) for p, x in zip(perturbed, leaves)]
     body_leaves = [_abstract(x) for x in body_leaves]
     leaves = [_abstract(x) for x in leaves]
@@ -78,7 +80,8 @@ def perturbed_carry(
         out_perturbed = _perturbed_outputs(step, body_leaves, leaves, body_t, carry_t)
         new = [p or o for p, o in zip(perturbed, out_perturbed)]
         if new == perturbed:
-            _report("perturb_val", treedef, perturbed, False)
+            if report:
+                _report("perturb_val", treedef, perturbed, False)
             return perturbed
         perturbed = new
 
