@@ -248,7 +248,9 @@ def test_unperturbed_outputs_of_a_vmapped_loop_inside_grad():
             return c[0] + 1, c[1] * 1.5, c[2] * 2.0
 
         init = (0, x, jnp.ones_like(x))
-        return while_loop(lambda c: c[0] < n, body, init, kind="checkpointed", max_steps=5)
+        return while_loop(
+            lambda c: c[0] < n, body, init, kind="checkpointed", max_steps=5
+        )
 
     def loss(x):
         _, y, const = jax.vmap(loop)(x, jnp.array([1, 2, 3]))

@@ -44,7 +44,12 @@ from .._closure_convert import filter_closure_convert
 from .._filters import combine, is_array, partition
 from .._unvmap import unvmap_any
 from . import _online_schedule, _treeverse
-from ._perturbation import inexact, nonzero_cotangents, perturbed_carry
+from ._perturbation import (
+    inexact,
+    nonzero_cotangents,
+    perturbed_carry,
+    report_perturbed,
+)
 
 
 def _is_zero(t: Any) -> bool:
@@ -78,6 +83,7 @@ class _Loop:
         # what `bwd` differentiates (see `note_perturbed`)
         self.b_seen = [False] * len(self.body_leaves)
         self.c_seen = [False] * len(self.leaves)
+        self.analysed: dict = {}  # see `perturbed`
 
     def step(self, body_leaves: list) -> Callable:
         """One step of the loop on the carry's flat leaves."""
@@ -159,14 +165,8 @@ class _Loop:
             body_leaves, cond_leaves, leaves = jax.tree_util.tree_map(
                 lambda p: jnp.asarray(p.value), (body_leaves, cond_leaves, leaves)
             )
-            c_pert = perturbed_carry(
-                lambda b, c: self.step(b)(c),
-                body_leaves,
-                b_pert,
-                leaves,
-                c_init,
-                self.treedef,
-            )
+            c_pert = self.perturbed(body_leaves, b_pert, leaves, c_init)
+            report_perturbed(self.treedef, c_pert)
             self.note_perturbed(b_pert, c_pert)
             if not any(c_pert):  # nothing to differentiate: store nothing
                 out = self.plain(body_leaves, cond_leaves, leaves)
@@ -204,19 +204,9 @@ class _Loop:
         def rule(primals: tuple, tangents: tuple) -> tuple:
             body_leaves, leaves, out = primals
             tb, tc, to = tangents
-            b_pert = [
-                not _is_zero(t) and inexact(x) for x, t in zip(body_leaves, tb)
-            ]
+            b_pert = [not _is_zero(t) and inexact(x) for x, t in zip(body_leaves, tb)]
             c_init = [not _is_zero(t) for t in tc]
-            c_pert = perturbed_carry(
-                lambda b, c: self.step(b)(c),
-                body_leaves,
-                b_pert,
-                leaves,
-                c_init,
-                self.treedef,
-                report=False,
-            )
+            c_pert = self.perturbed(body_leaves, b_pert, leaves, c_init)
             keep = [
                 t if p else SymbolicZero(jax.typeof(x).to_tangent_aval())
                 for x, t, p in zip(out, to, c_pert)
@@ -225,6 +215,26 @@ class _Loop:
 
         identity.defjvp(rule, symbolic_zeros=True)
         return identity(body_leaves, leaves, out)
+
+    def perturbed(
+        self, body_leaves: list, b_pert: list, leaves: list, c_init: list
+    ) -> list:
+        """`perturbed_carry` for one pattern of perturbed inputs, traced once per
+        pattern and shapes (the forward rule and `stop_unperturbed` both ask)."""
+        shapes = tuple(
+            (jnp.shape(x), jnp.result_type(x)) for x in (*body_leaves, *leaves)
+        )
+        key = (tuple(b_pert), tuple(c_init), shapes)
+        if key not in self.analysed:
+            self.analysed[key] = perturbed_carry(
+                lambda b, c: self.step(b)(c),
+                body_leaves,
+                b_pert,
+                leaves,
+                c_init,
+                self.treedef,
+            )
+        return self.analysed[key]
 
     def note_perturbed(self, b_pert: list, c_pert: list) -> None:
         """Add one forward rule's analysis to what `bwd` differentiates.

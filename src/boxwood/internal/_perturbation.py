@@ -66,11 +66,10 @@ def perturbed_carry(
     leaves: list,
     perturbed: list,
     treedef: Any,
-    *,
-    report: bool = True,
 ) -> list:
     """A bool per carry leaf (see the module docstring). `step(body_leaves, leaves)`
-    runs one step on flat lists. `report=False`: never print the result."""
+    runs one step on flat lists. The caller reports the result
+    (`report_perturbed`)."""
     perturbed = [bool(p) and inexact(x) for p, x in zip(perturbed, leaves)]
     body_leaves = [_abstract(x) for x in body_leaves]
     leaves = [_abstract(x) for x in leaves]
@@ -80,10 +79,13 @@ def perturbed_carry(
         out_perturbed = _perturbed_outputs(step, body_leaves, leaves, body_t, carry_t)
         new = [p or o for p, o in zip(perturbed, out_perturbed)]
         if new == perturbed:
-            if report:
-                _report("perturb_val", treedef, perturbed, False)
             return perturbed
         perturbed = new
+
+
+def report_perturbed(treedef: Any, flags: Sequence[bool]) -> None:
+    """Print `perturbed_carry`'s result when `typing.TESTING` is set."""
+    _report("perturb_val", treedef, flags, False)
 
 
 def _dependencies(jaxpr: Any, n_in: int) -> list[int]:
