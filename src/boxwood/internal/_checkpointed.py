@@ -232,7 +232,6 @@ class _Loop:
                 b_pert,
                 leaves,
                 c_init,
-                self.treedef,
             )
         return self.analysed[key]
 

@@ -65,7 +65,6 @@ def perturbed_carry(
     body_perturbed: list,
     leaves: list,
     perturbed: list,
-    treedef: Any,
 ) -> list:
     """A bool per carry leaf (see the module docstring). `step(body_leaves, leaves)`
     runs one step on flat lists. The caller reports the result
