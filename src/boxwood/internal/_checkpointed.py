@@ -160,12 +160,12 @@ class _Loop:
             return self.plain(body_leaves, cond_leaves, leaves)
 
         def fwd(body_leaves: list, cond_leaves: list, leaves: list) -> tuple:
-            b_pert = [p.perturbed and inexact(p.value) for p in body_leaves]
+            b_pert = [p.perturbed for p in body_leaves]
             c_init = [p.perturbed for p in leaves]
             body_leaves, cond_leaves, leaves = jax.tree_util.tree_map(
                 lambda p: jnp.asarray(p.value), (body_leaves, cond_leaves, leaves)
             )
-            c_pert = self.perturbed(body_leaves, b_pert, leaves, c_init)
+            b_pert, c_pert = self.perturbed(body_leaves, b_pert, leaves, c_init)
             report_perturbed(self.treedef, c_pert)
             self.note_perturbed(b_pert, c_pert)
             if not any(c_pert):  # nothing to differentiate: store nothing
@@ -204,9 +204,9 @@ class _Loop:
         def rule(primals: tuple, tangents: tuple) -> tuple:
             body_leaves, leaves, out = primals
             tb, tc, to = tangents
-            b_pert = [not _is_zero(t) and inexact(x) for x, t in zip(body_leaves, tb)]
+            b_init = [not _is_zero(t) for t in tb]
             c_init = [not _is_zero(t) for t in tc]
-            c_pert = self.perturbed(body_leaves, b_pert, leaves, c_init)
+            _, c_pert = self.perturbed(body_leaves, b_init, leaves, c_init)
             keep = [
                 t if p else SymbolicZero(jax.typeof(x).to_tangent_aval())
                 for x, t, p in zip(out, to, c_pert)
@@ -217,10 +217,14 @@ class _Loop:
         return identity(body_leaves, leaves, out)
 
     def perturbed(
-        self, body_leaves: list, b_pert: list, leaves: list, c_init: list
-    ) -> list:
-        """`perturbed_carry` for one pattern of perturbed inputs, traced once per
-        pattern and shapes (the forward rule and `stop_unperturbed` both ask)."""
+        self, body_leaves: list, b_init: list, leaves: list, c_init: list
+    ) -> tuple[list, list]:
+        """`(perturbed body leaves, perturbed carry leaves)` given which inputs
+        have tangents (`b_init`, `c_init`; only floating-point ones count): the
+        carry's from `perturbed_carry`, traced once per pattern and shapes (the
+        forward rule and `stop_unperturbed` both ask)."""
+        b_pert = [bool(p) and inexact(x) for p, x in zip(b_init, body_leaves)]
+        c_init = [bool(p) and inexact(x) for p, x in zip(c_init, leaves)]
         shapes = tuple(
             (jnp.shape(x), jnp.result_type(x)) for x in (*body_leaves, *leaves)
         )
@@ -233,7 +237,7 @@ class _Loop:
                 leaves,
                 c_init,
             )
-        return self.analysed[key]
+        return b_pert, self.analysed[key]
 
     def note_perturbed(self, b_pert: list, c_pert: list) -> None:
         """Add one forward rule's analysis to what `bwd` differentiates.
