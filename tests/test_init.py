@@ -183,6 +183,28 @@ def test_fallback_under_jit_and_for_large_or_complex_draws(monkeypatch):
     assert len(calls) == 1
 
 
+def test_array_bounds_and_traced_bounds_fall_back(monkeypatch):
+    # Bounds given per element broadcast against the whole shape; a chunk of the
+    # draw cannot take them, so these are drawn directly, as `jax.random` does.
+    calls = _count_chunk_calls(monkeypatch)
+    key = jr.key(5)
+    low = jnp.array([[-1.0, -2.0, -3.0]])
+    fast = _init.truncated_normal(key, low, 1.0, (2, 3), jnp.float32)
+    assert _bits(fast) == _bits(jr.truncated_normal(key, low, 1.0, (2, 3)))
+    fast = _init.uniform(key, (3,), jnp.float32, np.array([0.0, 1.0, 2.0]), 3.0)
+    direct = jr.uniform(key, (3,), jnp.float32, np.array([0.0, 1.0, 2.0]), 3.0)
+    assert _bits(fast) == _bits(direct)
+    assert calls == []
+
+    # A traced bound (differentiating through `minval`) with a concrete key.
+    def total(draw, minval):
+        return draw(key, (4,), jnp.float32, minval, 1.0).sum()
+
+    assert jax.grad(lambda m: total(_init.uniform, m))(0.25) == jax.grad(
+        lambda m: total(jr.uniform, m)
+    )(0.25)
+
+
 @pytest.mark.parametrize("make_key", KEYS)
 def test_split_keys_bit_identical(make_key):
     key = make_key()

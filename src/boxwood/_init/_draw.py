@@ -145,8 +145,15 @@ def _kernel(dist: str, dtype: np.dtype, host_bits: bool) -> Callable[..., Any]:
     return jax.jit(kernel)
 
 
-def _fast_ok(shape: tuple[int, ...], dtype: np.dtype) -> bool:
-    return jnp.issubdtype(dtype, jnp.floating) and math.prod(shape) <= MAX_FAST_SIZE
+def _fast_ok(shape: tuple[int, ...], dtype: np.dtype, params: tuple) -> bool:
+    """Whether the chunk kernel can draw this: a floating dtype, at most
+    `MAX_FAST_SIZE` elements, and scalar parameters (an array of bounds is
+    broadcast against the whole shape, which a chunk does not have)."""
+    return (
+        jnp.issubdtype(dtype, jnp.floating)
+        and math.prod(shape) <= MAX_FAST_SIZE
+        and all(np.ndim(p) == 0 for p in params)
+    )
 
 
 def _host_words(data: np.ndarray, offset: int, num: int) -> np.ndarray:
@@ -181,7 +188,8 @@ def draw(dist: str, key: Any, shape: Any, dtype: Any, *params: Any) -> jax.Array
     It falls back to the direct `jax.random` call for a traced key (inside `jit` or
     `vmap` there is nothing to save), a non-threefry PRNG implementation,
     `jax_threefry_partitionable=False`, a key on another device, a non-floating
-    dtype, or more than `MAX_FAST_SIZE` elements.
+    dtype, parameters that are arrays rather than scalars (bounds per element), or
+    more than `MAX_FAST_SIZE` elements.
 
     **Arguments:**
 
@@ -203,7 +211,7 @@ def draw(dist: str, key: Any, shape: Any, dtype: Any, *params: Any) -> jax.Array
     """
     shape = as_shape(shape, dist)
     dtype = jnp.dtype(jax.dtypes.canonicalize_dtype(dtype))
-    found = host_key(key) if _fast_ok(shape, dtype) else None
+    found = host_key(key) if _fast_ok(shape, dtype, params) else None
     if found is not None:
         size = math.prod(shape)
         flat = (
