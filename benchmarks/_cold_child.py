@@ -26,6 +26,7 @@ _EVENTS = {
 }
 CASES = (
     "mlp",
+    "mlp_lecun",
     "mlp_reinit_lecun",
     "mlp_reinit_orthogonal",
     "cnn",
@@ -114,10 +115,30 @@ def _reinit(lib, model, name: str, key):
     return lib.tree_at(where, model, new)
 
 
+def _lecun_layers(lib, key):
+    """The MLP's nine `Linear` layers with `lecun_normal` weights from the start:
+    boxwood's `weight_init=`; equinox has no such keyword, so its layers are built
+    and their weights replaced with `tree_at`, as its documentation shows."""
+    import jax
+
+    sizes = [64] + [256] * 8 + [10]
+    keys = _split(key, len(sizes) - 1)
+    fn = jax.nn.initializers.lecun_normal()
+    if hasattr(lib.nn, "init"):
+        return [lib.nn.Linear(i, o, weight_init=fn, key=k)
+                for i, o, k in zip(sizes, sizes[1:], keys)]  # fmt: skip
+    layers = [lib.nn.Linear(i, o, key=k) for i, o, k in zip(sizes, sizes[1:], keys)]
+    where = lambda ls: [layer.weight for layer in ls]
+    new = [fn(k, w.shape[::-1], w.dtype).T for k, w in zip(keys, where(layers))]
+    return lib.tree_at(where, layers, new)
+
+
 def _build(lib, case: str, key):
     nn = lib.nn
     if case == "mlp":
         return nn.MLP(64, 10, 256, 8, key=key)
+    if case == "mlp_lecun":
+        return _lecun_layers(lib, key)
     if case.startswith("mlp_reinit_"):
         model = nn.MLP(64, 10, 256, 8, key=key)
         return _reinit(lib, model, case.rsplit("_", 1)[1], key)

@@ -21,6 +21,7 @@ FIGURE = "cold start"
 HERE = Path(__file__).resolve().parent
 BUILD_CASES = {
     "mlp": "MLP(64, 10, 256, depth=8)",
+    "mlp_lecun": "the MLP's 9 Linear layers built with lecun_normal weights",
     "mlp_reinit_lecun": "the MLP, then its weights re-initialised, lecun_normal",
     "mlp_reinit_orthogonal": "the MLP, then its weights re-initialised, orthogonal",
     "cnn": "CNN: 4 Conv2d + BatchNorm, Linear head",
