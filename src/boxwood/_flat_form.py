@@ -14,8 +14,8 @@ this file through these functions only:
 - `flat_form(obj)`: the record, or `None`;
 - `fill(obj)`: fill in the fields of a module built from its flat form alone
   (a field read that found nothing in the instance dict);
-- `forget(obj)`: the module may be written to (a write after construction, its
-  `__dict__` handed out): its fields are filled in, its flat form dropped, and the
+- `forget(obj)`: the module is being written to after construction (also
+  through `vars(module)`): its fields are filled in, its flat form dropped, and the
   `DROPPED` hooks run, which forget every cached flat form and key that may rest
   on it (`_jit/_flat_cache.py` registers one);
 - `drop(values)`: remove the flat form from an instance dict that nothing has seen

@@ -186,8 +186,8 @@ _DROPPED = [False]
 
 
 def invalidate() -> None:
-    """A module's `__dict__` was handed out (`vars(module)`), so it, or a module
-    nested in another's flat form, may be written to: forget every fast-path key,
+    """A module was written to after construction (it may be nested in another
+    module's flat form): forget every fast-path key,
     so that the next call of every `filter_jit` function flattens its arguments
     (and checks their flat forms, `remember_walkable`) before it trusts one."""
     _DROPPED[0] = True
@@ -384,7 +384,7 @@ def remember_walkable(obj: Any, statics: list, seen: set, now: set) -> Any:
     if typ in MODULE_TYPES:
         record = obj._boxwood_flat
         if record is not None and _DROPPED[0]:
-            record = remember(obj)  # (a module written to through `vars()`)
+            record = remember(obj)  # (a module written to after construction)
             if record is None:
                 return False
         elif record is None:

@@ -116,7 +116,7 @@ class _FieldRules:
                 name=self.name,
                 obj=obj,
             )
-        write_after_construction(obj, self.name, _DELETED, self.static)
+        write_after_construction(obj, self.name, DELETED, self.static)
 
 
 class _Field(_FieldRules, _field_base()):  # pyright: ignore[reportUntypedBaseClass]
@@ -125,25 +125,26 @@ class _Field(_FieldRules, _field_base()):  # pyright: ignore[reportUntypedBaseCl
     __slots__ = ("default", "static")
 
 
-_DELETED = object()
+#: The value of `write_after_construction` that deletes the field.
+DELETED = object()
 
 
 def write_after_construction(obj: Any, name: str, value: Any, static: bool) -> None:
-    """`obj.name = value` (`_DELETED`: `del obj.name`) on a module already built,
+    """`obj.name = value` (`DELETED`: `del obj.name`) on a module already built,
     made visible: the module's own flat form is dropped, its static key follows a
     static field, and every flat form and fast-path key that may rest on it is
     forgotten (`_flat_form.forget`), so the next call of a `filter_jit` function
     flattens the module afresh and sees the new value."""
     values = _flat_form.forget(obj)
-    if value is _DELETED:
+    if value is DELETED:
         values.pop(name, None)
     else:
         values[name] = value
     if static:
-        _rekey(obj, values)
+        rekey(obj, values)
 
 
-def _rekey(obj: Any, values: dict) -> None:
+def rekey(obj: Any, values: dict) -> None:
     """Keep the static key in `values` (`obj`'s instance dict) current."""
     if REBUILD_NAME in values:
         try:
@@ -159,7 +160,7 @@ def set_fields(obj: Any, **values: Any) -> None:
     own = instance_dict(obj)
     _flat_form.drop(own)
     own.update(values)
-    _rekey(obj, own)
+    rekey(obj, own)
 
 
 def install_fields(cls: Any, fields: tuple) -> None:

@@ -19,6 +19,7 @@ from ._instance import install_fields
 from ._register import REBUILD_NAME, register
 from ._slots import Instance, instance_dict, set_dict
 from ._static_key import StaticKey
+from ._user_dict import FieldsDict, replace_fields
 
 try:  # Python >= 3.11
     from typing import dataclass_transform
@@ -228,10 +229,11 @@ class Module(Instance, metaclass=_ModuleMeta):
     # dict (see `boxwood/_flat_cache.py`); this class attribute is the default.
     _boxwood_flat = None
 
-    # `vars(module)`: the fields (see `_user_dict`); boxwood's own code reads the
-    # instance dict through `instance_dict`
+    # `vars(module)`: a copy of the fields whose writes reach the module
+    # (`_user_dict.py`); boxwood's own code reads the instance dict through
+    # `instance_dict`
     __dict__ = property(  # pyright: ignore[reportGeneralTypeIssues, reportAssignmentType]
-        lambda self: _user_dict(self), lambda self, values: set_dict(self, values)
+        FieldsDict, replace_fields
     )
 
     def __getstate__(self) -> dict:
@@ -293,13 +295,6 @@ class Module(Instance, metaclass=_ModuleMeta):
     # `_repr_html_` (notebooks) and `__treescope_repr__` are set on this class by
     # `boxwood/_display.py` when the package is imported: display depends on
     # modules, never the reverse.
-
-
-def _user_dict(self: Any) -> dict:
-    """`module.__dict__` and `vars(module)`: the fields, as for any object. A
-    module returned by `filter_jit` has its fields filled in first; cached flat
-    forms are dropped, since the dict handed out may be written to."""
-    return _flat_form.forget(self)
 
 
 def use_rebuild_slot(on: bool) -> bool:
