@@ -1,4 +1,5 @@
 import contextlib
+import gc
 
 import jax
 import jax.random as jr
@@ -16,6 +17,19 @@ def _fresh_method_read_warnings():
     from boxwood._jit.capture import arguments
 
     arguments._WARNED.clear()
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _small_gc_heap(request):
+    """In a test module that calls `gc.collect()` (it imports `gc`): collect, then
+    freeze what survives, so that the test's own collections walk only the objects
+    it makes, not everything every earlier test on this worker left in JAX's
+    caches (a full collection late in a run takes about a second). Frozen objects
+    stay alive; nothing a test makes is frozen before it ends."""
+    if getattr(request.module, "gc", None) is gc:
+        gc.collect()
+        gc.freeze()
     yield
 
 
@@ -87,3 +101,12 @@ def count_compiles():
             jax.monitoring.unregister_event_duration_listener(listen)
 
     return counting
+
+
+def pytest_collection_finish(session):
+    """Once everything the tests import is loaded: move those objects (modules,
+    classes, functions; none of them garbage) out of the collector's reach, so
+    that each full collection during the run, automatic or a test's own
+    `gc.collect()`, walks only what the tests themselves made."""
+    gc.collect()
+    gc.freeze()
