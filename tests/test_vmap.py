@@ -240,8 +240,24 @@ def test_in_axes_dict_with_unknown_name():
 
 def test_nothing_vectorised_without_axis_size():
     f = boxwood.filter_vmap(lambda x: x, in_axes=None)
-    with pytest.raises(ValueError, match="Pass `axis_size=`"):
+    with pytest.raises(ValueError, match=r"batch size .* unknown\. Pass `axis_size=`"):
         f(jnp.ones(2))
+
+
+def test_nothing_vectorised_with_unbatched_outputs_runs_once():
+    # As in Equinox (lineax's tests build their operators this way): nothing
+    # vectorised and every output given `None` is a plain call.
+    calls = []
+
+    def make(name, scale):
+        calls.append(name)
+        return jnp.ones(3) * scale, name
+
+    out, name = boxwood.filter_vmap(make, out_axes=None)("m", 2.0)
+    assert calls == ["m"] and name == "m"
+    assert out.shape == (3,) and jnp.all(out == 2.0)
+    # a non-array output under the default `out_axes` needs no batch size either
+    assert boxwood.filter_vmap(lambda s: s + "!")("a") == "a!"
 
 
 def test_out_axes_int_for_non_array_output():

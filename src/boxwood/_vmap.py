@@ -132,11 +132,9 @@ class _Vmapped(Wrapped):
         axes = resolve_axes(self._in_axes_for(args), args, "in_axes", "args")
         leaves, treedef = jax.tree_util.tree_flatten(args)
         mapped = [i for i, a in enumerate(axes) if a is not UNMAPPED]
-        if not mapped and self.axis_size is None:
-            raise ValueError(
-                "`filter_vmap`: no argument is vectorised (every `in_axes` leaf "
-                "resolved to None), so the batch size is unknown. Pass `axis_size=`."
-            )
+        # Nothing vectorised and no size: fine while every output is unbatched too
+        # (`out_axes` resolving to None everywhere), as in Equinox; run with size 1.
+        sizeless = not mapped and self.axis_size is None
         box = OutBox()
 
         def per_example(mapped_leaves):
@@ -145,6 +143,13 @@ class _Vmapped(Wrapped):
                 new_leaves[i] = x
             out = self.fun(*jax.tree_util.tree_unflatten(treedef, new_leaves))
             out_axes = resolve_axes(self.out_axes, out, "out_axes", "the output")
+            if sizeless and any(a is not UNMAPPED for a in out_axes):
+                raise ValueError(
+                    "`filter_vmap`: no argument is vectorised (every `in_axes` leaf "
+                    "resolved to None), so the batch size of the outputs `out_axes` "
+                    "gives an axis is unknown. Pass `axis_size=`, or `out_axes=None` "
+                    "for outputs that do not depend on a batch."
+                )
             out_leaves, out_def = jax.tree_util.tree_flatten(out)
             box.put((out_def, out_axes, out_leaves))
             batched = [
@@ -162,7 +167,7 @@ class _Vmapped(Wrapped):
             in_axes=([axes[i] for i in mapped],),
             out_axes=(0, None),
             axis_name=self.axis_name,
-            axis_size=self.axis_size,
+            axis_size=1 if sizeless else self.axis_size,
             **dict(self.vmapkwargs),
         )([leaves[i] for i in mapped])
         out_def, out_axes, traced_leaves = box.get()
@@ -218,7 +223,9 @@ def filter_vmap(
       along it (as in Equinox); other non-arrays must resolve to `None`.
     - `axis_name`: a name for the vectorised axis, for collectives such as
       `jax.lax.psum`.
-    - `axis_size`: the batch size; needed only when no argument is vectorised.
+    - `axis_size`: the batch size; needed only when no argument is vectorised and
+      some output is given an axis (with nothing vectorised and every output given
+      `None`, the function is simply called, as in Equinox).
     - `**vmapkwargs`: other options of `jax.vmap` (`spmd_axis_name`).
 
     **Returns:**
