@@ -221,11 +221,9 @@ def filter_vmap(
       as they are, as are arrays given `None` (which must not depend on the
       vectorised inputs); a Python number given an axis is broadcast to an array
       along it (as in Equinox); other non-arrays must resolve to `None`.
-    - `axis_name`: a name for the vectorised axis, for collectives such as
-      `jax.lax.psum`.
-    - `axis_size`: the batch size; needed only when no argument is vectorised and
-      some output is given an axis (with nothing vectorised and every output given
-      `None`, the function is simply called, as in Equinox).
+    - `axis_name`: a name for the vectorised axis, for collectives (`jax.lax.psum`).
+    - `axis_size`: the batch size; needed only when nothing is vectorised and an
+      output is given an axis (else `fun` is simply called, as in Equinox).
     - `**vmapkwargs`: other options of `jax.vmap` (`spmd_axis_name`).
 
     **Returns:**
