@@ -258,6 +258,13 @@ def test_nothing_vectorised_with_unbatched_outputs_runs_once():
     assert out.shape == (3,) and jnp.all(out == 2.0)
     # a non-array output under the default `out_axes` needs no batch size either
     assert boxwood.filter_vmap(lambda s: s + "!")("a") == "a!"
+    # no batch axis exists to reduce over: a collective fails, as in Equinox,
+    # instead of pretending to a batch of one
+    f = boxwood.filter_vmap(
+        lambda x: x * jax.lax.psum(1, "i"), out_axes=None, axis_name="i"
+    )
+    with pytest.raises(NameError, match="unbound axis name: i"):
+        f(2.0)
 
 
 def test_out_axes_int_for_non_array_output():

@@ -114,6 +114,22 @@ def parameter_names(fun: Callable, in_axes: Any) -> tuple[str, ...] | None:
         ) from None
 
 
+def _output_leaves(
+    out_axes: list, traced: list, batched: list, unbatched: list
+) -> list:
+    """The output's leaves: batched arrays moved to their `out_axes`, unbatched
+    arrays, and non-arrays as traced (the same for every example)."""
+    batched_it, unbatched_it = iter(batched), iter(unbatched)
+    leaves = []
+    for a, x in zip(out_axes, traced):
+        if a is not UNMAPPED:
+            y = next(batched_it)
+            leaves.append(y if a == 0 else jnp.moveaxis(y, 0, a))
+        else:
+            leaves.append(next(unbatched_it) if is_array(x) else x)
+    return leaves
+
+
 class _Vmapped(Wrapped):
     in_axes: Any
     out_axes: Any
@@ -132,8 +148,8 @@ class _Vmapped(Wrapped):
         axes = resolve_axes(self._in_axes_for(args), args, "in_axes", "args")
         leaves, treedef = jax.tree_util.tree_flatten(args)
         mapped = [i for i, a in enumerate(axes) if a is not UNMAPPED]
-        # Nothing vectorised and no size: fine while every output is unbatched too
-        # (`out_axes` resolving to None everywhere), as in Equinox; run with size 1.
+        # Nothing vectorised, no size: `fun` is simply called (as in Equinox), which
+        # works while `out_axes` gives every output None.
         sizeless = not mapped and self.axis_size is None
         box = OutBox()
 
@@ -162,25 +178,17 @@ class _Vmapped(Wrapped):
             ]
             return batched, unbatched
 
-        batched, unbatched = jax.vmap(
+        vectorised = per_example if sizeless else jax.vmap(
             per_example,
             in_axes=([axes[i] for i in mapped],),
             out_axes=(0, None),
             axis_name=self.axis_name,
-            axis_size=1 if sizeless else self.axis_size,
+            axis_size=self.axis_size,
             **dict(self.vmapkwargs),
-        )([leaves[i] for i in mapped])
+        )  # fmt: skip
+        batched, unbatched = vectorised([leaves[i] for i in mapped])
         out_def, out_axes, traced_leaves = box.get()
-        batched, unbatched = iter(batched), iter(unbatched)
-        out_leaves = []
-        for a, traced in zip(out_axes, traced_leaves):
-            if a is not UNMAPPED:
-                x = next(batched)
-                out_leaves.append(x if a == 0 else jnp.moveaxis(x, 0, a))
-            elif is_array(traced):
-                out_leaves.append(next(unbatched))
-            else:
-                out_leaves.append(traced)  # a non-array: the same for every example
+        out_leaves = _output_leaves(out_axes, traced_leaves, batched, unbatched)
         return jax.tree_util.tree_unflatten(out_def, out_leaves)
 
     def _in_axes_for(self, args: tuple) -> Any:
