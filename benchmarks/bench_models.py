@@ -13,6 +13,10 @@ weights written by `transformers`' `save_pretrained`; a 4-layer, 256-wide one wi
   model written as a plain function over a dict of arrays under `jax.jit` (the
   limit).
 
+PyTorch runs on as many threads as XLA's CPU client (the cores this process may use),
+set once before anything is timed, and every row records that count and the load
+average taken just before its section ran: a figure from a busy machine says so.
+
     python benchmarks/run.py --only models [--quick]
 """
 
@@ -225,14 +229,32 @@ def _forward_rows(directory: str, reps: int) -> list[dict]:
     return rows
 
 
+def _threads() -> int:
+    """XLA's CPU client runs on every core this process may use; PyTorch is given
+    the same number."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(cores)
+    return cores
+
+
 def run(quick: bool) -> list[dict]:
     reps = 2 if quick else 3
+    threads = _threads()
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as directory:
         _save_checkpoint(directory, quick)
-        rows = _load_rows(directory, reps)
-        rows += _generation_rows(directory, reps)
-        rows += _first_token_rows(directory)
-        rows += _forward_rows(directory, reps)
-    for r in rows:
-        r["load_average"] = json.dumps(os.getloadavg())
+        sections = (
+            lambda: _load_rows(directory, reps),
+            lambda: _generation_rows(directory, reps),
+            lambda: _first_token_rows(directory),
+            lambda: _forward_rows(directory, reps),
+        )
+        for section in sections:
+            load = json.dumps(os.getloadavg())
+            for r in section():
+                r["load_average"] = load
+                r["threads"] = threads
+                rows.append(r)
     return rows

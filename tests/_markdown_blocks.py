@@ -15,6 +15,11 @@ What a reader has at hand from the text around a block (a trained `model`, a
 
 A page whose examples need several devices says so once, `<!-- docs-test: devices
 8 -->`: its blocks then run in a subprocess with that many simulated CPU devices.
+
+Every fence names its language: a Python one (`python`, `pycon`, `py`) runs, one of
+`NOT_PYTHON` (shell commands, program output, data) is shown only, and any other
+(an untagged fence, `python3`) is refused with its place, so no example is silently
+left untested. Every page under `docs/` is read, sub-folders included.
 """
 
 from __future__ import annotations
@@ -24,7 +29,11 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PYTHON = frozenset({"python", "pycon", "py"})
+NOT_PYTHON = frozenset(
+    {"bash", "sh", "console", "text", "json", "toml", "yaml", "ini", "diff", "html"}
+)
 
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)[^\n]*$")
 SKIP = re.compile(r"^<!-- docs-test: skip \((?P<reason>[^)]+)\) -->$")
@@ -74,10 +83,16 @@ def blocks(page: pathlib.Path) -> list[Block]:
             i += 1
             continue
         indent, lang = len(fence["indent"]), fence["lang"]
+        if lang not in PYTHON | NOT_PYTHON:
+            where = Block(page, i + 1, "", None).where
+            raise ValueError(
+                f"{where}: a code fence of language {lang or '(none)'!r}: tag it "
+                f"`python` to run it, or one of {sorted(NOT_PYTHON)} to show it only"
+            )
         end = i + 1
         while end < len(lines) and not lines[end].strip().startswith("```"):
             end += 1
-        if lang in ("python", "pycon", "py"):
+        if lang in PYTHON:
             previous = lines[i - 1].strip() if i else ""
             skip = SKIP.match(previous)
             body = "\n".join(line[indent:] for line in lines[i + 1 : end])

@@ -101,6 +101,21 @@ def test_the_collector_finds_blocks_and_skip_marks(tmp_path):
 
 
 def test_every_page_with_python_is_collected():
-    pages = {p.name for p in PAGES}
-    assert "README.md" in pages and "getting-started.md" in pages
-    assert os.path.isdir(ROOT / "docs")
+    pages = {str(p.relative_to(ROOT)) for p in PAGES}
+    assert "README.md" in pages and "docs/getting-started.md" in pages
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("**/*.md")}
+    assert on_disk and on_disk <= pages  # sub-folders (docs/api/) included
+
+
+@pytest.mark.parametrize("fence", ["```", "```python3", "```pyton"])
+def test_a_fence_that_cannot_be_classified_is_refused(tmp_path, fence):
+    page = tmp_path / "page.md"
+    page.write_text(f"text\n\n```python\nx = 1\n```\n\n{fence}\nprint(x)\n```\n")
+    with pytest.raises(ValueError, match=r"page.md:7: a code fence of language"):
+        blocks(page)
+
+
+def test_a_shown_only_fence_is_not_run(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```text\nboom()\n```\n\n```bash\nls\n```\n")
+    assert blocks(page) == []
