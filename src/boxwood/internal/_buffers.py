@@ -13,13 +13,24 @@ from jax.interpreters import ad, batching, mlir
 
 from .._filters import combine, is_array, partition
 from .._module import Module, field
-from ._primitive import (
-    filter_primitive_batching,
-    filter_primitive_bind,
-    filter_primitive_def,
-    filter_primitive_jvp,
-    filter_primitive_transpose,
-)
+from . import _primitive as fprim
+
+
+def _register(prim: Primitive, impl: Any, abstract: Any, rules: dict) -> Primitive:
+    """Give `prim` its implementation (also its lowering), abstract evaluation, and
+    `rules`: `{"jvp": ..., "transpose": ..., "batch": ...}`."""
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract)
+    tables = {
+        "jvp": ad.primitive_jvps,
+        "transpose": ad.primitive_transposes,
+        "batch": batching.primitive_batchers,
+    }
+    for kind, rule in rules.items():
+        tables[kind][prim] = rule
+    lowered = mlir.lower_fun(impl, multiple_results=prim.multiple_results)
+    mlir.register_lowering(prim, lowered)
+    return prim
 
 
 class _Slice(Module):
@@ -62,12 +73,12 @@ def _maybe_set_abstract(pred, xs, x, index):
 def _maybe_set_jvp(primals, tangents):
     pred, xs, x, index = primals
     _, t_xs, t_x, _ = tangents
-    out = filter_primitive_bind(maybe_set_p, pred, xs, x, index)
+    out = fprim.filter_primitive_bind(maybe_set_p, pred, xs, x, index)
     if t_xs is None and t_x is None:
         return out, None
     t_xs = jnp.zeros_like(xs) if t_xs is None else t_xs
     t_x = jnp.zeros_like(x) if t_x is None else t_x
-    return out, filter_primitive_bind(maybe_set_p, pred, t_xs, t_x, index)
+    return out, fprim.filter_primitive_bind(maybe_set_p, pred, t_xs, t_x, index)
 
 
 def _maybe_set_transpose(inputs, ct):
@@ -111,15 +122,16 @@ def _maybe_set_batch(inputs, axes):
 
 
 maybe_set_p = Primitive("boxwood_maybe_set")
-maybe_set_p.multiple_results = True
-maybe_set_p.def_impl(filter_primitive_def(_maybe_set_impl))
-maybe_set_p.def_abstract_eval(filter_primitive_def(_maybe_set_abstract))
-ad.primitive_jvps[maybe_set_p] = filter_primitive_jvp(_maybe_set_jvp)
-ad.primitive_transposes[maybe_set_p] = filter_primitive_transpose(_maybe_set_transpose)
-batching.primitive_batchers[maybe_set_p] = filter_primitive_batching(_maybe_set_batch)
-mlir.register_lowering(
+maybe_set_p.multiple_results = True  # the filter_primitive_* convention
+_register(
     maybe_set_p,
-    mlir.lower_fun(filter_primitive_def(_maybe_set_impl), multiple_results=True),
+    fprim.filter_primitive_def(_maybe_set_impl),
+    fprim.filter_primitive_def(_maybe_set_abstract),
+    {
+        "jvp": fprim.filter_primitive_jvp(_maybe_set_jvp),
+        "transpose": fprim.filter_primitive_transpose(_maybe_set_transpose),
+        "batch": fprim.filter_primitive_batching(_maybe_set_batch),
+    },
 )
 
 
@@ -152,14 +164,11 @@ def _select_transpose(ct: Any, pred: Any, x: Any, y: Any) -> list:
     return [None, ct_x, ct_y]
 
 
-select_if_vmap_p = Primitive("boxwood_select_if_vmap")
-select_if_vmap_p.def_impl(_select)
-select_if_vmap_p.def_abstract_eval(lambda pred, x, y: x)
-ad.primitive_jvps[select_if_vmap_p] = _select_jvp
-ad.primitive_transposes[select_if_vmap_p] = _select_transpose
-batching.primitive_batchers[select_if_vmap_p] = _select_batch
-mlir.register_lowering(
-    select_if_vmap_p, mlir.lower_fun(_select, multiple_results=False)
+select_if_vmap_p = _register(
+    Primitive("boxwood_select_if_vmap"),
+    _select,
+    lambda pred, x, y: x,
+    {"jvp": _select_jvp, "transpose": _select_transpose, "batch": _select_batch},
 )
 
 
@@ -175,7 +184,7 @@ def _maybe_set(pred: Any, xs: Any, x: Any, index: Any) -> Any:
     x = jnp.broadcast_to(
         jnp.asarray(x, xs.dtype), jax.eval_shape(lambda: xs[index]).shape
     )
-    return filter_primitive_bind(maybe_set_p, pred, xs, x, _from_slices(index))
+    return fprim.filter_primitive_bind(maybe_set_p, pred, xs, x, _from_slices(index))
 
 
 class _Buffer(Module):
@@ -194,62 +203,65 @@ class _Buffer(Module):
     def __getitem__(self, item: Any) -> Any:
         return self.array[item]
 
-    @property
-    def at(self) -> _BufferAt:
-        return _BufferAt(self)
+    def __getattr__(self, name: str) -> Any:
+        # `shape`, `dtype`, `size`, `ndim`: those of the array.
+        if name in _ARRAY_ATTRIBUTES:
+            return getattr(self.array, name)
+        raise AttributeError(name)
 
     @property
-    def shape(self) -> tuple:
-        return self.array.shape
+    def at(self) -> _Indexer:
+        return _Indexer(self, None)
 
-    @property
-    def dtype(self) -> Any:
-        return self.array.dtype
-
-    @property
-    def size(self) -> int:
-        return self.array.size
-
-    @property
-    def ndim(self) -> int:
-        return self.array.ndim
-
-
-class _BufferAt:
-    def __init__(self, buffer: _Buffer) -> None:
-        self._buffer = buffer
-
-    def __getitem__(self, item: Any) -> _BufferIndex:
-        return _BufferIndex(self._buffer, item)
+    def _written(self, item: Any, x: Any, pred: Any, kwargs: dict) -> _Buffer:
+        """This buffer with `x` written at `item` where `pred` and `live`."""
+        if self.live is not None:
+            pred = jnp.logical_and(pred, self.live)
+        if isinstance(self.array, _Buffer):  # nested loops: write through
+            array = self.array._written(item, x, pred, kwargs)
+        elif kwargs:  # indexing options: select over the whole array
+            array = _select_write(self.array, item, x, pred, kwargs)
+        else:  # select over the written part only, in place
+            array = _maybe_set(pred, self.array, x, item)
+        return _Buffer(array, self.tag, self.live)
 
 
-class _BufferIndex:
-    def __init__(self, buffer: _Buffer, item: Any) -> None:
-        self._buffer, self._item = buffer, item
+_ARRAY_ATTRIBUTES = frozenset({"shape", "dtype", "size", "ndim"})
+
+
+class _Indexer:
+    """`buffer.at` (`index` is `None`) and `buffer.at[index]`."""
+
+    __slots__ = ("buffer", "index")
+
+    def __init__(self, buffer: _Buffer, index: Any) -> None:
+        self.buffer, self.index = buffer, index
+
+    def __getitem__(self, index: Any) -> _Indexer:
+        return _Indexer(self.buffer, index)
 
     def get(self, **kwargs: Any) -> Any:
-        return self._buffer.array.at[self._item].get(**kwargs)
+        return self.buffer.array.at[self.index].get(**kwargs)
 
     def set(self, x: Any, *, pred: Any = True, **kwargs: Any) -> _Buffer:
-        array, tag, live = self._buffer.array, self._buffer.tag, self._buffer.live
-        if live is not None:
-            pred = jnp.logical_and(pred, live)
-        if isinstance(array, _Buffer):  # nested loops: write through
-            return _Buffer(array.at[self._item].set(x, pred=pred, **kwargs), tag, live)
-        if kwargs:
-            new = array.at[self._item].set(x, **kwargs)
-            return _Buffer(jnp.where(pred, new, array), tag, live)
-        return _Buffer(_maybe_set(pred, array, x, self._item), tag, live)
+        return self.buffer._written(self.index, x, pred, kwargs)
+
+
+def _select_write(array: Any, item: Any, x: Any, pred: Any, kwargs: dict) -> Any:
+    """`array.at[item].set(x, **kwargs)` where `pred`, else `array`."""
+    written = array.at[item].set(x, **kwargs)
+    if pred is True:
+        return written
+    return jnp.where(pred, written, array)
 
 
 def buffer_at_set(buffer: Any, item: Any, x: Any, *, pred: Any = True, **kwargs: Any):
-    """`buffer.at[item].set(x)` where `pred` is true (else `buffer` unchanged), for a
-    loop buffer or a plain array (say, a body function called outside the loop)."""
+    """`buffer.at[item].set(x, pred=pred)` (`buffer` unchanged where `pred` is
+    false), for a loop buffer or a plain array alike (say, a loop body also called
+    outside the loop)."""
     if isinstance(buffer, _Buffer):
-        return buffer.at[item].set(x, pred=pred, **kwargs)
-    if pred is not True:
-        x = jnp.where(pred, x, buffer.at[item].get(**kwargs))
-    return buffer.at[item].set(x, **kwargs)
+        return buffer._written(item, x, pred, kwargs)
+    return _select_write(buffer, item, x, pred, kwargs)
 
 
 def is_buffer(x: Any) -> bool:

@@ -18,43 +18,51 @@ def _documenting() -> bool:
     return hasattr(typing, "GENERATING_DOCUMENTATION")
 
 
-class _Shown(type):
-    """A class standing in for `obj` whose repr is `text`; calling it calls `obj`.
-    (A class, so that it may appear inside type annotations too.)"""
+class _Labelled:
+    """Stands for `target` in generated documentation: shown as `label`, and
+    otherwise behaving like `target` (calls and attributes go through to it). It
+    is callable, so `typing` accepts it inside annotations, and `|` builds a
+    `typing.Union` with it."""
 
-    obj: Any
-    text: str
+    __slots__ = ("target", "label")
 
-    def __new__(mcs, obj: Any, text: str) -> Any:
-        cls = super().__new__(mcs, text, (), {"obj": obj, "text": text})
-        cls.__module__ = "builtins"
-        return cls
+    def __init__(self, target: Any, label: str) -> None:
+        self.target, self.label = target, label
 
-    def __init__(cls, obj: Any, text: str) -> None:
-        pass
+    def __repr__(self) -> str:
+        return self.label
 
-    def __repr__(cls) -> str:
-        return cls.text
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.target(*args, **kwargs)
 
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        return cls.obj(*args, **kwargs)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target, name)
+
+    def __or__(self, other: Any) -> Any:
+        return typing.Union[self, other]  # noqa: UP007 (`self` is not a type)
+
+    def __ror__(self, other: Any) -> Any:
+        return typing.Union[other, self]  # noqa: UP007
 
 
 def doc_repr(obj: _T, string: str) -> _T:
     """`obj`, shown as `string` in generated documentation (for a default value
     whose repr is unhelpful, say)."""
-    return _Shown(obj, string) if _documenting() else obj  # type: ignore[return-value]
+    return _Labelled(obj, string) if _documenting() else obj  # pyright: ignore[reportReturnType]
 
 
 def doc_remove_args(*args: str) -> Callable[[_T], _T]:
     """Decorator hiding the parameters named `args` from the signature shown in
     generated documentation."""
+    hidden = frozenset(args)
 
     def hide(fn: Any) -> Any:
-        if _documenting():
-            sig = inspect.signature(fn)
-            kept = [p for p in sig.parameters.values() if p.name not in args]
-            object.__setattr__(fn, "__signature__", sig.replace(parameters=kept))
+        if not _documenting():
+            return fn
+        signature = inspect.signature(fn)
+        shown = [p for name, p in signature.parameters.items() if name not in hidden]
+        # `object.__setattr__`: `fn` may be a frozen callable (a module, say)
+        object.__setattr__(fn, "__signature__", signature.replace(parameters=shown))
         return fn
 
     return hide

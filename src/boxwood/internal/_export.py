@@ -13,6 +13,20 @@ from .._pretty import array_summary
 from ._finalise import finalise_fn
 
 
+def _onnx_tools() -> tuple:
+    """`(tensorflow, tf2onnx, jax2tf)`, or an `ImportError` saying what to install."""
+    try:
+        import tensorflow as tf  # pyright: ignore[reportMissingImports, reportMissingModuleSource]
+        import tf2onnx  # pyright: ignore[reportMissingImports]
+        from jax.experimental import jax2tf
+    except ImportError as e:
+        raise ImportError(
+            "`boxwood.internal.to_onnx` needs `tensorflow` and `tf2onnx`: "
+            "`pip install tensorflow tf2onnx`."
+        ) from e
+    return tf, tf2onnx, jax2tf
+
+
 def to_onnx(fn: Callable) -> Callable:
     """Export `fn` to ONNX (experimental): `to_onnx(fn)(*example_args)` returns
     what `tf2onnx.convert.from_function` returns for `fn` finalised (see
@@ -20,18 +34,13 @@ def to_onnx(fn: Callable) -> Callable:
     `tensorflow` and `tf2onnx` installed."""
 
     def export(*args: Any) -> Any:
-        try:
-            import tensorflow as tf  # pyright: ignore[reportMissingImports, reportMissingModuleSource]
-            import tf2onnx  # pyright: ignore[reportMissingImports]
-            from jax.experimental import jax2tf
-        except ImportError as e:
-            raise ImportError(
-                "`boxwood.internal.to_onnx` needs `tensorflow` and `tf2onnx`: "
-                "`pip install tensorflow tf2onnx`."
-            ) from e
-        tf_fn = tf.function(jax2tf.convert(finalise_fn(fn), enable_xla=False))
-        specs = [tf.TensorSpec(jnp.shape(x), jnp.result_type(x)) for x in args]
-        return tf2onnx.convert.from_function(tf_fn, input_signature=specs)
+        tf, tf2onnx, jax2tf = _onnx_tools()
+        # no XLA-only operations, which ONNX could not express
+        converted = jax2tf.convert(finalise_fn(fn), enable_xla=False)
+        signature = [tf.TensorSpec(jnp.shape(x), jnp.result_type(x)) for x in args]
+        return tf2onnx.convert.from_function(
+            tf.function(converted), input_signature=signature
+        )
 
     return export
 

@@ -12,7 +12,6 @@ wrong results: finalise last.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,13 +23,14 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Primitive
 primitive_finalisations: dict = {}
 
 
-def _call_impl(prim: Primitive, *args: Any, **params: Any) -> Any:
-    return prim.impl(*args, **params)
-
-
 def register_impl_finalisation(prim: Primitive) -> None:
-    """Finalise `prim` by calling its implementation rule (`prim.impl`)."""
-    primitive_finalisations[prim] = functools.partial(_call_impl, prim)
+    """Finalise `prim` by calling its implementation rule (`prim.impl`, looked up
+    when the primitive is met, so a later `def_impl` is honoured)."""
+
+    def call_impl(*args: Any, **params: Any) -> Any:
+        return prim.impl(*args, **params)
+
+    primitive_finalisations[prim] = call_impl
 
 
 def _custom_vmap_call(*args: Any, call: Any, **params: Any) -> Any:
@@ -41,7 +41,11 @@ def _custom_vmap_call(*args: Any, call: Any, **params: Any) -> Any:
 primitive_finalisations[custom_vmap_p] = _custom_vmap_call
 
 
-def _finalise_value(value: Any) -> Any:
+def _finalise_param(value: Any) -> Any:
+    """A primitive's parameter with the jaxprs it holds (a cond's branches, a
+    loop's body: directly or in a tuple) finalised."""
+    if type(value) is tuple:
+        return tuple(_finalise_param(v) for v in value)
     if isinstance(value, ClosedJaxpr):
         return finalise_jaxpr(value)
     if isinstance(value, Jaxpr) and not value.constvars:
@@ -49,47 +53,49 @@ def _finalise_value(value: Any) -> Any:
     return value
 
 
-def _finalise_params(params: dict) -> dict:
-    out = {}
-    for key, value in params.items():
-        if type(value) is tuple:
-            out[key] = tuple(_finalise_value(v) for v in value)
-        else:
-            out[key] = _finalise_value(value)
-    return out
+def _run_equation(eqn: Any, inputs: list) -> list:
+    """The outputs of `eqn` on `inputs`, its primitive replaced by its finalisation
+    (if registered) and the jaxprs in its parameters finalised."""
+    params = {key: _finalise_param(v) for key, v in eqn.params.items()}
+    bound = eqn.primitive.get_bind_params(params)
+    subfuns, params = bound if isinstance(bound, tuple) else ([], bound)
+    fn = primitive_finalisations.get(eqn.primitive, eqn.primitive.bind)
+    out = fn(*subfuns, *inputs, **params)
+    return list(out) if eqn.primitive.multiple_results else [out]
 
 
 def finalise_eval_jaxpr(jaxpr: Jaxpr, consts: Any, *args: Any) -> list:
     """Evaluate `jaxpr` (as `jax.core.eval_jaxpr`), finalising each primitive."""
-    env: dict = {}
+    known = dict(zip(jaxpr.constvars, consts))
+    known.update(zip(jaxpr.invars, args))
 
-    def read(v: Any) -> Any:
-        return v.val if isinstance(v, Literal) else env[v]
+    def value(atom: Any) -> Any:
+        return atom.val if isinstance(atom, Literal) else known[atom]
 
-    for var, value in (*zip(jaxpr.constvars, consts), *zip(jaxpr.invars, args)):
-        env[var] = value
     for eqn in jaxpr.eqns:
-        bound = eqn.primitive.get_bind_params(_finalise_params(eqn.params))
-        subfuns, params = bound if isinstance(bound, tuple) else ([], bound)
-        call = primitive_finalisations.get(eqn.primitive, eqn.primitive.bind)
-        out = call(*subfuns, *map(read, eqn.invars), **params)
-        outs = out if eqn.primitive.multiple_results else [out]
-        for var, value in zip(eqn.outvars, outs, strict=True):
-            env[var] = value
-    return [read(v) for v in jaxpr.outvars]
+        outs = _run_equation(eqn, [value(a) for a in eqn.invars])
+        known.update(zip(eqn.outvars, outs, strict=True))
+    return [value(a) for a in jaxpr.outvars]
 
 
 def finalise_jaxpr_as_fn(jaxpr: ClosedJaxpr) -> Callable:
     """As `jax.core.jaxpr_as_fn`, finalising."""
-    return functools.partial(finalise_eval_jaxpr, jaxpr.jaxpr, jaxpr.consts)
+
+    def run(*args: Any) -> list:
+        return finalise_eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *args)
+
+    return run
+
+
+def _input_structs(jaxpr: ClosedJaxpr) -> list:
+    return [
+        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.invars
+    ]
 
 
 def finalise_jaxpr(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` with its registered primitives finalised."""
-    structs = [
-        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.invars
-    ]
-    return jax.make_jaxpr(finalise_jaxpr_as_fn(jaxpr))(*structs)
+    return jax.make_jaxpr(finalise_jaxpr_as_fn(jaxpr))(*_input_structs(jaxpr))
 
 
 def finalise_fn(fn: Callable) -> Callable:
@@ -97,11 +103,11 @@ def finalise_fn(fn: Callable) -> Callable:
     replaced (a transformation, like `jax.vmap`)."""
 
     def finalised(*args: Any) -> Any:
-        closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-        out = finalise_eval_jaxpr(
-            closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args)
+        closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+        flat_out = finalise_jaxpr_as_fn(closed)(*jax.tree_util.tree_leaves(args))
+        return jax.tree_util.tree_unflatten(
+            jax.tree_util.tree_structure(out_shape), flat_out
         )
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
 
     return finalised
 
@@ -110,8 +116,8 @@ def finalise_make_jaxpr(fn: Callable, *, return_shape: bool = False) -> Callable
     """As `jax.make_jaxpr`, with the registered primitives finalised."""
 
     def make(*args: Any) -> Any:
-        closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-        closed = finalise_jaxpr(closed)
-        return (closed, shape) if return_shape else closed
+        closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+        finalised = finalise_jaxpr(closed)
+        return (finalised, out_shape) if return_shape else finalised
 
     return make

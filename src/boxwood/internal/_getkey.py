@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 from typing import Any
 
 import jax
 
-
-def _default_seed() -> int | None:
-    value = os.environ.get("BOXWOOD_GETKEY_SEED") or os.environ.get("EQX_GETKEY_SEED")
-    return None if value is None else int(value)
+_SEED_VARIABLES = ("BOXWOOD_GETKEY_SEED", "EQX_GETKEY_SEED")
 
 
-@dataclasses.dataclass(eq=False)
+def _choose_seed(seed: int | None) -> int:
+    """`seed` if given, else the first seed variable set, else a random seed."""
+    if seed is not None:
+        return seed
+    for name in _SEED_VARIABLES:
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return random.randint(0, 2**31 - 1)
+
+
 class GetKey:
     """A test fixture's key source: each call returns a new key.
 
     Without a `seed` a random one is drawn (printed in the repr, so a failing test
     can be rerun with it); the environment variable `BOXWOOD_GETKEY_SEED` (or
     Equinox's `EQX_GETKEY_SEED`) fixes it. Meant for tests only.
+
+    `seed` is the seed in use and `call` the number of keys handed out; the `n`-th
+    key is `jax.random.fold_in(jax.random.key(seed), n)`.
 
     >>> import jax
     >>> from boxwood.internal import GetKey
@@ -31,19 +39,14 @@ class GetKey:
     False
     """
 
-    seed: int
-    call: int
-    key: Any
-
     def __init__(self, seed: int | None = None):
-        if seed is None:
-            seed = _default_seed()
-        if seed is None:
-            seed = random.randint(0, 2**31 - 1)
-        self.seed = seed
+        self.seed = _choose_seed(seed)
         self.call = 0
-        self.key = jax.random.key(seed)
+        self._root = jax.random.key(self.seed)
 
     def __call__(self) -> Any:
         self.call += 1
-        return jax.random.fold_in(self.key, self.call)
+        return jax.random.fold_in(self._root, self.call)
+
+    def __repr__(self) -> str:
+        return f"GetKey(seed={self.seed}, call={self.call})"

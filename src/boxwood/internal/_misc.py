@@ -12,12 +12,12 @@ from typing import Any
 import jax
 import jax.core
 import jax.numpy as jnp
+import numpy as np
 
 from .._errors import error_if
 from .._eval_shape import filter_eval_shape
-from .._filters import is_array
+from .._filters import combine, is_array, partition
 from .._module import Module
-from ._nontraceable import nonbatchable
 
 
 def scan_trick(fn: Callable, intermediates: Sequence[Callable], init: Any) -> Any:
@@ -31,13 +31,20 @@ def scan_trick(fn: Callable, intermediates: Sequence[Callable], init: Any) -> An
     >>> scan_trick(lambda x: x * 2, [lambda x: x + 1], jnp.array(1.0))  # (1*2+1)*2
     Array(6., dtype=float32, weak_type=True)
     """
-    branches = [*intermediates, lambda x: x]
+    afterwards = (*intermediates, _identity)
 
-    def step(carry: Any, index: Any) -> tuple:
-        carry = fn(carry)
-        return jax.lax.switch(nonbatchable(index), branches, carry), None
+    def step(state: tuple, _: None) -> tuple:
+        count, x = state  # `count` never depends on `x`, so it is never batched
+        x = jax.lax.switch(count, afterwards, fn(x))
+        return (count + 1, x), None
 
-    return jax.lax.scan(step, init, jnp.arange(len(branches)))[0]
+    start = (jnp.zeros((), jnp.int32), init)
+    (_, out), _ = jax.lax.scan(step, start, None, length=len(afterwards))
+    return out
+
+
+def _identity(x: Any) -> Any:
+    return x
 
 
 def _eval_filled(fill: Callable, fn: Callable, inputs: tuple) -> Any:
@@ -69,49 +76,55 @@ def str2jax(msg: str) -> Module:
     """A module without fields (so a static pytree, usable as a `jit` argument or
     carried through `lax` control flow) whose `str` and `repr` are `msg`."""
 
-    class _Text(Module):
-        def __repr__(self) -> str:
-            return msg
+    def show(self: Any) -> str:
+        return msg
 
-        __str__ = __repr__
-
-    _Text.__name__ = _Text.__qualname__ = msg
-    return _Text()
+    text_type = type(msg, (Module,), {"__repr__": show, "__str__": show})
+    return text_type()
 
 
-@jax.custom_jvp
-def nextafter(x: Any) -> Any:
+def _float_neighbour(name: str, towards: float, doc: str) -> Any:
+    """The floating-point number next to `x` in the direction `towards` (+inf or
+    -inf), with the identity's derivative. From zero it goes to the smallest
+    *normal* number: XLA flushes subnormals to zero, which would leave it at zero."""
+
+    @jax.custom_jvp
+    def neighbour(x: Any) -> Any:
+        x = jnp.asarray(x)
+        tiny = jnp.finfo(x.dtype).tiny
+        edge = tiny if towards > 0 else -tiny
+        return jnp.where(x == 0, edge, jnp.nextafter(x, jnp.asarray(towards, x.dtype)))
+
+    @neighbour.defjvp
+    def _jvp(primals: tuple, tangents: tuple) -> tuple:
+        (x,), (dx,) = primals, tangents
+        return neighbour(x), dx
+
+    neighbour.__name__ = neighbour.__qualname__ = name  # pyright: ignore[reportAttributeAccessIssue]
+    neighbour.__doc__ = doc
+    return neighbour
+
+
+nextafter = _float_neighbour(
+    "nextafter",
+    float("inf"),
     """The next floating-point number above `x`; above zero, the smallest normal
-    number. Its derivative is that of the identity."""
-    x = jnp.asarray(x)
-    return jnp.where(x == 0, jnp.finfo(x.dtype).tiny, jnp.nextafter(x, jnp.inf))
-
-
-@jax.custom_jvp
-def prevbefore(x: Any) -> Any:
+    number. Its derivative is that of the identity.""",
+)
+prevbefore = _float_neighbour(
+    "prevbefore",
+    float("-inf"),
     """The previous floating-point number below `x`; below zero, minus the
-    smallest normal number. Its derivative is that of the identity."""
-    x = jnp.asarray(x)
-    return jnp.where(x == 0, -jnp.finfo(x.dtype).tiny, jnp.nextafter(x, -jnp.inf))
-
-
-@nextafter.defjvp
-def _nextafter_jvp(primals: tuple, tangents: tuple) -> tuple:
-    return nextafter(primals[0]), tangents[0]
-
-
-@prevbefore.defjvp
-def _prevbefore_jvp(primals: tuple, tangents: tuple) -> tuple:
-    return prevbefore(primals[0]), tangents[0]
+    smallest normal number. Its derivative is that of the identity.""",
+)
 
 
 def left_broadcast_to(arr: Any, shape: tuple) -> Any:
     """Broadcast `arr` to `shape`, lining up its axes with the *leading* axes of
     `shape` (trailing axes are added), unlike NumPy's right-aligned rule."""
     arr = jnp.asarray(arr)
-    return jnp.broadcast_to(
-        arr.reshape(arr.shape + (1,) * (len(shape) - arr.ndim)), shape
-    )
+    trailing = tuple(range(arr.ndim, len(shape)))
+    return jnp.broadcast_to(jnp.expand_dims(arr, trailing), shape)
 
 
 def hashable_partition(pytree: Any, filter_fn: Callable) -> tuple:
@@ -119,17 +132,14 @@ def hashable_partition(pytree: Any, filter_fn: Callable) -> tuple:
     tuples with `None` in the places of the other kind; the second part is
     hashable when the unselected leaves are."""
     leaves, treedef = jax.tree_util.tree_flatten(pytree)
-    chosen = [filter_fn(x) for x in leaves]
-    dynamic = tuple(x if c else None for x, c in zip(leaves, chosen))
-    static = tuple(None if c else x for x, c in zip(leaves, chosen))
+    dynamic, static = partition(tuple(leaves), filter_fn)
     return dynamic, (static, treedef)
 
 
 def hashable_combine(dynamic: Any, static: tuple) -> Any:
     """Inverse of [`boxwood.internal.hashable_partition`][]."""
     static_leaves, treedef = static
-    leaves = [d if s is None else s for d, s in zip(dynamic, static_leaves)]
-    return jax.tree_util.tree_unflatten(treedef, leaves)
+    return jax.tree_util.tree_unflatten(treedef, combine(dynamic, static_leaves))
 
 
 def _as_struct(x: Any) -> Any:
@@ -167,28 +177,37 @@ class ContainerMeta(type):
 
     def __new__(mcs, name: str, bases: tuple, namespace: dict) -> Any:
         if "reverse_lookup" in namespace:
-            raise ValueError("`reverse_lookup` is a reserved name for ContainerMeta.")
-        body: dict = {}
-        values: list = []
-        for key, value in namespace.items():
-            if key.startswith("__") and key.endswith("__"):
-                body[key] = value
-            else:
-                body[key] = len(values)
-                values.append(value)
-        body["reverse_lookup"] = values
-        return super().__new__(mcs, name, bases, body)
+            raise ValueError(
+                "ContainerMeta: `reverse_lookup` is reserved (it holds the values); "
+                "rename that attribute."
+            )
+        members = [key for key in namespace if not _is_dunder(key)]
+        numbered = {key: number for number, key in enumerate(members)}
+        cls = super().__new__(mcs, name, bases, {**namespace, **numbered})
+        cls.reverse_lookup = [namespace[key] for key in members]
+        return cls
 
     def __instancecheck__(cls, instance: Any) -> bool:
-        if is_array(instance):
-            return instance.shape == () and jnp.issubdtype(instance.dtype, jnp.integer)
-        return isinstance(instance, int) or super().__instancecheck__(instance)
+        return _is_integer_scalar(instance) or type.__instancecheck__(cls, instance)
 
     def __getitem__(cls, item: int) -> Any:
         return cls.reverse_lookup[item]
 
     def __len__(cls) -> int:
         return len(cls.reverse_lookup)
+
+
+def _is_dunder(name: str) -> bool:
+    return name[:2] == name[-2:] == "__"
+
+
+def _is_integer_scalar(x: Any) -> bool:
+    """A Python int (or bool), or a 0-d array or NumPy scalar of an integer dtype."""
+    if isinstance(x, int):
+        return True
+    if isinstance(x, (jax.Array, np.ndarray, np.generic)):
+        return x.ndim == 0 and jnp.issubdtype(x.dtype, jnp.integer)
+    return False
 
 
 def assert_dce(x: Any, msg: str, *, on_error: str = "default") -> Any:

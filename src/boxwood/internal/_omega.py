@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -9,11 +10,74 @@ from typing import Any
 import jax
 
 _SCALARS = (bool, int, float, complex, jax.Array)
+_UPDATES = frozenset({"set", "add", "multiply", "divide", "power", "min", "max"})
 
 
 class _OmegaMeta(type):
     def __rpow__(cls, value: Any) -> Any:  # `tree**ω` is `ω(tree)`
         return cls(value)
+
+
+def _code_of(fn: Callable | None) -> tuple | None:
+    code = getattr(fn, "__code__", None)
+    return None if code is None else (code.co_code, code.co_names, code.co_consts)
+
+
+def _same_is_leaf(a: Callable | None, b: Callable | None) -> bool:
+    """Whether two `is_leaf`s are the same: one object, or functions compiled from
+    the same source (two lambdas written alike, say)."""
+    return a is b or (_code_of(a) is not None and _code_of(a) == _code_of(b))
+
+
+class _LeafOp:
+    """An operator of `ω`, as a descriptor: `op` applied leaf by leaf, to one
+    operand (`arity=1`) or two (`ω` on the left, or on the right if `reflected`)."""
+
+    def __init__(
+        self, op: Callable, symbol: str, *, reflected: bool = False, arity: int = 2
+    ) -> None:
+        self.op, self.symbol, self.reflected, self.arity = op, symbol, reflected, arity
+
+    def __get__(self, instance: ω | None, owner: type) -> Any:
+        if instance is None:
+            return self
+        return functools.partial(self.apply, instance)
+
+    def apply(self, me: ω, *other: Any) -> ω:
+        if self.arity == 1:
+            return me._map(self.op)
+        (value,) = other
+        partner = _partner(me, value, self.symbol, self.reflected)
+        if self.reflected:
+            return me._map(lambda x, y: self.op(y, x), partner)
+        return me._map(self.op, partner)
+
+
+def _partner(me: ω, other: Any, symbol: str, reflected: bool = False) -> Any:
+    """`other` as a pytree shaped like `me.ω`: another `ω`'s tree (checked to match),
+    or a scalar or array placed at every leaf. `symbol`: the operator as written
+    (`+`, `.at[].set`); `reflected`: `ω` is on its right (`2 * ω(a)`)."""
+    if isinstance(other, ω):
+        both = f"`ω {symbol} ω`"
+        if not _same_is_leaf(me.is_leaf, other.is_leaf):
+            raise ValueError(
+                f"{both} needs the same `is_leaf` on both sides (got {me.is_leaf!r} "
+                f"and {other.is_leaf!r}): pass the same one to both."
+            )
+        mine = jax.tree_util.tree_structure(me.ω, is_leaf=me.is_leaf)
+        theirs = jax.tree_util.tree_structure(other.ω, is_leaf=me.is_leaf)
+        if mine != theirs:
+            raise ValueError(
+                f"{both} needs pytrees of the same structure; got {mine} and {theirs}."
+            )
+        return other.ω
+    if not isinstance(other, _SCALARS):
+        spelled = f"`... {symbol} ω`" if reflected else f"`ω {symbol} ...`"
+        raise TypeError(
+            f"{spelled} takes another `ω`, a scalar or an array; got "
+            f"{type(other).__name__}."
+        )
+    return jax.tree_util.tree_map(lambda _: other, me.ω, is_leaf=me.is_leaf)
 
 
 class ω(metaclass=_OmegaMeta):  # noqa: N801 (Equinox's name)
@@ -32,6 +96,8 @@ class ω(metaclass=_OmegaMeta):  # noqa: N801 (Equinox's name)
     {'x': Array(3., dtype=float32, weak_type=True), 'y': Array(6., dtype=float32, weak_type=True)}
     """
 
+    __hash__ = None  # pyright: ignore[reportAssignmentType]  # `==` is leaf by leaf
+
     def __init__(self, value: Any, is_leaf: Callable[[Any], bool] | None = None):
         self.ω = value
         self.is_leaf = is_leaf
@@ -40,8 +106,8 @@ class ω(metaclass=_OmegaMeta):  # noqa: N801 (Equinox's name)
         return f"ω({self.ω!r})"
 
     def _map(self, fn: Callable, *others: Any) -> ω:
-        return ω(jax.tree_util.tree_map(fn, self.ω, *others, is_leaf=self.is_leaf),
-                 is_leaf=self.is_leaf)  # fmt: skip
+        mapped = jax.tree_util.tree_map(fn, self.ω, *others, is_leaf=self.is_leaf)
+        return ω(mapped, is_leaf=self.is_leaf)
 
     def __getitem__(self, item: Any) -> ω:
         return self._map(lambda x: x[item])
@@ -51,119 +117,54 @@ class ω(metaclass=_OmegaMeta):  # noqa: N801 (Equinox's name)
         return self._map(fn)
 
     @property
-    def at(self) -> _At:
+    def at(self) -> _Update:
         """`ω(a).at[i].set(v)`: the indexed update on every leaf."""
-        return _At(self)
+        return _Update(self, None)
+
+    __add__, __radd__ = _LeafOp(operator.add, "+"), _LeafOp(operator.add, "+", reflected=True)  # fmt: skip
+    __sub__, __rsub__ = _LeafOp(operator.sub, "-"), _LeafOp(operator.sub, "-", reflected=True)  # fmt: skip
+    __mul__, __rmul__ = _LeafOp(operator.mul, "*"), _LeafOp(operator.mul, "*", reflected=True)  # fmt: skip
+    __matmul__, __rmatmul__ = _LeafOp(operator.matmul, "@"), _LeafOp(operator.matmul, "@", reflected=True)  # fmt: skip
+    __truediv__, __rtruediv__ = _LeafOp(operator.truediv, "/"), _LeafOp(operator.truediv, "/", reflected=True)  # fmt: skip
+    __floordiv__, __rfloordiv__ = _LeafOp(operator.floordiv, "//"), _LeafOp(operator.floordiv, "//", reflected=True)  # fmt: skip
+    __mod__, __rmod__ = _LeafOp(operator.mod, "%"), _LeafOp(operator.mod, "%", reflected=True)  # fmt: skip
+    __pow__, __rpow__ = _LeafOp(operator.pow, "**"), _LeafOp(operator.pow, "**", reflected=True)  # fmt: skip
+    __lshift__, __rlshift__ = _LeafOp(operator.lshift, "<<"), _LeafOp(operator.lshift, "<<", reflected=True)  # fmt: skip
+    __rshift__, __rrshift__ = _LeafOp(operator.rshift, ">>"), _LeafOp(operator.rshift, ">>", reflected=True)  # fmt: skip
+    __and__, __rand__ = _LeafOp(operator.and_, "&"), _LeafOp(operator.and_, "&", reflected=True)  # fmt: skip
+    __xor__, __rxor__ = _LeafOp(operator.xor, "^"), _LeafOp(operator.xor, "^", reflected=True)  # fmt: skip
+    __or__, __ror__ = _LeafOp(operator.or_, "|"), _LeafOp(operator.or_, "|", reflected=True)  # fmt: skip
+    __lt__, __le__ = _LeafOp(operator.lt, "<"), _LeafOp(operator.le, "<=")
+    __eq__, __ne__ = _LeafOp(operator.eq, "=="), _LeafOp(operator.ne, "!=")  # pyright: ignore[reportAssignmentType]
+    __gt__, __ge__ = _LeafOp(operator.gt, ">"), _LeafOp(operator.ge, ">=")
+    __neg__, __pos__ = _LeafOp(operator.neg, "-", arity=1), _LeafOp(operator.pos, "+", arity=1)  # fmt: skip
+    __abs__, __invert__ = _LeafOp(operator.abs, "abs", arity=1), _LeafOp(operator.invert, "~", arity=1)  # fmt: skip
 
 
-def _same_is_leaf(a: Callable | None, b: Callable | None) -> bool:
-    """Whether two `is_leaf`s are the same: one object, or functions of the same
-    code (two equal lambdas), as Equinox checks."""
-    if a is b:
-        return True
-    ca, cb = getattr(a, "__code__", None), getattr(b, "__code__", None)
-    if ca is None or cb is None:
-        return False
-    return (ca.co_code, ca.co_names, ca.co_consts) == (
-        cb.co_code,
-        cb.co_names,
-        cb.co_consts,
-    )
+class _Update:
+    """`ω(a).at` (`index` is `None`), and `ω(a).at[index]`, whose `.set(v)`,
+    `.add(v)`, ... update every leaf at `index` with `v` (a scalar, an array, or
+    an `ω` of the same structure)."""
 
-
-def _binary_operand(
-    self: ω, other: Any, op_name: str, reflected: bool = False
-) -> Callable[[Callable], ω]:
-    """`op_name`: the operator as written (`+`, `.at[].set`); `reflected`: `ω` is
-    on its right (`2 * ω(a)`), as the messages show it."""
-    if isinstance(other, ω):
-        if not _same_is_leaf(self.is_leaf, other.is_leaf):
-            raise ValueError(
-                f"`ω {op_name} ω` needs the same `is_leaf` on both sides (got "
-                f"{self.is_leaf!r} and {other.is_leaf!r}): pass the same one to both."
-            )
-        mine = jax.tree_util.tree_structure(self.ω, is_leaf=self.is_leaf)
-        theirs = jax.tree_util.tree_structure(other.ω, is_leaf=self.is_leaf)
-        if mine != theirs:
-            raise ValueError(
-                f"`ω {op_name} ω` needs pytrees of the same structure; got {mine} "
-                f"and {theirs}."
-            )
-        return lambda op: self._map(op, other.ω)
-    if isinstance(other, _SCALARS):
-        return lambda op: self._map(lambda x: op(x, other))
-    if reflected:
-        raise TypeError(
-            f"`... {op_name} ω` takes another `ω`, a scalar or an array; got "
-            f"{type(other).__name__}."
-        )
-    raise TypeError(
-        f"`ω {op_name} ...` takes another `ω`, a scalar or an array; got "
-        f"{type(other).__name__}."
-    )
-
-
-def _install_binary(name: str, op: Callable, symbol: str, reflected: bool) -> None:
-    def method(self: ω, other: Any) -> ω:
-        return _binary_operand(self, other, symbol, reflected)(op)
-
-    method.__name__ = name
-    setattr(ω, name, method)
-
-
-def _flip(op: Callable) -> Callable:
-    return lambda x, y: op(y, x)
-
-
-# name -> (operator, symbol)
-_BINARY = {
-    "add": (operator.add, "+"), "sub": (operator.sub, "-"),
-    "mul": (operator.mul, "*"), "matmul": (operator.matmul, "@"),
-    "truediv": (operator.truediv, "/"), "floordiv": (operator.floordiv, "//"),
-    "mod": (operator.mod, "%"), "pow": (operator.pow, "**"),
-    "lshift": (operator.lshift, "<<"), "rshift": (operator.rshift, ">>"),
-    "and": (operator.and_, "&"), "xor": (operator.xor, "^"), "or": (operator.or_, "|"),
-}  # fmt: skip
-for _name, (_op, _symbol) in _BINARY.items():
-    _install_binary(f"__{_name}__", _op, _symbol, reflected=False)
-    _install_binary(f"__r{_name}__", _flip(_op), _symbol, reflected=True)
-for _name, _symbol in (("lt", "<"), ("le", "<="), ("eq", "=="), ("ne", "!="),
-                       ("gt", ">"), ("ge", ">=")):  # fmt: skip
-    _install_binary(f"__{_name}__", getattr(operator, _name), _symbol, False)
-for _name, _op in (("__neg__", operator.neg), ("__pos__", operator.pos),
-                   ("__abs__", operator.abs), ("__invert__", operator.invert)):  # fmt: skip
-    setattr(ω, _name, lambda self, _op=_op: self._map(_op))
-# unhashable on purpose: `==` is leaf by leaf
-ω.__hash__ = None  # pyright: ignore[reportAttributeAccessIssue]
-
-
-class _At:
-    __slots__ = ("base",)
-
-    def __init__(self, base: ω):
-        self.base = base
-
-    def __getitem__(self, index: Any) -> _AtIndex:
-        return _AtIndex(self.base, index)
-
-
-class _AtIndex:
     __slots__ = ("base", "index")
 
-    def __init__(self, base: ω, index: Any):
+    def __init__(self, base: ω, index: Any) -> None:
         self.base, self.index = base, index
 
+    def __getitem__(self, index: Any) -> _Update:
+        return _Update(self.base, index)
 
-def _install_update(method: str) -> None:
-    def update(self: _AtIndex, other: Any, **kwargs: Any) -> ω:
-        def op(x: Any, y: Any) -> Any:
-            return getattr(x.at[self.index], method)(y, **kwargs)
+    def __getattr__(self, method: str) -> Callable[..., ω]:
+        if method not in _UPDATES:
+            raise AttributeError(f"`ω(...).at[...]` has no method {method!r}.")
+        base, index = self.base, self.index
 
-        return _binary_operand(self.base, other, f".at[].{method}")(op)
+        def update(value: Any, **kwargs: Any) -> ω:
+            partner = _partner(base, value, f".at[].{method}")
 
-    update.__name__ = method
-    setattr(_AtIndex, method, update)
+            def one(x: Any, y: Any) -> Any:
+                return getattr(x.at[index], method)(y, **kwargs)
 
+            return base._map(one, partner)
 
-for _method in ("set", "add", "multiply", "divide", "power", "min", "max"):
-    _install_update(_method)
+        return update

@@ -2,72 +2,97 @@
 `NoProgressMeter`, `TextProgressMeter`, `TqdmProgressMeter`.
 
 A meter is used as `state = meter.init()`, then `state = meter.step(state,
-progress)` with `progress` in `[0, 1]` inside the (possibly compiled, possibly
-batched) solve, then `meter.close(state)`. The displays live on the host, in a
-registry keyed by an integer that the state carries through the program.
+progress)` with `progress` in `[0, 1]` inside the (possibly compiled, batched or
+differentiated) solve, then `meter.close(state)`.
+
+Tracing `init` creates a `_Screen`: the host-side end of the display, which the state
+carries as static data. The program drives it through host callbacks whose
+operands are first reduced over every `vmap` axis (so a batched solve shows one
+display, following its slowest element) and cut off from differentiation. A token
+passed from callback to callback orders them: open, each refresh, close.
 """
 
 from __future__ import annotations
 
 import abc
 import importlib.util
-import itertools
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
-from .._module import Module
-from .._unvmap import unvmap_all, unvmap_max
-from ._nontraceable import nonbatchable
-from ._unvmap_prims import unvmap_max_p
+from .._module import Module, field
+from .._unvmap import unvmap_max
+
+_TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
 
 
-class _Displays:
-    """Host-side displays, by id."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.ids = itertools.count(1)
-        self.displays: dict = {}
-
-    def open(self, make: Callable[[], Any]) -> Any:
-        def host() -> np.ndarray:
-            with self.lock:
-                key = next(self.ids)
-                self.displays[key] = make()
-            return np.array(key, np.int32)
-
-        key = io_callback(host, jax.ShapeDtypeStruct((), jnp.int32))
-        return nonbatchable(key)
-
-    def update(self, show: Callable, progress: Any, key: Any) -> Any:
-        progress = -unvmap_max_p.bind(-jnp.asarray(progress))  # the slowest element
-
-        def host(p: Any, k: Any) -> Any:
-            with self.lock:
-                display = self.displays.get(int(np.unique(k)[0]))
-                if display is not None:  # absent on a backward pass, say
-                    show(display, float(np.asarray(p).reshape(-1)[0]))
-            return k
-
-        return jax.pure_callback(host, key, progress, key, vmap_method="expand_dims")
-
-    def close(self, finish: Callable, key: Any) -> None:
-        def host(k: Any) -> None:
-            with self.lock:
-                display = self.displays.pop(int(k), None)
-            if display is not None:
-                finish(display)
-
-        io_callback(host, None, unvmap_max(key))
+def _collapse(x: Any, *, slowest: bool = False) -> Any:
+    """`x` as a single scalar, the same for every batch element: its maximum over
+    every `vmap` axis (minimum if `slowest`), without a derivative."""
+    x = jax.lax.stop_gradient(jnp.asarray(x))
+    return -unvmap_max(-x) if slowest else unvmap_max(x)
 
 
-_displays = _Displays()
+class _Display(Protocol):
+    def show(self, fraction: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Screen:
+    """The host side of a meter's display. One is made each time `init` is traced;
+    each run of the traced program opens a display on it (ending one a previous run
+    left open) and `close` ends it. Refreshes arriving while none is open (a step
+    recomputed on a backward pass, say) are ignored."""
+
+    def __init__(self, make: Callable[[], _Display]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._display: _Display | None = None
+
+    def _end(self) -> None:
+        if self._display is not None:
+            self._display.close()
+            self._display = None
+
+    def _host_open(self) -> np.ndarray:
+        with self._lock:
+            self._end()
+            self._display = self._make()
+        return np.zeros((), np.int32)
+
+    def _host_refresh(self, fraction: np.ndarray, token: np.ndarray) -> np.ndarray:
+        with self._lock:
+            if self._display is not None:
+                self._display.show(float(fraction))
+        return token
+
+    def _host_close(self, token: np.ndarray) -> None:
+        del token
+        with self._lock:
+            self._end()
+
+    def open(self) -> Any:
+        """Open the display when the program runs; returns the first token."""
+        return io_callback(self._host_open, _TOKEN)
+
+    def refresh(self, token: Any, fraction: Any) -> Any:
+        """Show `fraction` (unbatched) after `token`'s callbacks; a new token.
+
+        A pure callback, as the meters call it under `lax.cond`, which `vmap`
+        refuses for effectful callbacks; its token is used, so it is kept, and a
+        run repeated (on a backward pass) after `close` shows nothing."""
+        return jax.pure_callback(
+            self._host_refresh, _TOKEN, fraction, token, vmap_method="sequential"
+        )
+
+    def close(self, token: Any) -> None:
+        io_callback(self._host_close, None, _collapse(token))
 
 
 class AbstractProgressMeter(Module):
@@ -99,75 +124,79 @@ class NoProgressMeter(AbstractProgressMeter):
         return None
 
 
+class _Lines:
+    """Text display: a line per refresh, and `100.00%` at the end if not yet shown."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+        print("0.00%")
+
+    def show(self, fraction: float) -> None:
+        self.last = fraction
+        print(f"{100 * fraction:.2f}%")
+
+    def close(self) -> None:
+        if self.last != 1:
+            print("100.00%")
+
+
 class _TextState(Module):
-    progress: Any
-    key: Any
-
-
-def _print_percent(display: list, progress: float) -> None:
-    display[0] = progress
-    print(f"{100 * progress:.2f}%")
-
-
-def _print_end(display: list) -> None:
-    if display[0] != 1:
-        print("100.00%")
-
-
-def _text_open() -> list:
-    print("0.00%")
-    return [0.0]
+    progress: Any  # the fraction last shown
+    token: Any
+    screen: _Screen = field(static=True)
 
 
 class TextProgressMeter(AbstractProgressMeter):
     """Prints the percentage done (`0.00%`, ..., `100.00%`), a line each time it has
-    grown by `minimum_increase` (default 2%)."""
+    grown by more than `minimum_increase` (default 2%), and when it reaches 100%."""
 
     minimum_increase: Any = 0.02
 
     def init(self) -> _TextState:
-        return _TextState(jnp.array(0.0), _displays.open(_text_open))
+        screen = _Screen(_Lines)
+        return _TextState(jnp.zeros((), jnp.float32), screen.open(), screen)
 
     def step(self, state: _TextState, progress: Any) -> _TextState:
-        grown = (progress - state.progress > self.minimum_increase) | (progress == 1)
-        show = nonbatchable(unvmap_all(grown))
-
-        def update(key: Any) -> tuple:
-            return progress, _displays.update(_print_percent, progress, key)
-
-        new_progress, key = jax.lax.cond(
-            show, update, lambda key: (state.progress, key), state.key
+        now = _collapse(progress, slowest=True).astype(jnp.float32)
+        shown = _collapse(state.progress)
+        token = _collapse(state.token)
+        due = (now - shown > self.minimum_increase) | (now == 1)
+        shown, token = jax.lax.cond(
+            due,
+            lambda: (now, state.screen.refresh(token, now)),
+            lambda: (shown, token),
         )
-        return _TextState(new_progress, key)
+        return _TextState(shown, token, state.screen)
 
     def close(self, state: _TextState) -> None:
-        _displays.close(_print_end, state.key)
+        state.screen.close(state.token)
+
+
+class _Bar:
+    """tqdm display, in percent."""
+
+    def __init__(self) -> None:
+        import tqdm  # pyright: ignore[reportMissingModuleSource]
+
+        self.bar = tqdm.tqdm(
+            total=100,
+            unit="%",
+            bar_format="{percentage:.2f}%|{bar}| [{elapsed}<{remaining}]",
+        )
+
+    def show(self, fraction: float) -> None:
+        self.bar.n = round(100 * fraction, 2)
+        self.bar.update(n=0)
+
+    def close(self) -> None:
+        self.show(1.0)
+        self.bar.close()
 
 
 class _TqdmState(Module):
-    step: Any
-    key: Any
-
-
-def _tqdm_open() -> Any:
-    import tqdm
-
-    return tqdm.tqdm(
-        total=100,
-        unit="%",
-        bar_format="{percentage:.2f}%|{bar}| [{elapsed}<{remaining}]",
-    )
-
-
-def _tqdm_show(bar: Any, progress: float) -> None:
-    bar.n = round(100 * progress, 2)
-    bar.update(n=0)
-
-
-def _tqdm_end(bar: Any) -> None:
-    bar.n = 100.0
-    bar.update(n=0)
-    bar.close()
+    count: Any  # steps taken
+    token: Any
+    screen: _Screen = field(static=True)
 
 
 class TqdmProgressMeter(AbstractProgressMeter):
@@ -183,17 +212,18 @@ class TqdmProgressMeter(AbstractProgressMeter):
             )
 
     def init(self) -> _TqdmState:
-        return _TqdmState(jnp.array(0), _displays.open(_tqdm_open))
+        screen = _Screen(_Bar)
+        return _TqdmState(jnp.zeros((), jnp.int32), screen.open(), screen)
 
     def step(self, state: _TqdmState, progress: Any) -> _TqdmState:
-        due = nonbatchable(unvmap_max(state.step) % self.refresh_steps == 0)
-        key = jax.lax.cond(
-            due,
-            lambda k: _displays.update(_tqdm_show, progress, k),
-            lambda k: k,
-            state.key,
+        count = _collapse(state.count)
+        token = _collapse(state.token)
+        token = jax.lax.cond(
+            count % self.refresh_steps == 0,
+            lambda: state.screen.refresh(token, _collapse(progress, slowest=True)),
+            lambda: token,
         )
-        return _TqdmState(state.step + 1, key)
+        return _TqdmState(count + 1, token, state.screen)
 
     def close(self, state: _TqdmState) -> None:
-        _displays.close(_tqdm_end, state.key)
+        state.screen.close(state.token)

@@ -9,12 +9,33 @@ import jax
 from .._module import Module, field
 
 
+class _ByLeaves:
+    """A value compared and hashed through its pytree structure and leaves, never
+    through its own `__eq__`/`__hash__` (which a container may lack)."""
+
+    __slots__ = ("value", "_identity")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        leaves, treedef = jax.tree_util.tree_flatten(value)
+        self._identity = (treedef, tuple(leaves))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ByLeaves) and self._identity == other._identity
+
+    def __hash__(self) -> int:
+        return hash(self._identity)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 class Static(Module):
     """Wrap a value so that it is part of the pytree structure (static), not a leaf:
     for returning non-arrays through a JAX transformation.
 
-    The value is stored flattened (its leaves and treedef), so it is compared by its
-    leaves, never by its own `__eq__`.
+    Two `Static`s are equal when their values have the same pytree structure and
+    equal leaves; the value's own `__eq__` is never used.
 
     >>> import jax
     >>> from boxwood.internal import Static
@@ -23,14 +44,12 @@ class Static(Module):
     ([], {'activation': 'relu'})
     """
 
-    _leaves: tuple = field(static=True)
-    _treedef: Any = field(static=True)
+    _held: _ByLeaves = field(static=True)
 
     def __init__(self, value: Any):
-        leaves, self._treedef = jax.tree_util.tree_flatten(value)
-        self._leaves = tuple(leaves)
+        self._held = _ByLeaves(value)
 
     @property
     def value(self) -> Any:
         """The wrapped value."""
-        return jax.tree_util.tree_unflatten(self._treedef, self._leaves)
+        return self._held.value
