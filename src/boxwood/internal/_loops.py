@@ -192,49 +192,73 @@ def _checkpoint_count(checkpoints: Any, max_steps: int | None) -> int:
     return checkpoints
 
 
+def _counted(cond: Callable, body: Callable, max_steps: int) -> tuple:
+    """`(live, advance)` on states `(step, arrays)`: whether the loop runs another
+    step (at most `max_steps` in all), and one step, counted."""
+
+    def live(state: tuple) -> Any:
+        return cond(state[1]) & (state[0] < max_steps)
+
+    def advance(state: tuple) -> tuple:
+        return state[0] + 1, body(state[1])
+
+    return live, advance
+
+
 def _lax_loop(cond: Callable, body: Callable, arrays: Any, max_steps: Any) -> Any:
     if max_steps is None:
         return jax.lax.while_loop(cond, body, arrays)
+    live, advance = _counted(cond, body, max_steps)
+    return jax.lax.while_loop(live, advance, (jnp.asarray(0), arrays))[1]
 
-    def c(state: tuple) -> Any:
-        step, a = state
-        return (step < max_steps) & cond(a)
 
-    def b(state: tuple) -> tuple:
-        step, a = state
-        return step + 1, body(a)
-
-    return jax.lax.while_loop(c, b, (jnp.asarray(0), arrays))[1]
+def _levels(max_steps: int, base: int) -> int:
+    """The least `k >= 1` with `base**k >= max_steps`."""
+    k, capacity = 1, base
+    while capacity < max_steps:
+        k, capacity = k + 1, capacity * base
+    return k
 
 
 def _bounded_loop(
     cond: Callable, body: Callable, arrays: Any, max_steps: int, base: int
 ) -> Any:
-    if not isinstance(base, int) or base < 2:
+    """`base**levels >= max_steps` step slots, as a tree: a block of level `k` runs
+    `base` blocks of level `k - 1` in a `fori_loop` (a `scan`: reverse-mode
+    differentiable), each skipped once the loop has finished. Blocks of more
+    than one step are rematerialised, so that the backward pass holds the states
+    between blocks of one level at a time: O(base * levels) states."""
+    if isinstance(base, bool) or not isinstance(base, int) or base < 2:
         raise ValueError(f"`base` must be an int >= 2; got {base!r}.")
-    levels = max(1, math.ceil(math.log(max_steps, base) - 1e-9))
+    live, block = _counted(cond, body, max_steps)
+    for level in range(_levels(max_steps, base)):
+        guarded = _unless_finished(live, block)
+        if level > 0:  # guard included: only the state entering the block is stored
+            guarded = jax.checkpoint(guarded, prevent_cse=False)
+        block = _repeated(guarded, base)
+    return block((jnp.asarray(0), arrays))[1]
 
-    def live(state: tuple) -> Any:
-        step, a = state
-        return (step < max_steps) & cond(a)
 
-    def one_step(state: tuple) -> tuple:
-        step, a = state
-        return step + 1, body(a)
+def _unless_finished(live: Callable, block: Callable) -> Callable:
+    """`block`, run only from a state where `live` holds (else the state is kept)."""
 
-    def level(state: tuple, depth: int) -> tuple:
-        # `base**depth` steps: `base` blocks of `base**(depth-1)`, each skipped (by
-        # `lax.cond`) once the loop has finished.
-        inner = one_step if depth == 1 else (lambda s: level(s, depth - 1))
+    def guarded(state: tuple) -> tuple:
+        return jax.lax.cond(live(state), block, _unchanged, state)
 
-        def block(s: tuple, _: Any) -> tuple:
-            return jax.lax.cond(live(s), inner, lambda x: x, s), None
+    return guarded
 
-        if depth > 1:  # recompute inner levels on the backward pass: O(levels) memory
-            block = jax.checkpoint(block, prevent_cse=False)
-        return jax.lax.scan(block, state, None, length=base)[0]
 
-    return level((jnp.asarray(0), arrays), levels)[1]
+def _unchanged(state: tuple) -> tuple:
+    return state
+
+
+def _repeated(block: Callable, times: int) -> Callable:
+    """`block` applied `times` times (a static count: lowered to a `scan`)."""
+
+    def run(state: tuple) -> tuple:
+        return jax.lax.fori_loop(0, times, lambda _, s: block(s), state)
+
+    return run
 
 
 def scan(
@@ -278,14 +302,7 @@ def scan(
         return jax.lax.scan(f, init, xs, length)
     if kind != "checkpointed":
         raise ValueError(f"`kind` must be 'lax' or 'checkpointed'; got {kind!r}.")
-    lengths = {jnp.shape(x)[0] for x in jax.tree_util.tree_leaves(xs)}
-    if length is not None:
-        lengths.add(length)
-    if len(lengths) != 1:
-        raise ValueError(
-            f"`scan`: `xs` and `length` give different lengths {sorted(lengths)}."
-        )
-    (n,) = lengths
+    n = _scan_length(xs, length)
     if checkpoints == "all" or n == 0:
         return jax.lax.scan(f, init, xs, n)
     blocks = math.isqrt(max(n - 1, 0)) + 1 if checkpoints is None else int(checkpoints)
@@ -294,6 +311,30 @@ def scan(
     size = -(-n // blocks)
     blocks = -(-n // size)
     return _blocked_scan(f, init, xs, n, blocks, size)
+
+
+def _scan_length(xs: Any, length: int | None) -> int:
+    """The number of steps: `length`, or the leading axis the arrays of `xs`
+    share."""
+    sources = [] if length is None else [("`length`", length)]
+    for path, x in jax.tree_util.tree_leaves_with_path(xs):
+        where = f"xs{jax.tree_util.keystr(path)}"
+        if jnp.ndim(x) == 0:
+            raise ValueError(
+                f"`scan`: `{where}` is a scalar; the leaves of `xs` are scanned "
+                "along their leading axis, so each needs one."
+            )
+        sources.append((where, jnp.shape(x)[0]))
+    if not sources:
+        raise ValueError("`scan`: give `length=` when `xs` holds no arrays.")
+    found = {n for _, n in sources}
+    if len(found) > 1:
+        each = ", ".join(f"{n} for {where}" for where, n in sources)
+        raise ValueError(
+            f"`scan`: `xs` and `length` give different lengths {sorted(found)} "
+            f"({each}); they must agree."
+        )
+    return sources[0][1]
 
 
 def _blocked_scan(
@@ -328,9 +369,10 @@ def _blocked_scan(
 
     @jax.checkpoint
     def block(carry: tuple, x_block: Any) -> tuple:
-        return jax.lax.scan(step, carry, x_block)
+        return jax.lax.scan(step, carry, x_block, length=size)
 
-    (_, carry), ys = jax.lax.scan(block, (jnp.asarray(0), init), xs_blocks)
+    start = (jnp.asarray(0), init)
+    (_, carry), ys = jax.lax.scan(block, start, xs_blocks, length=blocks)
     ys = jax.tree_util.tree_map(
         lambda y: y.reshape(blocks * size, *y.shape[2:])[:n], ys
     )
