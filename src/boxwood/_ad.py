@@ -10,10 +10,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._filters import combine, is_array, is_inexact_array, partition
+from ._filters import is_array, is_inexact_array
 from ._jit._bound import as_pytree_function
 from ._module import field
-from ._partition import Wrapped
+from ._partition import Slots, Wrapped
 from ._warnings import user_stacklevel
 
 MSG_NO_GRADIENT = (
@@ -74,6 +74,16 @@ def _check_scalar(name: str, value: Any) -> None:
         )
 
 
+def _warn_if_nothing_differentiable(name: str, first: Any) -> None:
+    found = _why_no_gradient(first)
+    if found is not None:
+        warnings.warn(
+            MSG_NO_GRADIENT.format(name=name, found=found),
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+
+
 class _ValueAndGrad(Wrapped):
     has_aux: bool = field(static=True)
     grad_only: bool = field(static=True)
@@ -83,31 +93,23 @@ class _ValueAndGrad(Wrapped):
         name = "filter_grad" if self.grad_only else "filter_value_and_grad"
         if not args:
             raise _no_first_argument(name, kwargs)
-        first, *rest = args
-        diff, nondiff = partition(first, is_inexact_array)
-        if not jax.tree_util.tree_leaves(diff):
-            found = _why_no_gradient(first)
-            if found is not None:
-                warnings.warn(
-                    MSG_NO_GRADIENT.format(name=name, found=found),
-                    UserWarning,
-                    stacklevel=user_stacklevel(),
-                )
+        slots = Slots(args[0], is_inexact_array)
+        if not slots.where:
+            _warn_if_nothing_differentiable(name, args[0])
 
-        def fun_of_diff(d: Any) -> Any:
-            out = self.fun(combine(d, nondiff), *rest, **kwargs)
+        def evaluate(values: list) -> Any:
+            out = self.fun(slots.rebuild(values), *args[1:], **kwargs)
             _check_scalar(name, out[0] if self.has_aux and _is_pair(out) else out)
             return out
 
-        value_and_grad = jax.value_and_grad(
-            fun_of_diff, has_aux=self.has_aux, **dict(self.gradkwargs)
+        evaluate_and_grad = jax.value_and_grad(
+            evaluate, has_aux=self.has_aux, **dict(self.gradkwargs)
         )
-        value, grads = value_and_grad(diff)
+        value, grad_values = evaluate_and_grad(slots.picked())
+        grads = slots.rebuild(grad_values, others=None)
         if not self.grad_only:
             return value, grads
-        if self.has_aux:
-            return grads, value[1]
-        return grads
+        return (grads, value[1]) if self.has_aux else grads
 
 
 def _grad_options(name: str, gradkwargs: dict) -> tuple:

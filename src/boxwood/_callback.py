@@ -9,8 +9,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._filters import combine, is_array, partition
-from ._partition import describe, keystr, static_equal
+from ._filters import is_array
+from ._partition import Slots, describe, keystr, static_equal
 
 
 def _is_struct(x: Any) -> bool:
@@ -100,17 +100,17 @@ def filter_pure_callback(
     Array([1., 2., 3.], dtype=float32)
     """
     vmap_method = _vmap_method(vmap_method, vectorized)
-    dynamic, static = partition((args, kwargs), is_array)
+    inputs = Slots((args, kwargs), is_array)
     want, want_def = jax.tree_util.tree_flatten_with_path(result_shape_dtypes)
     structs = [jax.ShapeDtypeStruct(w.shape, w.dtype) for _, w in want if _is_struct(w)]
 
-    def host_callback(dyn: Any) -> list:
-        a, kw = combine(dyn, static)
+    def host_callback(arrays: list) -> list:
+        a, kw = inputs.rebuild(arrays)
         return _output_arrays(callback(*a, **kw), want, want_def)
 
     options: dict[str, Any] = {"vmap_method": vmap_method}
     if sharding is not None:
         options["sharding"] = sharding
-    arrays = iter(jax.pure_callback(host_callback, structs, dynamic, **options))
+    arrays = iter(jax.pure_callback(host_callback, structs, inputs.picked(), **options))
     leaves = [next(arrays) if _is_struct(w) else w for _, w in want]
     return jax.tree_util.tree_unflatten(want_def, leaves)

@@ -10,7 +10,7 @@ import jax
 import jax.core
 
 from ._eval_shape import filter_eval_shape
-from ._filters import combine, is_array, partition
+from ._filters import is_array
 from ._module import Module, field
 from ._partition import OutBox, static_equal
 
@@ -19,67 +19,100 @@ def _is_struct(x: Any) -> bool:
     return is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
 
 
-def _structs(tree: Any) -> Any:
-    # Weak types are dropped: a function converted at a float32 array may be called
-    # with a Python float cast to float32 (as Equinox's does).
-    return jax.tree_util.tree_map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree
-    )
+def _without_weak_type(s: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(s.shape, s.dtype)
 
 
-def _flat(tree: Any) -> tuple:
-    """`tree` as a hashable `(leaves, treedef)` pair, for a static field."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    return tuple(leaves), treedef
+def _shapes(leaves: list) -> list:
+    """Shapes and (canonical) dtypes of arrays, tracers or structs, weak types
+    kept."""
+    return jax.eval_shape(lambda: leaves)
 
 
-def _flat_equal(a: Any, flat_b: tuple) -> bool:
-    la, da = jax.tree_util.tree_flatten(a)
-    lb, db = flat_b
-    return da == db and all(static_equal(x, y) for x, y in zip(la, lb))
+class _Layout:
+    """The shape of a call's arguments (or of an output), as a static value: the
+    treedef, and per leaf a `jax.ShapeDtypeStruct` for an array (weak types
+    dropped: a function converted at a float32 array may be called with a Python
+    float cast to float32) or the leaf itself for anything else."""
+
+    __slots__ = ("treedef", "entries", "arrays")
+
+    def __init__(self, tree: Any, is_dynamic: Callable[[Any], bool]) -> None:
+        leaves, self.treedef = jax.tree_util.tree_flatten(tree)
+        self.arrays = tuple(bool(is_dynamic(x)) for x in leaves)
+        shapes = iter(_shapes([x for x, dyn in zip(leaves, self.arrays) if dyn]))
+        self.entries = tuple(
+            _without_weak_type(next(shapes)) if dyn else x
+            for x, dyn in zip(leaves, self.arrays)
+        )
+
+    def example(self) -> Any:
+        return self.treedef.unflatten(self.entries)
+
+    def _structs(self) -> tuple:
+        return tuple(e for e, dyn in zip(self.entries, self.arrays) if dyn)
+
+    def _statics(self) -> tuple:
+        return tuple(e for e, dyn in zip(self.entries, self.arrays) if not dyn)
+
+    def shown(self, arrays: bool) -> Any:
+        """The example with only its arrays (or only its other leaves), for
+        error messages."""
+        return self.treedef.unflatten(
+            [e if dyn == arrays else None for e, dyn in zip(self.entries, self.arrays)]
+        )
+
+    def same_arrays(self, other: _Layout) -> bool:
+        return (
+            self.treedef == other.treedef
+            and self.arrays == other.arrays
+            and self._structs() == other._structs()
+        )
+
+    def same_statics(self, other: _Layout) -> bool:
+        mine, theirs = self._statics(), other._statics()
+        return len(mine) == len(theirs) and all(map(static_equal, mine, theirs))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _Layout)
+            and self.same_arrays(other)
+            and self.same_statics(other)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.treedef, self.arrays))
 
 
-def _unflat(flat: tuple) -> Any:
-    return jax.tree_util.tree_unflatten(flat[1], flat[0])
+def _arguments(
+    layout: _Layout, args: tuple, kwargs: dict
+) -> list:  # the arrays of a call, checked against `layout`
+    call = _Layout((args, kwargs), is_array)
+    if not layout.same_arrays(call):
+        raise ValueError(
+            "A function from `filter_closure_convert` was called with arrays of "
+            f"other shapes or dtypes ({call.shown(True)}) than its example arguments "
+            f"({layout.shown(True)}). Convert it again for the new arguments."
+        )
+    if not layout.same_statics(call):
+        raise ValueError(
+            "A function from `filter_closure_convert` was called with other "
+            f"non-array arguments ({call.shown(False)}) than its example arguments "
+            f"({layout.shown(False)}). Convert it again for the new arguments."
+        )
+    return [x for x in jax.tree_util.tree_leaves((args, kwargs)) if is_array(x)]
 
 
-class _ClosureConvertBase(Module):
-    """What the two kinds of converted function share: the example arguments'
-    structure, the argument check, and the attributes libraries built on Equinox
-    read (`in_struct`, `out_struct`: pytrees with `jax.ShapeDtypeStruct`s at the
-    array leaves)."""
+class _TrivialClosureConvert(Module):
+    """A function that closes over nothing: kept as it is (no jaxpr traced)."""
 
-    in_dynamic_struct: Any = field(static=True)  # `(leaves, treedef)`
-    in_static: Any = field(static=True)
+    inputs: _Layout = field(static=True)
+    fn: Callable = field(static=True)
 
     @property
     def in_struct(self) -> tuple[tuple, dict]:
         """`(args, kwargs)` of the example call, arrays as `ShapeDtypeStruct`s."""
-        return combine(_unflat(self.in_dynamic_struct), _unflat(self.in_static))
-
-    def _dynamic_inputs(self, args: tuple, kwargs: dict) -> list:
-        dynamic, static = partition((args, kwargs), is_array)
-        got = _structs(jax.eval_shape(lambda: dynamic))
-        if not _flat_equal(got, self.in_dynamic_struct):
-            raise ValueError(
-                "A function from `filter_closure_convert` was called with arrays of "
-                f"other shapes or dtypes ({got}) than its example arguments "
-                f"({_unflat(self.in_dynamic_struct)}). Convert it again for the new "
-                "arguments."
-            )
-        if not _flat_equal(static, self.in_static):
-            raise ValueError(
-                "A function from `filter_closure_convert` was called with other "
-                f"non-array arguments ({static}) than its example arguments "
-                f"({_unflat(self.in_static)}). Convert it again for the new arguments."
-            )
-        return jax.tree_util.tree_leaves(dynamic)
-
-
-class _TrivialClosureConvert(_ClosureConvertBase):
-    """A function that closes over nothing: kept as it is (no jaxpr traced)."""
-
-    fn: Callable = field(static=True)
+        return self.inputs.example()
 
     @property
     def out_struct(self) -> Any:
@@ -88,30 +121,41 @@ class _TrivialClosureConvert(_ClosureConvertBase):
         return filter_eval_shape(self.fn, *args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self._dynamic_inputs(args, kwargs)
+        _arguments(self.inputs, args, kwargs)
         return self.fn(*args, **kwargs)
 
 
-class _ClosureConvert(_ClosureConvertBase):
+class _JaxprFunction(Module):
     """A function traced to a jaxpr whose closed-over arrays are `consts`."""
 
-    # A leaf, not static (as in Equinox): two conversions of one function then
-    # share a structure, and `combine` may pair one's arrays with the other's jaxpr.
+    inputs: _Layout = field(static=True)
+    # A leaf, not static: two conversions of one function then share a structure,
+    # and `combine` may pair one's arrays with the other's jaxpr.
     jaxpr: Any
     consts: list
-    out_dynamic_struct: Any = field(static=True)  # `(leaves, treedef)`
-    out_static: Any = field(static=True)
+    outputs: _Layout = field(static=True)
+
+    @property
+    def in_struct(self) -> tuple[tuple, dict]:
+        """`(args, kwargs)` of the example call, arrays as `ShapeDtypeStruct`s."""
+        return self.inputs.example()
 
     @property
     def out_struct(self) -> Any:
         """The output's structure, arrays as `ShapeDtypeStruct`s."""
-        return combine(_unflat(self.out_dynamic_struct), _unflat(self.out_static))
+        return self.outputs.example()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves = self._dynamic_inputs(args, kwargs)
-        out = jax.core.eval_jaxpr(self.jaxpr, self.consts, *leaves)
-        out = jax.tree_util.tree_unflatten(self.out_dynamic_struct[1], out)
-        return combine(out, _unflat(self.out_static))
+        results = iter(
+            jax.core.eval_jaxpr(
+                self.jaxpr, self.consts, *_arguments(self.inputs, args, kwargs)
+            )
+        )
+        leaves = [
+            next(results) if dyn else entry
+            for entry, dyn in zip(self.outputs.entries, self.outputs.arrays)
+        ]
+        return self.outputs.treedef.unflatten(leaves)
 
 
 def filter_closure_convert(fn: Callable, *args: Any, **kwargs: Any) -> Callable:
@@ -143,27 +187,22 @@ def filter_closure_convert(fn: Callable, *args: Any, **kwargs: Any) -> Callable:
     >>> len(consts), out
     (1, Array([3., 6.], dtype=float32))
     """
-    in_dynamic, in_static = partition((args, kwargs), _is_struct)
-    # traced with the examples' weak types (a Python scalar stays weak, as in the
-    # function's own trace), checked at calls without them (see `_structs`)
-    shaped = jax.eval_shape(lambda: in_dynamic)
-    in_structs = _structs(shaped)
+    layout = _Layout((args, kwargs), _is_struct)
     if isinstance(fn, types.FunctionType) and fn.__closure__ is None:
-        return _TrivialClosureConvert(_flat(in_structs), _flat(in_static), fn)
-    in_treedef = jax.tree_util.tree_structure(in_structs)
+        return _TrivialClosureConvert(layout, fn)
+    # traced with the examples' weak types (a Python scalar stays weak, as in the
+    # function's own trace); calls are checked without them (see `_Layout`)
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
     box = OutBox()
 
-    def flat_fn(*leaves: Any) -> list:
-        a, kw = combine(jax.tree_util.tree_unflatten(in_treedef, leaves), in_static)
-        dynamic, static = partition(fn(*a, **kw), is_array)
-        out, treedef = jax.tree_util.tree_flatten(dynamic)
-        box.put((static, treedef))
-        return out
+    def on_arrays(*arrays: Any) -> list:
+        values = iter(arrays)
+        filled = [next(values) if dyn else x for x, dyn in zip(leaves, layout.arrays)]
+        a, kw = layout.treedef.unflatten(filled)
+        out = fn(*a, **kw)
+        box.put(_Layout(out, is_array))
+        return [x for x in jax.tree_util.tree_leaves(out) if is_array(x)]
 
-    closed = jax.make_jaxpr(flat_fn)(*jax.tree_util.tree_leaves(shaped))
-    out_static, out_treedef = box.get()
-    out_leaves = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.out_avals]
-    return _ClosureConvert(
-        _flat(in_structs), _flat(in_static), closed.jaxpr, list(closed.consts),
-        (tuple(out_leaves), out_treedef), _flat(out_static),
-    )  # fmt: skip
+    traced_at = _shapes([x for x in leaves if _is_struct(x)])
+    closed = jax.make_jaxpr(on_arrays)(*traced_at)
+    return _JaxprFunction(layout, closed.jaxpr, list(closed.consts), box.get())

@@ -18,17 +18,11 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from ._filters import combine, is_array, is_inexact_array, partition
-from ._partition import OutBox, keystr, split_out
+from ._partition import OutBox, Slots, keystr, split_out
 
 
 def _is_zero(t: Any) -> bool:
     return isinstance(t, SymbolicZero) or getattr(t, "dtype", None) == jax.dtypes.float0
-
-
-def _as_arrays(tree: Any) -> Any:
-    # JAX may hand a rule the Python number a user gave as a primal: make it the
-    # array it was when the function was called.
-    return jax.tree.map(jnp.asarray, tree)
 
 
 def _zero_like(x: Any) -> SymbolicZero:
@@ -78,16 +72,20 @@ class filter_custom_jvp:
 
     ```python
     @boxwood.filter_custom_jvp
-    def call(x, y, *, fn):
-        return fn(x, y)
+    def scaled_softplus(x, scale, *, name):
+        return scale * jax.nn.softplus(x)
 
-    @call.def_jvp
-    def call_jvp(primals, tangents, *, fn):
-        x, y = primals
-        tx, ty = tangents  # `None` for arguments that are not differentiated
-        out = call(x, y, fn=fn)
-        t_out = 2 * tx if ty is None else 2 * tx + ty
-        return out, t_out
+    @scaled_softplus.def_jvp
+    def scaled_softplus_jvp(primals, tangents, *, name):
+        x, scale = primals
+        dx, dscale = tangents  # `None` for an argument without a tangent
+        out = scaled_softplus(x, scale, name=name)
+        dout = jnp.zeros_like(out)
+        if dx is not None:
+            dout = dout + scale * jax.nn.sigmoid(x) * dx
+        if dscale is not None:
+            dout = dout + jax.nn.softplus(x) * dscale
+        return out, dout
     ```
 
     **Arguments:**
@@ -155,36 +153,30 @@ class filter_custom_jvp:
         return combine(run(*flat), box.get())
 
 
-def _value(p: Any) -> Any:
-    return p.value
-
-
-def _vjp_arg_grads(g: Any, vjp_arg: Any, name: str) -> Any:
-    """Check the backward rule's `g` against `vjp_arg`; keep the differentiable part."""
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(vjp_arg)
+def _gradients(g: Any, call: _VjpCall) -> list:
+    """The backward rule's `g` (the structure of `vjp_arg`, `None` for zeros),
+    checked, as one gradient (or `None`) per differentiated leaf."""
     if g is None:
-        return None
+        return [None] * len(call.diff)
     try:
-        g_leaves = treedef.flatten_up_to(g)
+        given = call.vjp_def.flatten_up_to(g)
     except ValueError:
         raise ValueError(
-            f"`{name}`: the backward rule must return gradients with the structure of "
-            f"`vjp_arg` ({treedef}), with `None` for zero gradients; got "
-            f"{jax.tree_util.tree_structure(g)}."
+            f"`{call.name}`: the backward rule must return gradients with the "
+            f"structure of `vjp_arg` ({call.vjp_def}), with `None` for zero "
+            f"gradients; got {jax.tree_util.tree_structure(g)}."
         ) from None
-    kept = []
-    for (path, x), gx in zip(leaves, g_leaves):
-        if not is_inexact_array(x) or gx is None:
-            kept.append(None)
-            continue
-        if jnp.shape(gx) != x.shape:
+    grads = []
+    for i in call.diff:
+        gx, x = given[i], call.leaves[i]
+        if gx is not None and jnp.shape(gx) != x.shape:
             raise ValueError(
-                f"`{name}`: the backward rule returned a gradient of shape "
-                f"{jnp.shape(gx)} for `vjp_arg{keystr(path)}`, whose shape is "
+                f"`{call.name}`: the backward rule returned a gradient of shape "
+                f"{jnp.shape(gx)} for `{call.describe(i)}`, whose shape is "
                 f"{x.shape}."
             )
-        kept.append(gx)
-    return jax.tree_util.tree_unflatten(treedef, kept)
+        grads.append(gx)
+    return grads
 
 
 class NonDifferentiableArgumentError(ValueError, RuntimeError):
@@ -193,16 +185,57 @@ class NonDifferentiableArgumentError(ValueError, RuntimeError):
     boxwood first raised it."""
 
 
-def _check_unperturbed(other: Any, name: str) -> None:
-    for path, p in jax.tree_util.tree_flatten_with_path(other)[0]:
-        if p.perturbed:
-            where = ("vjp_arg", "args", "kwargs")[path[0].idx] + keystr(path[1:])
-            raise NonDifferentiableArgumentError(
-                f"`{name}` was differentiated with respect to `{where}`, which is not "
-                "in its first argument. `filter_custom_vjp` only computes gradients "
-                "for the first argument (`vjp_arg`): put everything to be "
-                "differentiated into it (e.g. as a tuple)."
-            )
+class _VjpCall:
+    """One call of a `filter_custom_vjp` function: the leaves of
+    `(vjp_arg, args, kwargs)` and which of them JAX sees. `diff`: the positions of
+    `vjp_arg`'s floating-point arrays (differentiated); `other`: those of every
+    other array (which must not be perturbed); the rest is closed over."""
+
+    def __init__(self, name: str, vjp_arg: Any, args: tuple, kwargs: dict) -> None:
+        self.name = name
+        self.vjp_def = jax.tree_util.tree_structure(vjp_arg)
+        paired, self.treedef = jax.tree_util.tree_flatten_with_path(
+            (vjp_arg, args, kwargs)
+        )
+        self.paths = [path for path, _ in paired]
+        self.leaves = [leaf for _, leaf in paired]
+        n = self.vjp_def.num_leaves
+        self.diff = [i for i in range(n) if is_inexact_array(self.leaves[i])]
+        self.other = [
+            i
+            for i, leaf in enumerate(self.leaves)
+            if is_array(leaf) and not (i < n and is_inexact_array(leaf))
+        ]
+
+    def describe(self, i: int) -> str:
+        path = self.paths[i]
+        return ("vjp_arg", "args", "kwargs")[path[0].idx] + keystr(path[1:])
+
+    def rebuild(self, diff: list, other: list) -> tuple[Any, tuple, dict]:
+        """`(vjp_arg, args, kwargs)` with the given arrays (JAX may hand a rule the
+        Python number a user gave as a primal: it becomes the array it was)."""
+        leaves = list(self.leaves)
+        for i, x in zip(self.diff + self.other, [*diff, *other]):
+            leaves[i] = jnp.asarray(x)
+        return self.treedef.unflatten(leaves)
+
+    def perturbed(self, diff: list) -> Any:
+        """`vjp_arg`'s structure with a bool at each leaf: differentiated or not."""
+        flags = [False] * self.vjp_def.num_leaves
+        for i, p in zip(self.diff, diff):
+            flags[i] = bool(p.perturbed)
+        return self.vjp_def.unflatten(flags)
+
+    def refuse_perturbed(self, other: list) -> None:
+        for i, p in zip(self.other, other):
+            if p.perturbed:
+                raise NonDifferentiableArgumentError(
+                    f"`{self.name}` was differentiated with respect to "
+                    f"`{self.describe(i)}`, which is not in its first argument. "
+                    "`filter_custom_vjp` only computes gradients for the first "
+                    "argument (`vjp_arg`): put everything to be differentiated "
+                    "into it (e.g. as a tuple)."
+                )
 
 
 class filter_custom_vjp:
@@ -286,40 +319,37 @@ class filter_custom_vjp:
                 f"{' or '.join(missing)} rule yet; define it with "
                 f"`@{name}.{missing[0]}` before calling `{name}`."
             )
+        call = _VjpCall(name, vjp_arg, args, kwargs)
         fn, fn_fwd, fn_bwd = self.fn, self.fn_fwd, self.fn_bwd
         assert fn_fwd is not None and fn_bwd is not None  # checked above
-        diff, nondiff = partition(vjp_arg, is_inexact_array)
-        other, static = partition((nondiff, args, kwargs), is_array)
-        box, residual_box, perturbed_box = OutBox(), OutBox(), OutBox()
-
-        def rebuild(d: Any, o: Any) -> tuple[Any, tuple, dict]:
-            nd, a, kw = combine(_as_arrays(o), static)
-            return combine(_as_arrays(d), nd), a, kw
+        box, saved = OutBox(), OutBox()
 
         @jax.custom_vjp
-        def run(d: Any, o: Any) -> Any:
-            v, a, kw = rebuild(d, o)
+        def run(diff: list, other: list) -> Any:
+            v, a, kw = call.rebuild(diff, other)
             return split_out(fn(v, *a, **kw), box)
 
-        def fwd(d: Any, o: Any) -> tuple[Any, Any]:
-            _check_unperturbed(o, name)
-            d_val, o_val = jax.tree.map(_value, d), jax.tree.map(_value, o)
-            d_pert = jax.tree.map(lambda p: bool(p.perturbed), d)
-            perturbed = combine(d_pert, jax.tree.map(lambda _: False, nondiff))
-            perturbed_box.put(perturbed)
-            v, a, kw = rebuild(d_val, o_val)
+        def fwd(diff: list, other: list) -> tuple[Any, Any]:
+            call.refuse_perturbed(other)
+            diff_values = [p.value for p in diff]
+            other_values = [p.value for p in other]
+            perturbed = call.perturbed(diff)
+            v, a, kw = call.rebuild(diff_values, other_values)
             out, residuals = fn_fwd(perturbed, v, *a, **kw)
-            res_arrays, res_static = partition(residuals, is_array)
-            residual_box.put(res_static)
-            return split_out(out, box), (res_arrays, d_val, o_val)
+            kept = Slots(residuals, is_array)
+            saved.put((kept, perturbed))
+            arrays = (kept.picked(), diff_values, other_values)
+            return split_out(out, box), arrays
 
-        def bwd(saved: Any, ct: Any) -> tuple[Any, None]:
-            res_arrays, d_val, o_val = saved
-            residuals = combine(res_arrays, residual_box.get())
-            v, a, kw = rebuild(d_val, o_val)
+        def bwd(arrays: Any, ct: Any) -> tuple[list, None]:
+            residual_arrays, diff_values, other_values = arrays
+            kept, perturbed = saved.get()
+            v, a, kw = call.rebuild(diff_values, other_values)
             grad_obj = jax.tree.map(lambda c: None if _is_zero(c) else c, ct)
-            g = fn_bwd(residuals, grad_obj, perturbed_box.get(), v, *a, **kw)
-            return _vjp_arg_grads(g, v, name), None
+            g = fn_bwd(kept.rebuild(residual_arrays), grad_obj, perturbed, v, *a, **kw)
+            return _gradients(g, call), None
 
         run.defvjp(fwd, bwd, symbolic_zeros=True)
+        diff = [call.leaves[i] for i in call.diff]
+        other = [call.leaves[i] for i in call.other]
         return combine(run(diff, other), box.get())

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import operator
+import sys
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -23,25 +26,24 @@ class EnumerationItem(Module):
     _value: Any
     _enumeration: Any = field(static=True)
 
-    def _same(self, other: Any) -> None:
-        if not (
-            isinstance(other, EnumerationItem)
-            and other._enumeration is self._enumeration
+    def _against(self, other: Any, compare: Callable[[Any, Any], Any]) -> Any:
+        """`compare` of the two items' values, as a JAX boolean."""
+        if (
+            not isinstance(other, EnumerationItem)
+            or other._enumeration is not self._enumeration
         ):
             raise ValueError(
                 f"An item of `{self._enumeration.__qualname__}` can only be compared "
                 f"with items of the same enumeration; got {other!r}."
             )
+        with jax.ensure_compile_time_eval():
+            return jnp.asarray(compare(self._value, other._value))
 
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]
-        self._same(other)
-        with jax.ensure_compile_time_eval():
-            return jnp.asarray(self._value == other._value)
+        return self._against(other, operator.eq)
 
     def __ne__(self, other: Any) -> Any:  # type: ignore[override]
-        self._same(other)
-        with jax.ensure_compile_time_eval():
-            return jnp.asarray(self._value != other._value)
+        return self._against(other, operator.ne)
 
     # unhashable on purpose: equality is elementwise
     __hash__ = None  # pyright: ignore[reportAssignmentType]
@@ -64,7 +66,7 @@ class EnumerationItem(Module):
 
         `token`.
         """
-        messages = self._enumeration._index_to_message
+        messages = self._enumeration._table.messages
         return branched_error_if(token, pred, self._value, messages)
 
     def is_traced(self) -> bool:
@@ -72,71 +74,106 @@ class EnumerationItem(Module):
         return isinstance(self._value, jax.core.Tracer)
 
 
-def _add(cls: Any, name: str, message: str) -> int:
-    """Store `name: message` in `cls`; an inherited name keeps its index."""
-    item = cls._name_to_item.get(name)
-    if item is None:
-        index = len(cls._index_to_message)
-        cls._name_to_item[name] = EnumerationItem(np.array(index, np.int32), cls)
-        cls._index_to_message.append(message)
-        return index
-    index = int(item._value)
-    if cls._index_to_message[index] != message:
-        warnings.warn(
-            f"Enumeration `{cls.__qualname__}` gives `{name}` the message {message!r}, "
-            f"which replaces the inherited {cls._index_to_message[index]!r}.",
-            stacklevel=4,
+class _Table:
+    """The items of one enumeration class. Item `i` has the message `messages[i]`;
+    `translate[parent]` maps the item numbers of an enumeration it inherits from to
+    its own (an inherited name keeps one number, whichever parent it came from)."""
+
+    __slots__ = ("owner", "number", "messages", "items", "translate")
+
+    def __init__(self, owner: type) -> None:
+        self.owner = owner
+        self.number: dict[str, int] = {}
+        self.messages: list[str] = []
+        self.items: dict[str, EnumerationItem] = {}
+        self.translate: dict[type, np.ndarray] = {}
+
+    def define(self, name: str, message: str) -> int:
+        """Give `name` the next number, or (when it is already defined) its new
+        message; returns its number."""
+        if name not in self.number:
+            self.number[name] = len(self.messages)
+            self.messages.append(message)
+            value = np.array(self.number[name], np.int32)
+            self.items[name] = EnumerationItem(value, self.owner)
+        elif self.messages[self.number[name]] != message:
+            warnings.warn(
+                f"Enumeration `{self.owner.__qualname__}` gives `{name}` the message "
+                f"{message!r}, which replaces the inherited "
+                f"{self.messages[self.number[name]]!r}.",
+                stacklevel=_class_statement_level(),
+            )
+            self.messages[self.number[name]] = message
+        return self.number[name]
+
+    def inherit(self, parent: type) -> None:
+        table: _Table = parent.__dict__["_table"]
+        ordered = sorted(table.number.items(), key=lambda pair: pair[1])
+        self.translate[parent] = np.array(
+            [self.define(name, table.messages[i]) for name, i in ordered], np.int32
         )
-        cls._index_to_message[index] = message
-    return index
+
+
+def _class_statement_level() -> int:
+    """`stacklevel` for a warning about a class statement: the first frame outside
+    this module."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _entries(cls_name: str, namespace: dict) -> dict[str, str]:
+    """The items a class body defines (every non-dunder name), checked."""
+    entries = {k: v for k, v in namespace.items() if not _dunder(k)}
+    for k, v in entries.items():
+        if k in _RESERVED:
+            raise ValueError(
+                f"An enumeration item cannot be named `{k}`: it is a method of every "
+                "enumeration."
+            )
+        if not isinstance(v, str):
+            raise TypeError(
+                f"`{cls_name}.{k}` must be a string (its message); got "
+                f"{type(v).__name__} {v!r}."
+            )
+    return entries
+
+
+def _enumeration_parents(cls_name: str, bases: tuple) -> list[type]:
+    """Every enumeration `bases` inherit from (along each base's MRO, in order,
+    once each); anything else they inherit is refused."""
+    found: list[type] = []
+    for ancestor in (a for base in bases for a in base.__mro__):
+        if ancestor is object or ancestor is Enumeration or ancestor in found:
+            continue
+        if not isinstance(ancestor, _EnumerationMeta):
+            raise TypeError(
+                f"`{cls_name}`: an enumeration can only inherit from enumerations."
+            )
+        found.append(ancestor)
+    return found
 
 
 class _EnumerationMeta(type):
-    _name_to_item: dict[str, EnumerationItem]
-    _index_to_message: list[str]
-    _base_offsets: dict[type, np.ndarray]
+    _table: _Table
 
     def __new__(mcs, name: str, bases: tuple, namespace: dict) -> Any:
-        items = {k: v for k, v in namespace.items() if not _dunder(k)}
+        entries = _entries(name, namespace) if bases else {}
+        body = {k: v for k, v in namespace.items() if k not in entries}
+        cls = super().__new__(mcs, name, bases, body)
+        table = _Table(cls)
+        type.__setattr__(cls, "_table", table)
         if bases:
-            for k in _RESERVED:
-                if k in items:
-                    raise ValueError(
-                        f"An enumeration item cannot be named `{k}`: it is a method "
-                        "of every enumeration."
-                    )
-            for k, v in items.items():
-                if not isinstance(v, str):
-                    raise TypeError(
-                        f"`{name}.{k}` must be a string (its message); got "
-                        f"{type(v).__name__} {v!r}."
-                    )
-            namespace = {k: v for k, v in namespace.items() if k not in items}
-        cls = super().__new__(mcs, name, bases, namespace)
-        cls._name_to_item, cls._index_to_message, cls._base_offsets = {}, [], {}
-        ancestors = [b for direct in bases for b in direct.__mro__]
-        for base in ancestors:
-            if base is Enumeration or not isinstance(base, _EnumerationMeta):
-                if not isinstance(base, _EnumerationMeta) and base is not object:
-                    raise TypeError(
-                        f"`{name}`: an enumeration can only inherit from enumerations."
-                    )
-                continue
-            if base in cls._base_offsets:
-                continue
-            offsets = np.zeros(len(base), np.int32)
-            for k, item in base._name_to_item.items():
-                message = base._index_to_message[int(item._value)]
-                offsets[int(item._value)] = _add(cls, k, message)
-            cls._base_offsets[base] = offsets
-        if bases:
-            for k, v in items.items():
-                _add(cls, k, v)
+            for parent in _enumeration_parents(name, bases):
+                table.inherit(parent)
+            for entry, message in entries.items():
+                table.define(entry, message)
         return cls
 
     def __getattr__(cls, name: str) -> EnumerationItem:
         try:
-            return cls.__dict__["_name_to_item"][name]
+            return cls.__dict__["_table"].items[name]
         except KeyError:
             raise AttributeError(
                 f"Enumeration `{cls.__qualname__}` has no item `{name}`."
@@ -148,13 +185,13 @@ class _EnumerationMeta(type):
                 f"`{cls.__qualname__}[...]` takes an item of `{cls.__qualname__}`; "
                 f"got {type(item).__name__}."
             )
-        value = item._value
-        if isinstance(value, jax.core.Tracer):
+        if isinstance(item._value, jax.core.Tracer):
             return "traced"
-        return str(np.vectorize(lambda i: cls._index_to_message[i])(np.asarray(value)))
+        messages = np.array(cls._table.messages, dtype=object)
+        return str(messages[np.asarray(item._value)])
 
     def __len__(cls) -> int:
-        return len(cls._name_to_item)
+        return len(cls._table.items)
 
     def __instancecheck__(cls, value: Any) -> bool:
         return isinstance(value, EnumerationItem) and value._enumeration is cls
@@ -189,13 +226,14 @@ class Enumeration(metaclass=_EnumerationMeta):
         if not isinstance(item, EnumerationItem):
             raise ValueError(f"`{cls.__qualname__}.promote` takes an enumeration item.")
         source = item._enumeration
-        if source is cls or source not in cls._base_offsets:
+        translate = cls._table.translate.get(source)
+        if translate is None:
             raise ValueError(
                 f"`{cls.__qualname__}.promote` converts items of the enumerations it "
                 f"inherits from; `{source.__qualname__}` is not one of them."
             )
         with jax.ensure_compile_time_eval():
-            value = jnp.asarray(cls._base_offsets[source])[item._value]
+            value = jnp.asarray(translate)[item._value]
         return EnumerationItem(value, cls)
 
     @classmethod

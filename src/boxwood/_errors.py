@@ -13,7 +13,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
-from ._filters import combine, is_array, partition
+from ._filters import is_array
 from ._unvmap import unvmap_any, unvmap_max
 
 
@@ -230,24 +230,40 @@ def branched_error_if(
         )
     if on_error == "off":
         return x
+    pred, index = _anywhere(pred), _largest(index)
     with jax.ensure_compile_time_eval():
-        if not isinstance(pred, bool):
-            pred = unvmap_any(pred)
-        if not isinstance(index, int):
-            index = unvmap_max(index)
         done = _resolve_now(x, pred, index, msgs, on_error)
     if done is not None:
         return done
-    dynamic, static = partition(x, is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(dynamic)
-    if not leaves:
+    leaves, treedef = jax.tree_util.tree_flatten(x)
+    where = [i for i, leaf in enumerate(leaves) if is_array(leaf)]
+    if not where:
         raise ValueError(
             "`error_if` needs at least one array in `x` to attach the check to (the "
             "check runs when `x` is computed, and only if the result is used); got "
             f"{type(x).__name__} {x!r} with none. Pass an array the computation uses."
         )
-    leaves = _check(leaves, pred, index, msgs, on_error)
-    return combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
+    checked = _check([leaves[i] for i in where], pred, index, msgs, on_error)
+    for i, value in zip(where, checked):
+        leaves[i] = value
+    return treedef.unflatten(leaves)
+
+
+def _anywhere(pred: Any) -> Any:
+    """Whether `pred` is true anywhere, in any batch element under `vmap` too. A
+    value known on the host is reduced with NumPy (no JAX work)."""
+    if not isinstance(pred, jax.Array):
+        return np.any(pred)
+    with jax.ensure_compile_time_eval():
+        return unvmap_any(pred)
+
+
+def _largest(index: Any) -> Any:
+    """The largest message index, across a `vmap` batch too (NumPy on the host)."""
+    if not isinstance(index, jax.Array):
+        return np.max(index)
+    with jax.ensure_compile_time_eval():
+        return unvmap_max(index)
 
 
 def error_if(x: Any, pred: Any, msg: str, *, on_error: str = "default") -> Any:

@@ -7,9 +7,9 @@ from typing import Any
 
 import jax
 
-from ._filters import combine, is_array, partition
+from ._filters import is_array
 from ._jit._bound import as_pytree_function
-from ._partition import OutBox, split_out
+from ._partition import OutBox, Slots
 
 
 def is_struct(x: Any) -> bool:
@@ -41,12 +41,14 @@ def filter_eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
     >>> boxwood.filter_eval_shape(make, jax.random.key(0))
     {'act': 'relu', 'w': ShapeDtypeStruct(shape=(1000, 1000), dtype=float32)}
     """
-    dynamic, static = partition((as_pytree_function(fun), args, kwargs), is_struct)
+    inputs = Slots((as_pytree_function(fun), args, kwargs), is_struct)
     box = OutBox()
 
-    def run(dyn: Any) -> Any:
-        f, a, kw = combine(dyn, static)
-        return split_out(f(*a, **kw), box)
+    def abstract(values: list) -> list:
+        f, a, kw = inputs.rebuild(values)
+        outputs = Slots(f(*a, **kw), is_array)  # its other leaves go around JAX
+        box.put(outputs)
+        return outputs.picked()
 
-    out_dynamic = jax.eval_shape(run, dynamic)
-    return combine(out_dynamic, box.get())
+    shapes = jax.eval_shape(abstract, inputs.picked())
+    return box.get().rebuild(shapes)

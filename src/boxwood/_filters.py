@@ -48,22 +48,53 @@ def is_inexact_array_like(element: Any) -> bool:
     return isinstance(element, (float, complex))
 
 
-def _expand_spec(spec: Any, subtree: Any, is_leaf) -> Any:
-    """Turn one leaf of a filter spec into a tree of bools shaped like `subtree`."""
+def _leaf_test(spec: Any) -> Callable[[Any], bool]:
+    """The per-leaf question asked by one leaf of a filter spec."""
     if isinstance(spec, bool):
-        return jax.tree_util.tree_map(lambda _: spec, subtree, is_leaf=is_leaf)
+        return lambda _leaf: spec
     if callable(spec):
-        return jax.tree_util.tree_map(lambda x: bool(spec(x)), subtree, is_leaf=is_leaf)
+        return lambda leaf: bool(spec(leaf))
     raise ValueError(
         "`filter_spec` must be a pytree prefix of the input whose leaves are bools or "
         f"callables, got a leaf of type {type(spec).__name__}: {spec!r}."
     )
 
 
-def _mask(pytree: Any, filter_spec: Any, is_leaf) -> Any:
-    return jax.tree_util.tree_map(
-        lambda spec, sub: _expand_spec(spec, sub, is_leaf), filter_spec, pytree
-    )
+class _Sorted:
+    """The leaves of a pytree, each marked selected or not by a filter spec.
+
+    The spec is a prefix of the pytree: each of its leaves governs one subtree,
+    whose own leaves (as `is_leaf` sees them) it marks. Both halves of a partition
+    are rebuilt from this one pass."""
+
+    __slots__ = ("_outer", "_groups")
+
+    def __init__(self, pytree: Any, filter_spec: Any, is_leaf: Any) -> None:
+        specs, self._outer = jax.tree_util.tree_flatten(filter_spec)
+        try:
+            subtrees = self._outer.flatten_up_to(pytree)
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                "`filter_spec` must be a pytree prefix of the input (each of its "
+                "leaves standing for a whole subtree), but its structure "
+                f"{self._outer} does not fit the input: {error}"
+            ) from None
+        self._groups = []
+        for spec, subtree in zip(specs, subtrees):
+            test = _leaf_test(spec)
+            leaves, inner = jax.tree_util.tree_flatten(subtree, is_leaf=is_leaf)
+            marks = [test(leaf) for leaf in leaves]
+            self._groups.append((inner, leaves, marks))
+
+    def half(self, selected: bool, replace: Any) -> Any:
+        """The pytree with `replace` wherever a leaf's mark is not `selected`."""
+        rebuilt = [
+            inner.unflatten(
+                [x if mark is selected else replace for x, mark in zip(leaves, marks)]
+            )
+            for inner, leaves, marks in self._groups
+        ]
+        return self._outer.unflatten(rebuilt)
 
 
 def filter(
@@ -91,10 +122,7 @@ def filter(
     >>> boxwood.filter([jnp.ones(2), 3, "a"], boxwood.is_array)
     [Array([1., 1.], dtype=float32), None, None]
     """
-    mask = _mask(pytree, filter_spec, is_leaf)
-    return jax.tree_util.tree_map(
-        lambda keep, x: x if keep ^ inverse else replace, mask, pytree, is_leaf=is_leaf
-    )
+    return _Sorted(pytree, filter_spec, is_leaf).half(not inverse, replace)
 
 
 def partition(
@@ -113,25 +141,8 @@ def partition(
     >>> static
     (None, 'relu')
     """
-    mask = _mask(pytree, filter_spec, is_leaf)
-    left = jax.tree_util.tree_map(
-        lambda keep, x: x if keep else replace, mask, pytree, is_leaf=is_leaf
-    )
-    right = jax.tree_util.tree_map(
-        lambda keep, x: replace if keep else x, mask, pytree, is_leaf=is_leaf
-    )
-    return left, right
-
-
-def _is_none(x: Any) -> bool:
-    return x is None
-
-
-def _first_not_none(*xs: Any) -> Any:
-    for x in xs:
-        if x is not None:
-            return x
-    return None
+    sorted_ = _Sorted(pytree, filter_spec, is_leaf)
+    return sorted_.half(True, replace), sorted_.half(False, replace)
 
 
 def combine(*pytrees: Any, is_leaf: Callable[[Any], bool] | None = None) -> Any:
@@ -144,8 +155,19 @@ def combine(*pytrees: Any, is_leaf: Callable[[Any], bool] | None = None) -> Any:
     """
     if not pytrees:
         raise TypeError("`combine` needs at least one pytree.")
-    if is_leaf is None:
-        leaf = _is_none
-    else:
-        leaf = lambda x: x is None or is_leaf(x)  # noqa: E731
-    return jax.tree_util.tree_map(_first_not_none, *pytrees, is_leaf=leaf)
+
+    def stop(x: Any) -> bool:  # a `None` is a position to fill, not an empty node
+        return x is None or (is_leaf is not None and bool(is_leaf(x)))
+
+    first, *others = pytrees
+    leaves, treedef = jax.tree_util.tree_flatten(first, is_leaf=stop)
+    for position, other in enumerate(others, start=1):
+        try:
+            candidates = treedef.flatten_up_to(other)
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                f"`combine`: its argument at position {position} does not have the "
+                f"structure of the first ({treedef}, with `None` leaves): {error}"
+            ) from None
+        leaves = [c if x is None else x for x, c in zip(leaves, candidates)]
+    return treedef.unflatten(leaves)

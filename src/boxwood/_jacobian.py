@@ -7,10 +7,10 @@ from typing import Any
 
 import jax
 
-from ._filters import combine, is_inexact_array, partition
+from ._filters import is_array, is_inexact_array
 from ._jit._bound import as_pytree_function
 from ._module import field
-from ._partition import OutBox, Wrapped, split_out
+from ._partition import OutBox, Slots, Wrapped
 
 
 class _Jacobian(Wrapped):
@@ -18,17 +18,26 @@ class _Jacobian(Wrapped):
     reverse: bool = field(static=True)
 
     def __call__(self, x: Any, /, *args: Any, **kwargs: Any) -> Any:
-        diff, nondiff = partition(x, is_inexact_array)
+        slots = Slots(x, is_inexact_array)
         box = OutBox()
 
-        def of_diff(d: Any) -> tuple:
-            out = self.fun(combine(d, nondiff), *args, **kwargs)
-            out, aux = out if self.has_aux else (out, None)
-            return out, split_out(aux, box)  # non-array aux goes around JAX
+        def evaluate(values: list) -> tuple:
+            result = self.fun(slots.rebuild(values), *args, **kwargs)
+            out, aux = result if self.has_aux else (result, None)
+            aux_slots = Slots(aux, is_array)  # non-array aux goes around JAX
+            box.put((jax.tree_util.tree_structure(out), aux_slots))
+            return out, aux_slots.picked()
 
-        jacobian = jax.jacrev if self.reverse else jax.jacfwd
-        jac, aux = jacobian(of_diff, has_aux=True)(diff)
-        return (jac, combine(aux, box.get())) if self.has_aux else jac
+        differentiate = jax.jacrev if self.reverse else jax.jacfwd
+        jac, aux_arrays = differentiate(evaluate, has_aux=True)(slots.picked())
+        # each output leaf's Jacobian is a list (one entry per differentiated
+        # input leaf): give it the first argument's structure
+        out_def, aux_slots = box.get()
+        per_output = [
+            slots.rebuild(row, others=None) for row in out_def.flatten_up_to(jac)
+        ]
+        jac = out_def.unflatten(per_output)
+        return (jac, aux_slots.rebuild(aux_arrays)) if self.has_aux else jac
 
 
 _DOC_TAIL = """

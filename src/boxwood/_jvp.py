@@ -8,14 +8,8 @@ from typing import Any
 import jax
 from jax.interpreters import ad
 
-from ._filters import (
-    combine,
-    is_array,
-    is_inexact_array,
-    is_inexact_array_like,
-    partition,
-)
-from ._partition import OutBox
+from ._filters import is_array, is_inexact_array, is_inexact_array_like
+from ._partition import OutBox, Sieve
 
 
 def _is_none(x: Any) -> bool:
@@ -27,27 +21,48 @@ class TangentError(ValueError, TypeError):
     JAX's `jax.jvp`), and a `ValueError` as boxwood first raised it."""
 
 
-def _check_tangents(primals: Any, tangents: Any) -> None:
-    p = jax.tree_util.tree_structure(primals, is_leaf=_is_none)
-    t = jax.tree_util.tree_structure(tangents, is_leaf=_is_none)
-    if p != t:
+def _perturbed_leaves(primals: Any, tangents: Any) -> tuple[list, Any, dict]:
+    """`(leaves, treedef, tangent_at)`: the primals' leaves (`None` counts as one)
+    and the tangent of each perturbed leaf, by position; checked against the
+    primals."""
+    paired, treedef = jax.tree_util.tree_flatten_with_path(primals, is_leaf=_is_none)
+    if jax.tree_util.tree_structure(tangents, is_leaf=_is_none) != treedef:
+        got = jax.tree_util.tree_structure(tangents, is_leaf=_is_none)
         raise TangentError(
             "`filter_jvp`: `tangents` must have the structure of `primals` (with "
-            f"`None` for leaves that have no tangent); got {t} for primals of {p}."
+            f"`None` for leaves that have no tangent); got {got} for primals of "
+            f"{treedef}."
         )
-    for path, primal, tangent in _pairs(primals, tangents):
-        if tangent is not None and not is_inexact_array_like(primal):
+    tangent_at = {}
+    for i, ((path, primal), tangent) in enumerate(
+        zip(paired, treedef.flatten_up_to(tangents))
+    ):
+        if tangent is None:
+            continue
+        if not is_inexact_array_like(primal):
             where = jax.tree_util.keystr(path)
             raise TangentError(
                 f"`filter_jvp`: `primals{where}` is not floating-point (an array or a "
                 f"Python float), so its tangent `tangents{where}` must be `None`."
             )
+        tangent_at[i] = tangent
+    return [leaf for _, leaf in paired], treedef, tangent_at
 
 
-def _pairs(primals: Any, tangents: Any) -> list:
-    with_paths = jax.tree_util.tree_flatten_with_path(primals, is_leaf=_is_none)[0]
-    t_leaves = jax.tree_util.tree_leaves(tangents, is_leaf=_is_none)
-    return [(path, p, t) for (path, p), t in zip(with_paths, t_leaves)]
+_MOVING, _ARRAY, _OTHER = "moving", "array", "other"
+
+
+def _sort_output(out: Any, trace: Any) -> tuple[list, Any, list]:
+    """`(leaves, treedef, kinds)`: each output leaf is `_MOVING` (it carries a
+    tangent of this `jax.jvp`), an `_ARRAY` without one, or `_OTHER`."""
+    leaves, treedef = jax.tree_util.tree_flatten(out)
+    kinds = [
+        _MOVING
+        if isinstance(x, ad.JVPTracer) and x._trace is trace
+        else (_ARRAY if is_array(x) else _OTHER)
+        for x in leaves
+    ]
+    return leaves, treedef, kinds
 
 
 def filter_jvp(
@@ -76,32 +91,49 @@ def filter_jvp(
     >>> tangent
     {'name': None, 'y': Array(6., dtype=float32, weak_type=True)}
     """
-    _check_tangents(primals, tangents)
-    spec = jax.tree_util.tree_map(lambda t: t is not None, tangents, is_leaf=_is_none)
-    dynamic, static = partition(primals, spec, is_leaf=_is_none)
-    flat, treedef = jax.tree_util.tree_flatten(dynamic)
-    flat_tangents = jax.tree_util.tree_leaves(tangents)
-    box = OutBox()
-
-    def inner(*leaves: Any) -> tuple:
-        trace = leaves[0]._trace if leaves else None
-        out = fn(
-            *combine(jax.tree_util.tree_unflatten(treedef, leaves), static), **kwargs
-        )
-
-        def perturbed(x: Any) -> bool:
-            return isinstance(x, ad.JVPTracer) and x._trace is trace
-
-        moving, still = partition(out, perturbed)
-        arrays, others = partition(still, is_array)
-        box.put(others)
-        return moving, arrays
-
-    if not flat:  # nothing is perturbed: every output tangent is a symbolic zero
+    leaves, treedef, tangent_at = _perturbed_leaves(primals, tangents)
+    if not tangent_at:  # nothing is perturbed: every output tangent is a zero
         out = fn(*primals, **kwargs)
         return out, jax.tree_util.tree_map(lambda _: None, out)
-    (moving, arrays), (tangent_out, _) = jax.jvp(inner, flat, flat_tangents)
-    return combine(moving, arrays, box.get()), tangent_out
+    order = sorted(tangent_at)
+    box = OutBox()
+
+    def pushed(*values: Any) -> tuple[list, list]:
+        inputs = list(leaves)
+        for i, value in zip(order, values):
+            inputs[i] = value
+        out = fn(*treedef.unflatten(inputs), **kwargs)
+        out_leaves, out_def, kinds = _sort_output(out, values[0]._trace)
+        box.put((out_def, kinds, out_leaves))
+        by_kind = ([], [])
+        for x, kind in zip(out_leaves, kinds):
+            if kind != _OTHER:
+                by_kind[kind == _ARRAY].append(x)
+        return by_kind
+
+    primal_lists, tangent_lists = jax.jvp(
+        pushed, [leaves[i] for i in order], [tangent_at[i] for i in order]
+    )
+    out_def, kinds, traced_leaves = box.get()
+    return _assemble(out_def, kinds, traced_leaves, primal_lists, tangent_lists[0])
+
+
+def _assemble(
+    out_def: Any, kinds: list, traced: list, primals: tuple, tangents: list
+) -> tuple[Any, Any]:
+    """The output and its tangent tree (`None` where nothing moves), from the
+    leaves `jax.jvp` returned (`primals`: moving, then other arrays) and the
+    non-array leaves kept from the trace."""
+    moving, arrays, moving_tangents = iter(primals[0]), iter(primals[1]), iter(tangents)
+    out, tangent = [], []
+    for kind, x in zip(kinds, traced):
+        if kind == _MOVING:
+            out.append(next(moving))
+            tangent.append(next(moving_tangents))
+        else:
+            out.append(next(arrays) if kind == _ARRAY else x)
+            tangent.append(None)
+    return out_def.unflatten(out), out_def.unflatten(tangent)
 
 
 def filter_vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple:
@@ -129,14 +161,16 @@ def filter_vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) ->
     >>> vjp_fn(jnp.array(1.0))
     (Array(3., dtype=float32, weak_type=True), None)
     """
-    diff, nondiff = partition(primals, is_inexact_array)
+    inputs = Sieve(primals, is_inexact_array)
 
-    def inner(*d: Any) -> tuple:
-        out = fun(*combine(d, nondiff))
-        out, aux = out if has_aux else (out, None)
-        out_diff, out_nondiff = partition(out, is_inexact_array)
-        return out_diff, (out_nondiff, aux)
+    def of_differentiable(*kept: Any) -> tuple[Any, tuple[Sieve, Any]]:
+        result = fun(*inputs.fill(kept))
+        value, aux = result if has_aux else (result, None)
+        outputs = Sieve(value, is_inexact_array)
+        return outputs.kept, (outputs, aux)
 
-    out_diff, vjp_fn, (out_nondiff, aux) = jax.vjp(inner, *diff, has_aux=True)
-    out = combine(out_diff, out_nondiff)
+    kept_out, vjp_fn, (outputs, aux) = jax.vjp(
+        of_differentiable, *inputs.kept, has_aux=True
+    )
+    out = outputs.fill(kept_out)
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)

@@ -8,22 +8,20 @@ from typing import Any
 import jax
 
 from ._eval_shape import is_struct
-from ._filters import combine, partition
 from ._jit._bound import as_pytree_function
-from ._partition import OutBox, Wrapped, split_out
+from ._partition import OutBox, Slots, Wrapped, split_out
 
 
 class _MakeJaxpr(Wrapped):
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
-        dynamic, static = partition((args, kwargs), is_struct)
-        flat, treedef = jax.tree_util.tree_flatten(dynamic)
+        inputs = Slots((args, kwargs), is_struct)
         box = OutBox()
 
-        def run(*flat_args: Any) -> Any:
-            a, kw = combine(jax.tree_util.tree_unflatten(treedef, flat_args), static)
+        def traced(*arrays: Any) -> Any:
+            a, kw = inputs.rebuild(arrays)
             return split_out(self.fun(*a, **kw), box)
 
-        jaxpr, out_struct = jax.make_jaxpr(run, return_shape=True)(*flat)
+        jaxpr, out_struct = jax.make_jaxpr(traced, return_shape=True)(*inputs.picked())
         return jaxpr, out_struct, box.get()
 
 

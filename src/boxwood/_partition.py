@@ -3,11 +3,15 @@
 Every filtered transformation does the same three things: split its inputs into
 arrays (which the JAX transformation sees) and everything else (which is closed
 over), rebuild the inputs inside the transformed function, and carry the non-array
-part of the output back out. The output side uses an `OutBox`: the transformed
-function is created afresh on every call, stores its non-array outputs in the box
-while it is traced, and the caller reads them back afterwards. (Creating the inner
-function per call also means JAX's tracing caches, keyed on the function object, can
-never hand back a trace made for other static values.)
+part of the output back out. `Slots` hands a transformation the chosen leaves as a
+flat list; `Sieve` hands it the tree with `None` at the other leaves (for a
+transformation whose result keeps the tree's structure, as `jax.vjp`'s does).
+
+The output side uses an `OutBox`: the transformed function is created afresh on
+every call, stores its non-array outputs in the box while it is traced, and the
+caller reads them back afterwards. (Creating the inner function per call also means
+JAX's tracing caches, keyed on the function object, can never hand back a trace made
+for other static values.)
 """
 
 from __future__ import annotations
@@ -42,6 +46,57 @@ class OutBox:
                 "Please report this."
             )
         return self._value
+
+
+_KEEP = object()
+
+
+class Slots:
+    """A pytree's leaves and the positions of those `predicate` picks: a JAX
+    transformation is given only the picked leaves, as a list, and `rebuild`
+    puts (possibly transformed) values back at those positions."""
+
+    __slots__ = ("leaves", "treedef", "where")
+
+    def __init__(self, tree: Any, predicate: Callable[[Any], bool]) -> None:
+        self.leaves, self.treedef = jax.tree_util.tree_flatten(tree)
+        self.where = [i for i, leaf in enumerate(self.leaves) if predicate(leaf)]
+
+    def picked(self) -> list:
+        return [self.leaves[i] for i in self.where]
+
+    def rebuild(self, values: Any, others: Any = _KEEP) -> Any:
+        """The tree with `values` at the picked positions; every other leaf is
+        kept, or set to `others` when given."""
+        new = list(self.leaves) if others is _KEEP else [others] * len(self.leaves)
+        for i, value in zip(self.where, values, strict=True):
+            new[i] = value
+        return self.treedef.unflatten(new)
+
+
+class Sieve:
+    """A pytree whose leaves are sorted by a predicate: `kept` is the tree with
+    `None` at every leaf the predicate rejects, and `fill(kept)` puts the rejected
+    leaves back into a tree shaped like `kept` (for example, `kept` after a JAX
+    transformation has replaced its arrays)."""
+
+    __slots__ = ("_leaves", "_treedef", "_marks")
+
+    def __init__(self, tree: Any, predicate: Callable[[Any], bool]) -> None:
+        self._leaves, self._treedef = jax.tree_util.tree_flatten(tree)
+        self._marks = [bool(predicate(x)) for x in self._leaves]
+
+    @property
+    def kept(self) -> Any:
+        return self._treedef.unflatten(
+            [x if m else None for x, m in zip(self._leaves, self._marks)]
+        )
+
+    def fill(self, kept: Any) -> Any:
+        new = self._treedef.flatten_up_to(kept)
+        return self._treedef.unflatten(
+            [n if m else x for x, n, m in zip(self._leaves, new, self._marks)]
+        )
 
 
 def split_out(out: Any, box: OutBox) -> Any:

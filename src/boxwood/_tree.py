@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -267,22 +269,35 @@ def tree_equal(
     >>> boxwood.tree_equal([1, "a"], [1, "b"])
     False
     """
-    first, *rest = pytrees
-    leaves0, treedef0 = jax.tree_util.tree_flatten(first)
-    result: Any = True
-    for other in rest:
-        leaves, treedef = jax.tree_util.tree_flatten(other)
-        if treedef != treedef0:
+    if not pytrees:
+        raise ValueError("`tree_equal` needs at least one pytree to compare.")
+    flat = [jax.tree_util.tree_flatten(tree) for tree in pytrees]
+    if any(treedef != flat[0][1] for _, treedef in flat[1:]):
+        return False
+    pending = []  # JAX booleans: equality that depends on array values
+    for column in zip(*(leaves for leaves, _ in flat)):
+        verdict = _column_equal(column, typematch, rtol, atol)
+        if verdict is False:
             return False
-        for a, b in zip(leaves0, leaves):
-            if typematch and type(a) is not type(b):
-                return False
-            same = _leaf_equal(a, b, rtol, atol)
-            if same is False:
-                return False
-            if same is not True:
-                result = same if result is True else result & same
-    return result
+        if verdict is not True:
+            pending.append(verdict)
+    return functools.reduce(operator.and_, pending) if pending else True
+
+
+def _column_equal(column: tuple, typematch: bool, rtol: float, atol: float) -> Any:
+    """Whether the leaves at one position of every tree equal the first tree's:
+    `True`, `False`, or a JAX boolean."""
+    reference, *others = column
+    pending = []
+    for other in others:
+        if typematch and type(other) is not type(reference):
+            return False
+        verdict = _leaf_equal(reference, other, rtol, atol)
+        if verdict is False:
+            return False
+        if verdict is not True:
+            pending.append(verdict)
+    return functools.reduce(operator.and_, pending) if pending else True
 
 
 def apply_updates(model: Any, updates: Any) -> Any:

@@ -25,21 +25,18 @@ def tree_flatten_one_level(pytree: Any) -> tuple[list, Any]:
     >>> boxwood.tree_flatten_one_level(4)
     ([4], PyTreeDef(*))
     """
-    seen_root = False
-
-    def is_leaf(node: Any) -> bool:
-        nonlocal seen_root
-        if node is pytree:
-            if seen_root:
-                raise ValueError(
-                    f"The pytree node of type `{type(node).__name__}` contains itself "
-                    "(it is self-referential); a pytree must be a tree."
-                )
-            seen_root = True
-            return False
-        return True
-
-    return jax.tree_util.tree_flatten(pytree, is_leaf=is_leaf)
+    parts = jax.tree_util.default_registry.flatten_one_level(pytree)
+    if parts is None:  # a leaf
+        return [pytree], jax.tree_util.tree_structure(pytree)
+    children = list(parts[0])
+    if any(child is pytree for child in children):
+        raise ValueError(
+            f"The pytree node of type `{type(pytree).__name__}` contains itself "
+            "(it is self-referential); a pytree must be a tree."
+        )
+    return children, jax.tree_util.tree_structure(
+        pytree, is_leaf=lambda node: node is not pytree
+    )
 
 
 def tree_check(pytree: Any) -> None:

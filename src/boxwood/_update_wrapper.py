@@ -46,16 +46,14 @@ def module_update_wrapper(wrapper: Any, wrapped: Callable | None = None) -> Any:
             f"`module_update_wrapper`: `{type(wrapper).__name__}` must define "
             "`__wrapped__` as a property returning the wrapped callable."
         )
-    if wrapped is None:
-        wrapped = wrapper.__wrapped__
-    leaves, treedef = jax.tree_util.tree_flatten(wrapper)
-    copy = jax.tree_util.tree_unflatten(treedef, leaves)
-    for name in WRAPPER_NAMES:
-        if isinstance(getattr(type(copy), name, None), property):
-            continue
-        try:
-            value = getattr(wrapped, name)
-        except AttributeError:
-            continue
+    source = wrapper.__wrapped__ if wrapped is None else wrapped
+    own = type(wrapper)
+    copied = {
+        name: getattr(source, name)
+        for name in WRAPPER_NAMES
+        if not isinstance(getattr(own, name, None), property) and hasattr(source, name)
+    }
+    copy = jax.tree_util.tree_map(lambda leaf: leaf, wrapper)  # a new instance
+    for name, value in copied.items():
         object.__setattr__(copy, name, value)
     return copy

@@ -12,7 +12,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .._filters import combine, is_array, partition
+from .._filters import is_array
 from .._paths import dotted_path
 from ._rules import entry_axes, mesh_axis_sizes, resolve
 
@@ -166,14 +166,18 @@ def filter_shard(x: Any, device_or_shardings: Any) -> Any:
     >>> out["name"], out["w"].devices() == {device}
     ('w', True)
     """
-    if isinstance(device_or_shardings, jax.Device):
-        shardings = jax.sharding.SingleDeviceSharding(device_or_shardings)
+    target = device_or_shardings
+    if isinstance(target, jax.Device):
+        target = jax.sharding.SingleDeviceSharding(target)
+    leaves, treedef = jtu.tree_flatten(x)
+    arrays = [leaf if is_array(leaf) else None for leaf in leaves]
+    if any(isinstance(a, jax.core.Tracer) for a in arrays):
+        move = jax.lax.with_sharding_constraint
     else:
-        shardings = device_or_shardings
-    dynamic, static = partition(x, is_array)
-    traced = any(isinstance(a, jax.core.Tracer) for a in jtu.tree_leaves(dynamic))
-    if traced:
-        dynamic = jax.lax.with_sharding_constraint(dynamic, shardings)
-    else:
-        dynamic = jax.device_put(dynamic, shardings)
-    return combine(dynamic, static)
+        move = jax.device_put
+    # `None` marks the other leaves, so a tree of shardings with `None` there
+    # (from `named_shardings`) lines up with the arrays
+    placed = treedef.flatten_up_to(move(treedef.unflatten(arrays), target))
+    return treedef.unflatten(
+        [p if a is not None else leaf for leaf, a, p in zip(leaves, arrays, placed)]
+    )

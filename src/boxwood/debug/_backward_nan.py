@@ -9,43 +9,64 @@ import jax
 import jax.numpy as jnp
 
 from .._errors import error_if
-from .._filters import combine, is_array, partition
+from .._filters import is_inexact_array
+from .._partition import Slots
 from .._pretty import tree_pformat
 
 
-def _print(prefix: str, treedef: Any, arrays: list, cts: list) -> None:
-    """Print the watched values, in the structure of `x`, with their values."""
-    x = tree_pformat(jax.tree_util.tree_unflatten(treedef, arrays), short_arrays=False)
-    ct = tree_pformat(jax.tree_util.tree_unflatten(treedef, cts), short_arrays=False)
-    print(f"{prefix}   primals={x}\ncotangents={ct}")
+class _Watch:
+    """What one `backward_nan` call reports on the backward pass. Compared by
+    identity: it is a non-differentiable argument of the custom VJP."""
+
+    __slots__ = ("name", "terminate", "treedef", "where")
+
+    def __init__(self, name: str | None, terminate: bool, watched: Slots) -> None:
+        self.name, self.terminate = name, terminate
+        # the structure of `x`, with `None` at the leaves that are not watched
+        self.treedef, self.where = watched.treedef, watched.where
+
+    def _as_x(self, values: list) -> Any:
+        leaves: list = [None] * self.treedef.num_leaves
+        for i, value in zip(self.where, values):
+            leaves[i] = value
+        return self.treedef.unflatten(leaves)
+
+    def show(self, primals: list, cotangents: list) -> None:
+        """Print the watched values and their cotangents (host side), in the
+        structure of the watched part of `x`."""
+        texts = [
+            tree_pformat(self._as_x(values), short_arrays=False)
+            for values in (primals, cotangents)
+        ]
+        header = "" if self.name is None else f"{self.name}:\n"
+        print(f"{header}   primals={texts[0]}\ncotangents={texts[1]}")
+
+    def check(self, cotangents: list) -> list:
+        """`cotangents`, raising through `error_if` if one of them holds a NaN."""
+        nan_count = sum(jnp.count_nonzero(jnp.isnan(c)) for c in cotangents)
+        where = "" if self.name is None else f" in `{self.name}`"
+        return error_if(
+            cotangents, nan_count > 0, f"NaN cotangent{where} (`backward_nan`)."
+        )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
-def _watch(arrays: list, name: str | None, terminate: bool, treedef: Any) -> list:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _identity(arrays: list, watch: _Watch) -> list:
     return arrays
 
 
-def _watch_fwd(arrays: list, name: str | None, terminate: bool, treedef: Any):
+def _identity_fwd(arrays: list, watch: _Watch) -> tuple[list, list]:
     return arrays, arrays
 
 
-def _watch_bwd(
-    name: str | None, terminate: bool, treedef: Any, arrays: list, cts: list
-) -> tuple:
-    prefix = "" if name is None else f"{name}:\n"
-    jax.debug.callback(
-        functools.partial(_print, prefix, treedef), arrays, cts, ordered=True
-    )
-    if terminate:
-        floats = [c for c in cts if jnp.issubdtype(c.dtype, jnp.inexact)]
-        if floats:
-            nan = jnp.any(jnp.stack([jnp.isnan(c).any() for c in floats]))
-            where = "" if name is None else f" in `{name}`"
-            cts = error_if(cts, nan, f"NaN cotangent{where} (`backward_nan`).")
-    return (cts,)
+def _identity_bwd(watch: _Watch, arrays: list, cotangents: list) -> tuple[list]:
+    jax.debug.callback(watch.show, arrays, cotangents, ordered=True)
+    if watch.terminate and cotangents:
+        cotangents = watch.check(cotangents)
+    return (cotangents,)
 
 
-_watch.defvjp(_watch_fwd, _watch_bwd)
+_identity.defvjp(_identity_fwd, _identity_bwd)
 
 
 def backward_nan(x: Any, name: str | None = None, terminate: bool = True) -> Any:
@@ -63,12 +84,9 @@ def backward_nan(x: Any, name: str | None = None, terminate: bool = True) -> Any
 
     `x`.
     """
-    arrays, others = partition(
-        x, lambda a: is_array(a) and jnp.issubdtype(a.dtype, jnp.inexact)
-    )
-    leaves, treedef = jax.tree_util.tree_flatten(arrays)
-    leaves = cast(list, _watch(leaves, name, terminate, treedef))
-    return combine(jax.tree_util.tree_unflatten(treedef, leaves), others)
+    watched = Slots(x, is_inexact_array)
+    watch = _Watch(name, terminate, watched)
+    return watched.rebuild(cast(list, _identity(watched.picked(), watch)))
 
 
 debug_backward_nan = backward_nan  # its name in `boxwood.internal` (as in Equinox)

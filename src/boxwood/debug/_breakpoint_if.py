@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from .._unvmap import unvmap_any
 
@@ -22,7 +24,14 @@ def breakpoint_if(pred: Any, **kwargs: Any) -> Any:
 
     `token` (from `kwargs`), or `None`.
     """
-    token = kwargs.get("token")
-    return jax.lax.cond(
-        unvmap_any(pred), lambda: jax.debug.breakpoint(**kwargs), lambda: token
-    )
+    branches = (_carry_on, functools.partial(_stop, kwargs))
+    stop = unvmap_any(pred).astype(jnp.int32)
+    return jax.lax.switch(stop, branches, kwargs.get("token"))
+
+
+def _carry_on(token: Any) -> Any:
+    return token
+
+
+def _stop(options: dict, _token: Any) -> Any:
+    return jax.debug.breakpoint(**options)

@@ -8,13 +8,9 @@ from typing import Any
 import jax
 import jax.core
 
-from .._filters import combine, is_array, partition
+from .._filters import is_array
+from .._partition import Slots
 from .._pretty import array_summary, tree_pformat
-
-# name -> list of (seen shapes by leaf index, treedef, non-array part), one per call
-# site traced. Bounded by the number of `store_dce` calls traced, which a user makes
-# only while debugging; `inspect_dce` does not clear it.
-_STORE: dict[Hashable, list] = {}
 
 
 class _Shown:
@@ -27,12 +23,42 @@ class _Shown:
         return self.text
 
 
-def _alive(seen: dict, i: int) -> Any:
-    def record(x: Any) -> Any:
-        seen[i] = array_summary(x).replace("(numpy)", "")
-        return x
+class _Record:
+    """One traced `store_dce` call: its pytree, and the summary of each array
+    whose callback ran (the arrays that survived dead-code elimination)."""
 
-    return record
+    __slots__ = ("arrays", "summaries")
+
+    def __init__(self, x: Any) -> None:
+        self.arrays = Slots(x, is_array)
+        self.summaries: dict[int, str] = {}
+
+    def marked(self) -> list:
+        """The arrays of `x`, each passed through a callback that records it."""
+        return [
+            jax.pure_callback(self._recorder(n), a, a, vmap_method="expand_dims")
+            for n, a in enumerate(self.arrays.picked())
+        ]
+
+    def _recorder(self, n: int) -> Any:
+        def record(value: Any) -> Any:
+            self.summaries[n] = array_summary(value).replace("(numpy)", "")
+            return value
+
+        return record
+
+    def shown(self) -> Any:
+        """`x` with each array's summary, or `<DCE'd>` for a removed one."""
+        count = len(self.arrays.where)
+        return self.arrays.rebuild(
+            [_Shown(self.summaries.get(n, "<DCE'd>")) for n in range(count)]
+        )
+
+
+# name -> the calls traced under that name. Grows with the number of `store_dce`
+# calls traced, which a user makes only while debugging; `inspect_dce` does not
+# clear it.
+_RECORDS: dict[Hashable, list[_Record]] = {}
 
 
 def _inside_trace() -> bool:
@@ -70,15 +96,9 @@ def store_dce(x: Any, name: Hashable = None) -> Any:
             "`store_dce` must be called inside `jax.jit` or `boxwood.filter_jit`: "
             "dead code is only removed by the compiler."
         )
-    arrays, others = partition(x, is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(arrays)
-    seen: dict[int, str] = {}
-    _STORE.setdefault(name, []).append((seen, treedef, others))
-    leaves = [
-        jax.pure_callback(_alive(seen, i), a, a, vmap_method="expand_dims")
-        for i, a in enumerate(leaves)
-    ]
-    return combine(jax.tree_util.tree_unflatten(treedef, leaves), others)
+    record = _Record(x)
+    _RECORDS.setdefault(name, []).append(record)
+    return record.arrays.rebuild(record.marked())
 
 
 def inspect_dce(name: Hashable = None) -> None:
@@ -97,13 +117,9 @@ def inspect_dce(name: Hashable = None) -> None:
     """
     if _inside_trace():
         raise RuntimeError("`inspect_dce` must be called outside of `jax.jit`.")
-    entries = _STORE.get(name, [])
-    print(
-        f"Found {len(entries)} call{'' if len(entries) == 1 else 's'} to `store_dce`."
-    )
-    for i, (seen, treedef, others) in enumerate(entries):
-        shown = [_Shown(seen.get(j, "<DCE'd>")) for j in range(treedef.num_leaves)]
+    records = _RECORDS.get(name, [])
+    plural = "" if len(records) == 1 else "s"
+    print(f"Found {len(records)} call{plural} to `store_dce`.")
+    for i, record in enumerate(records):
         print(f"Entry {i}:")
-        print(
-            tree_pformat(combine(jax.tree_util.tree_unflatten(treedef, shown), others))
-        )
+        print(tree_pformat(record.shown()))

@@ -3,42 +3,44 @@
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from .._module import Module, field
 from .._update_wrapper import module_update_wrapper
 
-# token -> number of traces; weak, so a counter dies with the last wrapper copy.
-_COUNTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+class _Tally:
+    """A mutable count of traces, held as a static field so that every copy of a
+    wrapper (each flatten and unflatten makes one) adds to the same count. Equal
+    only to itself, so it never makes two wrappers' structures equal."""
 
-class _Token:
-    """The identity of one `assert_max_traces` wrapper, shared by its copies."""
+    __slots__ = ("traces",)
 
-    __slots__ = ("__weakref__",)
+    def __init__(self) -> None:
+        self.traces = 0
 
 
 class _MaxTraces(Module):
     fn: Callable
-    max_traces: int | None = field(static=True)
-    token: _Token = field(static=True)
+    limit: int | None = field(static=True)
+    tally: _Tally = field(static=True)
 
     @property
     def __wrapped__(self) -> Callable:
         return self.fn
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        count = _COUNTS[self.token] = _COUNTS[self.token] + 1
-        if self.max_traces is not None and count > self.max_traces:
+        self.tally.traces += 1
+        if self.limit is not None and self.tally.traces > self.limit:
             name = getattr(self.fn, "__qualname__", repr(self.fn))
             raise RuntimeError(
-                f"`{name}` can only be traced {self.max_traces} times "
-                f"(`assert_max_traces`), but this is trace number {count}. Something "
-                "in its arguments changes between calls: a shape, a dtype, or a "
-                "non-array value. Set `boxwood.config.explain_recompiles = True` to "
-                "have `filter_jit` name it."
+                f"`{name}` can only be traced {self.limit} times "
+                f"(`assert_max_traces`), but this is trace number "
+                f"{self.tally.traces}. Something in its arguments changes between "
+                "calls: a shape, a dtype, or a non-array value. Set "
+                "`boxwood.config.explain_recompiles = True` to have `filter_jit` "
+                "name it."
             )
         return self.fn(*args, **kwargs)
 
@@ -69,9 +71,7 @@ def assert_max_traces(fn: Callable | None = None, *, max_traces: int | None) -> 
     """
     if fn is None:
         return functools.partial(assert_max_traces, max_traces=max_traces)
-    token = _Token()
-    _COUNTS[token] = 0
-    return module_update_wrapper(_MaxTraces(fn, max_traces, token))
+    return module_update_wrapper(_MaxTraces(fn, max_traces, _Tally()))
 
 
 def get_num_traces(fn: Callable) -> int:
@@ -86,12 +86,13 @@ def get_num_traces(fn: Callable) -> int:
 
     The number of traces so far.
     """
-    seen = fn
-    while seen is not None:
-        if isinstance(seen, _MaxTraces):
-            return _COUNTS[seen.token]
-        seen = getattr(seen, "__wrapped__", None)
-    raise ValueError(
-        f"`get_num_traces`: {fn!r} is not wrapped with `boxwood.debug.assert_max_traces` "
-        "(found none through its `__wrapped__` chain)."
-    )
+    layer: Any = fn
+    while not isinstance(layer, _MaxTraces):
+        layer = getattr(layer, "__wrapped__", None)
+        if layer is None:
+            raise ValueError(
+                f"`get_num_traces`: {fn!r} is not wrapped with "
+                "`boxwood.debug.assert_max_traces` (found none through its "
+                "`__wrapped__` chain)."
+            )
+    return layer.tally.traces
