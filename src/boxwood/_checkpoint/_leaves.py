@@ -85,6 +85,11 @@ def stored_leaves(tree: Any) -> tuple[list[Leaf], list[tuple[Any, Any]], Any]:
     return leaves, pairs, treedef
 
 
+def stored_names(tree: Any) -> list[str]:
+    """The checkpoint names of `tree`'s stored leaves, in flattening order."""
+    return [leaf.name for leaf in stored_leaves(tree)[0]]
+
+
 def fingerprint(leaves: list[Leaf]) -> str:
     """A short hash of the stored leaves' names, dtypes and shapes, in order.
 

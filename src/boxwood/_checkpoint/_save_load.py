@@ -115,6 +115,8 @@ def check_savable(tree: Any) -> list[Leaf]:
 
 
 def write_file(path: Any, arrays: list[tuple[str, np.ndarray]], meta: dict) -> None:
+    """Write `arrays` (`(name, array)` pairs, in file order) and the string map
+    `meta` as the safetensors file `path`, crash-safely."""
     atomic_write(path, lambda f: write_arrays(f, arrays, meta, start_writeback))
 
 
@@ -157,6 +159,13 @@ class FileTensor:
         if not self.mapping:
             self.mapping.append(open_memmap(self.path, Header({}, {}, self.data_start)))
         return np.array(tensor_view(self.mapping[0], self.info)[index])
+
+
+def read_tensors(path: str | os.PathLike) -> dict[str, FileTensor]:
+    """Every tensor of the safetensors file at `path` by name, read on demand; the
+    header is read and checked now."""
+    path = os.fspath(path)
+    return file_tensors(path, read_header(path))
 
 
 def file_tensors(path: str, header: Header) -> dict[str, FileTensor]:

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checkpoint._format import read_header
-from .._checkpoint._save_load import FileTensor, file_tensors
+from .._checkpoint import Tensor, read_tensors
 from ._config import ConfigError, read_json
 
 SINGLE = "model.safetensors"
@@ -34,11 +33,19 @@ def config_path(directory: str) -> str:
     return path
 
 
-def checkpoint_tensors(directory: str) -> dict[str, FileTensor]:
+def checkpoint_tensors(directory: str) -> dict[str, Tensor]:
     """Every tensor of the checkpoint by its name in the file, read lazily."""
+    tensors: dict[str, Tensor] = {}
+    for path in _safetensors_files(directory):
+        tensors.update(read_tensors(path))
+    return tensors
+
+
+def _safetensors_files(directory: str) -> list[str]:
+    """`model.safetensors`, or else the shards that the index lists."""
     single = os.path.join(directory, SINGLE)
     if os.path.isfile(single):
-        return file_tensors(single, read_header(single))
+        return [single]
     index = os.path.join(directory, INDEX)
     if not os.path.isfile(index):
         raise ConfigError(
@@ -49,13 +56,13 @@ def checkpoint_tensors(directory: str) -> dict[str, FileTensor]:
     weight_map = read_json(index).get("weight_map")
     if not isinstance(weight_map, dict):
         raise ConfigError(f"{index}: has no `weight_map` object.")
-    tensors: dict[str, FileTensor] = {}
+    paths = []
     for name in sorted(set(weight_map.values())):
         path = os.path.join(directory, name)
         if not os.path.isfile(path):
             raise ConfigError(f"{index}: lists the shard `{name}`, which is missing.")
-        tensors.update(file_tensors(path, read_header(path)))
-    return tensors
+        paths.append(path)
+    return paths
 
 
 def renamed_tensors(

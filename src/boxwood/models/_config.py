@@ -48,7 +48,7 @@ GENERIC_OPTIONS = frozenset(
     }
 )
 
-# `ModelConfig.check` entries: option -> (predicate on its value, what is supported).
+# `ModelConfig.REQUIRED` entries: option -> (predicate on its value, what is supported).
 Requirement = tuple[Callable[[Any], bool], str]
 
 

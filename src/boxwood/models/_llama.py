@@ -118,14 +118,18 @@ def _require_default_rope(rope: Any, source: str) -> None:
 
 
 class LlamaAttention(Module):
+    """Grouped-query self-attention with rotary positions, over a key/value cache
+    (see `_layers.attend_with_cache`). Each head count sits with the projections
+    it splits; the parameters keep `transformers`' names and order."""
+
+    num_heads: int = field(static=True)
     q_proj: Linear
+    kv_heads: int = field(static=True)  # of `k_proj` and `v_proj`
     k_proj: Linear
     v_proj: Linear
     o_proj: Linear
+    theta: float = field(static=True)  # the RoPE base
     cache: StateIndex
-    num_heads: int = field(static=True)
-    kv_heads: int = field(static=True)
-    theta: float = field(static=True)
 
     def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
         kq, kk, kv, ko = split_keys(key, 4)

@@ -13,14 +13,17 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from .._checkpoint._assemble import assemble
-from .._checkpoint._atomic import atomic_write
-from .._checkpoint._format import write_arrays
-from .._checkpoint._leaves import stored_leaves
-from .._checkpoint._state_dict import state_dict
+from .._checkpoint import (
+    assemble,
+    atomic_write,
+    state_dict,
+    stored_names,
+    write_file,
+)
 from .._eval_shape import filter_eval_shape
 from .._module import Module
 from .._sharding import named_shardings
+from ..nn._state import name_indices
 from ._checkpoint_files import (
     checkpoint_tensors,
     config_path,
@@ -43,6 +46,12 @@ class Pretrained(Module):
     RENAMES: ClassVar[tuple[tuple[str, str], ...]] = ()
     DROPPED: ClassVar[str | None] = None
     OPTIONAL_PREFIX: ClassVar[str | None] = None  # `bert.` of `BertFor...` files
+
+    def __check_init__(self) -> None:
+        # The key/value cache's indices are named after their places now, so two
+        # models built (or loaded) alike have equal structures from the start and
+        # share compiled code (`generate`'s included).
+        name_indices(self)
 
     @classmethod
     def checkpoint_name(cls, name: str) -> str:
@@ -103,8 +112,7 @@ class Pretrained(Module):
             abstract = _with_shardings(
                 abstract, named_shardings(abstract, mesh, rules or ())
             )
-        leaves, _, _ = stored_leaves(abstract)
-        names = {cls.checkpoint_name(leaf.name): leaf.name for leaf in leaves}
+        names = {cls.checkpoint_name(name): name for name in stored_names(abstract)}
         tensors = renamed_tensors(tensors, names, cls.DROPPED)
         model, _ = assemble(
             abstract,
@@ -141,9 +149,8 @@ class Pretrained(Module):
         # each file crash-safely: a save that fails or is killed part way leaves
         # the directory's previous files whole (the weights are written first, so
         # a new config never describes old weights)
-        atomic_write(
-            os.path.join(directory, "model.safetensors"),
-            lambda f: write_arrays(f, arrays, {"format": "pt"}),
+        write_file(
+            os.path.join(directory, "model.safetensors"), arrays, {"format": "pt"}
         )
         text = json.dumps(options, indent=2, sort_keys=True).encode()
 
