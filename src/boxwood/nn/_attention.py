@@ -1,11 +1,12 @@
-"""`MultiheadAttention`."""
+"""`MultiheadAttention` and the scaled dot-product attention functions."""
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,11 @@ from ._linear import Linear
 from ._misc import compute_dtype
 
 _warned_float_mask: list[bool] = []
+# dtypes `jax.nn.dot_product_attention` computes at full precision
+_FUSED_DTYPES = frozenset(
+    jnp.dtype(d) for d in (jnp.float16, jnp.bfloat16, jnp.float32)
+)
+Implementation = Literal["xla", "cudnn"] | None
 
 
 def _bool_mask(mask: Any, where: str) -> Any:
@@ -52,6 +58,78 @@ def _softmax_weights(logits: Array, mask: Array | None) -> Array:
     return weights.astype(logits.dtype)
 
 
+def _dropout_active(dropout: Dropout, inference: bool | None) -> bool:
+    """Whether `dropout(x, key=..., inference=inference)` would change `x`."""
+    switched_off = dropout.inference if inference is None else inference
+    return dropout.p > 0.0 and not switched_off
+
+
+def _fusable(q: Array, k: Array, v: Array) -> bool:
+    """Whether `jax.nn.dot_product_attention` serves these heads as well as the
+    explicit softmax: one dtype among float16, bfloat16 and float32 (it takes the
+    softmax in float32, which would round float64 inputs), and value heads as wide
+    as the key heads (which it requires)."""
+    dtypes = {jnp.dtype(a.dtype) for a in (q, k, v)}
+    return len(dtypes) == 1 and dtypes <= _FUSED_DTYPES and k.shape == v.shape
+
+
+def _head_weights(q: Array, k: Array, mask: Array | None) -> Array:
+    """The `(heads, q_seq, kv_seq)` attention weights of heads laid out
+    `(seq, heads, size)`; `mask` broadcasts against the weights."""
+    logits = jnp.einsum("qhd,khd->hqk", q / math.sqrt(q.shape[-1]), k)
+    return _softmax_weights(logits, mask)
+
+
+def _fused_heads(
+    q: Array, k: Array, v: Array, mask: Array | None, implementation: Implementation
+) -> Array:
+    """`jax.nn.dot_product_attention` of one batch of `(seq, heads, size)` heads,
+    with `mask` lifted to its 4-d `(batch, heads, q_seq, kv_seq)` form."""
+    if mask is not None:
+        mask = jnp.reshape(mask, (1,) * (4 - jnp.ndim(mask)) + jnp.shape(mask))
+    # One input dtype: JAX's own float32 upcast of the logits is the only promotion
+    # (which `jax_numpy_dtype_promotion="strict"` would reject).
+    with jax.numpy_dtype_promotion("standard"):
+        out = jax.nn.dot_product_attention(
+            q[None], k[None], v[None], mask=mask, implementation=implementation
+        )
+    return out[0]
+
+
+def _attend(
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: Array | None,
+    drop: Callable[[Array], Array] | None,
+    implementation: Implementation = None,
+) -> Array:
+    """Attention of `(seq, heads, size)` heads, returned as `(q_seq, heads,
+    v_size)`.
+
+    `mask` is `None`, `(q_seq, kv_seq)` or `(heads, q_seq, kv_seq)`; `drop`, if
+    given, is applied to the `(heads, q_seq, kv_seq)` weights (dropout), which
+    then have to be formed explicitly. Otherwise `jax.nn.dot_product_attention`
+    computes the result (with `implementation`) when `_fusable` or asked to.
+    """
+    if drop is None and (implementation is not None or _fusable(q, k, v)):
+        return _fused_heads(q, k, v, mask, implementation)
+    weights = _head_weights(q, k, mask)
+    if drop is not None:
+        weights = drop(weights)
+    return jnp.einsum("hqk,khd->qhd", weights, v)
+
+
+def _checked_mask(mask: Any, q_seq: int, kv_seq: int, where: str) -> Array | None:
+    mask = _bool_mask(mask, where)
+    if mask is not None and jnp.shape(mask) != (q_seq, kv_seq):
+        raise ValueError(
+            f"{where}: `mask` must have shape (q_seq, kv_seq) = {(q_seq, kv_seq)}, "
+            f"got {jnp.shape(mask)}."
+        )
+    return mask
+
+
 def dot_product_attention_weights(
     query: Float[Array, "q_seq qk_size"],
     key: Float[Array, "kv_seq qk_size"],
@@ -67,14 +145,9 @@ def dot_product_attention_weights(
     (1, 3)
     """
     query, key = jnp.asarray(query), jnp.asarray(key)
-    logits = jnp.einsum("sd,Sd->sS", query / math.sqrt(query.shape[-1]), key)
-    mask = _bool_mask(mask, "dot_product_attention_weights")
-    if mask is not None and jnp.shape(mask) != logits.shape:
-        raise ValueError(
-            "dot_product_attention_weights: `mask` must have shape (q_seq, kv_seq) = "
-            f"{logits.shape}, got {jnp.shape(mask)}."
-        )
-    return _softmax_weights(logits, mask)
+    where = "dot_product_attention_weights"
+    mask = _checked_mask(mask, query.shape[0], key.shape[0], where)
+    return _head_weights(query[:, None], key[:, None], mask)[0]
 
 
 def dot_product_attention(
@@ -86,18 +159,42 @@ def dot_product_attention(
     *,
     key: PRNGKeyArray | None = None,
     inference: bool | None = None,
+    implementation: Implementation = None,
 ) -> Float[Array, "q_seq v_size"]:
     """Single-head attention: `dot_product_attention_weights(query, key_, mask)`
     (dropped out by `dropout` if given) applied to `value`.
+
+    Without active dropout the result comes from `jax.nn.dot_product_attention`
+    when the inputs share one dtype among float16, bfloat16 and float32 and
+    `v_size == qk_size`; otherwise (float64, mixed dtypes, other value sizes, or
+    dropout on the weights) the weights are formed explicitly.
+
+    - `implementation`: `None` (the choice above; JAX's default backend, XLA), or
+      `"xla"` / `"cudnn"` to always call `jax.nn.dot_product_attention` with that
+      backend (`"cudnn"`: the fused cuDNN kernel on an NVIDIA GPU, for the dtypes
+      and shapes cuDNN supports). It cannot be combined with active dropout.
+      (Keyword only.)
 
     >>> import jax.numpy as jnp
     >>> dot_product_attention(jnp.ones((1, 2)), jnp.ones((3, 2)), jnp.ones((3, 4))).shape
     (1, 4)
     """
-    weights = dot_product_attention_weights(query, key_, mask)
-    if dropout is not None:
-        weights = dropout(weights, key=key, inference=inference)
-    return jnp.einsum("sS,Sd->sd", weights, value)
+    query, key_, value = jnp.asarray(query), jnp.asarray(key_), jnp.asarray(value)
+    where = "dot_product_attention"
+    mask = _checked_mask(mask, query.shape[0], key_.shape[0], where)
+    drop = None
+    if dropout is not None and _dropout_active(dropout, inference):
+        if implementation is not None:
+            raise ValueError(
+                f"{where}: `implementation={implementation!r}` computes attention "
+                "without dropout on the weights, but `dropout` is active; pass "
+                "`implementation=None` (or `inference=True` to switch dropout off)."
+            )
+        drop = lambda w: dropout(w[0], key=key, inference=inference)[None]
+    heads = _attend(
+        query[:, None], key_[:, None], value[:, None], mask, drop, implementation
+    )
+    return heads[:, 0]
 
 
 ProcessHeads = Callable[
@@ -169,6 +266,12 @@ class MultiheadAttention(Module):
     `E = embed_dim`, `query_proj.weight = in_proj_weight[:E]`,
     `key_proj.weight = in_proj_weight[E:2E]`, `value_proj.weight =
     in_proj_weight[2E:]`, `output_proj.weight = out_proj.weight`.
+
+    Computation: without active dropout, and when the projected heads share one
+    dtype among float16, bfloat16 and float32 and `qk_size == vo_size`, the heads
+    go through `jax.nn.dot_product_attention` (XLA's attention). Otherwise (dropout
+    on the weights, float64, `qk_size != vo_size`) the weights are formed
+    explicitly, with the softmax in at least float32.
     """
 
     query_proj: Linear
@@ -289,29 +392,36 @@ class MultiheadAttention(Module):
         )
         mask = _bool_mask(mask, "MultiheadAttention")
         self._check_inputs(query, key_, value, mask)
-        q = self._heads(self.query_proj, query)
-        k = self._heads(self.key_proj, key_)
-        v = self._heads(self.value_proj, value)
+        q = self._split_heads(self.query_proj, query)
+        k = self._split_heads(self.key_proj, key_)
+        v = self._split_heads(self.value_proj, value)
         if process_heads is not None:
             q, k, v = self._process(process_heads, q, k, v)
-        weights = self._weights(q, k, mask)
-        weights = self._dropout_per_head(weights, key, inference)
-        out = jnp.einsum("hqk,khd->qhd", weights, v)
-        return jax.vmap(self.output_proj)(out.reshape(query.shape[0], -1))
+        drop = None
+        if _dropout_active(self.dropout, inference):
+            drop = functools.partial(self._drop_heads, key=key, inference=inference)
+        attended = _attend(q, k, v, mask, drop)
+        return jax.vmap(self.output_proj)(attended.reshape(attended.shape[0], -1))
 
-    def _dropout_per_head(self, weights: Array, key: Any, inference: Any) -> Array:
-        """Dropout on the `(heads, q_seq, kv_seq)` weights with one key per head,
-        `jax.random.split(key, num_heads)`, as Equinox draws it."""
-        if key is None:
+    def _drop_heads(self, weights: Array, *, key: Any, inference: Any) -> Array:
+        """Dropout on the `(heads, q_seq, kv_seq)` weights, head `i` with the `i`-th
+        key of `jax.random.split(key, num_heads)` (so that the masks match
+        Equinox's for the same key)."""
+        if key is None:  # the dropout layer raises its "needs a random key" error
             return self.dropout(weights, key=None, inference=inference)
-        keys = jax.random.split(key, self.num_heads)
-        drop = lambda w, k: self.dropout(w, key=k, inference=inference)
-        return jax.vmap(drop)(weights, keys)
+        per_head = jax.random.split(key, self.num_heads)
+        return jax.vmap(lambda w, k: self.dropout(w, key=k, inference=inference))(
+            weights, per_head
+        )
 
-    def _heads(self, proj: Linear, x: Array) -> Array:
-        return jax.vmap(proj)(x).reshape(x.shape[0], self.num_heads, -1)
+    def _split_heads(self, proj: Linear, x: Array) -> Array:
+        """`proj` applied to each row of `x`, as `(seq, num_heads, size)`."""
+        projected = jax.vmap(proj)(x)
+        return projected.reshape(x.shape[0], self.num_heads, -1)
 
-    def _process(self, fn: ProcessHeads, q: Array, k: Array, v: Array) -> tuple:
+    def _process(
+        self, fn: ProcessHeads, q: Array, k: Array, v: Array
+    ) -> tuple[Array, Array, Array]:
         new = fn(q, k, v)
         if tuple(x.shape for x in new) != (q.shape, k.shape, v.shape):
             raise ValueError(
@@ -319,12 +429,8 @@ class MultiheadAttention(Module):
                 f"heads of the shapes it was given, {q.shape}, {k.shape}, {v.shape}; "
                 f"got {tuple(x.shape for x in new)}."
             )
-        return new
-
-    def _weights(self, q: Array, k: Array, mask: Array | None) -> Array:
-        logits = jnp.einsum("qhd,khd->hqk", q / math.sqrt(self.qk_size), k)
-        # Softmax in at least float32, for low-precision models.
-        return _softmax_weights(logits, mask)
+        new_q, new_k, new_v = new
+        return new_q, new_k, new_v
 
     def _name(self) -> str:
         return layer_name(self, "num_heads", "query_size")

@@ -57,6 +57,7 @@ class Dropout(Module):
 
     p: float = field(static=True)
     inference: bool = field(static=True)
+    equinox_scalar_fields = ("p", "inference")  # records in Equinox .eqx files
 
     def __init__(
         self,

@@ -94,13 +94,9 @@ class MLP(Module):
         activation = store_callable(activation, "MLP: `activation`")
         final_activation = store_callable(final_activation, "MLP: `final_activation`")
         dtype = resolve_dtype(dtype, "MLP")
-        self.use_bias = bool(use_bias)
-        self.use_final_bias = bool(use_final_bias)
-        self.in_size = in_size
-        self.out_size = out_size
-        self.width_size = width_size
-        self.depth = depth
-        self.scan = bool(scan)
+        self.in_size, self.out_size = in_size, out_size
+        self.width_size, self.depth, self.scan = width_size, depth, bool(scan)
+        self.use_bias, self.use_final_bias = bool(use_bias), bool(use_final_bias)
         self.layers = _layers(self, dtype, key)
         self.activation = copy_per_neuron(activation, (depth, width_size))
         self.final_activation = (

@@ -48,6 +48,7 @@ class Pool(Module):
     """
 
     init: int | float = field(static=True)
+    equinox_scalar_fields = ("init",)  # a record in Equinox .eqx files
     operation: Callable[[Array, Array], Array] = field(static=True)
     num_spatial_dims: int = field(static=True)
     kernel_size: tuple[int, ...] = field(static=True)

@@ -87,8 +87,8 @@ class RotaryPositionalEmbedding(Module):
         >>> boxwood.nn.RotaryPositionalEmbedding.rotate_half(jnp.array([1., 2., 3., 4.]))
         Array([-3., -4.,  1.,  2.], dtype=float32)
         """
-        half = x.shape[-1] // 2
-        return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        front, back = jnp.split(x, [x.shape[-1] // 2], axis=-1)
+        return jnp.concatenate([-back, front], axis=-1)
 
     @staticmethod
     def precompute_freqs_cis(

@@ -105,13 +105,13 @@ class Sequential(StatefulLayer):
         return x if state is _NO_STATE else (x, state)
 
     def __getitem__(self, i: int | slice) -> Any:
-        if isinstance(i, int):
-            return self.layers[i]
-        if isinstance(i, slice):
-            return Sequential(self.layers[i])
-        raise TypeError(
-            f"Sequential indices must be ints or slices, got {type(i).__name__}."
-        )
+        """Layer `i`, or a `Sequential` of the layers a slice `i` selects."""
+        if not isinstance(i, (int, slice)):
+            raise TypeError(
+                f"Sequential indices must be ints or slices, got {type(i).__name__}."
+            )
+        chosen = self.layers[i]
+        return Sequential(chosen) if isinstance(i, slice) else chosen
 
     def __iter__(self) -> Iterator:
         return iter(self.layers)
