@@ -98,6 +98,7 @@ class BatchNorm(StatefulLayer):
     momentum: float = field(static=True)
     inference: bool = field(static=True)
     mode: Literal["torch", "ema", "batch"] = field(static=True)
+    equinox_scalar_fields = ("inference",)  # a record in Equinox .eqx files
 
     def __init__(
         self,
@@ -138,12 +139,12 @@ class BatchNorm(StatefulLayer):
         if isinstance(axis_name, list):
             axis_name = tuple(axis_name)
         dtype = resolve_dtype(dtype, "BatchNorm")
-        if channelwise_affine:
-            self.weight = ones((input_size,), dtype)
-            self.bias = zeros((input_size,), dtype)
-        else:
-            self.weight = None
-            self.bias = None
+        channel = (input_size,)
+        self.weight, self.bias = (
+            (ones(channel, dtype), zeros(channel, dtype))
+            if channelwise_affine
+            else (None, None)
+        )
         self._init_state(mode, input_size, dtype)
         self.input_size = input_size
         self.axis_name = axis_name

@@ -51,6 +51,38 @@ def _standardise(x: Array, eps: float, axis: Any = None) -> Array:
     return centred * jax.lax.rsqrt(var + eps)
 
 
+def _scale_and_shift(
+    shape: Any, dtype: Any, scale: bool, shift: bool
+) -> tuple[Array | None, Array | None]:
+    """The learnt affine parameters: a scale of ones and a shift of zeros, each
+    present only when asked for."""
+    return (
+        ones(shape, dtype) if scale else None,
+        zeros(shape, dtype) if shift else None,
+    )
+
+
+def _upcast(x: Any) -> tuple[Array, Any]:
+    """`x` as an array in the dtype the statistics are computed in, and its own
+    dtype (to cast the result back to)."""
+    x = jnp.asarray(x)
+    return x.astype(compute_dtype(x.dtype)), x.dtype
+
+
+def _legacy_affine(elementwise_affine: bool | None, use_weight: bool, use_bias: bool):
+    """`(use_weight, use_bias)`, with Equinox's deprecated `elementwise_affine`
+    (which sets both) taking precedence when given."""
+    if elementwise_affine is None:
+        return bool(use_weight), bool(use_bias)
+    warnings.warn(
+        "LayerNorm(elementwise_affine=...) is deprecated: pass "
+        "`use_weight=...` and `use_bias=...` instead.",
+        DeprecationWarning,
+        stacklevel=user_stacklevel(),
+    )
+    return bool(elementwise_affine), bool(elementwise_affine)
+
+
 def _check_eps(eps: Any, name: str) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
         raise ValueError(f"{name}: `eps` must be a non-negative float, got {eps!r}.")
@@ -98,21 +130,12 @@ class LayerNorm(Module):
         - `elementwise_affine`: deprecated (as in Equinox): sets both `use_weight`
             and `use_bias`, with a `DeprecationWarning`. (Keyword only.)
         """
-        if elementwise_affine is not None:
-            warnings.warn(
-                "LayerNorm(elementwise_affine=...) is deprecated: pass "
-                "`use_weight=...` and `use_bias=...` instead.",
-                DeprecationWarning,
-                stacklevel=user_stacklevel(),
-            )
-            use_weight = use_bias = elementwise_affine
+        flags = _legacy_affine(elementwise_affine, use_weight, use_bias)
+        self.use_weight, self.use_bias = flags
         self.shape = as_shape(shape, "LayerNorm")
         self.eps = _check_eps(eps, "LayerNorm")
         dtype = resolve_dtype(dtype, "LayerNorm")
-        self.use_weight = bool(use_weight)
-        self.use_bias = bool(use_bias)
-        self.weight = ones(self.shape, dtype) if use_weight else None
-        self.bias = zeros(self.shape, dtype) if use_bias else None
+        self.weight, self.bias = _scale_and_shift(self.shape, dtype, *flags)
 
     def __call__(
         self,
@@ -135,11 +158,9 @@ class LayerNorm(Module):
         """
         del key
         check_input(x, self.shape, layer_name(self, "shape"))
-        x = jnp.asarray(x)
-        dtype = x.dtype
-        x = x.astype(compute_dtype(dtype))
-        out = _standardise(x, self.eps)
-        return _with_state(_affine(out, self.weight, self.bias).astype(dtype), state)
+        wide, dtype = _upcast(x)
+        out = _affine(_standardise(wide, self.eps), self.weight, self.bias)
+        return _with_state(out.astype(dtype), state)
 
 
 class RMSNorm(Module):
@@ -183,13 +204,13 @@ class RMSNorm(Module):
         - `use_bias`: whether to learn an elementwise shift (initialised to 0).
         - `dtype`: dtype of the weight and bias. Defaults to `float32`.
         """
+        self.use_weight, self.use_bias = bool(use_weight), bool(use_bias)
         self.shape = as_shape(shape, "RMSNorm")
         self.eps = _check_eps(eps, "RMSNorm")
         dtype = resolve_dtype(dtype, "RMSNorm")
-        self.use_weight = bool(use_weight)
-        self.use_bias = bool(use_bias)
-        self.weight = ones(self.shape, dtype) if use_weight else None
-        self.bias = zeros(self.shape, dtype) if use_bias else None
+        self.weight, self.bias = _scale_and_shift(
+            self.shape, dtype, self.use_weight, self.use_bias
+        )
 
     def __call__(
         self,
@@ -212,10 +233,8 @@ class RMSNorm(Module):
         """
         del key
         check_input(x, self.shape, layer_name(self, "shape"))
-        x = jnp.asarray(x)
-        dtype = x.dtype
-        x = x.astype(compute_dtype(dtype))
-        out = x * jax.lax.rsqrt(jnp.mean(jnp.square(x)) + self.eps)
+        wide, dtype = _upcast(x)
+        out = wide * jax.lax.rsqrt(jnp.mean(jnp.square(wide)) + self.eps)
         return _with_state(_affine(out, self.weight, self.bias).astype(dtype), state)
 
 
@@ -271,8 +290,9 @@ class GroupNorm(Module):
         self.channels = channels
         self.eps = _check_eps(eps, "GroupNorm")
         self.channelwise_affine = bool(channelwise_affine)
-        self.weight = ones(channels, dtype) if channelwise_affine else None
-        self.bias = zeros(channels, dtype) if channelwise_affine else None
+        self.weight, self.bias = _scale_and_shift(
+            channels, dtype, self.channelwise_affine, self.channelwise_affine
+        )
 
     def _check(self, x: Any) -> None:
         shape = jnp.shape(x)
@@ -313,11 +333,10 @@ class GroupNorm(Module):
         """
         del key
         self._check(x)
-        x = jnp.asarray(x)
-        dtype = x.dtype
-        shape = x.shape
-        y = x.astype(compute_dtype(dtype)).reshape(self.groups, -1)
-        out = _standardise(y, self.eps, axis=1).reshape(shape)
+        wide, dtype = _upcast(x)
+        shape = wide.shape
+        out = _standardise(wide.reshape(self.groups, -1), self.eps, axis=1)
+        out = out.reshape(shape)
         if self.weight is not None and self.bias is not None:  # channelwise_affine
             spatial = (1,) * (len(shape) - 1)
             out = _affine(

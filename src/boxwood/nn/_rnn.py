@@ -20,6 +20,43 @@ def _check_step(cell: Any, x: Any, h: Any, what: str = "hidden") -> None:
     check_input(h, (cell.hidden_size,), name, what=what)
 
 
+def _cell_parameters(
+    key: PRNGKeyArray,
+    gates: int,
+    input_size: int,
+    hidden_size: int,
+    dtype: Any,
+    use_bias: bool,
+) -> tuple[Array, Array, list[Array | None]]:
+    """A recurrent cell's arrays as PyTorch initialises them, all from
+    `U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))` with a key each: `weight_ih`,
+    `weight_hh`, then the biases: `bias`, and for the GRU (3 gates) also `bias_n`
+    (`None` without `use_bias`)."""
+    rows = gates * hidden_size
+    bias_shapes = [(rows,), (hidden_size,)] if gates == 3 else [(rows,)]
+    keys = split_keys(key, 2 + len(bias_shapes))
+    bound = uniform_bound(hidden_size)
+    weight_ih = uniform_init(keys[0], (rows, input_size), dtype, bound)
+    weight_hh = uniform_init(keys[1], (rows, hidden_size), dtype, bound)
+    biases = [
+        uniform_init(k, shape, dtype, bound) if use_bias else None
+        for k, shape in zip(keys[2:], bias_shapes)
+    ]
+    return weight_ih, weight_hh, biases
+
+
+def _with_bias(projection: Array, bias: Array | None) -> Array:
+    return projection if bias is None else projection + bias
+
+
+def _gru_blend(from_input: Array, from_hidden: Array, hidden: Array) -> Array:
+    """The GRU's new hidden state from the `(3, hidden_size)` projections (rows:
+    reset, update, candidate) of the input and of the old hidden state."""
+    reset, update = jnn.sigmoid(from_input[:2] + from_hidden[:2])
+    candidate = jnp.tanh(from_input[2] + reset * from_hidden[2])
+    return candidate + update * (hidden - candidate)
+
+
 class GRUCell(Module):
     """One step of a gated recurrent unit; the gates are those of `torch.nn.GRU`.
 
@@ -72,20 +109,9 @@ class GRUCell(Module):
         - `key`: a `jax.random` key for the initialisation. (Keyword only.)
         """
         dtype = resolve_dtype(dtype, "GRUCell")
-        bound = uniform_bound(hidden_size)
-        ikey, hkey, bkey, nkey = split_keys(key, 4)
-        self.weight_ih = uniform_init(ikey, (3 * hidden_size, input_size), dtype, bound)
-        self.weight_hh = uniform_init(
-            hkey, (3 * hidden_size, hidden_size), dtype, bound
-        )
-        if use_bias:
-            self.bias = uniform_init(bkey, (3 * hidden_size,), dtype, bound)
-            self.bias_n = uniform_init(nkey, (hidden_size,), dtype, bound)
-        else:
-            self.bias = None
-            self.bias_n = None
-        self.input_size = input_size
-        self.hidden_size = hidden_size
+        drawn = _cell_parameters(key, 3, input_size, hidden_size, dtype, use_bias)
+        self.weight_ih, self.weight_hh, (self.bias, self.bias_n) = drawn
+        self.input_size, self.hidden_size = input_size, hidden_size
         self.use_bias = bool(use_bias)
 
     def __call__(
@@ -104,18 +130,11 @@ class GRUCell(Module):
         **Returns:** the new hidden state, shape `(hidden_size,)`.
         """
         _check_step(self, input, hidden)
-        gi = self.weight_ih @ input
-        gh = self.weight_hh @ hidden
-        if self.bias is not None:  # use_bias
-            gi = gi + self.bias
-        i_r, i_z, i_n = jnp.split(gi, 3)
-        h_r, h_z, h_n = jnp.split(gh, 3)
-        if self.bias_n is not None:  # use_bias
-            h_n = h_n + self.bias_n
-        r = jnn.sigmoid(i_r + h_r)
-        z = jnn.sigmoid(i_z + h_z)
-        n = jnp.tanh(i_n + r * h_n)
-        return n + z * (hidden - n)
+        from_input = _with_bias(self.weight_ih @ input, self.bias).reshape(3, -1)
+        from_hidden = (self.weight_hh @ hidden).reshape(3, -1)
+        if self.bias_n is not None:  # use_bias: b_hn sits inside the reset product
+            from_hidden = from_hidden.at[2].add(self.bias_n)
+        return _gru_blend(from_input, from_hidden, hidden)
 
 
 class LSTMCell(Module):
@@ -169,17 +188,9 @@ class LSTMCell(Module):
         - `key`: a `jax.random` key for the initialisation. (Keyword only.)
         """
         dtype = resolve_dtype(dtype, "LSTMCell")
-        bound = uniform_bound(hidden_size)
-        ikey, hkey, bkey = split_keys(key, 3)
-        self.weight_ih = uniform_init(ikey, (4 * hidden_size, input_size), dtype, bound)
-        self.weight_hh = uniform_init(
-            hkey, (4 * hidden_size, hidden_size), dtype, bound
-        )
-        self.bias = (
-            uniform_init(bkey, (4 * hidden_size,), dtype, bound) if use_bias else None
-        )
-        self.input_size = input_size
-        self.hidden_size = hidden_size
+        drawn = _cell_parameters(key, 4, input_size, hidden_size, dtype, use_bias)
+        self.weight_ih, self.weight_hh, (self.bias,) = drawn
+        self.input_size, self.hidden_size = input_size, hidden_size
         self.use_bias = bool(use_bias)
 
     def __call__(
@@ -205,10 +216,8 @@ class LSTMCell(Module):
         h, c = hidden
         _check_step(self, input, h, what="hidden h")
         _check_step(self, input, c, what="cell state c")
-        gates = self.weight_ih @ input + self.weight_hh @ h
-        if self.bias is not None:  # use_bias
-            gates = gates + self.bias
-        i, f, g, o = jnp.split(gates, 4)
-        c = jnn.sigmoid(f) * c + jnn.sigmoid(i) * jnp.tanh(g)
-        h = jnn.sigmoid(o) * jnp.tanh(c)
-        return h, c
+        rows = _with_bias(self.weight_ih @ input + self.weight_hh @ h, self.bias)
+        rows = rows.reshape(4, -1)  # input, forget, cell, output
+        opened = jnn.sigmoid(rows)  # (row 2, the cell gate, is squashed by tanh)
+        cell = opened[1] * c + opened[0] * jnp.tanh(rows[2])
+        return opened[3] * jnp.tanh(cell), cell

@@ -10,7 +10,7 @@ import jax
 from .._filters import combine, is_array, partition
 from .._module import Module, field
 from .._pretty import tree_pformat
-from .._tree import tree_at, tree_equal
+from .._tree import tree_at
 
 
 class SharedNode(Module):
@@ -24,19 +24,51 @@ class SharedNode(Module):
         return "SharedNode()"
 
 
-def _structure(fn: Callable[[Any], Any], pytree: Any) -> Any:
-    """`fn(pytree)` with arrays replaced by their shape and dtype, computed without
-    doing any array work."""
-    arrays, rest = partition(pytree, is_array)
-    static_out = []
+def _abstract_targets(pytree: Any, where: Callable, get: Callable) -> tuple[Any, Any]:
+    """`(where(pytree), get(pytree))` with every array as a `jax.ShapeDtypeStruct`:
+    both traced together once, abstractly (no array work, e.g. no transpose)."""
+    arrays, others = partition(pytree, is_array)
+    non_arrays: list[Any] = []
 
-    def run(arrays: Any) -> Any:
-        out_arrays, out_rest = partition(fn(combine(arrays, rest)), is_array)
-        static_out.append(out_rest)
+    def both(arrays: Any) -> Any:
+        full = combine(arrays, others)
+        out_arrays, out_others = partition((where(full), get(full)), is_array)
+        non_arrays.append(out_others)
         return out_arrays
 
-    shapes = jax.eval_shape(run, arrays)
-    return combine(shapes, static_out[0])
+    return combine(jax.eval_shape(both, arrays), non_arrays[0])
+
+
+def _same_leaf(target: Any, value: Any) -> bool:
+    """Arrays (abstract here) by shape and dtype, anything else by type and value."""
+    abstract = jax.ShapeDtypeStruct
+    if isinstance(target, abstract) or isinstance(value, abstract):
+        return (
+            isinstance(target, abstract)
+            and isinstance(value, abstract)
+            and (target.shape, target.dtype) == (value.shape, value.dtype)
+        )
+    try:
+        return type(target) is type(value) and bool(target is value or target == value)
+    except Exception:  # a value whose `==` is not a plain truth value
+        return False
+
+
+def _first_difference(targets: Any, values: Any) -> str | None:
+    """What differs between the nodes `where` selects and those `get` gives, or
+    None when they agree in structure, shapes, dtypes and non-array leaves."""
+    target_leaves, target_def = jax.tree_util.tree_flatten(targets)
+    value_leaves, value_def = jax.tree_util.tree_flatten(values)
+    if target_def != value_def:
+        return f"structures {target_def} and {value_def}"
+    for n, (t, v) in enumerate(zip(target_leaves, value_leaves)):
+        if not _same_leaf(t, v):
+            return f"leaf {n}: {tree_pformat(t)} and {tree_pformat(v)}"
+    return None
+
+
+def _placeholder(_: Any) -> SharedNode:
+    return SharedNode()
 
 
 class Shared(Module):
@@ -80,14 +112,15 @@ class Shared(Module):
           same length as `where`'s. Each must have the same structure, shapes and
           dtypes as the node it replaces.
         """
-        source, dest = _structure(get, pytree), _structure(where, pytree)
-        if tree_equal(source, dest) is not True:
+        targets, values = _abstract_targets(pytree, where, get)
+        difference = _first_difference(targets, values)
+        if difference is not None:
             raise ValueError(
                 "Every node being shared together (`Shared`) must have the same pytree "
-                f"structure, shapes and dtypes. `get` gives {tree_pformat(source)}, but `where` "
-                f"selects {tree_pformat(dest)}."
+                f"structure, shapes and dtypes: `where` selects {tree_pformat(targets)}, "
+                f"but `get` gives {tree_pformat(values)} (they differ in {difference})."
             )
-        self.pytree = tree_at(where, pytree, replace_fn=lambda _: SharedNode())
+        self.pytree = tree_at(where, pytree, replace_fn=_placeholder)
         self.where = where
         self.get = get
 

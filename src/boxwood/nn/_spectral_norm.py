@@ -7,13 +7,12 @@ from typing import Any, Generic, TypeVar
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, PRNGKeyArray
 
 from .._module import field
-from .._tree import tree_at
 from ._state import State, StateIndex
 from ._stateful import StatefulLayer
-from ._weight_norm import call_layer, get_weight
+from ._weight_norm import call_with_weight, get_weight
 
 _Layer = TypeVar("_Layer")
 
@@ -22,10 +21,32 @@ def _unit(x: Array, eps: float) -> Array:
     return x / jnp.maximum(jnp.sqrt(jnp.sum(x * x)), eps)
 
 
-def _power_iteration(w: Array, u: Array, v: Array, eps: float) -> tuple[Array, Array]:
-    u = _unit(w @ v, eps)
-    v = _unit(w.T @ u, eps)
+def _power_steps(
+    w: Array, uv: tuple[Array, Array], steps: int, eps: float
+) -> tuple[Array, Array]:
+    """`steps` rounds of power iteration for the top singular vectors of `w`."""
+    u, v = uv
+    for _ in range(steps):
+        u = _unit(w @ v, eps)
+        v = _unit(w.T @ u, eps)
     return u, v
+
+
+def _initial_uv(
+    w: Array, dtype: Any, eps: float, key: PRNGKeyArray
+) -> tuple[Array, Array]:
+    """Random starting vectors refined by 15 steps, as PyTorch starts them (a
+    good estimate from the first call on)."""
+    ukey, vkey = jr.split(key)
+    start = (
+        jr.normal(ukey, (w.shape[0],), dtype),
+        jr.normal(vkey, (w.shape[1],), dtype),
+    )
+    return _power_steps(w, start, 15, eps)
+
+
+def _as_matrix(weight: Array) -> Array:
+    return weight.reshape(weight.shape[0], -1)
 
 
 class SpectralNorm(StatefulLayer, Generic[_Layer]):
@@ -46,6 +67,7 @@ class SpectralNorm(StatefulLayer, Generic[_Layer]):
     num_power_iterations: int = field(static=True)
     eps: float = field(static=True)
     inference: bool = field(static=True)
+    equinox_scalar_fields = ("inference",)  # a record in Equinox .eqx files
 
     def __init__(
         self,
@@ -82,14 +104,10 @@ class SpectralNorm(StatefulLayer, Generic[_Layer]):
                 f"{num_power_iterations}."
             )
         dtype = weight.dtype if dtype is None else jnp.dtype(dtype)
-        w = weight.reshape(weight.shape[0], -1).astype(dtype)
-        ukey, vkey = jr.split(key)
-        u = jr.normal(ukey, (w.shape[0],), dtype)
-        v = jr.normal(vkey, (w.shape[1],), dtype)
-        for _ in range(15):  # start from a good estimate, as PyTorch does
-            u, v = _power_iteration(w, u, v, eps)
         self.layer = layer
-        self.uv_index = StateIndex((u, v))
+        self.uv_index = StateIndex(
+            _initial_uv(_as_matrix(weight).astype(dtype), dtype, eps, key)
+        )
         self.weight_name = weight_name
         self.num_power_iterations = num_power_iterations
         self.eps = eps
@@ -113,19 +131,24 @@ class SpectralNorm(StatefulLayer, Generic[_Layer]):
         **Returns:** `(y, state)`: the wrapped layer's output computed with the
         normalised weight, and the updated state.
         """
-        inference = self.inference if inference is None else inference
-        weight, state = self._normalised_weight(state, inference)
-        layer = tree_at(lambda m: getattr(m, self.weight_name), self.layer, weight)
-        return call_layer(layer, x, key), state
-
-    def _normalised_weight(self, state: State, inference: bool) -> tuple[Array, State]:
-        u, v = state.get(self.uv_index)
+        if inference is None:
+            inference = self.inference
+        uv, state = self._vectors(state, inference)
         weight = getattr(self.layer, self.weight_name)
-        w: Float[Array, "rows cols"] = weight.reshape(weight.shape[0], -1)
-        if not inference:
-            fixed = lax.stop_gradient(w).astype(u.dtype)
-            for _ in range(self.num_power_iterations):
-                u, v = _power_iteration(fixed, u, v, self.eps)
-            state = state.set(self.uv_index, (u, v))
-        sigma = u.astype(w.dtype) @ w @ v.astype(w.dtype)
-        return (w / sigma).reshape(weight.shape), state
+        matrix = _as_matrix(weight)
+        u, v = (a.astype(matrix.dtype) for a in uv)
+        sigma = u @ matrix @ v  # the estimated largest singular value
+        return call_with_weight(
+            self.layer, self.weight_name, weight / sigma, x, key
+        ), state
+
+    def _vectors(self, state: State, inference: bool) -> tuple[Any, State]:
+        """The singular vector estimates `(u, v)`; in training, first refined by
+        `num_power_iterations` steps (with no gradient) and stored back."""
+        uv = state.get(self.uv_index)
+        if inference:
+            return uv, state
+        weight = getattr(self.layer, self.weight_name)
+        frozen = lax.stop_gradient(_as_matrix(weight)).astype(uv[0].dtype)
+        uv = _power_steps(frozen, uv, self.num_power_iterations, self.eps)
+        return uv, state.set(self.uv_index, uv)

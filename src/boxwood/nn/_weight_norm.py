@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Generic, TypeVar, cast
 
 from jaxtyping import Array, PRNGKeyArray
@@ -25,9 +26,16 @@ def get_weight(layer: Any, weight_name: str, wrapper: str) -> Array:
     return cast(Array, weight)
 
 
-def call_layer(layer: Any, x: Any, key: PRNGKeyArray | None) -> Any:
-    """`layer(x, key=key)` if the layer takes a key (and one is given), else `layer(x)`."""
-    return layer(x) if key is None or not takes_key(layer) else layer(x, key=key)
+def call_with_weight(
+    layer: Any, weight_name: str, weight: Array, x: Any, key: PRNGKeyArray | None
+) -> Any:
+    """Call a copy of `layer` whose `weight_name` array is `weight`: as
+    `layer(x, key=key)` if the layer takes a key (and one is given), else
+    `layer(x)`."""
+    swapped = tree_at(operator.attrgetter(weight_name), layer, weight)
+    if key is not None and takes_key(swapped):
+        return swapped(x, key=key)
+    return swapped(x)
 
 
 def _norm(v: Array, axis: int | None) -> Array:
@@ -95,6 +103,6 @@ class WeightNorm(Module, Generic[_Layer]):
 
         **Returns:** the wrapped layer's output, computed with the normalised weight.
         """
-        weight = self.normalised_weight()
-        layer = tree_at(lambda m: getattr(m, self.weight_name), self.layer, weight)
-        return call_layer(layer, x, key)
+        return call_with_weight(
+            self.layer, self.weight_name, self.normalised_weight(), x, key
+        )

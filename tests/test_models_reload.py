@@ -1,0 +1,38 @@
+"""Loading one checkpoint twice (or building a model twice) gives models of equal
+structure, so compiled code (`generate`'s included) is reused, not compiled again."""
+
+import jax
+import jax.numpy as jnp
+
+import boxwood
+import boxwood.models as bm
+from _hf_models import save_tiny, token_ids
+from boxwood.models._generate import _decode
+
+
+def test_two_loads_share_structure_and_compiled_code(tmp_path):
+    save_tiny("gpt2", tmp_path)
+    first, second = bm.from_pretrained(tmp_path), bm.from_pretrained(tmp_path)
+    assert jax.tree_util.tree_structure(first) == jax.tree_util.tree_structure(second)
+    assert bool(boxwood.tree_equal(first, second))
+    ids = jnp.asarray(token_ids(0, (5,)))
+    out = bm.generate(first, ids, 3)
+    traces = _decode.cache_info().traces
+    assert (bm.generate(second, ids, 3) == out).all()
+    assert _decode.cache_info().traces == traces
+
+
+def test_two_builds_from_one_config_share_structure(tmp_path):
+    save_tiny("llama", tmp_path, num_key_value_heads=2)
+    loaded = bm.from_pretrained(tmp_path)
+    cls = type(loaded)
+    first = cls(loaded.config, key=jax.random.key(0))
+    second = cls(loaded.config, key=jax.random.key(1))
+    assert jax.tree_util.tree_structure(first) == jax.tree_util.tree_structure(second)
+    assert jax.tree_util.tree_structure(first) == jax.tree_util.tree_structure(loaded)
+    forward = boxwood.filter_jit(lambda model, ids: model(ids))
+    ids = jnp.asarray(token_ids(1, (4,)))
+    forward(first, ids)
+    traces = forward.cache_info().traces
+    forward(second, ids)
+    assert forward.cache_info().traces == traces
