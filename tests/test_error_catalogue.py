@@ -63,13 +63,13 @@ ALLOWED = {
     ("src/boxwood/_errors.py", "_resolve_now", "BoxwoodRuntimeError"): (
         "carries the message the user gave error_if"
     ),
-    ("src/boxwood/internal/_nondiff.py", "_refuse_jvp_rule", "RuntimeError"): (
+    ("src/boxwood/internal/_nondiff.py", "_RefuseTangents.__call__", "RuntimeError"): (
         "carries nondifferentiable's message (its default text is catalogued)"
     ),
-    ("src/boxwood/internal/_nondiff.py", "_transpose", "RuntimeError"): (
+    ("src/boxwood/internal/_nondiff.py", "_refuse_cotangent", "RuntimeError"): (
         "carries nondifferentiable_backward's message (default text catalogued)"
     ),
-    ("src/boxwood/internal/_nontraceable.py", "_nonbatchable_batch", "ValueError"): (
+    ("src/boxwood/internal/_nontraceable.py", "_unbatched", "ValueError"): (
         "carries the message the caller gave nonbatchable"
     ),
     ("src/boxwood/demo/__init__.py", "main", "SystemExit"): (

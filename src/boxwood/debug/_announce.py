@@ -1,7 +1,14 @@
-"""`announce_transform`: an identity that reports the transformations applied to it."""
+"""`announce_transform`: an identity that reports the transformations applied to it.
+
+The array leaves go through `announce_p`, whose one parameter `watch` (a `_Watch`)
+carries the transformations met so far as a path such as `"vmap:jvp:"`. Each
+transformation rule binds `announce_p` again with the path extended; running,
+tracing and lowering announce the path followed by the stage.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -11,57 +18,66 @@ from jax.interpreters import ad, batching, mlir
 
 from .._filters import combine, is_array, partition
 
+
+@dataclasses.dataclass(frozen=True)
+class _Watch:
+    prefix: str
+    announce: Callable[[str], Any]
+    intermediates: bool
+    path: str = ""
+
+    def say(self, stage: str) -> None:
+        self.announce(f"{self.prefix}{self.path}{stage}")
+
+    def through(self, transform: str) -> _Watch:
+        """The watch for the values `transform` makes; announces `transform` when
+        `intermediates` asks for it."""
+        deeper = dataclasses.replace(self, path=f"{self.path}{transform}:")
+        if self.intermediates:
+            self.say(transform)
+        return deeper
+
+
 announce_p = Primitive("boxwood_announce")
 announce_p.multiple_results = True
 
 
-def _say(xs: tuple, stack: tuple, stage: str, name: str, announce: Callable) -> list:
-    announce(name + ":".join((*stack, stage)))
-    return list(xs)
+def _announced(stage: str) -> Callable:
+    def rule(*values: Any, watch: _Watch) -> list:
+        watch.say(stage)
+        return list(values)
+
+    return rule
 
 
-def _impl(*xs: Any, stack: tuple, name: str, intermediates: bool, announce: Callable):
-    return _say(xs, stack, "impl", name, announce)
+def _announced_lowering(ctx: Any, *values: Any, watch: _Watch) -> list:
+    watch.say("mlir")
+    return list(values)
 
 
-def _abstract(
-    *xs: Any, stack: tuple, name: str, intermediates: bool, announce: Callable
-):
-    return _say(xs, stack, "abstract", name, announce)
-
-
-def _rebind(xs: list, transform: str, params: dict) -> list:
-    stack = (*params["stack"], transform)
-    if params["intermediates"]:
-        params["announce"](params["name"] + ":".join(stack))
-    return announce_p.bind(*xs, **{**params, "stack": stack})
-
-
-def _jvp(primals: list, tangents: list, **params: Any) -> tuple:
+def _jvp(primals: Any, tangents: Any, *, watch: _Watch) -> tuple:
+    inner = watch.through("jvp")
     tangents = [ad.instantiate_zeros(t) for t in tangents]
-    return _rebind(primals, "jvp", params), _rebind(tangents, "jvp", params)
+    return announce_p.bind(*primals, watch=inner), announce_p.bind(
+        *tangents, watch=inner
+    )
 
 
-def _transpose(cts: list, *xs: Any, **params: Any) -> list:
-    return _rebind([ad.instantiate_zeros(c) for c in cts], "transpose", params)
+def _transpose(cts: Any, *values: Any, watch: _Watch) -> list:
+    cts = [ad.instantiate_zeros(c) for c in cts]
+    return announce_p.bind(*cts, watch=watch.through("transpose"))
 
 
-def _batch(xs: list, dims: list, **params: Any) -> tuple:
-    return _rebind(xs, "vmap", params), dims
+def _batch(values: Any, dims: Any, *, watch: _Watch) -> tuple:
+    return announce_p.bind(*values, watch=watch.through("vmap")), dims
 
 
-def _lower(ctx: Any, *xs: Any, stack: tuple, name: str, intermediates: bool,
-           announce: Callable) -> tuple:  # fmt: skip
-    announce(name + ":".join((*stack, "mlir")))
-    return xs
-
-
-announce_p.def_impl(_impl)
-announce_p.def_abstract_eval(_abstract)
+announce_p.def_impl(_announced("impl"))
+announce_p.def_abstract_eval(_announced("abstract"))
+mlir.register_lowering(announce_p, _announced_lowering)
 ad.primitive_jvps[announce_p] = _jvp
 ad.primitive_transposes[announce_p] = _transpose
 batching.primitive_batchers[announce_p] = _batch
-mlir.register_lowering(announce_p, _lower)
 
 
 def announce_transform(
@@ -93,10 +109,9 @@ def announce_transform(
     (x) vmap:abstract
     (x) vmap:mlir
     """
+    arrays, rest = partition(x, is_array)
+    leaves, structure = jax.tree_util.tree_flatten(arrays)
     prefix = "" if name is None else f"({name}) "
-    arrays, others = partition(x, is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(arrays)
-    leaves = announce_p.bind(
-        *leaves, stack=(), name=prefix, intermediates=intermediates, announce=announce
-    )
-    return combine(jax.tree_util.tree_unflatten(treedef, leaves), others)
+    watch = _Watch(prefix, announce, bool(intermediates))
+    out = announce_p.bind(*leaves, watch=watch)
+    return combine(jax.tree_util.tree_unflatten(structure, out), rest)

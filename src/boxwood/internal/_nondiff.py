@@ -1,12 +1,21 @@
 """`nondifferentiable` and `nondifferentiable_backward`: identities that refuse to be
-differentiated."""
+differentiated.
+
+Both pass the array leaves of their argument through one `jax.custom_jvp` identity,
+`_watched`, whose JVP rule hands the tangents to a policy: `_RefuseTangents` raises
+at once; `_GuardCotangents` passes them on through `nondifferentiable_backward_p`,
+a linear identity whose transpose refuses any cotangent. The primal values never
+meet a primitive of boxwood's own.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.core import Tracer
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
@@ -15,22 +24,60 @@ from .._errors import error_if
 from .._filters import combine, is_array, partition
 
 
-def _message(name: str | None, msg: str | None, what: str) -> str:
-    if msg is not None:
-        return msg
-    return f"Unexpected {what}. {name or 'This operation'} cannot be differentiated" + (
-        " in reverse mode." if what == "cotangent" else "."
-    )
+def _default_message(name: str | None, what: str, mode: str) -> str:
+    subject = "This operation" if name is None else name
+    return f"Unexpected {what}. {subject} cannot be differentiated{mode}."
+
+
+@dataclasses.dataclass(frozen=True)
+class _RefuseTangents:
+    """Forward mode refused: any tangent is an error when traced."""
+
+    msg: str
+
+    def __call__(self, tangents: list) -> list:
+        raise RuntimeError(self.msg)
+
+
+@dataclasses.dataclass(frozen=True)
+class _GuardCotangents:
+    """Forward mode allowed; each tangent goes through the guard primitive, whose
+    transpose refuses cotangents."""
+
+    msg: str
+    symbolic: bool
+
+    def __call__(self, tangents: list) -> list:
+        return [self.guard(t) for t in tangents]
+
+    def guard(self, t: Any) -> Any:
+        # Only a traced tangent can meet a transposition later. A concrete one
+        # (under an eager `jax.jvp`) is returned as it is, keeping its Python type;
+        # so is the tangent of an integer, which never gets a cotangent.
+        if not isinstance(t, Tracer) or t.dtype == jax.dtypes.float0:
+            return t
+        return nondifferentiable_backward_p.bind(
+            t, msg=self.msg, symbolic=self.symbolic
+        )
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _refuse_jvp(msg: str, arrays: list) -> list:
-    return arrays
+def _watched(policy: Any, leaves: list) -> list:
+    return leaves
 
 
-@_refuse_jvp.defjvp
-def _refuse_jvp_rule(msg: str, primals: tuple, tangents: tuple) -> tuple:
-    raise RuntimeError(msg)
+@_watched.defjvp
+def _watched_jvp(policy: Any, primals: tuple, tangents: tuple) -> tuple:
+    return primals[0], policy(tangents[0])
+
+
+def _watch_arrays(x: Any, policy: Any) -> Any:
+    arrays, rest = partition(x, is_array)
+    leaves, structure = jax.tree_util.tree_flatten(arrays)
+    if not leaves:
+        return x
+    watched = jax.tree_util.tree_unflatten(structure, _watched(policy, leaves))
+    return combine(watched, rest)
 
 
 def nondifferentiable(
@@ -57,52 +104,31 @@ def nondifferentiable(
     ...     print(str(e).splitlines()[0])
     Unexpected tangent. `round` cannot be differentiated.
     """
-    arrays, others = partition(x, is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(arrays)
-    leaves = _refuse_jvp(_message(name, msg, "tangent"), leaves)
-    return combine(jax.tree_util.tree_unflatten(treedef, leaves), others)
+    if msg is None:
+        msg = _default_message(name, "tangent", "")
+    return _watch_arrays(x, _RefuseTangents(msg))
 
 
-nondifferentiable_backward_p = Primitive("boxwood_nondifferentiable_backward")
+def _refuse_cotangent(ct: Any, x: Any, *, msg: str, symbolic: bool) -> list:
+    # Only reached for a cotangent that is not a symbolic zero (`ad.deflinear2`
+    # answers those itself).
+    if symbolic:
+        raise RuntimeError(msg)
+    # Some zeros are not symbolic by the time they arrive (a `lax.cond` branch
+    # gives an array of zeros), so the value itself is checked when it runs.
+    return [error_if(ct, jnp.count_nonzero(ct) > 0, msg)]
 
 
-def _identity(x: Any, *, msg: str, symbolic: bool) -> Any:
+def _same(x: Any, **params: Any) -> Any:
     return x
 
 
-def _jvp(primals: tuple, tangents: tuple, *, msg: str, symbolic: bool) -> tuple:
-    (x,), (t,) = primals, tangents
-    bind = functools.partial(
-        nondifferentiable_backward_p.bind, msg=msg, symbolic=symbolic
-    )
-    # A concrete value (a Python float under `jax.jvp`) comes back as it is, as in
-    # Equinox: only a traced one can meet a reverse pass, so only those are bound.
-    t = ad.instantiate_zeros(t)
-    return tuple(bind(v) if isinstance(v, Tracer) else v for v in (x, t))
-
-
-def _transpose(ct: Any, x: Any, *, msg: str, symbolic: bool) -> list:
-    if type(ct) is ad.Zero:
-        return [ct]
-    if symbolic:
-        raise RuntimeError(msg)
-    # Some cotangents are zeros that are not symbolic (they went through a
-    # `lax.cond`), so a nonzero value is checked when the program runs.
-    return [error_if(ct, (ct != 0).any(), msg)]
-
-
-def _batch(xs: tuple, dims: tuple, *, msg: str, symbolic: bool) -> tuple:
-    return nondifferentiable_backward_p.bind(xs[0], msg=msg, symbolic=symbolic), dims[0]
-
-
-nondifferentiable_backward_p.def_impl(_identity)
-nondifferentiable_backward_p.def_abstract_eval(_identity)
-ad.primitive_jvps[nondifferentiable_backward_p] = _jvp
-ad.primitive_transposes[nondifferentiable_backward_p] = _transpose
-batching.primitive_batchers[nondifferentiable_backward_p] = _batch
-mlir.register_lowering(
-    nondifferentiable_backward_p, mlir.lower_fun(_identity, multiple_results=False)
-)
+nondifferentiable_backward_p = Primitive("boxwood_nondifferentiable_backward")
+nondifferentiable_backward_p.def_impl(_same)
+nondifferentiable_backward_p.def_abstract_eval(_same)
+ad.deflinear2(nondifferentiable_backward_p, _refuse_cotangent)
+batching.defvectorized(nondifferentiable_backward_p)
+mlir.register_lowering(nondifferentiable_backward_p, lambda ctx, x, **params: [x])
 
 
 def nondifferentiable_backward(
@@ -123,11 +149,6 @@ def nondifferentiable_backward(
 
     `x`.
     """
-    arrays, others = partition(x, is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(arrays)
-    message = _message(name, msg, "cotangent")
-    leaves = [
-        nondifferentiable_backward_p.bind(a, msg=message, symbolic=symbolic)
-        for a in leaves
-    ]
-    return combine(jax.tree_util.tree_unflatten(treedef, leaves), others)
+    if msg is None:
+        msg = _default_message(name, "cotangent", " in reverse mode")
+    return _watch_arrays(x, _GuardCotangents(msg, symbolic))

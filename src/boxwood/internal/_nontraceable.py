@@ -1,9 +1,13 @@
-"""`nontraceable` and `nonbatchable`: identities that refuse some transformations."""
+"""`nontraceable` and `nonbatchable`: identities that refuse some transformations.
+
+Each binds a primitive on every array leaf of its argument; the primitive is the
+identity when run, traced or lowered, and its rules for the transformations it
+refuses raise.
+"""
 
 from __future__ import annotations
 
-import functools
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -14,37 +18,44 @@ from .._errors import error_if
 from .._filters import combine, is_array, partition
 
 
-def _map_arrays(bind: Any, x: Any) -> Any:
-    arrays, others = partition(x, is_array)
-    return combine(jax.tree_util.tree_map(bind, arrays), others)
+def _identity_primitive(name: str) -> Primitive:
+    """A primitive returning its operands as they are, with no rule for any
+    transformation yet."""
+    prim = Primitive(name)
+    prim.def_impl(lambda x, **params: x)
+    prim.def_abstract_eval(lambda aval, **params: aval)
+    mlir.register_lowering(prim, lambda ctx, x, **params: [x])
+    return prim
 
 
-def _identity(x: Any, **params: Any) -> Any:
-    return x
+def _through(prim: Primitive, x: Any, **params: Any) -> Any:
+    """`x`, each of its array leaves passed through `prim`."""
+    arrays, rest = partition(x, is_array)
+    leaves, structure = jax.tree_util.tree_flatten(arrays)
+    out = [prim.bind(leaf, **params) for leaf in leaves]
+    return combine(jax.tree_util.tree_unflatten(structure, out), rest)
 
 
-nontraceable_p = Primitive("boxwood_nontraceable")
-nontraceable_p.def_impl(_identity)
-nontraceable_p.def_abstract_eval(_identity)
-mlir.register_lowering(
-    nontraceable_p, mlir.lower_fun(_identity, multiple_results=False)
+nontraceable_p = _identity_primitive("boxwood_nontraceable")
+
+
+def _refuse(transform: str, name: str) -> NoReturn:
+    raise RuntimeError(
+        f"Detected {transform} of {name}, which cannot be transformed. A value "
+        "passed to it is probably closed over from an outer `jax.grad`/`jax.vmap` "
+        "instead of being passed as an argument."
+    )
+
+
+ad.primitive_jvps[nontraceable_p] = lambda primals, tangents, *, name: _refuse(
+    "differentiation", name
 )
-
-
-def _refuse(transform: str) -> Any:
-    def rule(*args: Any, name: str) -> Any:
-        raise RuntimeError(
-            f"Detected {transform} of {name}, which cannot be transformed. A value "
-            "passed to it is probably closed over from an outer `jax.grad`/`jax.vmap` "
-            "instead of being passed as an argument."
-        )
-
-    return rule
-
-
-ad.primitive_jvps[nontraceable_p] = _refuse("differentiation")
-ad.primitive_transposes[nontraceable_p] = _refuse("transposition")
-batching.primitive_batchers[nontraceable_p] = _refuse("batching")
+ad.primitive_transposes[nontraceable_p] = lambda cts, *xs, name: _refuse(
+    "transposition", name
+)
+batching.primitive_batchers[nontraceable_p] = lambda xs, dims, *, name: _refuse(
+    "batching", name
+)
 
 
 def nontraceable(x: Any, *, name: str = "nontraceable operation") -> Any:
@@ -62,33 +73,47 @@ def nontraceable(x: Any, *, name: str = "nontraceable operation") -> Any:
     ...     print(str(e).split(",")[0])
     Detected batching of my_op
     """
-    return _map_arrays(functools.partial(nontraceable_p.bind, name=name), x)
+    return _through(nontraceable_p, x, name=name)
 
 
-nonbatchable_p = Primitive("boxwood_nonbatchable")
-nonbatchable_p.def_impl(_identity)
-nonbatchable_p.def_abstract_eval(_identity)
-mlir.register_lowering(
-    nonbatchable_p, mlir.lower_fun(_identity, multiple_results=False)
-)
+nonbatchable_p = _identity_primitive("boxwood_nonbatchable")
 
 
-def _nonbatchable_batch(xs: tuple, dims: tuple, *, msg: str, allow_constant: bool):
-    (x,), (d,) = xs, dims
+def _unbatched(x: Any, axis: int | None, msg: str, allow_constant: bool) -> Any:
+    """`x` without its batch axis `axis`, if every batch element is the same."""
+    if axis is None:
+        return x
     if not allow_constant:
         raise ValueError(msg)
-    # Every batch element must hold the same value: checked when the program runs.
-    x = error_if(x, jnp.any(jnp.min(x, axis=d) != jnp.max(x, axis=d)), msg)
-    return jnp.take(x, 0, axis=d), None
+    first = jax.lax.index_in_dim(x, 0, axis, keepdims=False)
+    # Checked when the program runs: the values are not known while tracing.
+    return error_if(first, jnp.any(x != jnp.expand_dims(first, axis)), msg)
 
 
-def _nonbatchable_jvp(primals: tuple, tangents: tuple, **params: Any) -> tuple:
-    (x,), (t,) = primals, tangents
-    return nonbatchable_p.bind(x, **params), t
+def _nonbatchable_batch(xs: Any, dims: Any, *, msg: str, allow_constant: bool):
+    return _unbatched(xs[0], dims[0], msg, allow_constant), None
+
+
+def _nonbatchable_jvp(primals: Any, tangents: Any, **params: Any) -> tuple:
+    # The tangent is left alone: only the value itself must be unbatched.
+    return nonbatchable_p.bind(primals[0], **params), tangents[0]
 
 
 batching.primitive_batchers[nonbatchable_p] = _nonbatchable_batch
 ad.primitive_jvps[nonbatchable_p] = _nonbatchable_jvp
+
+_NONBATCHABLE_MESSAGES = {
+    False: (
+        "Unexpected batch tracer. {name} cannot be vmap'd: its value must be the "
+        "same for the whole batch. This is probably an internal error in the "
+        "library you are using."
+    ),
+    True: (
+        "Nonconstant batch. {name} was given a batch of values that must all be "
+        "equal, and they differ. This is probably an internal error in the "
+        "library you are using."
+    ),
+}
 
 
 def nonbatchable(
@@ -116,20 +141,8 @@ def nonbatchable(
     >>> jax.vmap(f, out_axes=None)(jnp.array([3, 3]))
     Array(3, dtype=int32)
     """
+    allow = bool(allow_constant_across_batch)
     if msg is None:
-        name = "This operation" if name is None else name
-        if allow_constant_across_batch:
-            msg = (
-                f"Nonconstant batch. {name} has received a batch of values that were "
-                "expected to be constant. This is probably an internal error in the "
-                "library you are using."
-            )
-        else:
-            msg = (
-                f"Unexpected batch tracer. {name} cannot be vmap'd. This is probably "
-                "an internal error in the library you are using."
-            )
-    bind = functools.partial(
-        nonbatchable_p.bind, msg=msg, allow_constant=allow_constant_across_batch
-    )
-    return _map_arrays(bind, x)
+        template = _NONBATCHABLE_MESSAGES[allow]
+        msg = template.format(name="This operation" if name is None else name)
+    return _through(nonbatchable_p, x, msg=msg, allow_constant=allow)

@@ -2,139 +2,169 @@
 `filter_primitive_transpose`, `filter_primitive_batching`, `filter_primitive_bind`,
 and `materialise_zeros`.
 
-A primitive bound with `filter_primitive_bind(prim, *args)` receives the array
-leaves of `args` as its operands; everything else rides along as parameters:
+`filter_primitive_bind(prim, *args)` splits `args` with `boxwood.partition` into
+the tree of its arrays and the tree of everything else. The arrays become the
+primitive's operands; the rest travels as the parameter `layout`, a `_Layout`
+that can put operands (or their tangents, cotangents, batch axes) back in place.
+The parameter `out` is an `_OutputSlot`: the first rule to produce an output (the
+abstract evaluation under tracing, the implementation otherwise) stores the
+output's `_Layout` there, so that `filter_primitive_bind` and the transpose rule
+can rebuild the pytree the rules return.
 
-- `treedef`: the structure of `args`,
-- `static`: one entry per leaf of `args`, the leaf itself where it is not an array
-  and `_DYNAMIC` where it is one of the operands,
-- `flatten`: an `OutputRecord`, which the first rule to produce an output (the
-  abstract evaluation under tracing, the implementation otherwise) fills with the
-  output's structure and its non-array leaves, so that `filter_primitive_bind` can
-  rebuild the pytree the rules returned.
-
-The wrappers below turn rules written on pytrees into rules on those flat operands.
+The wrappers below turn rules written on pytrees into rules on those operands.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from jax.core import ShapedArray
 from jax.interpreters import ad
 
-from .._filters import is_array, is_array_like
+from .._filters import combine, is_array, is_array_like, partition
 
-# Stands in the `static` parameter for a leaf passed as an operand.
-_DYNAMIC = object()
-
-
-def _is_operand(x: Any) -> bool:
-    """Array leaves, and what stands for them inside rules (avals, undefined
-    primals); `ad.UndefinedPrimal` only when not wrapped."""
-    return is_array(x) or isinstance(x, (ShapedArray, _Undefined))
+_tu = jax.tree_util
 
 
-class _Undefined:
-    """Wraps an `ad.UndefinedPrimal` (which is itself a pytree node with no
-    leaves) so that it stays a single leaf while the inputs are rebuilt."""
-
-    __slots__ = ("primal",)
-
-    def __init__(self, primal: Any) -> None:
-        self.primal = primal
-
-
-def _rebuild(treedef: Any, static: tuple, operands: Any) -> Any:
-    """The pytree `filter_primitive_bind` was called with, its operands replaced by
-    `operands` (in order)."""
-    it = iter(operands)
-    leaves = [next(it) if s is _DYNAMIC else s for s in static]
-    if next(it, _DYNAMIC) is not _DYNAMIC:
-        raise ValueError("Internal error: more operands than array leaves.")
-    return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
-def _symbolic_zero(primal: Any) -> ad.Zero:
-    aval = jax.typeof(primal) if not isinstance(primal, ShapedArray) else primal
-    return ad.Zero(aval.to_tangent_aval())
+def _is_undefined(x: Any) -> bool:
+    return isinstance(x, ad.UndefinedPrimal)
 
 
 def _is_none(x: Any) -> bool:
     return x is None
 
 
-class OutputRecord:
-    """Remembers the structure of a primitive's output (see the module docstring).
-    Compared by identity, so that it can be a primitive's parameter."""
+def _is_operand(x: Any) -> bool:
+    """Arrays, and the abstract values that stand for them in abstract evaluation."""
+    return is_array(x) or isinstance(x, ShapedArray)
 
-    __slots__ = ("treedef", "static", "__weakref__")
 
-    def filled(self) -> bool:
-        return hasattr(self, "treedef")
+class _Layout:
+    """A pytree taken apart: `arrays` is the structure of its tree of operands
+    (`None` at every other leaf), `paths` the key path of each operand, and `rest`
+    the tree of everything else (`None` at each operand). Hashed by identity, so
+    that it can be a primitive's parameter whatever `rest` holds."""
 
-    def get(self) -> tuple:
-        return self.treedef, self.static
+    __slots__ = ("arrays", "paths", "rest")
 
-    def _record(self, treedef: Any, static: tuple) -> None:
-        if not self.filled():
-            self.treedef, self.static = treedef, static
-        elif self.treedef != treedef:
+    def __init__(self, arrays: Any, paths: list, rest: Any) -> None:
+        self.arrays, self.paths, self.rest = arrays, paths, rest
+
+    def __repr__(self) -> str:
+        return f"_Layout({len(self.paths)} operands)"
+
+    def scatter(self, values: Any) -> Any:
+        """The tree of operands, `values` (one per operand) in their places and
+        `None` at every other leaf."""
+        return _tu.tree_unflatten(self.arrays, list(values))
+
+    def assemble(self, values: Any) -> Any:
+        """The whole tree again, with `values` in place of its operands."""
+        return combine(self.scatter(values), self.rest, is_leaf=_is_undefined)
+
+    def same_shape(self, other: _Layout) -> bool:
+        return self.arrays == other.arrays and _tu.tree_structure(
+            self.rest, is_leaf=_is_none
+        ) == _tu.tree_structure(other.rest, is_leaf=_is_none)
+
+
+def _take_apart(tree: Any, operand: Any = _is_operand) -> tuple[list, _Layout]:
+    """The operands of `tree` (the leaves `operand` selects, as `boxwood.partition`
+    reads a filter), and the `_Layout` that puts them back."""
+    arrays, rest = partition(tree, operand)
+    with_paths, structure = _tu.tree_flatten_with_path(arrays)
+    paths = [path for path, _ in with_paths]
+    return [leaf for _, leaf in with_paths], _Layout(structure, paths, rest)
+
+
+class _OutputSlot:
+    """Holds the `_Layout` of a primitive's output once a rule has produced one.
+    Hashed by identity, so that it can be a primitive's parameter."""
+
+    __slots__ = ("layout", "__weakref__")
+
+    def __init__(self) -> None:
+        self.layout: _Layout | None = None
+
+    def __repr__(self) -> str:
+        return f"_OutputSlot({self.layout!r})"
+
+    def store(self, out: Any, operand: Any = _is_operand) -> tuple[list, _Layout]:
+        """Take `out` apart, keeping its layout (or checking it against the one a
+        previous rule produced)."""
+        operands, layout = _take_apart(out, operand)
+        if self.layout is None:
+            self.layout = layout
+        elif not self.layout.same_shape(layout):
             raise ValueError(
-                "A filter primitive's rules returned outputs of different "
-                f"structures: {self.treedef} and {treedef}."
+                "The rules of a filter primitive returned outputs of different "
+                f"structures: {self.layout.arrays} and {layout.arrays}. Every rule "
+                "must return the same pytree, with arrays in the same places."
             )
+        return operands, layout
 
-    def __call__(self, out: Any) -> list:
-        """The operand leaves of `out`, recording the rest."""
-        leaves, treedef = jax.tree_util.tree_flatten(out)
-        static = tuple(_DYNAMIC if _is_operand(x) else x for x in leaves)
-        self._record(treedef, static)
-        return [x for x in leaves if _is_operand(x)]
-
-    def paired(self, out: Any, like: Any) -> tuple:
-        """The operand leaves of `out`, and the matching leaves of `like` (a tree
-        shaped as `out`, `None` for no value), recording `out`'s structure. A leaf of
-        `out` is an operand where it is an array, or where `like` has a value."""
-        out_nodes, like_nodes = _align(out, like)
-        leaves, treedef = jax.tree_util.tree_flatten(out)
-        if len(leaves) != len(out_nodes):
-            raise ValueError("Internal error: `None` inside a primitive's output.")
-        dynamic = [
-            _is_operand(x) or y is not None for x, y in zip(out_nodes, like_nodes)
-        ]
-        static = tuple(_DYNAMIC if d else x for d, x in zip(dynamic, out_nodes))
-        self._record(treedef, static)
-        flat_out = [x for d, x in zip(dynamic, out_nodes) if d]
-        flat_like = [y for d, y in zip(dynamic, like_nodes) if d]
-        return flat_out, flat_like
+    def filled(self) -> _Layout:
+        if self.layout is None:
+            raise ValueError(
+                "Internal error: a filter primitive was transposed or bound before "
+                "any of its rules produced an output."
+            )
+        return self.layout
 
 
-def _align(out: Any, like: Any) -> tuple:
-    """Leaves of `out`, and for each the leaf of `like` at the same place (`like`
-    may have `None` in place of whole subtrees of `out`)."""
-    out_nodes: list = []
-    like_nodes: list = []
+def _entries_at(paths: list, companion: Any, what: str) -> list:
+    """The entry of `companion` at each of `paths` (key paths into the tree that
+    `companion` mirrors, except that a `None` in `companion` may stand for a whole
+    subtree: no entry for any leaf below it). An entry that is not `None` at any
+    other place is an error."""
+    found = dict(_tu.tree_flatten_with_path(companion, is_leaf=_is_none)[0])
+    wanted = set(paths)
+    for path, entry in found.items():
+        if entry is not None and path not in wanted:
+            raise ValueError(
+                f"A filter primitive rule returned {what} at `{_tu.keystr(path)}`, "
+                "which holds no array. Use `None` there."
+            )
+    return [_lookup(found, path, what) for path in paths]
 
-    def visit(o: Any, y: Any) -> None:
-        leaves = jax.tree_util.tree_leaves(o)
-        out_nodes.extend(leaves)
-        if y is None:
-            like_nodes.extend([None] * len(leaves))
-        else:
-            ys = jax.tree_util.tree_leaves(y, is_leaf=_is_none)
-            if len(ys) != len(leaves):
-                raise ValueError(
-                    "A filter primitive rule returned tangents, cotangents or batch "
-                    "axes whose structure does not match its outputs."
-                )
-            like_nodes.extend(ys)
 
-    jax.tree_util.tree_map(visit, out, like, is_leaf=_is_none)
-    return out_nodes, like_nodes
+def _operands_with(tree: Any, companion: Any, what: str) -> tuple[Any, list]:
+    """Which leaves of the output `tree` are operands (its arrays, and any leaf
+    `companion` gives an entry for, such as a Python float with a tangent), as a
+    tree of bools; and the entry of `companion` for each operand."""
+    with_paths, structure = _tu.tree_flatten_with_path(tree)
+    entries = _entries_at([path for path, _ in with_paths], companion, what)
+    chosen = [
+        _is_operand(leaf) or entry is not None
+        for (_, leaf), entry in zip(with_paths, entries)
+    ]
+    picked = [entry for entry, keep in zip(entries, chosen) if keep]
+    return _tu.tree_unflatten(structure, chosen), picked
+
+
+def _lookup(found: dict, path: tuple, what: str) -> Any:
+    for cut in range(len(path), -1, -1):
+        if path[:cut] in found:
+            entry = found[path[:cut]]
+            if cut < len(path) and entry is not None:
+                break
+            return entry
+    raise ValueError(
+        f"A filter primitive rule returned {what} whose structure does not match "
+        f"its arrays: nothing found for `{_tu.keystr(path)}`."
+    )
+
+
+def _none_if_zero(x: Any) -> Any:
+    return None if isinstance(x, ad.Zero) else x
+
+
+def _zero_like(x: Any) -> ad.Zero:
+    aval = x.aval if _is_undefined(x) else jax.typeof(x)
+    return ad.Zero(aval.to_tangent_aval())
 
 
 def filter_primitive_def(rule: Callable) -> Callable:
@@ -148,11 +178,11 @@ def filter_primitive_def(rule: Callable) -> Callable:
     [`boxwood.internal.filter_primitive_bind`][].
     """
 
-    def flat_rule(*operands: Any, treedef: Any, static: tuple, flatten: Any) -> list:
-        return flatten(rule(*_rebuild(treedef, static, operands)))
+    @functools.wraps(rule)
+    def on_operands(*operands: Any, layout: _Layout, out: _OutputSlot) -> list:
+        return out.store(rule(*layout.assemble(operands)))[0]
 
-    flat_rule.__wrapped__ = rule  # type: ignore[attr-defined]
-    return flat_rule
+    return on_operands
 
 
 def filter_primitive_jvp(rule: Callable) -> Callable:
@@ -165,37 +195,22 @@ def filter_primitive_jvp(rule: Callable) -> Callable:
     tangents, again with `None` for zero tangents and for non-array outputs.
     """
 
-    def flat_rule(
-        primals: Any, tangents: Any, *, treedef: Any, static: tuple, flatten: Any
+    @functools.wraps(rule)
+    def on_operands(
+        primals: Any, tangents: Any, *, layout: _Layout, out: _OutputSlot
     ) -> tuple:
-        tangents = [None if type(t) is ad.Zero else t for t in tangents]
-        no_tangent = tuple(s if s is _DYNAMIC else None for s in static)
-        primals_in = _rebuild(treedef, static, primals)
-        tangents_in = _rebuild_with_none(treedef, no_tangent, tangents)
-        out, t_out = rule(primals_in, tangents_in)
-        flat_out, flat_t = flatten.paired(out, t_out)
-        flat_t = [
-            _symbolic_zero(p) if t is None else t for p, t in zip(flat_out, flat_t)
-        ]
+        tree_tangents = layout.scatter(map(_none_if_zero, tangents))
+        primals_out, tangents_out = rule(layout.assemble(primals), tree_tangents)
+        chosen, flat_t = _operands_with(primals_out, tangents_out, "a tangent")
+        flat_out, _ = out.store(primals_out, chosen)
+        flat_t = [_zero_like(p) if t is None else t for p, t in zip(flat_out, flat_t)]
         return flat_out, flat_t
 
-    return flat_rule
-
-
-def _rebuild_with_none(treedef: Any, static: tuple, operands: list) -> Any:
-    # `None` is not a leaf, so the tree is rebuilt with a placeholder then cleared.
-    placeholder = object()
-    ops = [placeholder if x is None else x for x in operands]
-    leaves = [placeholder if s is None else s for s in static]
-    tree = _rebuild(treedef, tuple(leaves), ops)
-    return jax.tree_util.tree_map(lambda x: None if x is placeholder else x, tree)
-
-
-_NO_RULE: Any = object()
+    return on_operands
 
 
 def filter_primitive_transpose(
-    rule: Callable = _NO_RULE, *, materialise_zeros: bool = False
+    rule: Callable | None = None, *, materialise_zeros: bool = False
 ) -> Callable:
     """Wrap `rule(inputs, cts_out) -> cts_in` as a primitive's transpose rule
     (`jax.interpreters.ad.primitive_transposes[prim] = ...`). Usable as
@@ -207,42 +222,27 @@ def filter_primitive_transpose(
     (or, with `materialise_zeros=True`, arrays of zeros instead). The rule returns a
     tree shaped as `inputs`, with `None` wherever there is no cotangent.
     """
-    if rule is _NO_RULE:
-        return lambda r: filter_primitive_transpose(
-            r, materialise_zeros=materialise_zeros
+    if rule is None:
+        return functools.partial(
+            filter_primitive_transpose, materialise_zeros=materialise_zeros
         )
+    read_ct = ad.instantiate_zeros if materialise_zeros else _none_if_zero
 
-    def flat_rule(
-        cts: Any, *operands: Any, treedef: Any, static: tuple, flatten: Any
-    ) -> list:
-        out_treedef, out_static = flatten.get()
-        if materialise_zeros:
-            cts = [ad.instantiate_zeros(c) for c in cts]
-        else:
-            cts = [None if type(c) is ad.Zero else c for c in cts]
-        cts_out = _rebuild_with_none(out_treedef, out_static, cts)
-        wrapped = [
-            _Undefined(x) if isinstance(x, ad.UndefinedPrimal) else x for x in operands
-        ]
-        inputs = _rebuild(treedef, static, wrapped)
-        plain = jax.tree_util.tree_map(
-            lambda x: x.primal if isinstance(x, _Undefined) else x, inputs
-        )
-        cts_in = rule(plain, cts_out)
-        flat_in, flat_ct = OutputRecord().paired(inputs, cts_in)
-        if len(flat_ct) != len(operands):
-            raise ValueError(
-                "A filter primitive's transpose rule returned cotangents for "
-                "non-array inputs."
-            )
-        return [
-            _symbolic_zero(x.primal.aval if isinstance(x, _Undefined) else x)
-            if c is None
-            else c
-            for x, c in zip(flat_in, flat_ct)
-        ]
+    @functools.wraps(rule)
+    def on_operands(cts: Any, *operands: Any, layout: _Layout, out: _OutputSlot):
+        cts_out = out.filled().assemble(map(read_ct, cts))
+        cts_in = rule(layout.assemble(operands), cts_out)
+        flat_ct = _entries_at(layout.paths, cts_in, "a cotangent")
+        return [_cotangent_for(x, ct) for x, ct in zip(operands, flat_ct)]
 
-    return flat_rule
+    return on_operands
+
+
+def _cotangent_for(operand: Any, ct: Any) -> Any:
+    # JAX reads a cotangent only for the linear operands (the undefined ones).
+    if not _is_undefined(operand):
+        return None
+    return _zero_like(operand) if ct is None else ct
 
 
 def filter_primitive_batching(rule: Callable) -> Callable:
@@ -255,16 +255,16 @@ def filter_primitive_batching(rule: Callable) -> Callable:
     unbatched outputs and non-array leaves).
     """
 
-    def flat_rule(
-        operands: Any, axes: Any, *, treedef: Any, static: tuple, flatten: Any
+    @functools.wraps(rule)
+    def on_operands(
+        operands: Any, axes: Any, *, layout: _Layout, out: _OutputSlot
     ) -> tuple:
-        inputs = _rebuild(treedef, static, operands)
-        no_axis = tuple(s if s is _DYNAMIC else None for s in static)
-        axes_in = _rebuild_with_none(treedef, no_axis, list(axes))
-        out, out_axes = rule(inputs, axes_in)
-        return flatten.paired(out, out_axes)
+        result, result_axes = rule(layout.assemble(operands), layout.scatter(axes))
+        chosen, flat_axes = _operands_with(result, result_axes, "a batch axis")
+        flat_out, _ = out.store(result, chosen)
+        return flat_out, flat_axes
 
-    return flat_rule
+    return on_operands
 
 
 def filter_primitive_bind(prim: Any, *args: Any) -> Any:
@@ -273,28 +273,26 @@ def filter_primitive_bind(prim: Any, *args: Any) -> Any:
     if not prim.multiple_results:
         raise ValueError(
             f"`filter_primitive_bind`: primitive {prim} must have "
-            "`multiple_results = True`."
+            "`multiple_results = True` (set it before registering its rules)."
         )
-    leaves, treedef = jax.tree_util.tree_flatten(args)
-    operands = [x for x in leaves if is_array(x)]
-    static = tuple(_DYNAMIC if is_array(x) else x for x in leaves)
-    record = OutputRecord()
-    flat_out = prim.bind(*operands, treedef=treedef, static=static, flatten=record)
-    out_treedef, out_static = record.get()
-    return _rebuild(out_treedef, out_static, flat_out)
+    operands, layout = _take_apart(args)
+    slot = _OutputSlot()
+    results = prim.bind(*operands, layout=layout, out=slot)
+    return slot.filled().assemble(results)
 
 
 def materialise_zeros(primal: Any, tangent: Any, allow_struct: bool = False) -> Any:
     """`tangent`, or where it is `None` (a symbolic zero) and `primal` is array-like
     (or, with `allow_struct`, a `jax.ShapeDtypeStruct`), an array of zeros with
     `primal`'s tangent shape and dtype."""
-    array_like = is_array_like(primal) or (
-        allow_struct and isinstance(primal, jax.ShapeDtypeStruct)
-    )
-    if tangent is not None or not array_like:
+    if tangent is not None:
         return tangent
     if isinstance(primal, jax.ShapeDtypeStruct):
+        if not allow_struct:
+            return None
         aval = ShapedArray(primal.shape, primal.dtype)
+    elif is_array_like(primal):
+        aval = jax.typeof(primal)
     else:
-        aval = jax.typeof(jnp.asarray(primal))
+        return None
     return ad.instantiate_zeros(ad.Zero(aval.to_tangent_aval()))

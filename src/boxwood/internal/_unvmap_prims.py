@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -23,8 +24,13 @@ def _reduction_primitive(name: str, reduce: Callable) -> Primitive:
         # The batch axis is one more axis to reduce over: the result is unbatched.
         return prim.bind(xs[0]), None
 
+    def abstract(x: Any) -> Any:
+        # The dtype is the reduction's own: `bool` for `any`/`all` of numbers too.
+        out = jax.eval_shape(reduce, jax.ShapeDtypeStruct(x.shape, x.dtype))
+        return ShapedArray((), out.dtype)
+
     prim.def_impl(impl)
-    prim.def_abstract_eval(lambda x: x.update(shape=(), weak_type=False))
+    prim.def_abstract_eval(abstract)
     batching.primitive_batchers[prim] = batch
     mlir.register_lowering(prim, mlir.lower_fun(impl, multiple_results=False))
     return prim

@@ -1,25 +1,167 @@
 """`create_vprim`: a primitive whose batching rule is derived from its other rules.
 
-Under `vmap`, a primitive made by `create_vprim` becomes a call of `batched_p`, a
-primitive that carries the original one, the batch size and where each operand is
-batched; its rules are the original rules under `jax.vmap`. `batched_p` is itself
-made by `create_vprim`, so nested `vmap`s nest it.
+Batching such a primitive binds it again, on the batched operands, with one more
+`_Level` (the batch size, axis name and where each operand is batched) appended
+to its parameter `batched_over`. Every rule then runs the rule it was given under
+one `jax.vmap` per level, the first level innermost, so nested `vmap`s, and
+`vmap`s inside differentiation, nest without any new primitive.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
-from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-# The rules of every primitive made by `create_vprim`: prim -> (impl, abstract_eval,
-# jvp, transpose).
-_rules: dict = {}
+
+class _Level(NamedTuple):
+    """One `vmap` the primitive was batched by: operand `i` is batched along
+    `in_axes[i]` (`None`: not batched); every output along axis 0."""
+
+    size: int
+    name: Any
+    in_axes: tuple
+
+
+def _vmap(fn: Callable, level: _Level, in_axes: Any, out_axes: Any = 0) -> Callable:
+    return jax.vmap(
+        fn,
+        in_axes=in_axes,
+        out_axes=out_axes,
+        axis_size=level.size,
+        axis_name=level.name,
+    )
+
+
+def _element_aval(aval: Any, levels: Sequence[_Level], index: int | None) -> Any:
+    """`aval` without its batch axes: those of operand `index`, or (for `None`, an
+    output) the leading axis of each level."""
+    for level in reversed(levels):  # the last level is the outermost `vmap`
+        axis = 0 if index is None else level.in_axes[index]
+        if axis is not None:
+            aval = aval.update(shape=aval.shape[:axis] + aval.shape[axis + 1 :])
+    return aval
+
+
+def _gather(template: Sequence[bool], given: Any, fill: Callable) -> list:
+    """A list as long as `template`: the next of `given` where it is true, else
+    `fill(i)`."""
+    it = iter(given)
+    return [next(it) if keep else fill(i) for i, keep in enumerate(template)]
+
+
+class _Rules:
+    """The rules given to `create_vprim`, lifted over `batched_over` levels."""
+
+    def __init__(self, prim: Primitive, impl, abstract_eval, jvp, transpose):
+        self.prim = prim
+        self.given = (impl, abstract_eval, jvp, transpose)
+
+    def impl(self, *operands: Any, batched_over: tuple = (), **params: Any) -> Any:
+        impl = self.given[0]
+
+        def run(*xs: Any) -> Any:
+            return impl(*xs, **params)
+
+        for level in batched_over:
+            run = _vmap(run, level, level.in_axes)
+        return run(*operands)
+
+    def abstract_eval(self, *avals: Any, batched_over: tuple = (), **params):
+        inner = [_element_aval(a, batched_over, i) for i, a in enumerate(avals)]
+        outs = self.given[1](*inner, **params)
+        lead = tuple(level.size for level in reversed(batched_over))
+        return [o.update(shape=lead + o.shape) for o in outs]
+
+    def batch(self, axis_data: Any, operands: Any, dims: Any, **params: Any):
+        if all(d is None for d in dims):  # JAX asks even when nothing is batched
+            outs = self.prim.bind(*operands, **params)
+            return outs, [None] * len(outs)
+        level = _Level(axis_data.size, axis_data.name, tuple(dims))
+        levels = (*params.pop("batched_over", ()), level)
+        outs = self.prim.bind(*operands, batched_over=levels, **params)
+        return outs, [0] * len(outs)
+
+    def jvp(self, primals: Any, tangents: Any, *, batched_over: tuple = (), **params):
+        if not batched_over:
+            return self.given[2](primals, tangents, **params)
+        # A symbolic zero tangent cannot cross `jax.vmap`: it is rebuilt inside,
+        # with the shape of one batch element.
+        symbolic = [isinstance(t, ad.Zero) for t in tangents]
+        elements = [
+            ad.Zero(_element_aval(t.aval, batched_over, i)) if s else None
+            for i, (t, s) in enumerate(zip(tangents, symbolic))
+        ]
+
+        def run(xs: list, live: list) -> tuple:
+            ts = _gather([not s for s in symbolic], live, lambda i: elements[i])
+            out, t_out = self.given[2](xs, ts, **params)
+            return list(out), [ad.instantiate_zeros(t) for t in t_out]
+
+        for level in batched_over:
+            live_axes = [a for a, s in zip(level.in_axes, symbolic) if not s]
+            run = _vmap(run, level, (list(level.in_axes), live_axes))
+        return run(list(primals), [t for t in tangents if not isinstance(t, ad.Zero)])
+
+    def transpose(self, cts: Any, *operands: Any, batched_over: tuple = (), **params):
+        if not batched_over:
+            return self.given[3](cts, *operands, **params)
+        return _BatchedTranspose(self.given[3], params, batched_over)(cts, operands)
+
+
+class _BatchedTranspose:
+    """A transpose rule run under the `vmap`s of `levels`. The undefined operands
+    and the symbolic zero cotangents are rebuilt per batch element inside."""
+
+    def __init__(self, rule: Callable, params: dict, levels: tuple) -> None:
+        self.rule, self.params, self.levels = rule, params, levels
+
+    def __call__(self, cts: Any, operands: tuple) -> list:
+        linear = [isinstance(x, ad.UndefinedPrimal) for x in operands]
+        live_ct = [not isinstance(c, ad.Zero) for c in cts]
+        element = [
+            ad.UndefinedPrimal(_element_aval(x.aval, self.levels, i)) if u else None
+            for i, (x, u) in enumerate(zip(operands, linear))
+        ]
+        zero_cts = [
+            None if live else ad.Zero(_element_aval(c.aval, self.levels, None))
+            for c, live in zip(cts, live_ct)
+        ]
+
+        def run(live_cts: list, known: list) -> list:
+            cts_ = _gather(live_ct, live_cts, lambda i: zero_cts[i])
+            ops = _gather([not u for u in linear], known, lambda i: element[i])
+            out = self.rule(cts_, *ops, **self.params)
+            return [_live_ct(c) if u else None for c, u in zip(out, linear)]
+
+        for level in self.levels:
+            run = self._lift(run, level, linear)
+        known = [x for x, u in zip(operands, linear) if not u]
+        return run([c for c, live in zip(cts, live_ct) if live], known)
+
+    @staticmethod
+    def _lift(run: Callable, level: _Level, linear: list) -> Callable:
+        known_axes = [a for a, u in zip(level.in_axes, linear) if not u]
+        # A cotangent comes back batched as its operand is; for an operand this
+        # level does not batch, it comes back batched along 0 and is summed.
+        out_axes = [0 if a is None else a for a in level.in_axes]
+        lifted = _vmap(run, level, (0, known_axes), out_axes)
+
+        def summed(live_cts: list, known: list) -> list:
+            outs = lifted(live_cts, known)
+            return [
+                o.sum(0) if o is not None and a is None else o
+                for o, a in zip(outs, level.in_axes)
+            ]
+
+        return summed
+
+
+def _live_ct(ct: Any) -> Any:
+    return None if ct is None or isinstance(ct, ad.Zero) else ct
 
 
 def create_vprim(
@@ -40,105 +182,14 @@ def create_vprim(
     """
     prim = Primitive(name)
     prim.multiple_results = True
-    prim.def_impl(impl)
-    prim.def_abstract_eval(abstract_eval)
-    ad.primitive_jvps[prim] = jvp
-    ad.primitive_transposes[prim] = transpose
-    batching.fancy_primitive_batchers[prim] = functools.partial(_batch_rule, prim)
-    mlir.register_lowering(prim, mlir.lower_fun(impl, multiple_results=True))
-    _rules[prim] = (impl, abstract_eval, jvp, transpose)
+    rules = _Rules(prim, impl, abstract_eval, jvp, transpose)
+    prim.def_impl(rules.impl)
+    prim.def_abstract_eval(rules.abstract_eval)
+    for table, rule in (
+        (ad.primitive_jvps, rules.jvp),
+        (ad.primitive_transposes, rules.transpose),
+        (batching.fancy_primitive_batchers, rules.batch),
+    ):
+        table[prim] = rule
+    mlir.register_lowering(prim, mlir.lower_fun(rules.impl, multiple_results=True))
     return prim
-
-
-def _batch_rule(
-    vprim: Primitive, axis_data: Any, operands: Any, axes: Any, /, **params: Any
-) -> tuple:
-    if all(a is None for a in axes):
-        out = vprim.bind(*operands, **params)
-        return out, [None] * len(out)
-    out = batched_p.bind(
-        *operands,
-        prim=vprim,
-        axis_size=axis_data.size,
-        axis_name=axis_data.name,
-        in_axes=tuple(axes),
-        params=tuple(params.items()),
-    )
-    return out, [0] * len(out)
-
-
-def _vmap(fn: Callable, in_axes: Any, axis_size: int, axis_name: Any, **kw: Any):
-    return jax.vmap(fn, in_axes=in_axes, axis_size=axis_size, axis_name=axis_name, **kw)
-
-
-def _batched_impl(*operands, prim, axis_size, axis_name, in_axes, params):
-    impl = functools.partial(_rules[prim][0], **dict(params))
-    return _vmap(impl, in_axes, axis_size, axis_name)(*operands)
-
-
-def _drop_axis(aval: Any, axis: Any) -> Any:
-    if axis is None:
-        return aval
-    if not isinstance(aval, ShapedArray):
-        raise NotImplementedError(f"batched primitive: unsupported operand {aval}.")
-    shape = aval.shape[:axis] + aval.shape[axis + 1 :]
-    return aval.update(shape=shape)
-
-
-def _batched_abstract(*avals, prim, axis_size, axis_name, in_axes, params):
-    inner = [_drop_axis(a, ax) for a, ax in zip(avals, in_axes)]
-    outs = _rules[prim][1](*inner, **dict(params))
-    return [o.update(shape=(axis_size, *o.shape)) for o in outs]
-
-
-def _batched_jvp(primals, tangents, *, prim, axis_size, axis_name, in_axes, params):
-    # A symbolic zero tangent is not batched: it stands for the zeros of one
-    # element's shape.
-    t_axes = [None if type(t) is ad.Zero else ax for t, ax in zip(tangents, in_axes)]
-    tangents = [
-        ad.Zero(_drop_axis(t.aval, ax)) if type(t) is ad.Zero else t
-        for t, ax in zip(tangents, in_axes)
-    ]
-    jvp = functools.partial(_rules[prim][2], **dict(params))
-    return _vmap(jvp, (list(in_axes), t_axes), axis_size, axis_name)(
-        list(primals), tangents
-    )
-
-
-def _batched_transpose(cts, *operands, prim, axis_size, axis_name, in_axes, params):
-    undefined = [isinstance(x, ad.UndefinedPrimal) for x in operands]
-    inner = [
-        ad.UndefinedPrimal(_drop_axis(x.aval, ax)) if u else x
-        for x, u, ax in zip(operands, undefined, in_axes)
-    ]
-    op_axes = [None if u else ax for u, ax in zip(undefined, in_axes)]
-    cts = [None if type(c) is ad.Zero else c for c in cts]
-
-    def transpose(cts_: list, *ops: Any) -> tuple:
-        out = _rules[prim][3](cts_, *ops, **dict(params))
-        return tuple(None if type(o) is ad.Zero else o for o in out)
-
-    # Cotangents come back where their operands were batched (an unbatched linear
-    # operand gets its cotangent batched along axis 0, summed over by JAX).
-    out_axes = tuple(0 if ax is None else ax for ax in in_axes)
-    out = _vmap(transpose, (0, *op_axes), axis_size, axis_name, out_axes=out_axes)(
-        cts, *inner
-    )
-    return [_unbatch_ct(o, x, ax) for o, x, ax in zip(out, operands, in_axes)]
-
-
-def _unbatch_ct(ct: Any, operand: Any, axis: Any) -> Any:
-    if ct is None:
-        return None
-    if axis is None and isinstance(operand, ad.UndefinedPrimal):
-        return ct.sum(0)
-    return ct
-
-
-batched_p = create_vprim(
-    "boxwood_batched",
-    _batched_impl,
-    _batched_abstract,
-    _batched_jvp,
-    _batched_transpose,
-)
