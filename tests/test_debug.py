@@ -66,7 +66,7 @@ def test_backward_nan_prints_and_raises(capfd):
     jax.effects_barrier()
     assert "cotangents=" in capfd.readouterr().out
     with pytest.raises(Exception, match="NaN cotangent in `y`"):
-        jax.jit(jax.grad(loss))(jnp.array([-1.0]))
+        jax.block_until_ready(jax.jit(jax.grad(loss))(jnp.array([-1.0])))
     quiet = jax.grad(
         lambda x: jnp.sum(jnp.sqrt(bw.debug.backward_nan(x, terminate=False)))
     )

@@ -26,8 +26,13 @@ import pytest
 
 import boxwood
 import boxwood.nn as bnn
+from _precision import highest_matmul_precision  # noqa: F401
 
 eqx = pytest.importorskip("equinox")
+
+# float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
+pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
+
 
 KEY = jr.key(42)
 RNG = np.random.default_rng(0)

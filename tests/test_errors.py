@@ -23,7 +23,7 @@ def test_inside_jit_raises_when_run():
     f = jax.jit(lambda x: jnp.sqrt(bw.error_if(x, x < 0, "negative input")))
     assert f(jnp.array([4.0])).tolist() == [2.0]
     with pytest.raises(Exception, match="BoxwoodRuntimeError: negative input"):
-        f(jnp.array([-4.0]))
+        jax.block_until_ready(f(jnp.array([-4.0])))  # async off the CPU
 
 
 def test_inside_filter_jit_raises_when_run():
@@ -40,7 +40,7 @@ def test_inside_filter_vmap_any_batch_element_raises():
     f = jax.jit(bw.filter_vmap(lambda x: bw.error_if(x, x < 0, "bad element")))
     assert f(jnp.array([1.0, 2.0])).tolist() == [1.0, 2.0]
     with pytest.raises(Exception, match="bad element"):
-        f(jnp.array([1.0, -2.0]))
+        jax.block_until_ready(f(jnp.array([1.0, -2.0])))
 
 
 def test_under_grad_passes_gradients_and_raises():
@@ -50,17 +50,17 @@ def test_under_grad_passes_gradients_and_raises():
     assert jax.grad(loss)(jnp.array([1.0, 2.0])).tolist() == [2.0, 4.0]
     assert jax.jit(jax.grad(loss))(jnp.array([3.0])).tolist() == [6.0]
     with pytest.raises(Exception, match="negative in loss"):
-        jax.jit(jax.grad(loss))(jnp.array([-3.0]))
+        jax.block_until_ready(jax.jit(jax.grad(loss))(jnp.array([-3.0])))
 
 
 def test_branched_error_if_picks_message_and_vmap_takes_largest_index():
     msgs = ["first", "second", "third"]
     f = jax.jit(lambda x, i: bw.branched_error_if(x, x < 0, i, msgs))
     with pytest.raises(Exception, match="second"):
-        f(jnp.array(-1.0), jnp.array(1))
+        jax.block_until_ready(f(jnp.array(-1.0), jnp.array(1)))
     g = jax.jit(jax.vmap(lambda x, i: bw.branched_error_if(x, x < 0, i, msgs)))
     with pytest.raises(Exception, match="third"):
-        g(jnp.array([-1.0, 1.0]), jnp.array([0, 2]))
+        jax.block_until_ready(g(jnp.array([-1.0, 1.0]), jnp.array([0, 2])))
 
 
 def test_on_error_nan_and_off():
@@ -104,7 +104,7 @@ def test_as_boxwood_error_recovers_the_message_from_xla():
     f(jnp.array(1.0))  # warm: the second call takes JAX's C++ dispatch path
     for _ in range(2):
         with pytest.raises(Exception) as info:
-            f(jnp.array(-1.0))
+            jax.block_until_ready(f(jnp.array(-1.0)))
         recovered = as_boxwood_error(info.value)
         assert isinstance(recovered, bw.BoxwoodRuntimeError)
         assert str(recovered) == "line one\nline two"

@@ -38,8 +38,14 @@ def _bits(x):
 )  # fmt: skip
 @pytest.mark.parametrize("shape", [(128, 32), (3, 3, 8, 16), (5, 2, 70)])
 def test_fast_path_is_bit_identical(fn, shape):
+    # orthogonal's QR is on the host only where it matches JAX's: the CPU backend
+    # (docs/initialisation.md); elsewhere it takes the direct call
+    host_qr = jax.default_backend() == "cpu"
     for key in (jr.key(3), jr.PRNGKey(4)):
         fast = fast_call(fn, key, shape, jnp.float32)
+        if not host_qr and fn.__code__ is inits.orthogonal().__code__:
+            assert fast is None
+            continue
         assert fast is not None
         direct = fn(key, shape, jnp.float32)
         assert fast.dtype == direct.dtype and _bits(fast) == _bits(direct)
@@ -233,8 +239,10 @@ def test_nn_init_compiles_once_per_distribution(count_compiles, monkeypatch):
     with count_compiles() as compiles:
         nn.init(mlp, weights, inits.lecun_normal(), key=jr.key(2))
         nn.init(mlp, weights, inits.glorot_normal(), key=jr.key(3))
-        # orthogonal: the normal draw on the kernel, the QR on the host
-        nn.init(mlp, weights, inits.orthogonal(), key=jr.key(4))
+        # orthogonal: the normal draw on the kernel, the QR on the host (on the
+        # CPU backend; elsewhere the direct call, compiled per shape)
+        if jax.default_backend() == "cpu":
+            nn.init(mlp, weights, inits.orthogonal(), key=jr.key(4))
     assert compiles == []
 
 
@@ -279,7 +287,7 @@ def test_orthogonal_takes_the_direct_call_where_the_host_qr_differs(monkeypatch)
     mlp = _mlp()
     new = nn.init(mlp, lambda m: [layer.weight for layer in m.layers],
                   inits.orthogonal(), key=jr.key(4))  # fmt: skip
-    w = new.layers[1].weight
+    w = np.asarray(new.layers[1].weight, np.float64)  # on the host: exact products
     np.testing.assert_allclose(w @ w.T, np.eye(256), atol=1e-5)
 
 

@@ -6,8 +6,13 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+import pytest
 
 import boxwood
+from _precision import highest_matmul_precision  # noqa: F401
+
+# float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
+pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
 
 
 class Block(boxwood.Module):

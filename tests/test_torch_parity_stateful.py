@@ -11,8 +11,13 @@ import pytest
 
 import boxwood
 import boxwood.nn as nn
+from _precision import highest_matmul_precision  # noqa: F401
 
 torch = pytest.importorskip("torch")
+
+# float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
+pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
+
 
 ATOL = 1e-5
 

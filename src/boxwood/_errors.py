@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import threading
 import warnings
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,30 +43,99 @@ _HINT = (
 )
 
 
-def raise_as_boxwood_error(error: BaseException) -> None:
+class _FailedChecks:
+    """The messages of the checks whose host callback raised, each with a serial
+    number, until a compiled call's error claims one.
+
+    The record makes the recovery of a failed check independent of how a backend
+    words its report of a failed host callback. Callbacks run on XLA's threads and
+    several threads may run compiled functions at once, so the log is guarded by a
+    lock; it keeps the newest `bound` failures (a failure under a plain `jax.jit`
+    is never claimed, and drops out). A record is claimed at most once, and only by
+    an error that names its message, or, where the caller gives the serial number
+    current when its call began (`mark`), by a report of a failed host callback
+    that arrives after it."""
+
+    def __init__(self, bound: int = 64) -> None:
+        self._lock = threading.Lock()
+        self._log: deque[tuple[int, str]] = deque(maxlen=bound)
+        self._serials = itertools.count(1)
+        self._last = 0
+
+    def record(self, message: str) -> None:
+        with self._lock:
+            self._last = next(self._serials)
+            self._log.append((self._last, message))
+
+    def mark(self) -> int:
+        return self._last  # one read of an int: atomic
+
+    def claim(self, text: str, since: int | None) -> str | None:
+        """For a `text` that reports a failed host callback: the newest recorded
+        message that it contains, else (with `since`) the newest recorded after
+        `since`; removed from the log. `None` if there is none."""
+        if "callback" not in text.lower():
+            return None
+        with self._lock:
+            found = next(
+                (r for r in reversed(self._log) if r[1] and r[1] in text), None
+            )
+            if found is None and since is not None:
+                found = next((r for r in reversed(self._log) if r[0] > since), None)
+            if found is not None:
+                self._log.remove(found)
+        return None if found is None else found[1]
+
+    def discard(self, message: str) -> None:
+        """Drop the newest record of `message` (its report was recovered)."""
+        with self._lock:
+            for record in reversed(self._log):
+                if record[1] == message:
+                    self._log.remove(record)
+                    return
+
+
+_FAILED = _FailedChecks()
+
+
+def failure_mark() -> int:
+    """The serial number of the newest failed check so far: a compiled-function
+    wrapper reads it before a call and passes it to `raise_as_boxwood_error` if the
+    call raises, so that a failure recorded during that call can be claimed even
+    when the backend's report of it carries neither the marker nor the message."""
+    return _FAILED.mark()
+
+
+def raise_as_boxwood_error(error: BaseException, since: int | None = None) -> None:
     """`filter_jit`'s hook for an exception raised by calling compiled code: when
     it reports a failed `error_if` check, raise the check's
     [`boxwood.BoxwoodRuntimeError`][] instead (`from None`, hiding XLA's long
-    report); otherwise return, and the caller re-raises `error`."""
-    found = as_boxwood_error(error)
+    report); otherwise return, and the caller re-raises `error`. `since`: the
+    `failure_mark()` read before the call, where the caller has it."""
+    found = as_boxwood_error(error, since)
     if found is not None:
         raise BoxwoodRuntimeError(str(found) + _HINT) from None
 
 
-def as_boxwood_error(error: BaseException) -> BoxwoodRuntimeError | None:
+def as_boxwood_error(
+    error: BaseException, since: int | None = None
+) -> BoxwoodRuntimeError | None:
     """The [`boxwood.BoxwoodRuntimeError`][] that a failed `error_if` check raised
     inside a compiled computation, recovered from XLA's report of it (`None` if
     `error` is not such a report).
 
     XLA re-raises an exception from a host callback as its own runtime error (a
-    `jax.errors.JaxRuntimeError`, or a `ValueError` on JAX's C++ dispatch path)
-    whose text ends with the callback's traceback; the message follows the last
-    `BoxwoodRuntimeError: `. A compiled-function wrapper can re-raise the result
+    `jax.errors.JaxRuntimeError`, or a `ValueError` on JAX's C++ dispatch path).
+    On the CPU its text ends with the callback's traceback, and the message
+    follows the last `BoxwoodRuntimeError: `. Where a backend's report lacks that
+    marker, the message is the one the failed check recorded (see
+    `_FailedChecks`). A compiled-function wrapper can re-raise the result
     `from None` to show the user's message alone.
 
     **Arguments:**
 
     - `error`: the exception raised by calling a compiled function.
+    - `since`: `failure_mark()` as read before that call, if known.
 
     **Returns:**
 
@@ -74,9 +146,38 @@ def as_boxwood_error(error: BaseException) -> BoxwoodRuntimeError | None:
     ):
         return None
     text = str(error)
-    if _MARKER not in text:
-        return None
-    return BoxwoodRuntimeError(text[text.rindex(_MARKER) + len(_MARKER) :].rstrip())
+    if _MARKER in text:
+        message = text[text.rindex(_MARKER) + len(_MARKER) :].rstrip()
+        _FAILED.discard(message)  # recovered from the report itself
+        return BoxwoodRuntimeError(message)
+    message = _FAILED.claim(text, since)
+    return None if message is None else BoxwoodRuntimeError(message)
+
+
+_TRACED = threading.local()  # `n`: raising checks this thread has traced
+
+
+def checks_traced() -> int:
+    """How many raising checks (`on_error="raise"`, predicate not known at trace
+    time) this thread has traced so far. A compiled-function wrapper compares the
+    count before and after tracing a function to learn whether its compiled code
+    holds one, and so whether to `wait_for_checks` on its results. (A check inside
+    a nested `jax.jit` that JAX had already traced is not traced again, and not
+    counted.)"""
+    return getattr(_TRACED, "n", 0)
+
+
+def wait_for_checks(result: Any) -> Any:
+    """`result`, once computed: a check that failed while computing it raises here,
+    inside the caller's `try`, not later wherever the result is first used.
+
+    Off the CPU (a GPU, a TPU) a compiled call returns before its computation has
+    run, and a failed host callback's error reaches Python only when a result is
+    waited for. On the CPU the error already arrives with the call, and this
+    returns `result` at once."""
+    if jax.default_backend() != "cpu":
+        jax.block_until_ready(result)
+    return result
 
 
 _ON_ERROR = ("raise", "nan", "breakpoint", "off")
@@ -126,7 +227,9 @@ def _raise_branch(leaves: list, index: Any, msgs: tuple) -> list:
     logging.getLogger("jax._src.callback").addFilter(_QUIET)  # once: a set
 
     def raises(i: Any) -> Any:
-        raise BoxwoodRuntimeError(msgs[int(i)])
+        message = msgs[int(i)]
+        _FAILED.record(message)
+        raise BoxwoodRuntimeError(message)
 
     return jax.pure_callback(
         raises, [_struct(x) for x in leaves], index, vmap_method="broadcast_all"
@@ -244,6 +347,8 @@ def branched_error_if(
             f"{type(x).__name__} {x!r} with none. Pass an array the computation uses."
         )
     checked = _check([leaves[i] for i in where], pred, index, msgs, on_error)
+    if on_error == "raise":
+        _TRACED.n = checks_traced() + 1
     for i, value in zip(where, checked):
         leaves[i] = value
     return treedef.unflatten(leaves)
@@ -290,7 +395,9 @@ def error_if(x: Any, pred: Any, msg: str, *, on_error: str = "default") -> Any:
 
     Inside `boxwood.filter_jit`, in eager code and for a `pred` known at trace time,
     the error is a `BoxwoodRuntimeError`. Under a plain `jax.jit` it reaches Python as
-    a `jax.errors.JaxRuntimeError` whose message contains `BoxwoodRuntimeError: <msg>`.
+    a `jax.errors.JaxRuntimeError` whose message contains `BoxwoodRuntimeError: <msg>`;
+    on a GPU or TPU, where JAX dispatches asynchronously, it arrives only where the
+    result is waited for (`jax.block_until_ready`, a conversion to NumPy).
 
     >>> import boxwood, jax, jax.numpy as jnp
     >>> @jax.jit

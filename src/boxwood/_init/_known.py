@@ -8,8 +8,10 @@ chunk kernel and multiplies on the host: the same bits as the direct call (tests
 test_init_layouts.py checks it), with no compile per shape. It recognises the
 closures JAX's factories return (`variance_scaling` and everything built on it:
 `lecun_*`, `glorot_*`, `he_*`; `normal`, `uniform`, `truncated_normal`), by their
-code object, and only in float32 and float64, where NumPy's scalar arithmetic is
-the same IEEE arithmetic as XLA's.
+code object, and only in float32 and float64. The scalar is computed with NumPy on
+the CPU backend (the same IEEE arithmetic as XLA's there) and with `jax.numpy` on
+other backends (their own `sqrt` and division, as the direct call uses); the
+multiplication of the draw by it is IEEE's everywhere.
 
 `orthogonal` is a normal draw followed by a QR decomposition, which is not
 elementwise: on the CPU backend, JAX's QR is LAPACK's `geqrf` and `orgqr` from
@@ -78,17 +80,27 @@ def _variance_scaling(c: dict, key: Any, shape: tuple, dtype: Any) -> Any:
     }.get(c["mode"])
     if denominator is None:
         return None
-    variance = np.asarray(c["scale"] / denominator(), dtype)
+    xp = _scalar_arithmetic()
+    variance = xp.asarray(c["scale"] / denominator(), dtype)
     dist = c["distribution"]
     if dist == "truncated_normal":
-        factor = np.sqrt(variance) / np.asarray(_TRUNC_STD, dtype)
+        factor = xp.sqrt(variance) / xp.asarray(_TRUNC_STD, dtype)
         return _scaled("truncated_normal", key, shape, dtype, factor, -2, 2)
     if dist == "normal":
-        return _scaled("normal", key, shape, dtype, np.sqrt(variance))
+        return _scaled("normal", key, shape, dtype, xp.sqrt(variance))
     if dist == "uniform":
-        factor = np.sqrt(np.asarray(3, dtype) * variance)
+        factor = xp.sqrt(xp.asarray(3, dtype) * variance)
         return _scaled("uniform", key, shape, dtype, factor, -1, 1.0)
     return None
+
+
+def _scalar_arithmetic() -> Any:
+    """The module that computes a variance-scaling factor as JAX's direct call does
+    on this backend: NumPy on the CPU, where XLA's scalar `sqrt` and division are
+    IEEE's correctly rounded ones as NumPy's are; `jax.numpy` elsewhere, so that
+    the factor is the backend's own (a GPU's `sqrt` or division may differ from
+    IEEE's by an ulp, and the direct call computes the factor on the GPU)."""
+    return np if jax.default_backend() == "cpu" else jnp
 
 
 def _host_qr(z: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

@@ -1,0 +1,39 @@
+"""Float32 exactness across backends.
+
+JAX's default matmul precision depends on the backend: full float32 on the CPU,
+but a GPU's default may round the operands of a matrix product to TF32 or bfloat16
+(about 1e-3 relative error). Tests whose point is that two float32 computations
+agree to a CPU-sized tolerance run under `highest` precision on every backend:
+
+    from _precision import highest_matmul_precision  # noqa: F401
+    pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
+
+On the CPU this changes nothing (its default already is full precision).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def highest_matmul_precision():
+    """Runs the test with `jax.default_matmul_precision("highest")`."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
+def on_cpu() -> bool:
+    """Whether JAX's default backend is the CPU (where the suite's float32
+    tolerances were measured)."""
+    return jax.default_backend() == "cpu"
+
+
+def reduction_atol(magnitude: float, spread: float, ulps: int = 32) -> float:
+    """An absolute tolerance for a float32 value standardised by a mean over data
+    of size `magnitude` and spread `spread`: a backend may order the sum
+    differently (a GPU reduces as a tree), which moves the mean by a few ulps of
+    `magnitude`, and standardising divides that by `spread`."""
+    return ulps * float(np.finfo(np.float32).eps) * magnitude / spread
