@@ -1,0 +1,183 @@
+"""`boxwood.internal.noinline`: the function is compiled once, as its own
+executable, called from every call site; its transforms give the same results as
+the function itself."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood as bw
+import boxwood.internal as bwi
+
+
+def _body(x):
+    for _ in range(5):
+        x = jnp.sin(x) * 1.5 + jnp.cos(x)
+    return x
+
+
+def test_body_is_not_compiled_into_the_caller():
+    traces = []
+
+    def fn(x):
+        traces.append(1)
+        return _body(x)
+
+    wrapped = bwi.noinline(fn)
+
+    @jax.jit
+    def caller(x):
+        return wrapped(x) + wrapped(2 * x) + wrapped(3 * x) + wrapped(4 * x)
+
+    x = jnp.linspace(0.0, 1.0, 3)
+    expected = sum(_body(k * x) for k in (1, 2, 3, 4))
+    np.testing.assert_allclose(caller(x), expected, rtol=1e-5)
+    # one trace for the output's shapes, one for the function's executable,
+    # whatever the number of call sites
+    assert len(traces) == 2
+    hlo = caller.lower(x).compile().as_text() or ""
+    assert "sine" not in hlo and "cosine" not in hlo
+
+    @jax.jit
+    def other_caller(x):
+        return wrapped(x) * 2
+
+    np.testing.assert_allclose(other_caller(x), 2 * _body(x), rtol=1e-5)
+    assert len(traces) == 2  # the same executable serves another caller
+
+
+def test_wrappers_sharing_abstract_fn_do_not_retrace_the_caller():
+    traces = {"f": 0, "g": 0, "caller": 0}
+
+    def abstract(_, x, y):
+        return jnp.broadcast_arrays(x, y)[0]
+
+    def f(x, y):
+        traces["f"] += 1
+        return x + y
+
+    def g(x, y):
+        traces["g"] += 1
+        return x * y
+
+    wf, wg = bwi.noinline(f, abstract), bwi.noinline(g, abstract)
+    assert jax.tree_util.tree_structure(wf) == jax.tree_util.tree_structure(wg)
+
+    @jax.jit
+    def caller(fn, x, y):
+        traces["caller"] += 1
+        return fn(x, y)
+
+    assert caller(wf, 2.0, 3.0) == 5.0
+    assert caller(wg, 2.0, 3.0) == 6.0
+    assert caller(wf, 4.0, 3.0) == 7.0
+    assert traces == {"f": 1, "g": 1, "caller": 1}
+
+
+class _Affine(bw.Module):
+    weight: jax.Array
+    bias: jax.Array
+
+    def __call__(self, x, *, power=2):
+        y = jnp.tanh(self.weight @ x + self.bias) ** power
+        return {"y": y, "count": jnp.sum(x > 0), "power": power}
+
+
+def _model():
+    weight = jnp.array([[0.5, -1.0, 0.3], [0.2, 0.4, -0.7]])
+    return _Affine(weight, jnp.array([0.1, -0.2]))
+
+
+def _loss(call, model, x):
+    out = call(model, x)
+    return jnp.sum(out["y"] * x[:2]) + out["count"].astype(x.dtype)
+
+
+def _direct(model, x):
+    return model(x, power=3)
+
+
+def _wrapped(model, x):
+    return bwi.noinline(model)(x, power=3)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_transforms_match_the_function(jit):
+    model, x = _model(), jnp.array([0.3, -0.8, 1.1])
+    xs = jnp.stack([x, 2 * x, -x], axis=1)  # batched along axis 1
+    cases = {
+        "call": lambda c: c(model, x)["y"],
+        "jvp": lambda c: jax.jvp(lambda v: c(model, v)["y"], (x,), (x + 1,)),
+        "grad_x": lambda c: jax.grad(lambda v: _loss(c, model, v))(x),
+        "grad_fn": lambda c: bw.filter_grad(lambda m: _loss(c, m, x))(model),
+        "hessian": lambda c: jax.hessian(lambda v: _loss(c, model, v))(x),
+        "vmap": lambda c: jax.vmap(lambda v: c(model, v)["y"], 1)(xs),
+        "vmap_grad": lambda c: jax.vmap(jax.grad(lambda v: _loss(c, model, v)), 1)(xs),
+        "grad_vmap": lambda c: jax.grad(
+            lambda v: jnp.sum(jax.vmap(lambda u: c(model, u)["y"], 1)(v) ** 2)
+        )(xs),
+    }
+    for name, case in cases.items():
+        run = jax.jit(case, static_argnums=0) if jit else case
+        expected = run(_direct)
+        got = run(_wrapped)
+        for e, g in zip(
+            jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)
+        ):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=name)
+    out = _wrapped(model, x)
+    assert out["power"] == 3 and out["count"].dtype == jnp.int32
+
+
+def test_vmap_over_the_wrapper_itself_is_refused():
+    wrapped = bwi.noinline(lambda x: x + 1)
+    stacked = jax.tree_util.tree_map(lambda leaf: np.stack([leaf, leaf]), wrapped)
+    with pytest.raises(ValueError, match="ticket leaf"):
+        jax.vmap(lambda f, x: f(x))(stacked, jnp.ones(2))
+
+
+def test_wrong_abstract_fn_is_reported():
+    wrapped = bwi.noinline(lambda x: (x, x), abstract_fn=lambda _, x: x)
+    with pytest.raises(ValueError, match="abstract evaluation gave"):
+        wrapped(jnp.ones(2))
+
+
+def test_changed_ticket_is_reported():
+    wrapped = bwi.noinline(lambda x: x + 1)
+    broken = bw.tree_at(lambda w: w.ticket, wrapped, np.array(10**8, dtype=np.int32))
+    with pytest.raises(ValueError, match="not the ticket of a wrapped function"):
+        broken(jnp.ones(2))
+
+
+def test_direct_transpose_is_refused():
+    wrapped = bwi.noinline(jnp.sin)
+    with pytest.raises(NotImplementedError, match="transposed directly"):
+        jax.linear_transpose(wrapped, jnp.ones(2))(jnp.ones(2))
+
+
+_SHARDED = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+import boxwood.internal as bwi
+
+wrapped = bwi.noinline(lambda x: jnp.sin(x) * 2)
+mesh = jax.make_mesh((2,), ("d",))
+x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, PartitionSpec("d")))
+out = jax.jit(lambda v: wrapped(v) + 1)(x)
+np.testing.assert_allclose(out, np.sin(np.arange(8.0)) * 2 + 1, rtol=1e-6)
+print("ok", len(jax.devices()))
+"""
+
+
+def test_program_over_several_devices():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    done = subprocess.run(
+        [sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["ok", "2"]
