@@ -49,7 +49,7 @@ def test_unsupported_model_type_lists_supported(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(
         bm.ConfigError,
-        match=r"config.json: `model_type` = 't5' .* supported: bert, gpt2, llama, vit",
+        match=r"config.json: `model_type` = 't5' .* supported: bert, gemma, gpt2, llama, mistral, qwen2, vit",
     ):
         bm.from_pretrained(tmp_path)
 
@@ -83,10 +83,10 @@ def test_unsupported_value_is_named(gpt2_dir, tmp_path):
     ):
         bm.GPT2Config.from_dict({"activation_function": "mish"})
     with pytest.raises(
-        bm.ConfigError, match="`rope_parameters` = .*linear.* only the default RoPE"
+        bm.ConfigError, match="`rope_parameters`: `rope_type` = 'yarn' is not supported"
     ):
         bm.LlamaConfig.from_dict(
-            {"rope_parameters": {"rope_type": "linear", "factor": 2.0}}
+            {"rope_parameters": {"rope_type": "yarn", "factor": 2.0}}
         )
     with pytest.raises(
         bm.ConfigError,
@@ -130,6 +130,45 @@ def test_bad_input_ids(gpt2_dir):
         match="`input_ids` has 65 tokens, more than the model's 64 positions",
     ):
         model(jnp.zeros(65, jnp.int32))
+
+
+@pytest.mark.parametrize("bad", [97, 600, -1])
+def test_out_of_vocabulary_ids_raise_eagerly(gpt2_dir, bad):
+    model = bm.from_pretrained(gpt2_dir)
+    match = (
+        r"GPT2LMHeadModel: `input_ids` must hold token ids from 0 to 96 \(the "
+        rf"vocabulary has 97 tokens, `vocab_size` in the config\); got {bad} at "
+        r"position 1 \(1 out of range"
+    )
+    with pytest.raises(ValueError, match=match):
+        model(jnp.asarray([3, bad, 5]))
+    model(jnp.asarray([0, 96]))  # both ends of the vocabulary are fine
+
+
+@pytest.mark.parametrize("bad", [97, -1])
+def test_out_of_vocabulary_ids_raise_under_jit(gpt2_dir, bad):
+    model = bm.from_pretrained(gpt2_dir)
+    call = boxwood.filter_jit(lambda m, ids: m(ids))
+    with pytest.raises(
+        boxwood.BoxwoodRuntimeError,
+        match=r"GPT2LMHeadModel: `input_ids` must hold token ids from 0 to 96 "
+        r"\(the vocabulary has 97 tokens.*got an id outside that range",
+    ):
+        call(model, jnp.asarray([3, bad, 5])).block_until_ready()
+    assert call(model, jnp.asarray([0, 96])).shape == (2, 97)
+
+
+@pytest.mark.parametrize("kind", ["llama", "bert"])
+def test_out_of_vocabulary_ids_other_families(kind, tmp_path):
+    save_tiny(kind, tmp_path)
+    model = bm.from_pretrained(tmp_path)
+    name = type(model).__name__
+    with pytest.raises(ValueError, match=f"{name}: `input_ids` must hold token ids"):
+        model(jnp.asarray([3, 97]))
+    with pytest.raises(
+        boxwood.BoxwoodRuntimeError, match=f"{name}: `input_ids` must hold token ids"
+    ):
+        boxwood.filter_jit(lambda m, ids: m(ids))(model, jnp.asarray([-1, 3]))
 
 
 def test_bad_bert_and_vit_inputs(tmp_path):

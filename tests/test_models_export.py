@@ -11,6 +11,10 @@ import pytest
 import boxwood
 import boxwood.models as bm
 from _hf_models import token_ids, torch, transformers
+from _precision import highest_matmul_precision  # noqa: F401
+
+# float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
+pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
 
 TOL = 1e-4
 

@@ -9,7 +9,11 @@ import pytest
 import boxwood
 import boxwood.models as bm
 from _hf_models import save_tiny, token_ids, torch
+from _precision import highest_matmul_precision  # noqa: F401
 from boxwood.models._generate import _decode, bucket
+
+# float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
+pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
@@ -101,6 +105,37 @@ def test_generate_errors(pair):
         bm.generate(model, ids[None], 3)
     with pytest.raises(TypeError, match="takes a causal language model"):
         bm.generate(object(), ids, 3)
+
+
+def test_sampling_argument_errors(pair):
+    model, _ = pair
+    ids = jnp.asarray(token_ids(0, (4,)))
+    key = jax.random.key(0)
+    with pytest.raises(
+        ValueError,
+        match=r"`top_k` = 98 is larger than the vocabulary \(97 tokens\); give at most 97",
+    ):
+        bm.generate(model, ids, 3, key=key, temperature=1.0, top_k=98)
+    with pytest.raises(ValueError, match="`top_k` must be at least 1, got 0"):
+        bm.generate(model, ids, 3, key=key, temperature=1.0, top_k=0)
+    with pytest.raises(TypeError, match="`top_k` must be an int, got 2.5"):
+        bm.generate(model, ids, 3, key=key, temperature=1.0, top_k=2.5)
+    for bad in (-0.5, float("nan"), float("inf")):
+        with pytest.raises(
+            ValueError, match="`temperature` must be 0 .* or a positive finite"
+        ):
+            bm.generate(model, ids, 3, key=key, temperature=bad)
+    with pytest.raises(TypeError, match="`temperature` must be a number"):
+        bm.generate(model, ids, 3, key=key, temperature="hot")
+    with pytest.raises(TypeError, match="`max_new_tokens` must be an int, got True"):
+        bm.generate(model, ids, True)
+    with pytest.raises(
+        ValueError, match="`input_ids` must hold token ids from 0 to 96.*got 97 at"
+    ):
+        bm.generate(model, jnp.asarray([5, 97]), 3)
+    # the largest valid `top_k` still samples
+    out = bm.generate(model, ids, 2, key=key, temperature=1.0, top_k=97)
+    assert out.shape == (6,)
 
 
 def test_bucket_is_capped_by_the_position_table():

@@ -10,6 +10,12 @@ from ._gpt2 import GPT2Config as GPT2Config
 from ._gpt2 import GPT2LMHeadModel as GPT2LMHeadModel
 from ._llama import LlamaConfig as LlamaConfig
 from ._llama import LlamaForCausalLM as LlamaForCausalLM
+from ._llama_variants import GemmaConfig as GemmaConfig
+from ._llama_variants import GemmaForCausalLM as GemmaForCausalLM
+from ._llama_variants import MistralConfig as MistralConfig
+from ._llama_variants import MistralForCausalLM as MistralForCausalLM
+from ._llama_variants import Qwen2Config as Qwen2Config
+from ._llama_variants import Qwen2ForCausalLM as Qwen2ForCausalLM
 from ._pretrained import save_pretrained as save_pretrained
 from ._sharding_rules import sharding_rules as sharding_rules
 from ._vit import ViTConfig as ViTConfig

@@ -12,12 +12,21 @@ from ._checkpoint_files import config_path
 from ._config import ConfigError, read_json
 from ._gpt2 import GPT2LMHeadModel
 from ._llama import LlamaForCausalLM
+from ._llama_variants import GemmaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from ._vit import ViTForImageClassification
 
 
 def pretrained_classes() -> dict[str, type]:
     """The model classes by `model_type`."""
-    classes = (GPT2LMHeadModel, LlamaForCausalLM, BertModel, ViTForImageClassification)
+    classes = (
+        GPT2LMHeadModel,
+        LlamaForCausalLM,
+        MistralForCausalLM,
+        Qwen2ForCausalLM,
+        GemmaForCausalLM,
+        BertModel,
+        ViTForImageClassification,
+    )
     return {c.config_class.model_type: c for c in classes}
 
 
@@ -28,8 +37,8 @@ def from_pretrained(
     from `config.json`'s `model_type`.
 
     Reads files only; never uses the network. See `GPT2LMHeadModel.from_pretrained`
-    for the arguments; the supported `model_type`s are `gpt2`, `llama` (and
-    Llama-shaped `mistral`), `bert` and `vit`.
+    for the arguments; the supported `model_type`s are `gpt2`, `llama`,
+    `mistral`, `qwen2`, `gemma`, `bert` and `vit`.
 
     **Raises:** `boxwood.models.ConfigError` naming the file when there is no
     `config.json` or its `model_type` is not supported (listing those that are).
@@ -39,8 +48,6 @@ def from_pretrained(
     options = read_json(cfg_file)
     classes = pretrained_classes()
     model_type = options.get("model_type")
-    if model_type == "mistral":
-        model_type = "llama"
     if model_type not in classes:
         raise ConfigError(
             f"{cfg_file}: `model_type` = {model_type!r} is not one boxwood has; "

@@ -13,6 +13,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._init import split_keys
 from .._module import Module, field
 from ..nn import Embedding, LayerNorm, Linear, MultiheadAttention
+from ._checkpoint_files import FileLayout
 from ._config import ConfigError, ModelConfig, false_or_unset
 from ._layers import activation, check_input_ids, supported_activation
 from ._pretrained import Pretrained
@@ -137,12 +138,14 @@ class BertModel(Pretrained):
     attention projections are a [`boxwood.nn.MultiheadAttention`][] (renamed on
     load and export: `encoder.layer.0.attention.attn.query_proj` is the file's
     `encoder.layer.0.attention.self.query`). Checkpoints of `BertFor...` heads
-    (names starting `bert.`) load too; their head weights are skipped.
+    (names starting `bert.`, with `LayerNorm.gamma`/`beta` in older files) load
+    too; their head weights are skipped. A file without a pooler (`BertForMaskedLM`,
+    `BertForTokenClassification`) loads with `pooler` `None`.
     """
 
     embeddings: BertEmbeddings
     encoder: BertEncoder
-    pooler: Linear
+    pooler: Linear | None
     config: BertConfig = field(static=True)
 
     config_class: ClassVar[type] = BertConfig
@@ -155,7 +158,20 @@ class BertModel(Pretrained):
         (r"\.output_norm\.", ".output.LayerNorm."),
         (r"^pooler\.", "pooler.dense."),
     )
-    OPTIONAL_PREFIX: ClassVar[str | None] = "bert."
+    # `BertFor...` files prefix the body with `bert.`; older ones (as the Hub's
+    # `bert-base-uncased`) name LayerNorm parameters `gamma`/`beta`.
+    LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (
+        FileLayout(
+            "`BertFor...` (`bert.` prefix, `LayerNorm.gamma`/`beta`)",
+            (
+                (r"^bert\.", ""),
+                (r"\.LayerNorm\.gamma$", ".LayerNorm.weight"),
+                (r"\.LayerNorm\.beta$", ".LayerNorm.bias"),
+            ),
+        ),
+    )
+    # `BertForMaskedLM` and `BertForTokenClassification` files have no pooler.
+    OPTIONAL_PARTS: ClassVar[tuple[str, ...]] = ("pooler",)
     DROPPED: ClassVar[str | None] = (
         r"embeddings\.position_ids|cls\..*|classifier\..*|qa_outputs\..*"
     )
@@ -191,7 +207,10 @@ class BertModel(Pretrained):
 
         **Returns:** the last hidden state, `(seq, hidden_size)`.
         """
-        check_input_ids("BertModel", input_ids, self.config.max_position_embeddings)
+        c = self.config
+        input_ids = check_input_ids(
+            "BertModel", input_ids, c.max_position_embeddings, c.vocab_size
+        )
         seq = input_ids.shape[0]
         token_type_ids = _ids_like("token_type_ids", token_type_ids, seq, 0)
         attention_mask = _ids_like("attention_mask", attention_mask, seq, 1)
@@ -204,7 +223,18 @@ class BertModel(Pretrained):
     def pooled(
         self, hidden: Float[Array, "seq hidden_size"]
     ) -> Float[Array, " hidden_size"]:
-        """BERT's pooled output: `tanh(pooler(hidden[0]))` of the last hidden state."""
+        """BERT's pooled output: `tanh(pooler(hidden[0]))` of the last hidden state.
+
+        **Raises:** `ValueError` if the model was loaded from a checkpoint without a
+        pooler (`BertForMaskedLM` and `BertForTokenClassification` files have none).
+        """
+        if self.pooler is None:
+            raise ValueError(
+                "BertModel.pooled: this model's checkpoint had no pooler "
+                "(`pooler.dense.*`; `BertForMaskedLM` and `BertForTokenClassification` "
+                "files have none), so it has no pooled output. Use the last hidden "
+                "state (`model(input_ids)`), or a checkpoint with a pooler."
+            )
         return jnp.tanh(self.pooler(hidden[0]))
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Any
@@ -87,3 +88,48 @@ def floating_dtype(tensors: dict[str, Any]) -> Any:
         if np.issubdtype(tensor.dtype, np.floating) or tensor.dtype.name == "bfloat16":
             return tensor.dtype
     return np.dtype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileLayout:
+    """One way a published file names a model's tensors: `rewrites` are `(pattern,
+    replacement)` pairs of `re.sub`, applied in order, that turn each of the file's
+    names into the name `save_pretrained` gives the same tensor (a name no pattern
+    matches is kept as it is)."""
+
+    description: str
+    rewrites: tuple[tuple[str, str], ...] = ()
+
+    def standard_name(self, name: str) -> str:
+        for pattern, replacement in self.rewrites:
+            name = re.sub(pattern, replacement, name)
+        return name
+
+    def apply(self, tensors: dict[str, Any]) -> dict[str, Any] | None:
+        """`tensors` under their `save_pretrained` names; `None` if two of them
+        would get one name (the file is not in this layout)."""
+        out = {self.standard_name(name): t for name, t in tensors.items()}
+        return out if len(out) == len(tensors) else None
+
+
+SAVE_PRETRAINED = FileLayout("`save_pretrained`")
+
+
+def standard_tensors(
+    tensors: dict[str, Any], expected: set[str], layouts: tuple[FileLayout, ...]
+) -> dict[str, Any]:
+    """The file's tensors under their `save_pretrained` names, read with the layout
+    (`save_pretrained`'s own first, then `layouts`) under which most of the
+    `expected` names are found; the first such layout on a tie, so a file that
+    fits none is reported against `save_pretrained`'s names."""
+    best, best_found = tensors, -1
+    for layout in (SAVE_PRETRAINED, *layouts):
+        renamed = layout.apply(tensors)
+        if renamed is None:
+            continue
+        found = len(expected.intersection(renamed))
+        if found > best_found:
+            best, best_found = renamed, found
+        if found == len(expected):
+            break
+    return best

@@ -62,9 +62,10 @@ def generate(
             f"`generate` takes a causal language model (GPT2LMHeadModel, "
             f"LlamaForCausalLM), got {name}."
         )
-    check_input_ids(name, input_ids, None)
+    vocab_size = model.config.vocab_size
+    check_input_ids(name, input_ids, None, vocab_size)
     max_new_tokens = _positive_int("max_new_tokens", max_new_tokens)
-    greedy = _check_sampling(temperature, top_k, key)
+    greedy = _check_sampling(temperature, top_k, key, vocab_size)
     length = int(jnp.shape(input_ids)[0])
     if length == 0:
         raise ValueError("`generate`: `input_ids` is empty; give at least one token.")
@@ -88,6 +89,8 @@ def generate(
 
 def _positive_int(name: str, value: Any) -> int:
     try:
+        if isinstance(value, bool):  # an int to Python, but never meant as a count
+            raise TypeError
         value = operator.index(value)
     except TypeError:
         raise TypeError(
@@ -98,13 +101,24 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _check_sampling(temperature: Any, top_k: Any, key: Any) -> bool:
-    if not temperature >= 0:
-        raise ValueError(
-            f"`generate`: `temperature` must be >= 0, got {temperature!r}."
+def _check_sampling(temperature: Any, top_k: Any, key: Any, vocab_size: int) -> bool:
+    if isinstance(temperature, bool) or not isinstance(
+        temperature, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(
+            "`generate`: `temperature` must be a number (0 for greedy decoding), "
+            f"got {temperature!r}."
         )
-    if top_k is not None:
-        _positive_int("top_k", top_k)
+    if not 0 <= temperature < float("inf"):
+        raise ValueError(
+            "`generate`: `temperature` must be 0 (greedy decoding) or a positive "
+            f"finite number (sampling), got {temperature!r}."
+        )
+    if top_k is not None and _positive_int("top_k", top_k) > vocab_size:
+        raise ValueError(
+            f"`generate`: `top_k` = {top_k} is larger than the vocabulary "
+            f"({vocab_size} tokens); give at most {vocab_size}, or `None` for all."
+        )
     greedy = temperature == 0
     if not greedy and key is None:
         raise ValueError("`generate`: sampling (`temperature > 0`) needs `key=`.")

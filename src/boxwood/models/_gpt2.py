@@ -13,6 +13,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._init import split_keys
 from .._module import Module, field
 from ..nn import Embedding, LayerNorm, State, StateIndex
+from ._checkpoint_files import FileLayout
 from ._config import ConfigError, ModelConfig, false_or_unset
 from ._layers import (
     ACTIVATION_NAMES,
@@ -188,6 +189,15 @@ class GPT2LMHeadModel(Pretrained):
     config: GPT2Config = field(static=True)
 
     config_class: ClassVar[type] = GPT2Config
+    # The Hub's `gpt2` file names the body's tensors without `transformer.` and
+    # stores the attention's causal-mask buffers (`attn.bias`, `attn.masked_bias`).
+    LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (
+        FileLayout(
+            "GPT-2 body (names without `transformer.`)",
+            ((r"^(wte|wpe|h|ln_f)\.", r"transformer.\1."),),
+        ),
+    )
+    DROPPED: ClassVar[str | None] = r"transformer\.h\.\d+\.attn\.(bias|masked_bias)"
 
     def __init__(self, config: GPT2Config, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:**
@@ -209,7 +219,10 @@ class GPT2LMHeadModel(Pretrained):
     def decode(self, input_ids: Array, state: State | None, start: Any) -> tuple:
         """Logits for `input_ids` at positions `start, start+1, ...`, reading and
         updating the key/value cache in `state` (from `init_cache`)."""
-        check_input_ids("GPT2LMHeadModel", input_ids, self.config.n_positions)
+        c = self.config
+        input_ids = check_input_ids(
+            "GPT2LMHeadModel", input_ids, c.n_positions, c.vocab_size
+        )
         x, state = self.transformer(input_ids, state, start)
         return x @ self.transformer.wte.weight.T, state
 

@@ -7,10 +7,13 @@ import math
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .._errors import error_if
 from ..nn import RotaryPositionalEmbedding, State, StateIndex
 from ..nn._state import _make_index
 
@@ -36,8 +39,12 @@ def supported_activation(value: Any) -> bool:
     return value in _ACTIVATIONS
 
 
-def check_input_ids(model: str, input_ids: Any, max_length: int | None) -> None:
-    """`input_ids` must be a 1-D integer array no longer than the position table."""
+def check_input_ids(
+    model: str, input_ids: Any, max_length: int | None, vocab_size: int | None = None
+) -> Any:
+    """`input_ids` must be a 1-D integer array no longer than the position table,
+    of ids in `[0, vocab_size)`. Returns `input_ids`: under a trace the id check
+    is attached to the returned array (`boxwood.error_if`), so use it."""
     dtype = jnp.result_type(input_ids)
     if not jnp.issubdtype(dtype, jnp.integer):
         raise TypeError(
@@ -57,15 +64,38 @@ def check_input_ids(model: str, input_ids: Any, max_length: int | None) -> None:
             f"{max_length} positions (`max_position_embeddings`/`n_positions` in its "
             "config)."
         )
+    if vocab_size is None:
+        return input_ids
+    return _ids_in_vocabulary(model, input_ids, vocab_size)
 
 
-def rope_at(
-    x: Float[Array, "seq heads dim"], positions: Int[Array, " seq"], theta: float
-) -> Float[Array, "seq heads dim"]:
-    """`x`'s heads rotated for the given positions ("rotate half" convention, as
-    [`boxwood.nn.RotaryPositionalEmbedding`][] and Hugging Face's Llama)."""
-    dim = x.shape[-1]
-    freqs = 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+def _ids_in_vocabulary(model: str, input_ids: Any, vocab_size: int) -> Any:
+    """Without this check an id past the table would read its last row (JAX clamps
+    gathers) and a negative one would wrap around."""
+    rule = (
+        f"{model}: `input_ids` must hold token ids from 0 to {vocab_size - 1} (the "
+        f"vocabulary has {vocab_size} tokens, `vocab_size` in the config)"
+    )
+    if isinstance(input_ids, jax.core.Tracer):
+        outside = (input_ids < 0) | (input_ids >= vocab_size)
+        return error_if(input_ids, outside, f"{rule}; got an id outside that range.")
+    ids = np.asarray(input_ids)
+    outside = np.flatnonzero((ids < 0) | (ids >= vocab_size))
+    if outside.size:
+        i = int(outside[0])
+        raise ValueError(
+            f"{rule}; got {int(ids[i])} at position {i} ({outside.size} out of range "
+            "in all)."
+        )
+    return input_ids
+
+
+def rope_at(x: Array, positions: Array, frequencies: Any) -> Array:
+    """`x`'s heads `(seq, heads, dim)` rotated for the given `(seq,)` positions
+    ("rotate half" convention, as [`boxwood.nn.RotaryPositionalEmbedding`][] and
+    Hugging Face's Llama), channel pair `i` at angle `position * frequencies[i]`
+    (`(dim // 2,)`, from `_rope_scaling.inverse_frequencies`)."""
+    freqs = jnp.asarray(frequencies, jnp.float32)
     angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]
     cos = jnp.tile(jnp.cos(angles), (1, 2))[:, None, :]
     sin = jnp.tile(jnp.sin(angles), (1, 2))[:, None, :]
@@ -78,8 +108,10 @@ def causal_attention(
     k: Float[Array, "kv_seq kv_heads dim"],
     v: Float[Array, "kv_seq kv_heads dim"],
     q_positions: Int[Array, " q_seq"],
+    window: int | None = None,
 ) -> Float[Array, "q_seq heads dim"]:
-    """Attention of each query to the keys at positions up to its own.
+    """Attention of each query to the keys at positions up to its own (and, with a
+    sliding `window`, after `position - window`: the last `window` positions).
 
     Key `j` holds position `j`; with grouped-query attention each key/value head
     serves `heads // kv_heads` consecutive query heads. Softmax in float32.
@@ -88,7 +120,10 @@ def causal_attention(
     kv_heads = k.shape[1]
     q = q.reshape(seq, kv_heads, heads // kv_heads, dim).astype(jnp.float32)
     logits = jnp.einsum("qhgd,khd->hgqk", q, k.astype(jnp.float32)) / math.sqrt(dim)
-    allowed = jnp.arange(k.shape[0])[None, :] <= q_positions[:, None]
+    distance = q_positions[:, None] - jnp.arange(k.shape[0])[None, :]
+    allowed = distance >= 0
+    if window is not None:
+        allowed = allowed & (distance < window)
     logits = jnp.where(allowed[None, None], logits, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(logits, axis=-1)
     out = jnp.einsum("hgqk,khd->qhgd", weights, v.astype(jnp.float32))
@@ -102,16 +137,18 @@ def attend_with_cache(
     k: Array,
     v: Array,
     start: Any,
+    window: int | None = None,
 ) -> tuple[Array, State | None]:
     """Causal attention for new tokens at positions `start, start+1, ...`.
 
     Without a `state`, the keys are the new tokens' own (and `start` must be 0).
     With one, the new keys and values are written into the cache at `start` first,
-    and the queries attend over the whole cache (later slots are masked).
+    and the queries attend over the whole cache (later slots are masked, and with
+    a sliding `window` the slots at or before `position - window` too).
     """
     positions = start + jnp.arange(q.shape[0])
     if state is None:
-        return causal_attention(q, k, v, positions), None
+        return causal_attention(q, k, v, positions, window), None
     cache_k, cache_v = state.get(index)
     cache_k = jax.lax.dynamic_update_slice_in_dim(
         cache_k, k.astype(cache_k.dtype), start, 0
@@ -119,7 +156,7 @@ def attend_with_cache(
     cache_v = jax.lax.dynamic_update_slice_in_dim(
         cache_v, v.astype(cache_v.dtype), start, 0
     )
-    out = causal_attention(q, cache_k, cache_v, positions)
+    out = causal_attention(q, cache_k, cache_v, positions, window)
     return out, state.set(index, (cache_k, cache_v))
 
 

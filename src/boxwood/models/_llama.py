@@ -1,10 +1,14 @@
-"""Llama (`LlamaForCausalLM`, also Mistral-shaped configs): RMSNorm, rotary
-positions, grouped-query attention, SwiGLU, tied or untied output embedding."""
+"""Llama (`LlamaForCausalLM`): RMSNorm, rotary positions (optionally scaled),
+grouped-query attention (optionally over a sliding window), SwiGLU, tied or
+untied output embedding. The hooks of `LlamaConfig` (`projection_biases`,
+`layer_windows`, `embedding_scale`, `norm_adds_one`) let the variants of
+`_llama_variants.py` (Mistral, Qwen2, Gemma) reuse these layers."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -24,15 +28,13 @@ from ._layers import (
     supported_activation,
 )
 from ._pretrained import Pretrained
-
-
-def _default_rope(value: Any) -> bool:
-    if value is None:
-        return True
-    return isinstance(value, dict) and value.get("rope_type", value.get("type")) in (
-        None,
-        "default",
-    )
+from ._rope_scaling import (
+    Scaling,
+    inverse_frequencies,
+    normalise_scaling,
+    read_rope,
+    scaling_dict,
+)
 
 
 def _one(value: Any) -> bool:
@@ -41,8 +43,13 @@ def _one(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class LlamaConfig(ModelConfig):
-    """The options of a Llama (or Mistral) `config.json` that boxwood implements
-    (names and defaults as in `transformers.LlamaConfig`)."""
+    """The options of a Llama `config.json` that boxwood implements (names and
+    defaults as in `transformers.LlamaConfig`).
+
+    `rope_scaling` holds the RoPE scaling (`linear` or `llama3`) as sorted
+    `(key, value)` pairs, or `None`; a dict is accepted too. In `config.json` it is
+    read from, and written as, `rope_parameters` (or the older `rope_scaling`).
+    """
 
     vocab_size: int = 32000
     hidden_size: int = 4096
@@ -58,6 +65,7 @@ class LlamaConfig(ModelConfig):
     attention_bias: bool = False
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
+    rope_scaling: Scaling | Mapping[str, Any] = None  # kept as `Scaling`
 
     model_type: ClassVar[str] = "llama"
     architecture: ClassVar[str] = "LlamaForCausalLM"
@@ -66,18 +74,24 @@ class LlamaConfig(ModelConfig):
         {"attention_dropout", "pretraining_tp"}
     )
     REQUIRED: ClassVar[dict] = {
-        "rope_scaling": (_default_rope, "only `null` (no RoPE scaling)"),
-        "sliding_window": (lambda v: v is None, "only `null` (full attention)"),
+        "sliding_window": (
+            lambda v: v is None,
+            "only `null` (full attention; boxwood.models.MistralForCausalLM "
+            "reads Mistral's sliding window)",
+        ),
         "num_experts": (_one, "only dense models"),
     }
 
+    def __post_init__(self) -> None:
+        if isinstance(self.rope_scaling, Mapping):
+            scaling = normalise_scaling(self.rope_scaling, "`rope_scaling`")
+            object.__setattr__(self, "rope_scaling", scaling)
+
     @classmethod
-    def from_dict(cls, options: Any, source: str = "") -> LlamaConfig:
+    def from_dict(cls, options: Any, source: str = "") -> Any:
         options = dict(options)
-        rope = options.pop("rope_parameters", None)
-        if rope is not None:
-            _require_default_rope(rope, source)
-            options.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
+        theta, scaling = read_rope(options, 10000.0, f"{source}: " if source else "")
+        options["rope_theta"], options["rope_scaling"] = theta, scaling
         return super().from_dict(options, source)
 
     def validate(self, where: str) -> None:
@@ -99,22 +113,31 @@ class LlamaConfig(ModelConfig):
     def dim(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
+    @property
+    def projection_biases(self) -> tuple[bool, bool]:
+        """Whether q/k/v and the attention output have biases."""
+        return self.attention_bias, self.attention_bias
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding attention window (`None`: full causal attention)."""
+        return (None,) * self.num_hidden_layers
+
+    @property
+    def embedding_scale(self) -> float | None:
+        """What the token embeddings are multiplied by (`None`: nothing)."""
+        return None
+
+    @property
+    def norm_adds_one(self) -> bool:
+        """Whether the RMSNorms multiply by `1 + weight` (Gemma) or `weight`."""
+        return False
+
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        out["rope_parameters"] = {
-            "rope_type": "default",
-            "rope_theta": out.pop("rope_theta"),
-        }
+        theta, scaling = out.pop("rope_theta"), self.rope_scaling
+        out.pop("rope_scaling")
+        out["rope_parameters"] = scaling_dict(theta, cast(Scaling, scaling))
         return out
-
-
-def _require_default_rope(rope: Any, source: str) -> None:
-    if not _default_rope(rope):
-        raise ConfigError(
-            f"{source}: the option `rope_parameters` = {rope!r} is not supported by "
-            "boxwood.models.LlamaForCausalLM: it supports only the default RoPE "
-            "(`rope_type` = 'default')."
-        )
 
 
 class LlamaAttention(Module):
@@ -129,19 +152,31 @@ class LlamaAttention(Module):
     v_proj: Linear
     o_proj: Linear
     theta: float = field(static=True)  # the RoPE base
+    rope_scaling: Scaling = field(static=True)
+    sliding_window: int | None = field(static=True)  # `None`: full attention
     cache: StateIndex
 
-    def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
+    def __init__(
+        self,
+        config: LlamaConfig,
+        dtype: Any,
+        window: int | None = None,
+        *,
+        key: PRNGKeyArray,
+    ):
         kq, kk, kv, ko = split_keys(key, 4)
-        d, hd, bias = config.hidden_size, config.dim, config.attention_bias
+        d, hd = config.hidden_size, config.dim
+        qkv_bias, o_bias = config.projection_biases
         heads, kv_heads = config.num_attention_heads, config.kv_heads
-        self.q_proj = Linear(d, heads * hd, use_bias=bias, dtype=dtype, key=kq)
-        self.k_proj = Linear(d, kv_heads * hd, use_bias=bias, dtype=dtype, key=kk)
-        self.v_proj = Linear(d, kv_heads * hd, use_bias=bias, dtype=dtype, key=kv)
-        self.o_proj = Linear(heads * hd, d, use_bias=bias, dtype=dtype, key=ko)
+        self.q_proj = Linear(d, heads * hd, use_bias=qkv_bias, dtype=dtype, key=kq)
+        self.k_proj = Linear(d, kv_heads * hd, use_bias=qkv_bias, dtype=dtype, key=kk)
+        self.v_proj = Linear(d, kv_heads * hd, use_bias=qkv_bias, dtype=dtype, key=kv)
+        self.o_proj = Linear(heads * hd, d, use_bias=o_bias, dtype=dtype, key=ko)
         self.cache = empty_cache_index()
         self.num_heads, self.kv_heads = heads, kv_heads
         self.theta = float(config.rope_theta)
+        self.rope_scaling = cast(Scaling, config.rope_scaling)  # normalised
+        self.sliding_window = window
 
     def __call__(self, x: Array, state: State | None, start: Any) -> tuple:
         seq = x.shape[0]
@@ -149,8 +184,11 @@ class LlamaAttention(Module):
         k = jax.vmap(self.k_proj)(x).reshape(seq, self.kv_heads, -1)
         v = jax.vmap(self.v_proj)(x).reshape(seq, self.kv_heads, -1)
         positions = start + jnp.arange(seq)
-        q, k = rope_at(q, positions, self.theta), rope_at(k, positions, self.theta)
-        out, state = attend_with_cache(self.cache, state, q, k, v, start)
+        freqs = inverse_frequencies(q.shape[-1], self.theta, self.rope_scaling)
+        q, k = rope_at(q, positions, freqs), rope_at(k, positions, freqs)
+        out, state = attend_with_cache(
+            self.cache, state, q, k, v, start, self.sliding_window
+        )
         return jax.vmap(self.o_proj)(out.reshape(seq, -1)), state
 
 
@@ -173,20 +211,48 @@ class LlamaMLP(Module):
         return jax.vmap(self.down_proj)(gate * jax.vmap(self.up_proj)(x))
 
 
+class GemmaRMSNorm(Module):
+    """Gemma's RMSNorm: `x / sqrt(mean(x**2) + eps) * (1 + weight)`, computed in
+    float32 and returned in `x`'s dtype. The checkpoint stores the offset from
+    one (`weight`, zeros at initialisation)."""
+
+    weight: Array
+    eps: float = field(static=True)
+
+    def __init__(self, size: int, eps: float, dtype: Any):
+        self.weight = jnp.zeros((size,), dtype)
+        self.eps = eps
+
+    def __call__(self, x: Float[Array, " size"]) -> Float[Array, " size"]:
+        wide = x.astype(jnp.float32)
+        scaled = wide * jax.lax.rsqrt(jnp.mean(wide * wide) + self.eps)
+        return (scaled * (1.0 + self.weight.astype(jnp.float32))).astype(x.dtype)
+
+
+def _norm(config: LlamaConfig, dtype: Any) -> RMSNorm | GemmaRMSNorm:
+    if config.norm_adds_one:
+        return GemmaRMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
+    return RMSNorm(config.hidden_size, config.rms_norm_eps, use_bias=False, dtype=dtype)
+
+
 class LlamaDecoderLayer(Module):
-    input_layernorm: RMSNorm
+    input_layernorm: RMSNorm | GemmaRMSNorm
     self_attn: LlamaAttention
-    post_attention_layernorm: RMSNorm
+    post_attention_layernorm: RMSNorm | GemmaRMSNorm
     mlp: LlamaMLP
 
-    def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
+    def __init__(
+        self,
+        config: LlamaConfig,
+        dtype: Any,
+        window: int | None = None,
+        *,
+        key: PRNGKeyArray,
+    ):
         k1, k2 = split_keys(key, 2)
-        norm = lambda: RMSNorm(
-            config.hidden_size, config.rms_norm_eps, use_bias=False, dtype=dtype
-        )
-        self.input_layernorm = norm()
-        self.self_attn = LlamaAttention(config, dtype, key=k1)
-        self.post_attention_layernorm = norm()
+        self.input_layernorm = _norm(config, dtype)
+        self.self_attn = LlamaAttention(config, dtype, window, key=k1)
+        self.post_attention_layernorm = _norm(config, dtype)
         self.mlp = LlamaMLP(config, dtype, key=k2)
 
     def __call__(self, x: Array, state: State | None, start: Any) -> tuple:
@@ -198,28 +264,34 @@ class LlamaDecoderLayer(Module):
 class LlamaModel(Module):
     embed_tokens: Embedding
     layers: list[LlamaDecoderLayer]
-    norm: RMSNorm
+    norm: RMSNorm | GemmaRMSNorm
+    embed_scale: float | None = field(static=True)  # Gemma's `sqrt(hidden_size)`
 
     def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
         keys = split_keys(key, config.num_hidden_layers + 1)
         self.embed_tokens = Embedding(
             config.vocab_size, config.hidden_size, dtype=dtype, key=keys[0]
         )
-        self.layers = [LlamaDecoderLayer(config, dtype, key=k) for k in keys[1:]]
-        self.norm = RMSNorm(
-            config.hidden_size, config.rms_norm_eps, use_bias=False, dtype=dtype
-        )
+        self.layers = [
+            LlamaDecoderLayer(config, dtype, window, key=k)
+            for window, k in zip(config.layer_windows(), keys[1:], strict=True)
+        ]
+        self.norm = _norm(config, dtype)
+        self.embed_scale = config.embedding_scale
 
     def __call__(self, input_ids: Array, state: State | None, start: Any) -> tuple:
         x = self.embed_tokens.weight[input_ids]
+        if self.embed_scale is not None:
+            # rounded to the activations' dtype first, as `transformers` does
+            x = x * jnp.asarray(self.embed_scale, x.dtype)
         for layer in self.layers:
             x, state = layer(x, state, start)
         return jax.vmap(self.norm)(x), state
 
 
 class LlamaForCausalLM(Pretrained):
-    """A Llama-family causal language model (Llama 1-3, Mistral-shaped configs
-    without sliding windows).
+    """A Llama-family causal language model (Llama 1-3.x, with `linear` or
+    `llama3` RoPE scaling; Mistral configs without a sliding window).
 
     Parameter names are those of the `transformers` checkpoint
     (`model.layers.0.self_attn.q_proj.weight`, `lm_head.weight`); `lm_head` is
@@ -266,8 +338,9 @@ class LlamaForCausalLM(Pretrained):
     def decode(self, input_ids: Array, state: State | None, start: Any) -> tuple:
         """Logits for `input_ids` at positions `start, start+1, ...`, reading and
         updating the key/value cache in `state` (from `init_cache`)."""
-        check_input_ids(
-            "LlamaForCausalLM", input_ids, self.config.max_position_embeddings
+        c = self.config
+        input_ids = check_input_ids(
+            type(self).__name__, input_ids, c.max_position_embeddings, c.vocab_size
         )
         x, state = self.model(input_ids, state, start)
         head = (

@@ -23,12 +23,15 @@ from .._checkpoint import (
 from .._eval_shape import filter_eval_shape
 from .._module import Module
 from .._sharding import named_shardings
+from .._tree import tree_at
 from ..nn._state import name_indices
 from ._checkpoint_files import (
+    FileLayout,
     checkpoint_tensors,
     config_path,
     floating_dtype,
     renamed_tensors,
+    standard_tensors,
 )
 from ._sharding_rules import Strategy, sharding_rules
 
@@ -37,15 +40,20 @@ class Pretrained(Module):
     """A model whose parameters are named after a `transformers` checkpoint.
 
     A subclass says how its parameter names differ from the checkpoint's (`RENAMES`,
-    `(pattern, replacement)` pairs of `re.sub` from boxwood's name to the file's)
-    and which of the file's tensors are buffers to skip (`DROPPED`, a pattern);
+    `(pattern, replacement)` pairs of `re.sub` from boxwood's name to the file's),
+    which of the file's tensors are buffers to skip (`DROPPED`, a pattern over
+    `save_pretrained` names), the other layouts published files use (`LAYOUTS`,
+    each a `FileLayout` mapping its names to `save_pretrained`'s; the one that fits
+    the file's names best is used), and which of its attributes a file may lack
+    entirely (`OPTIONAL_PARTS`: the model then loads with that attribute `None`).
     `export_array` gives an array the file's shape where a layer's differs.
     """
 
     config_class: ClassVar[type] = type(None)
     RENAMES: ClassVar[tuple[tuple[str, str], ...]] = ()
     DROPPED: ClassVar[str | None] = None
-    OPTIONAL_PREFIX: ClassVar[str | None] = None  # `bert.` of `BertFor...` files
+    LAYOUTS: ClassVar[tuple[FileLayout, ...]] = ()
+    OPTIONAL_PARTS: ClassVar[tuple[str, ...]] = ()
 
     def __check_init__(self) -> None:
         # The key/value cache's indices are named after their places now, so two
@@ -69,7 +77,10 @@ class Pretrained(Module):
         mesh: Any = None,
         rules: Any = None,
     ) -> Any:
-        """Load a model from a local directory written by `save_pretrained`.
+        """Load a model from a local directory written by `save_pretrained`, or
+        downloaded from the Hub in one of the class's published layouts
+        (`LAYOUTS`: e.g. the `gpt2` file without `transformer.`, BERT's `bert.`
+        prefix and `LayerNorm.gamma`/`beta` names).
 
         Reads files only; never uses the network. The model is built abstractly
         (no random initialisation), every name and shape is checked against the
@@ -100,11 +111,11 @@ class Pretrained(Module):
         cls, directory: str, config: Any, dtype: Any, mesh: Any, rules: Any
     ) -> Any:
         tensors = checkpoint_tensors(directory)
-        prefix = cls.OPTIONAL_PREFIX
-        if prefix and any(name.startswith(prefix) for name in tensors):
-            tensors = {name.removeprefix(prefix): t for name, t in tensors.items()}
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
         abstract = filter_eval_shape(cls, config, dtype, key=jax.random.key(0))
+        expected = {cls.checkpoint_name(name) for name in stored_names(abstract)}
+        tensors = standard_tensors(tensors, expected, cls.LAYOUTS)
+        abstract = cls._without_absent_parts(abstract, tensors)
         if isinstance(rules, str):
             # `sharding_rules` checks the name itself
             rules = sharding_rules(cls, cast(Strategy, rules))
@@ -124,6 +135,17 @@ class Pretrained(Module):
             where="the checkpoint",
         )
         return model
+
+    @classmethod
+    def _without_absent_parts(cls, abstract: Any, tensors: dict[str, Any]) -> Any:
+        """`abstract` with each of `OPTIONAL_PARTS` of which the file has no
+        tensor set to `None`."""
+        names = stored_names(abstract)
+        for part in cls.OPTIONAL_PARTS:
+            own = [n for n in names if n.startswith(f"{part}.")]
+            if not any(cls.checkpoint_name(n) in tensors for n in own):
+                abstract = tree_at(lambda m, p=part: getattr(m, p), abstract, None)
+        return abstract
 
     def export_array(self, name: str, array: np.ndarray) -> np.ndarray:
         """Boxwood's parameter `name` in the checkpoint's layout."""

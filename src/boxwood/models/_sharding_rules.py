@@ -100,15 +100,25 @@ def sharding_rules(
         raise ValueError(
             f"`strategy` must be 'data_parallel', 'fsdp' or 'tensor_parallel', got {strategy!r}."
         )
-    name = model.__name__ if isinstance(model, type) else type(model).__name__
-    if name not in _TENSOR_PARALLEL:
+    cls = model if isinstance(model, type) else type(model)
+    # A subclass (Mistral, Qwen2 of Llama) shares its base's layout.
+    layout = next(
+        (
+            _TENSOR_PARALLEL[c.__name__]
+            for c in cls.__mro__
+            if c.__name__ in _TENSOR_PARALLEL
+        ),
+        None,
+    )
+    name = cls.__name__
+    if layout is None:
         raise TypeError(
             f"`sharding_rules` takes a model of `boxwood.models` (or its class), got "
             f"{name}; for other models use `boxwood.tensor_parallel(model)`."
         )
     rules = [
         (rf"{_LAYER}{pattern}\.{leaf}", spec)
-        for pattern, kind in _TENSOR_PARALLEL[name]
+        for pattern, kind in layout
         for leaf, spec in _specs(kind, model_axis)
     ]
     return rules + [(".*", PartitionSpec())]
