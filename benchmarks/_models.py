@@ -8,9 +8,8 @@ holds two arrays, so an MLP of `n` layers has `2 n` array leaves.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
@@ -22,25 +21,6 @@ import boxwood
 
 WIDTH = 4
 KINDS = ("raw", "boxwood", "equinox", "nnx", "dataclass")
-
-
-PURE = "boxwood, pure Python"  # the column of boxwood without its C extension
-
-
-@contextlib.contextmanager
-def pure_python() -> Iterator[bool]:
-    """boxwood's Python per-call path, as where its C extension is not built: a
-    wrapper created and first called inside keeps it. Yields whether the C path is
-    there to compare with (otherwise the extra column is left out)."""
-    from boxwood import _native
-
-    active = _native.active()
-    saved = _native.FastCall, _native.Builder
-    _native.FastCall = _native.Builder = None
-    try:
-        yield active
-    finally:
-        _native.FastCall, _native.Builder = saved
 
 
 def layers_for(leaves: int) -> int:

@@ -9,15 +9,15 @@ under `TYPE_CHECKING`. `from pkg import name` is an edge to `pkg.name` when that
 module, else to `pkg`; parent packages that Python initialises on the way are not
 edges (else every module would depend on `boxwood/__init__.py`). A private name is
 a name starting with `_` imported from another boxwood file (module names excluded).
-C functions are measured from their opening line to the closing brace in column 0.
-`tests/test_architecture.py` keeps these numbers from getting worse.
+A function's length is its lines, from `def` to its last line, less its docstring's
+(documentation is never trimmed to meet the limit). `tests/test_architecture.py`
+keeps these numbers from getting worse.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -116,38 +116,27 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def function_length(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function from `def` to its last line, less its docstring's."""
+    n = (node.end_lineno or node.lineno) - node.lineno + 1
+    first = node.body[0] if node.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        n -= (first.end_lineno or first.lineno) - first.lineno + 1
+    return n
+
+
 def python_functions(path: Path, limit: int) -> list[tuple[str, int]]:
     tree = ast.parse(path.read_text(), str(path))
     long = []
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            n = (node.end_lineno or node.lineno) - node.lineno + 1
+            n = function_length(node)
             if n > limit:
                 long.append((f"{path.name}:{node.name}", n))
-    return long
-
-
-_C_START = re.compile(r"^[A-Za-z_][\w \*]*\b(\w+)\s*\([^;]*$")
-
-
-def c_functions(path: Path, limit: int) -> list[tuple[str, int]]:
-    long = []
-    lines = path.read_text().splitlines()
-    start = name = None
-    for i, line in enumerate(lines):
-        match = _C_START.match(line)
-        if (
-            start is None
-            and match
-            and not line.startswith(("typedef", "static PyObject *\n"))
-        ):
-            name, start = match.group(1), i
-        elif start is not None and line.startswith("}"):
-            if i - start + 1 > limit:
-                long.append((f"{path.name}:{name}", i - start + 1))
-            start = None
-        elif start is not None and line.endswith(";") and not line.startswith(" "):
-            start = None  # a declaration, not a definition
     return long
 
 
@@ -162,15 +151,11 @@ def measure() -> dict:
             private += [f"{importer} <- {imported}.{n}" for n in names]
     sizes = {m: len(p.read_text().splitlines()) for m, p in modules.items()}
     long_py = [row for p in modules.values() for row in python_functions(p, 60)]
-    long_c = [
-        row for p in sorted((SRC / PACKAGE).rglob("*.c")) for row in c_functions(p, 100)
-    ]
     return {
         "import_cycles": cycles(edges),
         "files_over_500_lines": sorted((m, n) for m, n in sizes.items() if n > 500),
         "private_names_imported_across_files": sorted(private),
         "python_functions_over_60_lines": sorted(long_py),
-        "c_functions_over_100_lines": sorted(long_c),
     }
 
 

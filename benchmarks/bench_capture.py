@@ -14,12 +14,10 @@ modules a function reads from its globals or closure as inputs.
   a one-line Python function: what any Python frame between the caller and JAX's
   dispatch costs (on Python 3.11 JAX records a traceback of the calling frames with
   every dispatch, which makes an extra frame dearer than a plain Python call).
-- *the layer alone*: the per-call work that capturing adds on the pure-Python path
-  (read the watched names, test them, call the core with the hidden tuple: the
-  generated function of `capture.Layer`), with a core that does nothing,
-  against calling that core directly: the added cost without the noise of a
-  dispatch. With the C extension the same test runs inside `FastCall` before
-  dispatch, which the *dispatch* rows measure (no Python frame in between).
+- *the layer alone*: the per-call work that capturing adds (read the watched
+  names, test them, call the core with the hidden tuple: the generated function of
+  `capture.Layer`), with a core that does nothing, against calling that core
+  directly: the added cost without the noise of a dispatch.
 - *200 MB array*: trace + compile time of the first call and the peak resident
   memory it adds, each contender in a fresh process: the array captured by a
   `filter_jit` function (an input), passed as an argument, and captured by a

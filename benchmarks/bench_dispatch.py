@@ -16,14 +16,12 @@ from flax import nnx
 
 import boxwood
 from _models import (
-    PURE,
     WIDTH,
     boxwood_fn_field,
     build,
     count_leaves,
     layers_for,
     make_weights,
-    pure_python,
     raw_apply,
 )
 from _timing import block, interleave, skipped_row, timing_rows
@@ -111,14 +109,6 @@ def _contenders(leaves: int, quick: bool) -> tuple[dict, dict, list]:
         fn = jax.jit(_raw_kw) if k == "raw" else boxwood.filter_jit(_apply)
         outputs[k + KEYWORDS] = fn(model=models[k], x=x)
         runners[k + KEYWORDS] = _kw_batch(fn, models[k], x)
-    with pure_python() as compare:
-        if compare:
-            fn = boxwood.filter_jit(_apply)
-            outputs[PURE] = fn(models["boxwood"], x)
-            runners[PURE] = _batch(fn, models["boxwood"], x)
-            fn = boxwood.filter_jit(_apply)
-            outputs[PURE + KEYWORDS] = fn(model=models["boxwood"], x=x)
-            runners[PURE + KEYWORDS] = _kw_batch(fn, models["boxwood"], x)
     return runners, outputs, skipped
 
 

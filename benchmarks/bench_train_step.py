@@ -17,13 +17,11 @@ from flax import nnx
 
 import boxwood
 from _models import (
-    PURE,
     WIDTH,
     build,
     layers_for,
     make_weights,
     mse,
-    pure_python,
     raw_apply,
 )
 from _timing import block, interleave, skipped_row, timing_rows
@@ -168,20 +166,6 @@ def _single(leaves: int, skip_nnx: bool) -> tuple[dict, dict]:
         step = nnx_step()
         losses["nnx"] = step(model, optimizer, x, y)  # the first step, as above
         runners["nnx"] = _nnx_runner(step, model, optimizer, x, y)
-    with pure_python() as compare:
-        if compare:
-            model = build("boxwood", weights)
-            opt_state = tx.init(eqx.filter(model, eqx.is_inexact_array))
-            step = boxwood_step(tx)
-            losses[PURE] = step(model, opt_state, x, y)[2]
-            runners[PURE] = _functional_runner(step, [model, opt_state], x, y)
-            model = build("boxwood", weights)
-            opt_state = tx.init(eqx.filter(model, eqx.is_inexact_array))
-            step = boxwood_step(tx)
-            losses[PURE + KEYWORDS] = step(model=model, opt_state=opt_state, x=x, y=y)[
-                2
-            ]
-            runners[PURE + KEYWORDS] = _keyword_runner(step, [model, opt_state], x, y)
     return runners, losses
 
 
@@ -273,7 +257,7 @@ def run(quick: bool) -> list[dict]:
     for leaves in LEAVES:
         case = f"{2 * layers_for(leaves)} leaves"
         if quick and leaves >= 1000:
-            for name in ("raw", "boxwood", "equinox", "nnx", PURE):
+            for name in ("raw", "boxwood", "equinox", "nnx"):
                 rows.append(
                     skipped_row(FIGURE, case, name, "skipped (quick)", "time per step")
                 )

@@ -119,11 +119,9 @@ def _versions() -> dict:
     import optax
 
     import boxwood
-    from boxwood import _native
 
     return {
         "boxwood": boxwood.__version__,
-        "boxwood_path": "C extension" if _native.active() else "pure Python",
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "equinox": equinox.__version__,
@@ -214,7 +212,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         if load
         else f"{meta['date']}",
         "",
-        f"boxwood {v['boxwood']} ({v.get('boxwood_path', '?')}), jax {v['jax']} "
+        f"boxwood {v['boxwood']}, jax {v['jax']} "
         f"({v['backend']}), equinox "
         f"{v['equinox']}, flax {v['flax']}, optax {v['optax']}, Python {v['python']}.",
         "",

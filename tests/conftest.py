@@ -40,44 +40,20 @@ def getkey():
     return lambda: next(keys)
 
 
-@pytest.fixture(params=["compiled", "python"])
-def call_path(request, monkeypatch):
-    """Run a test on both of `filter_jit`'s warm-call paths: the C extension
-    (`boxwood._native._speedups`) and the same path written in Python. Wrappers and output
-    builders pick their path when created, so the test creates its own."""
-    from boxwood import _native
-    from boxwood._config import env_flag
-    from boxwood._module._module import use_rebuild_slot
-
-    if request.param == "python":
-        monkeypatch.setattr(_native, "FastCall", None)
-        monkeypatch.setattr(_native, "Builder", None)
-        use_rebuild_slot(False)  # JAX's rebuild of modules
-        request.addfinalizer(lambda: use_rebuild_slot(True))
-    elif env_flag("BOXWOOD_PURE_PYTHON"):
-        assert not _native.active()  # the switch is honoured: Python paths only
-    else:
-        assert _native.active(), (
-            "boxwood._native._speedups is not built (no C compiler at install time?); "
-            "set BOXWOOD_PURE_PYTHON=1 to test the Python path alone"
-        )
-    return request.param
-
-
 @pytest.fixture
 def count_flattens(monkeypatch):
     """`count_flattens["n"]`: how many times `filter_jit` flattened its arguments
     (its slow path) since the fixture was set up."""
-    from boxwood._jit import _wrapper
+    from boxwood._jit import _dispatch
 
     calls = {"n": 0}
-    real = _wrapper._flatten
+    real = _dispatch._flatten
 
     def counting(tree, *a, **k):
         calls["n"] += 1
         return real(tree, *a, **k)
 
-    monkeypatch.setattr(_wrapper, "_flatten", counting)
+    monkeypatch.setattr(_dispatch, "_flatten", counting)
     return calls
 
 

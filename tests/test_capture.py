@@ -15,7 +15,6 @@ from boxwood import nn
 from boxwood._jit.capture import Reads, has_arrays
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
-pytestmark = pytest.mark.usefixtures("call_path")
 
 # Globals the functions below read; tests rebind them with `global`.
 W = jnp.ones(3)

@@ -14,8 +14,6 @@ import pytest
 import boxwood as bw
 from boxwood import nn
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 
 @jax.numpy_dtype_promotion("standard")  # optax's adam mixes int32 and float
 def test_a_training_step_reading_a_grad_wrapper_stays_on_the_fast_path(request):

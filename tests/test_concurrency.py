@@ -1,6 +1,6 @@
 """Several threads training through one `filter_jit` wrapper: the results match a
 serial run, each signature is traced once, and nothing deadlocks (every join is
-bounded by a timeout). Run on both call paths (`call_path`)."""
+bounded by a timeout)."""
 
 import threading
 
@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-
-pytestmark = pytest.mark.usefixtures("call_path")
 
 N_THREADS = 8
 STEPS = 15

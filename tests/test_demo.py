@@ -217,38 +217,6 @@ def test_compile_counts_read_as_words():
     assert [times(n) for n in (1, 2, 3)] == ["once", "twice", "3 times"]
 
 
-def test_under_the_demo_the_notice_gives_way_to_the_demos_first_line(monkeypatch):
-    # The import-time notice points at the line importing boxwood; under
-    # `boxwood-demo` that line is the launcher, so the demo says it itself.
-    import warnings
-
-    from boxwood import _info
-    from boxwood.demo._run import _PURE_PYTHON
-
-    monkeypatch.setattr(_info._native, "active", lambda: False)
-    monkeypatch.delenv("BOXWOOD_PURE_PYTHON", raising=False)
-    monkeypatch.setattr(sys, "orig_argv", ["python", "script.py"])
-    for launcher, notices in [("/venv/bin/boxwood-demo", 0), ("script.py", 1)]:
-        monkeypatch.setattr(sys, "argv", [launcher])
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            _info.notice_pure_python()
-        assert len(caught) == notices
-    assert _PURE_PYTHON.startswith("pure Python: the C extension is not built")
-
-
-def test_running_the_demo_is_recognised(monkeypatch):
-    from boxwood._info import _running_the_demo
-
-    monkeypatch.setattr(sys, "argv", ["-m"])
-    monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "boxwood.demo"])
-    assert _running_the_demo()
-    monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "mypackage"])
-    assert not _running_the_demo()
-    monkeypatch.setattr(sys, "argv", ["/venv/bin/boxwood-demo", "--plot"])
-    assert _running_the_demo()
-
-
 def test_read_idx_reads_plain_and_gzipped_files(tmp_path):
     images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
     _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", images)

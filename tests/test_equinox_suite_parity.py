@@ -9,7 +9,7 @@ import pytest
 import boxwood as bw
 
 
-def test_donate_warn_gives_one_warning_in_jaxs_words(call_path):
+def test_donate_warn_gives_one_warning_in_jaxs_words():
     g = bw.filter_jit(lambda x, y: x + jnp.sum(y), donate="warn")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

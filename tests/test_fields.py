@@ -1,6 +1,5 @@
-"""Modules' field descriptors (`_module._Field`) on both paths: the C base
-(`boxwood._native._fields.FieldBase`) and its Python twin (`_PyFieldBase`). Each
-test installs one kind on a class of its own, so both run in one process."""
+"""Modules' field descriptors (`_module/_instance.py`'s `_Field`): reads, defaults,
+missing fields, writes after construction, and reference counts."""
 
 import gc
 import sys
@@ -13,21 +12,10 @@ import pytest
 import boxwood as bw
 from boxwood._module import _instance as _module
 
-BASES = [pytest.param(_module._PyFieldBase, id="python")]
-try:
-    from boxwood._native._fields import FieldBase
 
-    BASES.append(pytest.param(FieldBase, id="C"))
-except ImportError:  # not built: the Python twin serves (and is tested)
-    pass
-
-
-@pytest.fixture(params=BASES)
-def Scale(request):
-    """A module class whose fields' class attributes are built on one base."""
-
-    class Twin(_module._FieldRules, request.param):
-        __slots__ = ("default", "static")
+@pytest.fixture
+def Scale():
+    """A module class of this test's own."""
 
     class Scale(bw.Module):
         w: jax.Array
@@ -36,19 +24,7 @@ def Scale(request):
         def __call__(self, x):
             return self.w * x * self.k
 
-    for f in Scale._boxwood_fields:
-        type.__setattr__(Scale, f.name, Twin(f.name, f.default, _module.is_static(f)))
     return Scale
-
-
-def test_the_installed_base_follows_the_switch():
-    from boxwood._config import env_flag
-
-    base = _module._Field.__mro__[2]
-    if env_flag("BOXWOOD_PURE_PYTHON") or len(BASES) == 1:
-        assert base is _module._PyFieldBase
-    else:
-        assert base.__module__ == "boxwood._native._fields"
 
 
 def test_reads_defaults_and_missing_fields(Scale):

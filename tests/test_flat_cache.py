@@ -16,7 +16,6 @@ from boxwood._flat_form import FLAT
 from boxwood._module._module import instance_dict
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
-pytestmark = pytest.mark.usefixtures("call_path")
 
 
 class Lin(bw.Module):

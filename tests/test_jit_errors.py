@@ -11,7 +11,6 @@ import pytest
 import boxwood as bw
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
-pytestmark = pytest.mark.usefixtures("call_path")
 
 
 def _positive(x):

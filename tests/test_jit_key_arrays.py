@@ -5,12 +5,9 @@ held by a module, and returned by one step to the next. (They are not
 
 import jax
 import jax.numpy as jnp
-import pytest
 
 import boxwood as bw
 from boxwood import nn
-
-pytestmark = pytest.mark.usefixtures("call_path")
 
 
 class Noisy(bw.Module):

@@ -5,12 +5,9 @@ import weakref
 
 import jax
 import jax.numpy as jnp
-import pytest
 
 import boxwood as bw
 from boxwood._jit import _cache
-
-pytestmark = pytest.mark.usefixtures("call_path")
 
 
 class Config:

@@ -16,8 +16,6 @@ import pytest
 import boxwood as bw
 from boxwood._jit._rebuild import is_immutable_value
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 
 class Counter:
     def __init__(self):

@@ -11,8 +11,6 @@ import pytest
 
 import boxwood as bw
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 
 @pytest.fixture(autouse=True)
 def _fresh_wrap_sites(monkeypatch):

@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 
 import boxwood as bw
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 
 @jax.tree_util.register_pytree_node_class
 class Box:

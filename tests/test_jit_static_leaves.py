@@ -15,8 +15,6 @@ import boxwood as bw
 from boxwood import nn
 from boxwood._jit import _flat_cache
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 
 class Dense(bw.Module):
     weight: jax.Array

@@ -1,15 +1,8 @@
-"""The C extension (`boxwood._native._speedups`): built, switchable, and safe with references.
-
-Behaviour is tested on both paths by the `call_path` fixture (conftest.py) in the
-jit, rebuild and flat-cache tests; this file checks what only the C side can get
-wrong: reference counts, objects kept alive, malformed input, and the class slot
-that rebuilds modules.
-"""
+"""`filter_jit`'s warm calls: reference counts, objects kept alive, the wrapper's
+identity as a function, and arguments that take the fast path."""
 
 import gc
 import inspect
-import os
-import subprocess
 import sys
 import weakref
 
@@ -19,14 +12,6 @@ import optax
 import pytest
 
 import boxwood as bw
-from boxwood._config import env_flag
-
-# the C extension's own tests: skipped where it was not built (no C compiler)
-pytest.importorskip(
-    "boxwood._native._speedups", reason="boxwood's C extension is not built"
-)
-
-pytestmark = pytest.mark.usefixtures("call_path")
 
 
 class Lin(bw.Module):
@@ -41,24 +26,6 @@ class Lin(bw.Module):
 def _lin(seed=0):
     k1, k2 = jax.random.split(jax.random.key(seed))
     return Lin(jax.random.normal(k1, (3, 3)), jax.random.normal(k2, (3,)))
-
-
-def test_extension_is_built_unless_switched_off():
-    pure = env_flag("BOXWOOD_PURE_PYTHON")
-    code = "from boxwood import _native; print(_native.active())"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert out == ("False" if pure else "True")
-    env = {**os.environ, "BOXWOOD_PURE_PYTHON": "1"}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout.strip()
-    assert out == "False"
 
 
 def test_warm_calls_keep_reference_counts_of_arguments_and_outputs():
@@ -86,7 +53,7 @@ def test_warm_calls_that_check_watched_names_keep_reference_counts():
 
     step = bw.filter_jit(many)
     x = jnp.ones(3)
-    few, lots = (x, x), (x,) * 20  # the C path's stack buffer, and the heap
+    few, lots = (x, x), (x,) * 20
     for args in (few, lots, few, lots):
         step(*args)
     gc.collect()  # wrappers of earlier tests that still hold `_WATCHED`
@@ -218,90 +185,8 @@ def test_rebuilt_modules_have_the_fields_and_keep_user_construction():
     assert [sys.getrefcount(a) for a in leaves] == before
 
 
-def test_builder_rejects_malformed_programs():
-    from boxwood._jit._rebuild import FLAT, OPCODES
-    from boxwood._native._speedups import (
-        Builder,  # built (test above), whatever the switch
-    )
-
-    def build(program):
-        return Builder(program, FLAT, **OPCODES)
-
-    with pytest.raises(TypeError, match="malformed program"):
-        build((99, 0))([])
-    with pytest.raises(TypeError, match="the leaves must be a list"):
-        build((0, 0))((1,))
-    with pytest.raises(IndexError):
-        build((0, 5))([1])
-
-
-def test_builder_takes_its_opcodes_from_python():
-    from boxwood._jit._rebuild import FLAT, OPCODES
-    from boxwood._native._speedups import Builder
-
-    # renumbered opcodes: the C builder follows what it is handed
-    shifted = {name: op + 10 for name, op in OPCODES.items()}
-    program = (shifted["tuple"], ((shifted["leaf"], 1), (shifted["const"], "c")))
-    assert Builder(program, FLAT, **shifted)(["a", "b"]) == ("b", "c")
-    with pytest.raises(TypeError, match="malformed program node"):
-        Builder(program, FLAT, **OPCODES)(["a", "b"])  # 13 is no opcode there
-    with pytest.raises(ValueError, match="opcodes must be distinct"):
-        Builder(program, FLAT, **{**OPCODES, "const": OPCODES["leaf"]})
-
-
-def test_fast_call_reads_fields_through_the_descriptors_it_is_given():
-    from boxwood._native._speedups import FastCall
-
-    with pytest.raises(TypeError, match="fields must be descriptors"):
-        FastCall(
-            fallback=print, plans={}, store=object(), walk=print,
-            after_trace=print, on_error=print, array_type=jax.Array,
-            array_token=object(), none_token=object(), module_types=set(),
-            walkable={}, fun_dyn=None, split_first=False, first_name=None,
-            flat_key="f", entry_cold="cold", entry_jitted="jitted",
-            entry_fast_build="fast_build", entry_output=print, plan_n_first="n",
-            store_traces="traces", store_tracing="tracing", name="f",
-        )  # fmt: skip
-
-
-def test_fast_call_checks_what_it_is_given_to_watch(call_path):
-    from boxwood._jit.capture import CallState
-    from boxwood._native._speedups import FastCall
-
-    core = bw.filter_jit(lambda x: x + 1)._boxwood_jit
-    if call_path == "python":  # no `FastCall` was built for it
-        assert core._fast is None and core.watching(None, (), (), print) is None
-        return
-    good = dict(
-        core._fast_kwargs, watch=object(), watch_snap=CallState.snap,
-        watch_fallback=print,
-    )  # fmt: skip
-    bad = [
-        {"watch_sources": ({},), "watch_keys": (None,)},  # a dict needs a name
-        {"watch_sources": (object(),), "watch_keys": (None,)},  # not a cell
-        {"watch_sources": ({},), "watch_keys": ("a", "b")},  # lengths differ
-        {"watch_sources": ({},), "watch_keys": (1,)},  # a name must be a str
-        {"watch_sources": (), "watch_keys": (), "watch_snap": "snap"},
-        {"watch_sources": (), "watch_keys": (), "watch_fallback": 3},
-    ]
-    for kwargs in bad:
-        with pytest.raises(TypeError, match="FastCall: watch needs watch_snap"):
-            FastCall(**{**good, **kwargs})
-    held = 1
-    cell = (lambda: held).__closure__[0]
-    watching = FastCall(**good, watch_sources=({}, cell), watch_keys=("a", None))
-    # rewatching takes the same pairs, checked the same way
-    for sources, keys in [(({},), (None,)), ((cell,), ("a",)), (({},), ("a", "b"))]:
-        with pytest.raises(TypeError, match="FastCall._rewatch: a watching FastCall"):
-            watching._rewatch(sources, keys)
-    watching._rewatch(({}, cell), ("b", None))  # accepted
-    plain = FastCall(**core._fast_kwargs)
-    with pytest.raises(TypeError, match="FastCall._rewatch: a watching FastCall"):
-        plain._rewatch((), ())
-
-
 def test_lists_and_dicts_inside_arguments_take_the_fast_path(monkeypatch):
-    from boxwood._jit import _wrapper as _jit
+    from boxwood._jit import _dispatch as _jit
 
     flattens = []
     real = _jit._flatten
@@ -334,34 +219,3 @@ def test_tree_pformat_prints_a_jitted_function_like_a_function():
 
     text = bw.tree_pformat(Holds(bw.filter_jit(h)), width=1000)
     assert text == f"Holds(fn=<function {h.__qualname__}>)"
-
-
-def test_install_call_takes_only_a_metaclass_with_a_python_call():
-    from boxwood._module._module import SLOTTED, _ModuleMeta
-    from boxwood._module._register import REBUILD_NAME
-    from boxwood._module._static_key import StaticKey
-    from boxwood._native._speedups import install_call
-
-    install_call(_ModuleMeta, REBUILD_NAME, StaticKey, SLOTTED)  # (a no-op: installed)
-
-    class NoCall(type):  # `type`'s own C __call__
-        pass
-
-    with pytest.raises(TypeError, match="must be defined in Python"):
-        install_call(NoCall, REBUILD_NAME, StaticKey, set())
-    with pytest.raises(TypeError, match="a metaclass defined in Python expected"):
-        install_call(dict, REBUILD_NAME, StaticKey, set())
-
-    class OtherMeta(type):
-        def __call__(cls, *args, **kwargs):
-            return super().__call__(*args, **kwargs)
-
-    with pytest.raises(ValueError, match="one metaclass only"):
-        install_call(OtherMeta, REBUILD_NAME, StaticKey, set())
-
-    class Installed(bw.Module):
-        w: jax.Array
-
-    # a user's construction and JAX's rebuild both work
-    m = Installed(jnp.ones(2))
-    assert jnp.allclose(jax.tree_util.tree_map(lambda a: a + 1, m).w, 2.0)

@@ -12,9 +12,6 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-from boxwood import _native
-
-pytestmark = pytest.mark.usefixtures("call_path")
 
 SCALE = 2.0  # a trace-time constant
 W = jnp.ones(3)  # an input
@@ -34,13 +31,10 @@ def _restore_globals():
     globals().update(SCALE=2.0, W=jnp.ones(3))
 
 
-def test_the_check_runs_in_c_with_the_extension_and_in_python_without(request):
+def test_the_check_is_a_generated_function_in_front_of_the_wrapper():
     f = bw.filter_jit(_times_scale())
     assert f._boxwood_jit.call is not f  # the names are watched
-    if request.node.callspec.params["call_path"] == "compiled":
-        assert isinstance(f, _native.FastCall)
-    else:
-        assert type(f) is types.FunctionType
+    assert type(f) is types.FunctionType
     f(jnp.ones(3))
     for _ in range(5):
         f(jnp.ones(3))

@@ -9,12 +9,9 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import boxwood as bw
 from boxwood._jit import _flat_cache
-
-pytestmark = pytest.mark.usefixtures("call_path")
 
 SIZE = 4096  # floats per model: a leak of a few thousand models shows in RSS
 

@@ -16,7 +16,7 @@ def _checked(cls):
     return jaxtyping.jaxtyped(typechecker=beartype.beartype)(cls)
 
 
-def test_decorated_module_through_tree_map_and_filter_jit(call_path):
+def test_decorated_module_through_tree_map_and_filter_jit():
     @_checked
     class A(bw.Module):
         x: jax.Array
@@ -29,7 +29,7 @@ def test_decorated_module_through_tree_map_and_filter_jit(call_path):
     assert float(treedef.unflatten(leaves).x[1]) == 4.0
 
 
-def test_decorated_module_with_a_custom_init_and_a_static_field(call_path):
+def test_decorated_module_with_a_custom_init_and_a_static_field():
     @_checked
     class B(bw.Module):
         w: Float[Array, "n"]
@@ -46,7 +46,7 @@ def test_decorated_module_with_a_custom_init_and_a_static_field(call_path):
     assert out.n == 3 and out.w.shape == (3,)
 
 
-def test_wrong_shape_raises_jaxtypings_error(call_path):
+def test_wrong_shape_raises_jaxtypings_error():
     @_checked
     class C(bw.Module):
         x: Float[Array, "3"]

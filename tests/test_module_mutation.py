@@ -12,8 +12,6 @@ import pytest
 
 import boxwood as bw
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 
 class M(bw.Module):
     w: jax.Array

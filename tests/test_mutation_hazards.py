@@ -19,8 +19,6 @@ import boxwood as bw
 from boxwood._flat_form import FLAT
 from boxwood._module._slots import instance_dict
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 
 class Holder(bw.Module):
     value: object

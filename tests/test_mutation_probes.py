@@ -13,8 +13,6 @@ import pytest
 
 import boxwood as bw
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 
 class Scale(bw.Module):
     w: jax.Array

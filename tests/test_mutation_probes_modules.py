@@ -14,8 +14,6 @@ import pytest
 
 import boxwood as bw
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 _FIX = r"(?s)\bw\b.*(tree_at|dataclasses\.replace)"
 
 

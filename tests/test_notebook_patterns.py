@@ -11,8 +11,6 @@ import pytest
 import boxwood as bw
 from boxwood._jit.capture import CapturedValueWarning
 
-pytestmark = pytest.mark.usefixtures("call_path")
-
 CLASS_CELL = """
 class Scale(bw.Module):
     w: jax.Array

@@ -35,7 +35,7 @@ def test_flatten_unflatten_round_trip():
     check()
 
 
-def test_filter_jit_matches_eager(call_path):
+def test_filter_jit_matches_eager():
     apply = bw.filter_jit(lambda m, x: m(x))
     identity = bw.filter_jit(lambda m: m)
     x = jnp.float32(1.5)
@@ -60,7 +60,7 @@ def test_filter_jit_matches_eager(call_path):
 
 
 @pytest.mark.parametrize("count", [1, 3])
-def test_bound_method_of_a_random_module(call_path, count):
+def test_bound_method_of_a_random_module(count):
     x = jnp.float32(-0.5)
 
     @settings(**{**SETTINGS, "max_examples": 10})
@@ -100,36 +100,3 @@ def test_tree_at_partition_and_checkpoints_of_random_modules(tmp_path_factory):
         assert_same(loaded, module)
 
     check()
-
-
-def test_the_same_properties_with_the_extension_off_at_import():
-    # `call_path` switches the C paths off inside a test; here the whole process
-    # starts with `BOXWOOD_PURE_PYTHON=1`, so the C rebuild slot is never installed.
-    # Under that variable the fixture's "compiled" variant asserts that the
-    # extension is off.
-    import os
-    import pathlib
-    import re
-    import subprocess
-    import sys
-
-    root = pathlib.Path(__file__).parent.parent
-    env = {**os.environ, "BOXWOOD_PURE_PYTHON": "1"}
-    tests = [
-        "tests/test_property_modules.py::test_filter_jit_matches_eager",
-        "tests/test_mutation_hazards.py",
-        "tests/test_notebook_patterns.py",
-    ]
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    done = subprocess.run(
-        [*command, "-k", "compiled", *tests],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    passed = re.search(r"(\d+) passed", done.stdout)
-    assert passed and int(passed.group(1)) >= 10, done.stdout[-3000:]
-    assert "skipped" not in done.stdout

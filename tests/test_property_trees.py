@@ -45,7 +45,7 @@ def test_partition_combine_round_trip():
     check()
 
 
-def test_filter_jit_of_an_elementwise_function_matches_eager(call_path):
+def test_filter_jit_of_an_elementwise_function_matches_eager():
     jitted = bw.filter_jit(lambda t: jax.tree_util.tree_map(elementwise, t))
 
     @settings(**SETTINGS)

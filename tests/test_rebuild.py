@@ -4,7 +4,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +11,6 @@ import boxwood as bw
 from boxwood._jit._rebuild import compile_builder
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
-pytestmark = pytest.mark.usefixtures("call_path")
 
 Point = collections.namedtuple("Point", ["x", "y"])
 

@@ -1,9 +1,9 @@
-"""The warm path's key is specified once: the C `FastCall` (`_native/_speedups.c`) and
-the Python `_flat_cache.call_key` give the same key and the same dynamic leaves
-for every call, or both decline it (a real flatten is needed). Random calls of
-arrays, typed PRNG keys, modules with and without their flat form, containers,
-named tuples, `None`, static scalars (a float's sign included) and keywords in any
-order."""
+"""The warm path's key (`_flat_cache.call_key`) against `jax.tree_util` as the
+oracle: where the walk gives a key, its dynamic leaves are exactly the arrays of
+`jax.tree_util.tree_leaves((args, kwargs))`, in order, and two calls with the same
+key have the same structure and static leaves. Random calls of arrays, typed PRNG
+keys, modules with and without their flat form, containers, named tuples, `None`,
+static scalars (a float's sign included) and keywords in any order."""
 
 from __future__ import annotations
 
@@ -14,29 +14,18 @@ import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from hypothesis import given, settings
 
 import boxwood as bw
 from _strategies import SETTINGS, arrays, names, scalars, trees
-from boxwood import _native
 from boxwood._jit import _flat_cache
-
-pytestmark = pytest.mark.skipif(
-    not _native.active(), reason="compares the C extension with its Python twin"
-)
+from boxwood._module._static_key import strict
 
 Point = collections.namedtuple("Point", ["x", "y"])
 
 
 def _identity(*args, **kwargs):
     return args, kwargs
-
-
-def _c_key(args, kwargs):
-    fast = bw.filter_jit(_identity)
-    assert isinstance(fast, _native.FastCall)
-    return fast._key(*args, **kwargs)
 
 
 def _py_key(args, kwargs):
@@ -71,24 +60,45 @@ values = trees(leaves, max_leaves=6)
 nodes = st.one_of(values, st.builds(Point, values, values))
 
 
+def _oracle(args, kwargs):
+    """`(dynamic leaves, (treedef, static leaves with their strict form))` of a
+    call, from `jax.tree_util`."""
+    leaves, treedef = jax.tree_util.tree_flatten((tuple(args), kwargs))
+    dyn = [x for x in leaves if isinstance(x, jax.Array)]
+    statics = tuple(x for x in leaves if not isinstance(x, jax.Array))
+    return dyn, (treedef, statics, tuple(map(strict, statics)))
+
+
+_SEEN: dict = {}
+
+
 @settings(**{**SETTINGS, "max_examples": 200})
 @given(
     args=st.lists(nodes, max_size=4),
     kwargs=st.dictionaries(names, nodes, max_size=4),
     flat=st.booleans(),
 )
-def test_c_and_python_give_the_same_key(args, kwargs, flat):
+def test_the_walk_agrees_with_jax_tree_util(args, kwargs, flat):
     if flat:  # modules carrying their flat form: walked without a flatten
         for m in _modules((args, kwargs)):
             _flat_cache.remember(m)
-    python = _py_key(tuple(args), kwargs)
-    c = _c_key(args, kwargs)
-    assert (c is None) == (python is None)
-    if c is not None:
-        assert c[0] == python[0]
-        assert [type(k) for k in c[0]] == [type(k) for k in python[0]]
-        assert len(c[1]) == len(python[1])
-        assert all(a is b for a, b in zip(c[1], python[1]))
+    walked = _py_key(tuple(args), kwargs)
+    if walked is None:
+        return
+    key, dyn = walked
+    oracle_dyn, structure = _oracle(args, kwargs)
+    assert len(dyn) == len(oracle_dyn)
+    assert all(a is b for a, b in zip(dyn, oracle_dyn))
+    known = _SEEN.setdefault(key, structure)
+    assert known == structure  # one key, one structure and one set of statics
+
+
+def test_a_walk_is_found_for_plain_calls():
+    x = jnp.ones(2)
+    m = bw.nn.Linear(2, 2, key=jax.random.key(0))
+    _flat_cache.remember(m)
+    for args, kwargs in [((x, 1.0), {}), ((m, x), {}), ((), {"m": m, "x": x})]:
+        assert _py_key(args, kwargs) is not None
 
 
 def test_keys_differ_where_calls_compile_differently():
@@ -100,22 +110,20 @@ def test_keys_differ_where_calls_compile_differently():
         ((x,), {"a": 1, "b": 2}),
         ((x,), {"a": 2, "b": 1}),
     ]
-    keys = [_c_key(*call) for call in calls]
+    keys = [_py_key(*call) for call in calls]
     assert None not in keys
     assert len({k[0] for k in keys}) == 5
     # keyword order does not matter (sorted, as jax flattens dicts)
-    assert _c_key((x,), {"b": 2, "a": 1})[0] == _c_key((x,), {"a": 1, "b": 2})[0]
+    assert _py_key((x,), {"b": 2, "a": 1})[0] == _py_key((x,), {"a": 1, "b": 2})[0]
 
 
-def test_deep_nesting_is_handed_to_python_and_agrees():
+def test_deep_nesting_agrees():
     deep = jnp.ones(1)
-    for _ in range(70):  # past the C walk's depth limit of 64
+    for _ in range(70):
         deep = (deep,)
-    c = _c_key((deep,), {})
-    python = _py_key((deep,), {})
-    assert c is not None and c[0] == python[0]
+    key, dyn = _py_key((deep,), {})
+    assert key is not None and len(dyn) == 1
 
 
-def test_a_numpy_array_declines_on_both():
-    assert _c_key((np.ones(2),), {}) is None
+def test_a_numpy_array_declines():
     assert _py_key((np.ones(2),), {}) is None

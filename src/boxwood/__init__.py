@@ -49,7 +49,6 @@ from ._filters import is_inexact_array as is_inexact_array
 from ._filters import is_inexact_array_like as is_inexact_array_like
 from ._filters import partition as partition
 from ._info import info as info
-from ._info import notice_pure_python as _notice_pure_python
 from ._jacobian import filter_hessian as filter_hessian
 from ._jacobian import filter_jacfwd as filter_jacfwd
 from ._jacobian import filter_jacrev as filter_jacrev
@@ -91,5 +90,3 @@ from ._vmap import filter_vmap as filter_vmap
 from ._vmap import if_array as if_array
 from ._warnings import PerformanceWarning as PerformanceWarning
 from ._warnings import RecompileWarning as RecompileWarning
-
-_notice_pure_python()

@@ -73,21 +73,24 @@ class Compiled:
 
 class _AotCall:
     """Calls a JAX-compiled inner function with a call's arguments: picks their
-    arrays as the wrapper does and checks that the rest matches the lowering."""
+    arrays as the wrapper's dispatch does and checks that the rest matches the
+    lowering."""
 
     def __init__(
-        self, wrapper: Any, prefix: Callable[[], tuple], plan: Any, key: Any
+        self, dispatch: Any, prefix: Callable[[], tuple], plan: Any, key: Any
     ) -> None:
-        self.wrapper = wrapper
+        self.dispatch = dispatch
         self.prefix = prefix  # the captured values' hidden argument, or ()
         self.plan = plan
         self.key = key
-        self.name = wrapper.__qualname__
+        self.name = dispatch.name
 
     def __call__(self, flat: Any, args: tuple, kwargs: dict) -> Any:
-        wrapper = self.wrapper
+        from ._dispatch import prepare
+
+        dispatch = self.dispatch
         args = (*self.prefix(), *args)
-        args, kwargs, plan, statics, dyn = wrapper._prepare(args, kwargs)
+        args, kwargs, plan, statics, dyn = prepare(dispatch, args, kwargs)
         if plan is not self.plan or plan.key_of(statics) != self.key:
             raise TypeError(
                 f"The compiled `{self.name}` was lowered for other arguments: their "
@@ -96,11 +99,9 @@ class _AotCall:
                 "compiles for these arguments, or `.lower(...)` them again."
             )
         entry = plan.only if plan.get_statics is None else plan.entries[self.key]
-        fun_dyn = wrapper._fun_dyn
+        fun_dyn = dispatch.fun_dyn
         try:
-            result = _convention.call(
-                wrapper._convention, flat, fun_dyn, dyn, plan.n_first
-            )
+            result = _convention.call(dispatch.conv, flat, fun_dyn, dyn, plan.n_first)
         except BaseException as error:
             restore_warnings()
             raise_as_boxwood_error(error)

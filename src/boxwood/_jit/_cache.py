@@ -1,5 +1,5 @@
 """The cache behind `filter_jit`: how leaves are split, what is compiled, and the
-per-function stores shared by wrappers (see `_jit.py` for how a call flows)."""
+per-function stores shared by wrappers (see README.md for how a call flows)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from .._filters import is_array
 from .._module._static_key import needs_strict, strict
 from .._warnings import PerformanceWarning, user_stacklevel
 from ._bound import BoundMethod
-from ._flat_cache import STORES
 from ._flat_cache import merge_leaves as merge
 from ._options import JitOptions
 from ._rebuild import compile_builder
@@ -141,7 +140,6 @@ class Store:
     """Compiled code for one function, shared by wrappers of the same function (for
     example the bound methods of two modules with the same structure)."""
 
-    # slots: the C fast path reads `traces` and `tracing` through their descriptors
     __slots__ = (
         "fun_def", "fun_dyn_idx", "fun_static_idx", "fun_statics", "plans",
         "kw_plans", "fast_plans", "plan_variants", "lock", "trace_lock", "traces",
@@ -155,18 +153,20 @@ class Store:
         self.fun_statics = fun_statics
         self.plans: dict[Any, Plan] = {}  # calls without keyword arguments
         self.kw_plans: dict[Any, Plan] = {}
-        # `_flat_cache.walk` keys -> (plan, entry): calls that skip flattening
+        # `_flat_cache.call_key` keys -> (plan, entry), for entries whose first
+        # call has completed: calls that skip flattening
         self.fast_plans: dict[tuple, tuple[Plan, Entry]] = {}
-        STORES.add(self)  # (cleared when a flat form is dropped)
         self.plan_variants: dict[tuple, Plan] = {}
         # `lock`: plans, entries, and a cold entry's first call (held across that
         # call into JAX). `trace_lock`: what a trace records (`on_trace`), and
         # nothing else. A trace must never need `lock`: JAX makes a thread that
         # calls a signature another thread is tracing wait for that trace, and the
-        # waiting thread may hold `lock` (`_call_locked`); so that trace, needing
+        # waiting thread may hold `lock` (`Dispatch.call_locked`); so that trace, needing
         # `lock`, would never finish. Order: `lock` before `trace_lock`.
         self.lock = threading.RLock()
         self.trace_lock = threading.Lock()
+        # `traces` and `tracing` change under `trace_lock` only (`begin_trace`,
+        # `end_trace`); the warm path reads them without a lock
         self.traces = 0  # every thread's: a call compares it before and after
         self.tracing = 0  # traces in progress (any thread)
         # this thread's traces not yet reported (`pending.n`): a call that saw
@@ -174,6 +174,16 @@ class Store:
         self.pending = threading.local()
         self.size = 0
         self.records: list[dict] = []
+
+    def begin_trace(self) -> None:
+        """A trace of this store's function starts (on any thread)."""
+        with self.trace_lock:
+            self.tracing += 1
+
+    def end_trace(self) -> None:
+        """A trace started with `begin_trace` has ended, however it ended."""
+        with self.trace_lock:
+            self.tracing -= 1
 
     def function(self, fun_dyn: list) -> Callable:
         leaves = merge(

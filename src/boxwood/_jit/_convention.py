@@ -1,6 +1,7 @@
 """The inner function's calling convention: how `filter_jit` calls the `jax.jit` it
-builds for each entry. This file is its one definition; the C fast path is handed
-the parts (`fun_dyn`, `split_first`) by `_wrapper.py` and follows them.
+builds for each entry, and how the core's positional arguments begin (`Leading`:
+the hidden first argument of captured values, the first argument kept out of
+donation). This file is the one definition of both.
 
 - `PLAIN`: `inner(dyn)`, the arguments' arrays in flatten order.
 - `WITH_FUN`: `inner(fun_dyn, dyn)`: first the function's own arrays (the module of
@@ -11,9 +12,57 @@ the parts (`fun_dyn`, `split_first`) by `_wrapper.py` and follows them.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 PLAIN, WITH_FUN, SPLIT_FIRST = "plain", "with_fun", "split_first"
+
+
+class Leading:
+    """How a wrapper's positional arguments begin: the one place that knows about
+    the hidden first argument.
+
+    - `labels`: with captured values (`capture/`), `args[0]` is a tuple of them,
+      one entry per label, never donated; the user's arguments follow. `None`
+      otherwise.
+    - `count`: how many leading arguments are kept out of donation (the hidden
+      one, and with `donate="...-except-first"` the user's first).
+    - `first_name`: with `donate="...-except-first"` and no hidden argument, the
+      name of the function's first parameter, so that passing it by keyword keeps
+      it out of donation too (it is moved to `args[0]`: `positional`).
+    """
+
+    __slots__ = ("labels", "count", "first_name")
+
+    def __init__(self, fun: Any, labels: list[str] | None, except_first: bool) -> None:
+        self.labels = labels
+        self.count = bool(labels) + except_first
+        self.first_name = _first_parameter(fun) if except_first and not labels else None
+
+    def user_args(self, args: tuple) -> tuple:
+        """The user's own positional arguments of the core's `args`."""
+        return args[1:] if self.labels else args
+
+    def positional(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """`(args, kwargs)` with the first argument, if given by keyword alone,
+        moved to `args`."""
+        name = self.first_name
+        if name is not None and not args and name in kwargs:
+            kwargs = dict(kwargs)
+            args = (kwargs.pop(name),)
+        return args, kwargs
+
+
+def _first_parameter(fun: Callable) -> str | None:
+    """The name of `fun`'s first parameter, if it can be passed by keyword too."""
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if params and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+        return params[0].name
+    return None
 
 
 def convention(has_fun_dyn: bool, except_first: bool) -> str:

@@ -18,11 +18,8 @@ Tracing happens inside the inner function, so counting traces and explaining
 recompiles (`_explain.py`) costs nothing on calls that do not trace.
 
 Warm calls whose arguments carry their flat form skip steps 1-3 (`_flat_cache.py`):
-a walk of the arguments gives a key for `Store.fast_plans`. Where the C extension
-is built (`boxwood/_native/`), the wrapper returned to the user is a `_speedups.FastCall`
-that runs that walk, the lookup, the call and the output builder in C and hands
-every other call to the Python `call` (`_wrapper.py`); the two share one table and
-one key format (`_flat_cache.call_key`, the Python definition of the key).
+a walk of the arguments gives a key for `Store.fast_plans` (`_warm.py`, the one
+warm path; every other call goes to `_dispatch.py`).
 """
 
 from __future__ import annotations
@@ -32,11 +29,16 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _shardings
 from . import capture as _capture
-from ._options import DONATE_MODES, JitOptions, check_jit_kwargs
+from ._options import (
+    CAPTURE_MODES,
+    DONATE_MODES,
+    Capture,
+    Donate,
+    JitOptions,
+    check_jit_kwargs,
+)
 from ._wrapper import CacheInfo as CacheInfo
 from ._wrapper import JitWrapper
-
-_CAPTURE_MODES = ("inputs", "constants")
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -46,9 +48,9 @@ _T = TypeVar("_T")
 def filter_jit(
     fun: Callable[_P, _T],
     *,
-    donate: str = "none",
+    donate: Donate = "none",
     explain: bool | None = None,
-    capture: str = "inputs",
+    capture: Capture = "inputs",
     **jit_kwargs: Any,
 ) -> Callable[_P, _T]: ...
 
@@ -57,9 +59,9 @@ def filter_jit(
 def filter_jit(
     fun: None = None,
     *,
-    donate: str = "none",
+    donate: Donate = "none",
     explain: bool | None = None,
-    capture: str = "inputs",
+    capture: Capture = "inputs",
     **jit_kwargs: Any,
 ) -> Callable[[Callable[_P, _T]], Callable[_P, _T]]: ...
 
@@ -67,9 +69,9 @@ def filter_jit(
 def filter_jit(
     fun: Callable | None = None,
     *,
-    donate: str = "none",
+    donate: Donate = "none",
     explain: bool | None = None,
-    capture: str = "inputs",
+    capture: Capture = "inputs",
     **jit_kwargs: Any,
 ) -> Any:
     """Compile `fun` with `jax.jit`, tracing every array and keeping everything else
@@ -125,7 +127,7 @@ def filter_jit(
     return _wrap(fun, JitOptions(donate, explain, jit_kwargs, capture))
 
 
-def _check_options(donate: str, capture: str, jit_kwargs: dict) -> None:
+def _check_options(donate: Any, capture: Any, jit_kwargs: dict) -> None:
     """`filter_jit`'s options, checked before any function is wrapped."""
     if donate not in DONATE_MODES:
         raise ValueError(
@@ -133,10 +135,10 @@ def _check_options(donate: str, capture: str, jit_kwargs: dict) -> None:
             f"got {donate!r}."
         )
     check_jit_kwargs(jit_kwargs)
-    if capture not in _CAPTURE_MODES:
+    if capture not in CAPTURE_MODES:
         raise ValueError(
             f"`filter_jit(capture=...)` must be one of "
-            f"{', '.join(map(repr, _CAPTURE_MODES))}; got {capture!r}."
+            f"{', '.join(map(repr, CAPTURE_MODES))}; got {capture!r}."
         )
     for name in _shardings.SHARDING_KWARGS:
         _shardings.check(name, jit_kwargs.get(name))

@@ -9,7 +9,7 @@ every call. Instead, a module can carry its own flat form in its instance dict, 
 - by `filter_jit`'s output builders (`_rebuild.py`) to every module they return
   (the outermost ones), so what one step returns is already flat for the next.
   Those modules are built from the flat form alone: their fields, and the nested
-  modules inside, are built when first read (`_module._Field`), which a
+  modules inside, are built when first read (`_module/_instance.py`), which a
   training loop that passes them straight back never does; and
 - by `remember`, to a module argument that `filter_jit` sees a second time.
 
@@ -32,13 +32,19 @@ a `jax.Array`) or an unhashable one means no record.
 `walk` turns call arguments into a key (tokens of modules with records, markers for
 tuples, lists, dicts and `None`, static scalars by value) and the list of dynamic leaves,
 in the order `jax.tree_util.tree_flatten` would give them. `filter_jit` checks that
-order against a real flatten before it trusts a key (see `JitWrapper._note_fast`).
-`call_key` is the key of a whole call (the Python definition the C walk follows).
+order against a real flatten before it trusts a key (see `Dispatch.note_fast`).
+`call_key` is the key of a whole call, the one definition of the fast path's key.
+Each part of a key is prefix-free (a marker, then what the marker says follows), so
+the parts of the positional arguments are simply concatenated, and the keywords
+follow after `KWARGS_TOKEN` and their sorted names.
 
-`walk`'s tuple and dict branches each inline arrays and flat-form modules with the
-same loop, written twice on purpose: one shared loop over
-`map(obj.__getitem__, order)` measured +0.02-0.04x of `jax.jit` for pure-Python
-dispatch at 4 leaves, +0.05-0.1x with keywords.
+`walk`'s tuple and dict branches, and `call_key`'s two loops, each inline arrays and
+flat-form modules with the same few lines, written out on purpose: a shared helper
+costs a Python call per argument on every warm call.
+
+A write to a module after construction drops the flat forms resting on it, and
+only those (`boxwood/_flat_form.py`); keys stand for structures, never for
+arrays, so every key stays valid.
 """
 
 from __future__ import annotations
@@ -166,36 +172,17 @@ def split_leaves(leaves: list) -> tuple[list, tuple] | None:
 
 
 def is_module_class(typ: Any) -> bool:
-    """A Module class whose instances may carry a flat form: not one that overrides
-    `__setattr__` (its instances may be changed after construction)."""
+    """A Module class whose instances may carry a flat form: one that does not
+    override `__setattr__` (its instances may be changed after construction) and
+    keeps every field in the instance dict, where writes are seen (not in a slot
+    or behind a property)."""
     return (
         isinstance(typ, type)
         and issubclass(typ, Module)
         and "_boxwood_data" in typ.__dict__
         and typ.__setattr__ is Module.__setattr__
+        and len(typ._boxwood_dict_fields) == len(typ._boxwood_field_names)
     )
-
-
-# Every `Store` (`_cache.py`), held weakly: their fast-path tables are cleared
-# when a flat form they may rest on is dropped.
-STORES: weakref.WeakSet = weakref.WeakSet()
-# Whether a flat form was ever dropped (see `invalidate`): from then on, the slow
-# path makes every module's flat form afresh instead of trusting the one it
-# carries, which may rest on a nested module that was written to.
-_DROPPED = [False]
-
-
-def invalidate() -> None:
-    """A module was written to after construction (it may be nested in another
-    module's flat form): forget every fast-path key,
-    so that the next call of every `filter_jit` function flattens its arguments
-    (and checks their flat forms, `remember_walkable`) before it trusts one."""
-    _DROPPED[0] = True
-    for store in list(STORES):
-        store.fast_plans.clear()
-
-
-_flat_form.DROPPED.append(invalidate)
 
 
 def immutable(treedef: Any) -> bool:
@@ -232,7 +219,7 @@ def remember(obj: Module) -> tuple | None:
     if token is None:
         return None
     record = (token, arrays)
-    _flat_form.attach(obj, record)
+    _flat_form.attach(obj, record)  # (noted on the modules inside)
     return record
 
 
@@ -332,20 +319,42 @@ def walk(obj: Any, key: list, dyn: list) -> bool:
     return False
 
 
+KWARGS_TOKEN = object()  # the keyword arguments follow (their sorted names first)
+
+
 def call_key(args: tuple, kwargs: dict, dyn: list) -> tuple | None:
     """The fast path's key of a call, with the call's dynamic leaves appended to
-    `dyn`: the walk of `args` as one tuple, then, if there are keyword arguments,
-    of `kwargs` as a dict (its sorted names, then the values); `None` where a real
-    flatten is needed. The C `FastCall` computes the same (its `_key` method gives
-    it for tests: tests/test_walk_agreement.py)."""
-    if args or not kwargs:
-        key: list = []
-        if not walk(args, key, dyn):
+    `dyn` in flatten order: the parts of the positional arguments, then, if there
+    are keyword arguments, `KWARGS_TOKEN`, their sorted names and the parts of
+    their values in that order; `None` where a real flatten is needed."""
+    key: list = []
+    for a in args:  # arrays and flat-form modules inline: most arguments are those
+        t = type(a)
+        if t is ARRAY_TYPE:
+            key.append(ARRAY_TOKEN)
+            dyn.append(a)
+        elif t in MODULE_TYPES and (record := a._boxwood_flat) is not None:
+            key.append(record[0])
+            dyn += record[1]
+        elif not walk(a, key, dyn):
             return None
-    else:  # all by keyword, the common keyword call: `()` walks as `[tuple, 0]`
-        key = [tuple, 0]
-    if kwargs and not walk(kwargs, key, dyn):
-        return None
+    if kwargs:
+        order = _ORDERS.get(tuple(kwargs))  # (the names are strings: hashable)
+        if order is None and (order := _dict_order(kwargs)) is None:
+            return None
+        key.append(KWARGS_TOKEN)
+        key.append(order)
+        for name in order:
+            a = kwargs[name]
+            t = type(a)
+            if t is ARRAY_TYPE:
+                key.append(ARRAY_TOKEN)
+                dyn.append(a)
+            elif t in MODULE_TYPES and (record := a._boxwood_flat) is not None:
+                key.append(record[0])
+                dyn += record[1]
+            elif not walk(a, key, dyn):
+                return None
     return tuple(key)
 
 
@@ -383,11 +392,7 @@ def remember_walkable(obj: Any, statics: list, seen: set, now: set) -> Any:
     typ = type(obj)
     if typ in MODULE_TYPES:
         record = obj._boxwood_flat
-        if record is not None and _DROPPED[0]:
-            record = remember(obj)  # (a module written to after construction)
-            if record is None:
-                return False
-        elif record is None:
+        if record is None:
             if id(obj) not in seen:
                 now.add(id(obj))
                 return None

@@ -6,16 +6,21 @@ It is the one place where such options are collected: `filter_jit` validates the
 into a `JitOptions`, its `key` is part of the key of the compiled-code store
 (`_cache.store_for`), so two wrappers of one function with different options
 never share compiled code, and `jit_kwargs()` is what the inner `jax.jit` receives
-(`_wrapper.JitWrapper._jit`). A new option goes here (and, if it is a pytree
-prefix of the arguments such as a sharding, into `JitWrapper._jit_options`).
+(`_dispatch.Dispatch.jit`). A new option goes here (and, if it is a pytree
+prefix of the arguments such as a sharding, into `Dispatch.jit_options`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, get_args
 
-DONATE_MODES = ("none", "all", "all-except-first", "warn", "warn-except-first")
+#: `filter_jit(donate=...)`: what is donated, and whether JAX's warning is kept
+Donate = Literal["none", "all", "all-except-first", "warn", "warn-except-first"]
+DONATE_MODES: tuple[str, ...] = get_args(Donate)
+#: `filter_jit(capture=...)`: what the function reads from its globals and closure
+Capture = Literal["inputs", "constants"]
+CAPTURE_MODES: tuple[str, ...] = get_args(Capture)
 
 
 # `jax.jit` keywords passed through to the inner `jax.jit` as they are
@@ -91,10 +96,10 @@ class JitOptions:
 
     def __init__(
         self,
-        donate: str,
+        donate: Donate,
         explain: bool | None,
         jit_kwargs: dict,
-        capture: str = "inputs",
+        capture: Capture = "inputs",
     ) -> None:
         self.donate = donate
         self.explain = explain

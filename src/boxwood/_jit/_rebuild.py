@@ -9,15 +9,15 @@ that cost is paid for every module of every copy on every step.
 program (a tree of tuples: lists, tuples, dicts, NamedTuples, and each module as
 `object.__new__` plus one assignment of its instance dict, with no `__init__`, as in
 every rebuild). Subtrees of any other node type are handed to their own treedef's
-`unflatten`. The C extension runs the program (`_speedups.Builder`); without it, the
-program becomes one generated Python function whose body is a single expression. The
-result is identical to `treedef.unflatten(leaves)` (tests check both agree).
+`unflatten`. The program becomes one generated Python function whose body is a
+single expression. The result is identical to `treedef.unflatten(leaves)` (tests
+check both agree).
 
 For `filter_jit` (`remember=True`), the outermost modules of an output are built
 from their flat form alone (see `_flat_cache.py`): a model returned by one training
 step is passed to the next without being flattened again, and its nested modules
 (and those of the optimiser state) are built only if something reads them
-(`_module._Field`). A step then creates a handful of objects instead of one per
+(`_module/_instance.py`'s `_Field`). A step then creates a handful of objects instead of one per
 module of every copy of the model.
 """
 
@@ -36,7 +36,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import _native
 from .._filters import is_array
 from .._flat_form import FLAT
 from .._module._register import REBUILD_NAME
@@ -54,13 +53,8 @@ def _is_namedtuple(cls: type) -> bool:
     )
 
 
-# Opcodes of a build program: a tree of tuples, each starting with its opcode. They
-# are defined here only; the C `Builder` is handed them (`OPCODES`) when it is built.
+# Opcodes of a build program: a tree of tuples, each starting with its opcode.
 LEAF, CONST, LIST, TUPLE, NTUPLE, DICT, MODULE, LAZY, CALL = range(9)
-OPCODES = {
-    "leaf": LEAF, "const": CONST, "list": LIST, "tuple": TUPLE, "ntuple": NTUPLE,
-    "dict": DICT, "module": MODULE, "lazy": LAZY, "call": CALL,
-}  # fmt: skip
 # where a node keeps its children (the tuple of child nodes)
 _CHILDREN_AT = {LIST: 1, TUPLE: 1, NTUPLE: 2, DICT: 2, MODULE: 3, CALL: 2}
 
@@ -204,8 +198,8 @@ def _statics(typ: type, aux: Any) -> dict:
 
 
 class _Source:
-    """Turns a build program into one Python expression over the leaf list `L`:
-    the builder where the C extension is not built. Lists, tuples, dicts and
+    """Turns a build program into one Python expression over the leaf list `L`.
+    Lists, tuples, dicts and
     NamedTuples are literals; each module is `object.__new__` plus one assignment
     of its instance dict."""
 
@@ -265,8 +259,7 @@ def compile_builder(
     immutable) is built from its flat form alone (see `_flat_cache.py`), its fields
     filled in when first read: the list passed in must then hold only arrays.
 
-    The treedef becomes a program once; the C extension's `Builder` runs it, or,
-    without the extension, it becomes one generated Python function.
+    The treedef becomes a program once, then one generated Python function.
     """
     constants = constants or {}
     if treedef.num_nodes == 1 and treedef.num_leaves == 1 and not constants:
@@ -285,8 +278,6 @@ def compile_builder(
         program = emitter.emit(treedef, 0, 0)
     except RecursionError:
         return _merging_unflatten(treedef, constants)
-    if _native.Builder is not None:
-        return _native.Builder(program, FLAT, **OPCODES)
     source = _Source()
     text = f"def build(L):\n    return {source.expr(program)}\n"
     code = compile(text, f"<boxwood rebuild of {treedef.num_leaves} leaves>", "exec")

@@ -36,13 +36,14 @@ def traced_function(
     options: JitOptions,
     name: str,
     conv: Any,
-    hidden: list[str] | None,
+    leading: _convention.Leading,
     watch_methods: bool,
 ) -> Callable:
     """The function `jax.jit` compiles for `entry` of `plan` (static leaves
-    `statics`) of the wrapper of `fun` named `name`. `hidden`: the labels of the
-    captured values passed as `args[0]`, or `None`; `watch_methods`: warn about
-    globals that methods of module arguments read (`capture/arguments.py`)."""
+    `statics`) of the wrapper of `fun` named `name`. `leading`: how its positional
+    arguments begin (the hidden argument of captured values); `watch_methods`:
+    warn about globals that methods of module arguments read
+    (`capture/arguments.py`)."""
     # JAX's "not usable" warning is replaced by `warn_undonated` ("warn" modes),
     # which names the buffers, or dropped ("all" modes)
     silence = options.donates
@@ -56,19 +57,19 @@ def traced_function(
             args, kwargs = plan.treedef.unflatten(leaves)
         else:
             args, kwargs = plan.treedef.unflatten(leaves), {}
-        on_trace(options, name, store, args, kwargs, hidden)
-        if watch_methods:  # (captured modules, `args[0]`, are watched already)
-            user_args = args[1:] if hidden else args
+        on_trace(options, name, store, args, kwargs, leading.labels)
+        if watch_methods:  # (captured modules are watched already)
+            user_args = leading.user_args(args)
             _capture.warn_argument_methods(name, user_args, kwargs)
-        store.tracing += 1
         function = store.function(fun_dyn)
+        store.begin_trace()
         try:
             out = function(*args, **kwargs)
         except Exception as error:  # name the caller's paths, not `groups[0][3]`
             rename_arguments(error, conv, plan, args, kwargs, function)
             raise
         finally:
-            store.tracing -= 1
+            store.end_trace()
         if out_shardings is not None:
             out = _shardings.constrain_output(out_shardings, out)
         arrays = _record_output(out, entry_ref(), signature([*fun_dyn, *dyn]))

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
 from typing import Any
 
-from .. import _flat_form, _native
+from .. import _flat_form
 from . import _construct, _static_key
 from ._construct import INITIALISING
 from ._field import is_static
@@ -25,13 +24,30 @@ from ._slots import instance_dict
 _construct.instance_dict = instance_dict
 
 
-class _PyFieldBase:
-    """The Python twin of `_fields.FieldBase` (C): the three paths of a field's class
-    attribute. A data descriptor, so that every write reaches `_write`, also one
-    that bypasses `Module.__setattr__`; reads return the instance dict's value and
-    fall back to `_missing` when the dict lacks the field."""
+class _Field:
+    """The class attribute of a field: reads, defaults, lazy fields, and writes that
+    bypass `Module.__setattr__`. A data descriptor, so that every write reaches
+    `_write`, also one that bypasses `Module.__setattr__`.
 
-    __slots__ = ("name",)
+    - **Reads** return the instance dict's value.
+    - **A field missing from the instance dict**: either a default read on the class
+      (`Cls.field`), a field not set yet during `__init__`, or a data field of a
+      module built by `filter_jit` with its flat form only (`_rebuild.py`: a
+      training step's outputs usually go straight into the next step, so their
+      nested modules are only built when something reads them). Then the fields are
+      rebuilt from the flat form, once.
+    - **Writes** during construction go to the instance dict. A write after
+      construction (`object.__setattr__(module, name, value)`, which Equinox code
+      sometimes uses; a subclass's own `__setattr__`) is seen by the next call of
+      every `filter_jit` function: see `write_after_construction`.
+    """
+
+    __slots__ = ("name", "default", "static")
+
+    def __init__(self, name: str, default: Any, static: bool) -> None:
+        self.name = name
+        self.default = default
+        self.static = static
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:
         if obj is not None:
@@ -46,45 +62,6 @@ class _PyFieldBase:
 
     def __delete__(self, obj: Any) -> None:
         self._delete(obj)
-
-    # defined by the subclass (`_FieldRules`), as for the C base
-    _missing: Callable[[Any, Any], Any]
-    _write: Callable[[Any, Any], None]
-    _delete: Callable[[Any], None]
-
-
-def _field_base() -> type:
-    """`FieldBase` from `boxwood._native` (reads in C), or its Python twin where
-    the extension is not built or `BOXWOOD_PURE_PYTHON=1` is set."""
-    return _native.FieldBase or _PyFieldBase
-
-
-class _FieldRules:
-    """The class attribute of a field: reads, defaults, lazy fields, and writes that
-    bypass `Module.__setattr__`.
-
-    - **Reads** return the instance dict's value (in C, see `_fields.c`).
-    - **A field missing from the instance dict**: either a default read on the class
-      (`Cls.field`), a field not set yet during `__init__`, or a data field of a
-      module built by `filter_jit` with its flat form only (`_rebuild.py`: a
-      training step's outputs usually go straight into the next step, so their
-      nested modules are only built when something reads them). Then the fields are
-      rebuilt from the flat form, once.
-    - **Writes** during construction go to the instance dict. A write after
-      construction (`object.__setattr__(module, name, value)`, which Equinox code
-      sometimes uses; a subclass's own `__setattr__`) is seen by the next call of
-      every `filter_jit` function: see `write_after_construction`.
-    """
-
-    __slots__ = ()
-    name: str
-    default: Any
-    static: bool
-
-    def __init__(self, name: str, default: Any, static: bool) -> None:
-        self.name = name
-        self.default = default
-        self.static = static
 
     def _missing(self, obj: Any, owner: Any) -> Any:
         if obj is None:  # `Cls.field`: the default, as on a dataclass
@@ -119,12 +96,6 @@ class _FieldRules:
         write_after_construction(obj, self.name, DELETED, self.static)
 
 
-class _Field(_FieldRules, _field_base()):  # pyright: ignore[reportUntypedBaseClass]
-    """A field's class attribute: `_FieldRules` on the C `FieldBase` (or its twin)."""
-
-    __slots__ = ("default", "static")
-
-
 #: The value of `write_after_construction` that deletes the field.
 DELETED = object()
 
@@ -132,9 +103,9 @@ DELETED = object()
 def write_after_construction(obj: Any, name: str, value: Any, static: bool) -> None:
     """`obj.name = value` (`DELETED`: `del obj.name`) on a module already built,
     made visible: the module's own flat form is dropped, its static key follows a
-    static field, and every flat form and fast-path key that may rest on it is
-    forgotten (`_flat_form.forget`), so the next call of a `filter_jit` function
-    flattens the module afresh and sees the new value."""
+    static field, and every flat form that rests on it is forgotten
+    (`_flat_form.forget`), so the next call of a `filter_jit` function flattens
+    the module afresh and sees the new value."""
     values = _flat_form.forget(obj)
     if value is DELETED:
         values.pop(name, None)
@@ -142,6 +113,7 @@ def write_after_construction(obj: Any, name: str, value: Any, static: bool) -> N
         values[name] = value
     if static:
         rekey(obj, values)
+    _flat_form.written(obj)
 
 
 def rekey(obj: Any, values: dict) -> None:

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from .. import _flat_form, _native
+from .. import _flat_form
 from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
 from ._construct import INITIALISING, construct, rebuild
@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     from typing_extensions import dataclass_transform
 
 # Module classes that keep a field in `__slots__`: JAX's rebuild sets their fields
-# one by one (the C rebuild slot hands them to `rebuild`).
+# one by one (`_construct.rebuild`).
 SLOTTED: set[type] = set()
 _new = object.__new__
 
@@ -74,8 +74,7 @@ class _ModuleMeta(abc.ABCMeta):
 
     def __call__(cls, *args, **kwargs):
         # JAX's rebuild (`_register.py`): the keywords, a fresh dict, become the
-        # instance dict. (With the C extension the metaclass's `tp_call` slot does
-        # this before any Python runs, and calls here for everything else.)
+        # instance dict.
         if args or kwargs.get(REBUILD_NAME).__class__ is not StaticKey:
             return construct(cls, args, kwargs)
         if SLOTTED and cls in SLOTTED:
@@ -226,7 +225,7 @@ class Module(Instance, metaclass=_ModuleMeta):
     _boxwood_static: ClassVar[tuple[str, ...]]
     _boxwood_data: ClassVar[tuple[str, ...]]
     # The flat form `(token, leaves)` that `filter_jit` may keep in an instance's
-    # dict (see `boxwood/_flat_cache.py`); this class attribute is the default.
+    # dict (see `boxwood/_flat_form.py`); this class attribute is the default.
     _boxwood_flat = None
 
     # `vars(module)`: a copy of the fields whose writes reach the module
@@ -295,19 +294,3 @@ class Module(Instance, metaclass=_ModuleMeta):
     # `_repr_html_` (notebooks) and `__treescope_repr__` are set on this class by
     # `boxwood/_display.py` when the package is imported: display depends on
     # modules, never the reverse.
-
-
-def use_rebuild_slot(on: bool) -> bool:
-    """Rebuild modules on JAX's unflatten path in C (`on`: the metaclass's
-    `tp_call` slot from `boxwood._native`) or through `_ModuleMeta.__call__`.
-    **Returns** whether the C slot is in use. Tests switch it to run both paths."""
-    if _native.install_call is None:
-        return False
-    if on:
-        _native.install_call(_ModuleMeta, REBUILD_NAME, StaticKey, SLOTTED)
-    else:
-        _native.install_call(_ModuleMeta, None, None, None)
-    return on
-
-
-use_rebuild_slot(True)

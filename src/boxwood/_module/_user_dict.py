@@ -3,7 +3,8 @@ the module.
 
 A module's instance dict also holds boxwood's own entries: its static key (the
 meta field JAX's flatten reads, `_register.REBUILD_NAME`) and, for a module that
-`filter_jit` has seen, its flat form (`_flat_form.FLAT`). Users see neither: the
+`filter_jit` has seen, its flat form and what rests on it (`_flat_form.ENTRIES`).
+Users see none of them: the
 dict handed out is a copy of the instance dict without them, with the fields of a
 module built from its flat form alone filled in first. Reading it changes nothing
 and costs no cache.
@@ -12,7 +13,7 @@ Code written for plain objects also writes through `__dict__`
 (`module.__dict__["w"] = w`, `vars(module).update(...)`). Each write to the copy is
 made on the module too: during `__init__` straight into the instance dict, after
 construction as any write after construction (`_instance.write_after_construction`:
-the module's flat form and every cached key that may rest on it are forgotten, and
+the module's flat form and every flat form that rests on it are forgotten, and
 a static field keeps the static key current). The copy is a snapshot: it does not
 follow writes made to the module by other means after it was handed out.
 """
@@ -27,7 +28,7 @@ from ._instance import DELETED, rekey, write_after_construction
 from ._register import REBUILD_NAME
 from ._slots import instance_dict
 
-_HIDDEN = (REBUILD_NAME, _flat_form.FLAT)
+_HIDDEN = (REBUILD_NAME, *_flat_form.ENTRIES)
 
 
 class FieldsDict(dict):
@@ -121,3 +122,4 @@ def replace_fields(obj: Any, values: Any) -> None:
     own.update(new)
     if not initialising:
         rekey(obj, own)
+        _flat_form.written(obj)

@@ -11,11 +11,6 @@ import boxwood as bw
 
 from ._cli import DemoError, Options, check_before_training
 
-_PURE_PYTHON = (
-    "pure Python: the C extension is not built, warm calls about 1.4x slower; "
-    "reinstall with a C compiler to build it"
-)
-
 
 def _require_optax():
     try:
@@ -68,8 +63,7 @@ def run(opts: Options) -> None:
             f"--batch-size {opts.batch_size} is larger than the training set "
             f"({len(train_set)} images); use at most {len(train_set)}"
         )
-    path = "C extension" if bw.info()["speedups"] else _PURE_PYTHON
-    print(f"boxwood {bw.__version__} ({path}) | jax {jax.__version__} on "
+    print(f"boxwood {bw.__version__} | jax {jax.__version__} on "
           f"{jax.devices()[0].platform}")  # fmt: skip
     print(f"data: {description}: {len(train_set)} train / {len(val_set)} validation "
           f"/ {len(test_set)} test images")  # fmt: skip

@@ -3,9 +3,8 @@ first argument, warn about changed trace-time constants.
 
 `wrap(fun, ...)` returns a `Layer`: the generated function `call` (one dict lookup
 or cell read and one identity test per name: when every name is bound to the same
-object as on the previous call, the previous hidden tuple is passed again) and,
-with the C extension, a `FastCall` that does the same test in C. Any other call
-goes to `Layer.slow`, which classifies the values again, warns, scans again when a
+object as on the previous call, the previous hidden tuple is passed again). Any
+other call goes to `Layer.slow`, which classifies the values again, warns, scans again when a
 helper was defined or redefined since the scan (`Reads.stale`), and takes a new
 snapshot in one assignment, so that concurrent calls see either snapshot whole.
 """
@@ -122,16 +121,6 @@ def _source(capture: Capture, params: list[str] | None, hidden: bool) -> str:
     )
 
 
-def watched_sources(capture: Capture) -> tuple[tuple, tuple]:
-    """Where each watched name is read, in the order of `CallState.snap`: the
-    globals dict and the name for a global, the cell and `None` for a closure
-    variable."""
-    names = capture.reads.globals
-    sources = (capture.g,) * len(names) + tuple(capture.cells)
-    keys = tuple(names) + (None,) * len(capture.cells)
-    return sources, keys
-
-
 _RESCAN_LOCK = threading.Lock()
 # A callable object's compiled code is shared by every wrapper of the same
 # function and structure (`_cache.Store`): the values of its watched names when
@@ -141,8 +130,7 @@ _BASELINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 class Layer:
     """What `filter_jit` returns for a function that reads watched names: `call`
-    (the C `FastCall` watching them, or the generated Python function), and the
-    compiled core behind it.
+    (the generated function that checks them), and the compiled core behind it.
 
     **Arguments:**
 
@@ -164,14 +152,7 @@ class Layer:
             self.name = self.qualname = _callable_name(fun)
         self.params = plain_parameters(fun) if hidden else None
         self.state = CallState(capture)
-        self.py_call = self._generate(None)
-        self.fast = None
-        if type(capture.g) is dict:
-            # with the C extension: the identity tests in C, before the compiled
-            # call, with no Python frame in between (`py_call` takes the others)
-            sources, keys = watched_sources(capture)
-            self.fast = core.watching(self.state, sources, keys, self.py_call, hidden)
-        self.call = self.fast or self.py_call
+        self.call = self._generate(None)
         capture.layers.add(self)
 
     def _generate(self, into: Callable | None) -> Callable:
@@ -252,9 +233,7 @@ class Layer:
 
     def rewatch(self) -> None:
         self.state.reset()
-        self._generate(self.py_call)
-        if self.fast is not None:
-            self.fast._rewatch(*watched_sources(self.capture))
+        self._generate(self.call)
 
     def clear_cache(self) -> None:
         self.core.clear_cache()
