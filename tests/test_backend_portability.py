@@ -224,3 +224,38 @@ def test_the_two_process_reference_runs_on_the_cpu(monkeypatch):
     np.testing.assert_array_equal(got[0], want[0])
     for a, b in zip(got[1], want[1], strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_off_the_cpu_a_function_holding_a_check_waits_inside_the_call(monkeypatch):
+    # Off the CPU a compiled call returns before it runs: `filter_jit` waits for the
+    # results of functions whose code holds a raising check (only those), so the
+    # check's error is raised by the call, with its own type and message.
+    from boxwood._jit import _checks
+
+    monkeypatch.setattr(_checks.jax, "default_backend", lambda: "gpu")
+    waited = []
+    monkeypatch.setattr(_checks, "wait_for_checks", lambda r: waited.append(r) or r)
+
+    @bw.filter_jit
+    def checked(x):
+        return bw.error_if(x, x < 0, "x must be >= 0")
+
+    @bw.filter_jit
+    def unchecked(x):
+        return x + 1
+
+    checked(jnp.array(1.0))
+    checked(jnp.array(2.0))  # warm
+    assert len(waited) == 2
+    unchecked(jnp.array(1.0))
+    unchecked(jnp.array(2.0))
+    assert len(waited) == 2
+    with pytest.raises(bw.BoxwoodRuntimeError, match="x must be >= 0"):
+        checked(jnp.array(-1.0))
+
+
+def test_on_the_cpu_the_inner_jit_is_not_wrapped():
+    from boxwood._jit import _checks
+
+    jitted = jax.jit(lambda x: x)
+    assert _checks.for_backend(jitted) is jitted

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 
 from .._errors import raise_as_boxwood_error
-from . import _convention, _shardings
+from . import _checks, _convention, _shardings
 from ._cache import Entry, Plan, Store, store_for
 from ._diagnostics import restore_warnings, unhashable_error, warn_undonated
 from ._flat_cache import call_key, remember_walkable
@@ -237,7 +237,7 @@ class Dispatch:
             leading=self.leading,
             watch_methods=self.watch_methods,
         )
-        return jax.jit(inner, **self.jit_options(plan))
+        return _checks.for_backend(jax.jit(inner, **self.jit_options(plan)))
 
     def jit_options(self, plan: Plan) -> dict[str, Any]:
         """Keyword arguments for the inner `jax.jit` of one plan.
