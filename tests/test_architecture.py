@@ -124,3 +124,25 @@ def test_the_checkpoint_import_scan_finds_private_imports(tmp_path):
         "2: boxwood._checkpoint._atomic",
         "3: boxwood._checkpoint._leaves",
     ]
+
+
+def test_comments_point_at_files_and_names_that_exist():
+    from _stale_pointers import stale_pointers
+
+    assert stale_pointers() == []
+
+
+def test_the_pointer_scan_finds_a_stale_pointer(tmp_path):
+    from _stale_pointers import stale_pointers
+
+    package = tmp_path / "src" / "boxwood" / "_jit"
+    package.mkdir(parents=True)
+    (package.parent / "_module").mkdir()
+    (package.parent / "_module" / "__init__.py").write_text("")
+    (package / "_cache.py").write_text(
+        '"""See `_jit.py` for the flow, and `_module._Field` for fields."""\n'
+    )
+    assert stale_pointers(tmp_path) == [
+        "src/boxwood/_jit/_cache.py:1: _jit.py",
+        "src/boxwood/_jit/_cache.py:1: _module._Field",
+    ]
