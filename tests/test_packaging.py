@@ -65,6 +65,9 @@ def test_license_is_an_spdx_string_and_the_data_is_credited():
     assert "Apache License" in (ROOT / "LICENSE").read_text()
     notice = (ROOT / "NOTICE").read_text()
     assert "CC BY 4.0" in notice and "Alpaydin" in notice
+    # the API's origin is named, and the implementation said to be boxwood's own
+    assert "follows" in notice and "Equinox" in notice
+    assert "contains no Equinox code" in notice
 
 
 def test_the_wheel_is_pure_python(tmp_path):
