@@ -328,6 +328,9 @@ def call_key(args: tuple, kwargs: dict, dyn: list) -> tuple | None:
     are keyword arguments, `KWARGS_TOKEN`, their sorted names and the parts of
     their values in that order; `None` where a real flatten is needed."""
     key: list = []
+    # The array and flat-form-module cases are written inline here, for the
+    # positional and the keyword loop, as in `walk`'s dict case: this runs on every
+    # warm call, and a helper call per argument costs more than the whole test.
     for a in args:  # arrays and flat-form modules inline: most arguments are those
         t = type(a)
         if t is ARRAY_TYPE:

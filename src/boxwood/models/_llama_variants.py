@@ -21,6 +21,13 @@ def _positive_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, int) and value > 0)
 
 
+def _check_window(window: Any, where: str) -> None:
+    if not _positive_or_none(window):
+        raise ConfigError(
+            f"{where}`sliding_window` must be a positive int or null, got {window!r}."
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class MistralConfig(LlamaConfig):
     """The options of a Mistral `config.json` (as `transformers.MistralConfig`):
@@ -43,11 +50,7 @@ class MistralConfig(LlamaConfig):
 
     def validate(self, where: str) -> None:
         super().validate(where)
-        if not _positive_or_none(self.sliding_window):
-            raise ConfigError(
-                f"{where}`sliding_window` must be a positive int or null, got "
-                f"{self.sliding_window!r}."
-            )
+        _check_window(self.sliding_window, where)
 
     def layer_windows(self) -> tuple[int | None, ...]:
         return (self.sliding_window,) * self.num_hidden_layers
@@ -85,11 +88,7 @@ class Qwen2Config(LlamaConfig):
 
     def validate(self, where: str) -> None:
         super().validate(where)
-        if not _positive_or_none(self.sliding_window):
-            raise ConfigError(
-                f"{where}`sliding_window` must be a positive int or null, got "
-                f"{self.sliding_window!r}."
-            )
+        _check_window(self.sliding_window, where)
         types = self.layer_types
         if types is not None and (
             len(types) != self.num_hidden_layers
