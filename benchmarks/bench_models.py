@@ -2,9 +2,14 @@
 weights written by `transformers`' `save_pretrained`; a 4-layer, 256-wide one with
 `--quick`):
 
-- loading: `boxwood.models.from_pretrained` against `transformers`' own
-  `from_pretrained` on the same directory and against reading the same file with
-  `safetensors.numpy.load_file` (the floor: it only reads);
+- loading, each load in a fresh process (5 round-robin repetitions; 2 with
+  `--quick`), timed up to the end of a read of every byte of every weight (a sum
+  of each array, so that a load that only maps the file pays for reading it):
+  `boxwood.models.from_pretrained` of the file `transformers`' `save_pretrained`
+  wrote (8-byte aligned) and of the same weights written by boxwood's
+  `save_pretrained` (every tensor 64-byte aligned: mapped, not copied), against
+  `transformers`' `from_pretrained` and `safetensors.numpy.load_file` of both
+  files;
 - greedy generation of 64 tokens after a 32-token prompt: tokens per second against
   `transformers` eager PyTorch, and the time to the first token in a fresh process
   (`generate(prompt, 1)`: compile included), without and with JAX's persistent
@@ -36,6 +41,7 @@ import numpy as np
 import boxwood
 import boxwood.models as bm
 from _timing import interleave, interleave_once, median, row, timing_rows
+from boxwood.models._stacking import layer_arrays
 
 FIGURE = "pretrained models (GPT-2)"
 
@@ -50,38 +56,90 @@ def _save_checkpoint(directory: str, quick: bool) -> None:
     transformers.GPT2LMHeadModel(config).save_pretrained(directory)
 
 
-def _load_rows(directory: str, reps: int) -> list[dict]:
-    import torch  # noqa: F401
-    import transformers
+# One load in a fresh process: imports first (not timed), then the load, then a
+# read of every byte of every weight (a sum), so that a load that only maps the
+# file pays for reading it too. Prints the two times in seconds.
+_LOAD_CHILD = r"""
+import json, os, sys, time
+import numpy as np
+kind, directory = sys.argv[1], sys.argv[2]
+if kind == "transformers":
+    import torch, transformers
+    torch.set_num_threads(len(os.sched_getaffinity(0)))  # as many as XLA's client
+    model_class = transformers.GPT2LMHeadModel  # its lazy import, not timed
+elif kind == "boxwood":
+    import jax, boxwood.models as bm
+    jax.devices()  # the CPU client started, not timed
+else:
     from safetensors.numpy import load_file
+start = time.perf_counter()
+if kind == "boxwood":
+    model = bm.from_pretrained(directory)
+    arrays = [x for x in jax.tree.leaves(model) if isinstance(x, jax.Array)]
+    jax.block_until_ready(arrays)
+    arrays = [np.asarray(x) for x in arrays]  # views of the device buffers (CPU)
+elif kind == "transformers":
+    model = model_class.from_pretrained(directory)
+    tensors = {t.data_ptr(): t for t in model.state_dict().values()}  # tied once
+    arrays = [t.detach().numpy() for t in tensors.values()]
+else:
+    arrays = list(load_file(os.path.join(directory, "model.safetensors")).values())
+loaded = time.perf_counter()
+total = sum(float(a.sum(dtype=np.float64)) for a in arrays)
+touched = time.perf_counter()
+print("RESULT", json.dumps({"load": loaded - start, "touched": touched - start}))
+"""
 
-    file = os.path.join(directory, "model.safetensors")
 
-    def timed(load) -> dict:
-        start = time.perf_counter()
-        jax.block_until_ready(load())
-        return {"load": time.perf_counter() - start}
+def _load_child(kind: str, directory: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD_CHILD, kind, directory],
+        capture_output=True, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"load child {kind} failed:\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
 
-    runners = {
-        "boxwood.models.from_pretrained": lambda: timed(
-            lambda: bm.from_pretrained(directory)
-        ),
-        "transformers from_pretrained": lambda: timed(
-            lambda: transformers.GPT2LMHeadModel.from_pretrained(directory)
-        ),
-        "safetensors.numpy.load_file": lambda: timed(lambda: load_file(file)),
+
+def _aligned_copy(directory: str, aligned: str) -> None:
+    """`directory`'s checkpoint written again by boxwood's `save_pretrained`: every
+    tensor 64-byte aligned, each parameter's layers back to back."""
+    bm.save_pretrained(bm.from_pretrained(directory), aligned)
+
+
+def _load_rows(directory: str, reps: int, size: str) -> list[dict]:
+    """Fresh-process loads, `reps` round-robin repetitions of every contender: the
+    file `transformers` wrote (its tensors 8-byte aligned, as safetensors pads)
+    and the same weights written by boxwood (64-byte aligned)."""
+    aligned = os.path.join(os.path.dirname(directory), "aligned")
+    _aligned_copy(directory, aligned)
+    contenders = {
+        "boxwood from_pretrained, 64-byte aligned file": ("boxwood", aligned),
+        "boxwood from_pretrained, transformers' file": ("boxwood", directory),
+        "transformers from_pretrained": ("transformers", directory),
+        "safetensors.numpy.load_file, 64-byte aligned file": ("numpy", aligned),
+        "safetensors.numpy.load_file, transformers' file": ("numpy", directory),
     }
-    results = interleave_once(runners, reps=reps)
-    times = {name: median(r["load"]) for name, r in results.items()}
+    samples: dict[str, dict[str, list[float]]] = {n: {} for n in contenders}
+    names = list(contenders)
+    for rep in range(reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            for metric, value in _load_child(*contenders[name]).items():
+                samples[name].setdefault(metric, []).append(value)
+    after = json.dumps(os.getloadavg())
+    limit = median(samples["transformers from_pretrained"]["touched"])
     rows = []
-    for name, seconds in times.items():
+    for name, got in samples.items():
+        load, touched = median(got["load"]), median(got["touched"])
         rows.append(
             row(
-                FIGURE, "load 124M-parameter checkpoint", name, "time", seconds * 1e3, "ms",
-                ratio=seconds / times["transformers from_pretrained"],
-                ratio_to="transformers from_pretrained",
-                note=f"{seconds / times['safetensors.numpy.load_file']:.2f}x load_file",
-                samples=[s * 1e3 for s in results[name]["load"]],
+                FIGURE, f"load a {size} checkpoint, fresh process, then read every weight",
+                name, "time", touched * 1e3, "ms",
+                ratio=touched / limit, ratio_to="transformers from_pretrained",
+                note=f"load alone {load * 1e3:.0f} ms; load average after {after}",
+                samples=[t * 1e3 for t in got["touched"]],
+                load_samples=[t * 1e3 for t in got["load"]],
             )
         )  # fmt: skip
     return rows
@@ -202,7 +260,8 @@ def _plain_forward(
 
 def _forward_rows(directory: str, reps: int) -> list[dict]:
     model = bm.from_pretrained(directory)
-    params = {k: jnp.asarray(v) for k, v in boxwood.state_dict(model).items()}
+    # per-layer names (`transformer.h.0....`), as the checkpoint has them
+    params = {k: jnp.asarray(v) for k, v in layer_arrays(model)}
     ids = jnp.asarray(
         np.random.RandomState(1).randint(0, model.config.vocab_size, (8, 128))
     )
@@ -243,10 +302,12 @@ def run(quick: bool) -> list[dict]:
     reps = 2 if quick else 3
     threads = _threads()
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory() as directory:
+    size = "4-layer, 256-wide" if quick else "124M-parameter"
+    with tempfile.TemporaryDirectory() as root:
+        directory = os.path.join(root, "transformers")
         _save_checkpoint(directory, quick)
         sections = (
-            lambda: _load_rows(directory, reps),
+            lambda: _load_rows(directory, 2 if quick else 5, size),
             lambda: _generation_rows(directory, reps),
             lambda: _first_token_rows(directory),
             lambda: _forward_rows(directory, reps),

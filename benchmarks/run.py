@@ -99,8 +99,11 @@ EXPLAIN = {
     "ratio to the array passed as an argument.",
     "pretrained models (GPT-2)": "A GPT-2-small-shaped model (124M parameters, "
     "random weights saved by `transformers`; 4 layers x 256 with `--quick`). Load: "
-    "`boxwood.models.from_pretrained` (onto the device, validated) vs `transformers`' "
-    "`from_pretrained` (ratio) and `safetensors.numpy.load_file` (note). Generation: "
+    "each load in a fresh process (imports not timed) followed by a read of every "
+    "weight (a sum of each array); `boxwood.models.from_pretrained` of `transformers`' "
+    "file (8-byte aligned: read) and of the same weights saved by boxwood (64-byte "
+    "aligned: mapped) vs `transformers`' `from_pretrained` (ratio) and "
+    "`safetensors.numpy.load_file` of both files; note: the load alone. Generation: "
     "greedy, 64 tokens after 32, vs `transformers` eager. Time to first token: "
     "`generate(prompt, 1)` in a fresh process after loading, compile included, then "
     "with the persistent compilation cache. Forward: 8 x 128 tokens, ratio to the "

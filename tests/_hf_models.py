@@ -1,5 +1,10 @@
 """Tiny random `transformers` models saved with `save_pretrained`, for the tests of
-`boxwood.models` (2 layers, a few dozen channels: built in well under a second)."""
+`boxwood.models` (2 layers, a few dozen channels: built in well under a second).
+
+`WIDE` draws the weights wide enough that activations leave their linear regime
+(pre-activations of a few units), so that a wrong activation or normalisation
+shows in the outputs; `transformers`' default (0.02) keeps every GELU nearly
+linear, where the tanh and exact forms agree to 1e-6."""
 
 import numpy as np
 import pytest
@@ -11,6 +16,8 @@ COMMON = dict(
     num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64
 )
 TOKENS = dict(vocab_size=97, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+WIDE = dict(initializer_range=0.4)
 
 CONFIGS = {
     "gpt2": lambda **kw: transformers.GPT2Config(
@@ -26,6 +33,25 @@ CONFIGS = {
     "llama": lambda **kw: transformers.LlamaConfig(
         **COMMON, **TOKENS, max_position_embeddings=64, **kw
     ),
+    "mistral": lambda **kw: transformers.MistralConfig(
+        **COMMON,
+        **TOKENS,
+        max_position_embeddings=64,
+        num_key_value_heads=2,
+        sliding_window=4,
+        **kw,
+    ),
+    "qwen2": lambda **kw: transformers.Qwen2Config(
+        **COMMON, **TOKENS, max_position_embeddings=64, num_key_value_heads=2, **kw
+    ),
+    "gemma": lambda **kw: transformers.GemmaConfig(
+        **COMMON,
+        **TOKENS,
+        max_position_embeddings=64,
+        num_key_value_heads=2,
+        head_dim=8,
+        **kw,
+    ),
     "bert": lambda **kw: transformers.BertConfig(
         **COMMON, **TOKENS, max_position_embeddings=64, **kw
     ),
@@ -36,6 +62,9 @@ CONFIGS = {
 CLASSES = {
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "gemma": "GemmaForCausalLM",
     "bert": "BertModel",
     "vit": "ViTForImageClassification",
 }

@@ -152,6 +152,7 @@ def test_wait_for_checks_blocks_off_the_cpu(monkeypatch):
 EXACTNESS_MODULES = [
     "test_models_exactness",
     "test_models_generate",
+    "test_models_generate_batch",
     "test_torch_parity_stateful",
     "test_checkpoint_torch",
     "test_nn_attention",

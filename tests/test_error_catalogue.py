@@ -75,9 +75,6 @@ ALLOWED = {
     ("src/boxwood/internal/_buffers.py", "_Buffer.__getattr__", "AttributeError"): (
         "attribute protocol: a name the buffer's array does not have"
     ),
-    ("src/boxwood/models/_generate.py", "_positive_int", "TypeError"): (
-        "internal control flow: caught two lines below and re-raised with the message"
-    ),
     ("src/boxwood/demo/__init__.py", "main", "SystemExit"): (
         "the command line's exit status 2 after printing a catalogued DemoError"
     ),

@@ -1,5 +1,10 @@
 """`boxwood.models` computes what PyTorch `transformers` computes, on tiny random
-checkpoints written by `save_pretrained` (float32: max abs difference <= 1e-4)."""
+checkpoints written by `save_pretrained` (float32: max abs difference <= 1e-4).
+
+The float32 checkpoints are drawn wide (`WIDE`: `initializer_range=0.4`, logits of
+a few units), so activations leave their linear regime: `test_a_wrong_activation_
+would_fail` shows that swapping the tanh GELU for the exact one (or back) moves the
+outputs by more than 5x the tolerance."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +14,7 @@ import pytest
 
 import boxwood
 import boxwood.models as bm
-from _hf_models import save_tiny, token_ids, torch
+from _hf_models import WIDE, save_tiny, token_ids, torch
 from _precision import highest_matmul_precision  # noqa: F401
 
 # float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
@@ -26,7 +31,7 @@ def _logits(torch_model, ids):
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_causal_lm_matches_pytorch(kind, tmp_path):
-    reference = save_tiny(kind, tmp_path)
+    reference = save_tiny(kind, tmp_path, **WIDE)
     model = bm.from_pretrained(tmp_path)
     assert type(model).__name__ == type(reference).__name__
     ids = token_ids(1, (3, 17))
@@ -41,6 +46,7 @@ def test_llama_grouped_query_untied_rope_theta(tmp_path):
     reference = save_tiny(
         "llama", tmp_path, num_key_value_heads=2, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 500.0}, attention_bias=True,
+        **WIDE,
     )  # fmt: skip
     model = bm.LlamaForCausalLM.from_pretrained(tmp_path)
     assert model.lm_head is not None and model.config.kv_heads == 2
@@ -52,7 +58,7 @@ def test_llama_grouped_query_untied_rope_theta(tmp_path):
 
 
 def test_llama_tied_embeddings(tmp_path):
-    reference = save_tiny("llama", tmp_path, tie_word_embeddings=True)
+    reference = save_tiny("llama", tmp_path, tie_word_embeddings=True, **WIDE)
     model = bm.LlamaForCausalLM.from_pretrained(tmp_path)
     assert model.lm_head is None
     ids = token_ids(3, (1, 9))
@@ -61,7 +67,7 @@ def test_llama_tied_embeddings(tmp_path):
 
 
 def test_bert_padded_batch_with_mask(tmp_path):
-    reference = save_tiny("bert", tmp_path)
+    reference = save_tiny("bert", tmp_path, **WIDE)
     model = bm.BertModel.from_pretrained(tmp_path)
     ids = token_ids(4, (3, 12))
     mask = np.ones((3, 12), np.int64)
@@ -91,7 +97,7 @@ def test_bert_padded_batch_with_mask(tmp_path):
 
 
 def test_vit_matches_pytorch(tmp_path):
-    reference = save_tiny("vit", tmp_path)
+    reference = save_tiny("vit", tmp_path, **WIDE)
     model = bm.from_pretrained(tmp_path)
     assert isinstance(model, bm.ViTForImageClassification)
     pixels = np.random.RandomState(5).randn(3, 3, 16, 16).astype(np.float32)
@@ -129,7 +135,7 @@ def test_dtype_argument_casts_on_read(tmp_path):
 
 
 def test_sharded_checkpoint(tmp_path):
-    reference = save_tiny("gpt2", tmp_path, max_shard_size="20KB")
+    reference = save_tiny("gpt2", tmp_path, max_shard_size="20KB", **WIDE)
     assert (tmp_path / "model.safetensors.index.json").exists()
     assert not (tmp_path / "model.safetensors").exists()
     model = bm.from_pretrained(tmp_path)
@@ -140,6 +146,7 @@ def test_sharded_checkpoint(tmp_path):
 
 def test_loading_builds_nothing_random(tmp_path, monkeypatch):
     save_tiny("gpt2", tmp_path)
+    boxwood.clear_caches()  # the abstract build of an earlier load is remembered
     calls = []
     real = jax.random.normal
 
@@ -149,6 +156,39 @@ def test_loading_builds_nothing_random(tmp_path, monkeypatch):
 
     monkeypatch.setattr(jax.random, "normal", counting)
     model = bm.GPT2LMHeadModel.from_pretrained(tmp_path)
-    # Built under `filter_eval_shape`: any initialiser runs on abstract values only.
+    # The recorder saw the (abstract) build run GPT-2's initialisers ...
+    # wte, wpe, and c_attn, c_proj, c_fc, c_proj once for the stacked blocks
+    assert len(calls) >= 2 + 4
+    # ... under `filter_eval_shape`: on abstract values only.
     assert all(isinstance(a[0], jax.core.Tracer) for a in calls)
     assert all(isinstance(x, jax.Array) for x in jax.tree_util.tree_leaves(model))
+
+
+def _tanh_gelu(x):
+    return jax.nn.gelu(x, approximate=True)
+
+
+def _exact_gelu(x):
+    return jax.nn.gelu(x, approximate=False)
+
+
+@pytest.mark.parametrize(
+    "kind, name, wrong",
+    [("gpt2", "gelu_new", _exact_gelu), ("bert", "gelu", _tanh_gelu)],
+)
+def test_a_wrong_activation_would_fail(kind, name, wrong, tmp_path, monkeypatch):
+    """With the checkpoint's GELU swapped for the other form, boxwood's outputs
+    are off by more than 5x `TOL`: the exactness tests above would catch it."""
+    from boxwood.models import _layers
+
+    reference = save_tiny(kind, tmp_path, **WIDE)
+    model = bm.from_pretrained(tmp_path)
+    ids = token_ids(1, (3, 17))
+    with torch.no_grad():
+        out = reference(torch.tensor(ids))
+    expected = (out.last_hidden_state if kind == "bert" else out.logits).numpy()
+    right = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    assert np.abs(np.asarray(right) - expected).max() <= TOL
+    monkeypatch.setitem(_layers._ACTIVATIONS, name, wrong)
+    swapped = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    assert np.abs(np.asarray(swapped) - expected).max() > 5 * TOL

@@ -153,17 +153,11 @@ def test_structure_of_each_family(pair):
         assert attn.q_proj.bias is not None and attn.o_proj.bias is None
     if kind == "qwen2":
         assert model.lm_head is None
-        assert [layer.self_attn.sliding_window for layer in model.model.layers] == [
-            None,
-            None,
-        ]
+        assert model.model.windows == (None, None)
     if kind == "qwen2_window":  # layers from `max_window_layers` on slide
-        assert [layer.self_attn.sliding_window for layer in model.model.layers] == [
-            None,
-            4,
-        ]
+        assert model.model.windows == (None, 4)
     if kind == "mistral":
-        assert attn.sliding_window == 5 and attn.q_proj.bias is None
+        assert model.model.windows == (5, 5) and attn.q_proj.bias is None
     if kind == "gemma":
         assert model.lm_head is None and model.model.embed_scale == 32**0.5
         assert model.config.hidden_act == "gelu_pytorch_tanh"
@@ -315,11 +309,11 @@ mesh = boxwood.make_mesh((2, 4), ("data", "model"))
 for path in sys.argv[1:]:
     plain = bm.from_pretrained(path)
     model = bm.from_pretrained(path, mesh=mesh, rules="tensor_parallel")
-    attn = model.model.layers[1].self_attn
-    assert attn.q_proj.weight.sharding.spec == P("model", None), path
-    assert attn.o_proj.weight.sharding.spec == P(None, "model"), path
+    attn = model.model.layers.layers.self_attn  # stacked: leading `layer` axis
+    assert attn.q_proj.weight.sharding.spec == P(None, "model", None), path
+    assert attn.o_proj.weight.sharding.spec == P(None, None, "model"), path
     if attn.q_proj.bias is not None:
-        assert attn.q_proj.bias.sharding.spec == P("model"), path
+        assert attn.q_proj.bias.sharding.spec == P(None, "model"), path
     ids = jnp.asarray(np.arange(3, 35) % 90 + 3)
     batch = jnp.stack([ids, ids[::-1]])
     with jax.default_matmul_precision("highest"):

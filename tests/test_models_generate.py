@@ -101,8 +101,11 @@ def test_generate_errors(pair):
         bm.generate(model, ids, 61)
     with pytest.raises(TypeError, match="`input_ids` must be an integer array"):
         bm.generate(model, ids.astype(jnp.float32), 3)
-    with pytest.raises(ValueError, match=r"`input_ids` must have shape \(seq,\)"):
-        bm.generate(model, ids[None], 3)
+    with pytest.raises(
+        ValueError, match=r"`input_ids` must be one prompt `\(seq,\)`, a batch"
+    ):
+        bm.generate(model, ids[None, None], 3)
+    assert bm.generate(model, ids[None], 3).shape == (1, 7)  # a batch of one
     with pytest.raises(TypeError, match="takes a causal language model"):
         bm.generate(object(), ids, 3)
 

@@ -1,6 +1,6 @@
 """Sharding rule sets of `boxwood.models`, and loading straight into a sharding,
 on 8 simulated CPU devices (in a subprocess: the device count is fixed when JAX
-starts)."""
+starts), for every family: GPT-2, Llama, Mistral, Qwen2, Gemma, BERT and ViT."""
 
 import os
 import subprocess
@@ -12,7 +12,7 @@ from jax.sharding import AbstractMesh, PartitionSpec
 
 import boxwood
 import boxwood.models as bm
-from _hf_models import save_tiny
+from _hf_models import WIDE, save_tiny
 
 SCRIPT = r"""
 import sys
@@ -58,6 +58,76 @@ def test_tensor_parallel_load_and_generate_on_8_devices(tmp_path):
         timeout=600,
     )
     assert "MODELS-SHARDED-OK" in out.stdout, out.stderr[-3000:]
+
+
+FAMILIES_SCRIPT = r"""
+import sys
+import jax, jax.numpy as jnp, numpy as np
+import boxwood, boxwood.models as bm
+
+assert jax.device_count() == 8
+mesh = boxwood.make_mesh((2, 4), ("data", "model"))
+
+
+def split_over(model, axis):
+    # the paths of the leaves whose sharding splits them over `axis`
+    leaves = jax.tree_util.tree_leaves_with_path(model)
+    return [jax.tree_util.keystr(p) for p, x in leaves if axis in str(x.sharding.spec)]
+
+
+for kind, path in zip(sys.argv[1::2], sys.argv[2::2]):
+    plain = bm.from_pretrained(path)
+    model = bm.from_pretrained(path, mesh=mesh, rules="tensor_parallel")
+    assert type(model) is type(plain), kind
+    split = split_over(model, "model")
+    assert len(split) >= 4 * 2, (kind, split)  # q, k, v, out (and MLP) per layer
+    for leaf in jax.tree_util.tree_leaves(model):
+        assert len(leaf.sharding.device_set) == 8, kind  # placed, not on one device
+    if kind == "vit":
+        batch = jnp.asarray(np.random.RandomState(0).randn(2, 3, 16, 16), jnp.float32)
+    else:
+        ids = jnp.asarray(np.arange(3, 13))
+        batch = jnp.stack([ids, ids[::-1]])
+    with jax.default_matmul_precision("highest"):
+        out = boxwood.filter_jit(jax.vmap(model))(boxwood.shard_batch(batch, mesh))
+        ref = boxwood.filter_jit(jax.vmap(plain))(batch)
+        assert np.abs(np.asarray(out) - np.asarray(ref)).max() <= 1e-4, kind
+        if kind not in ("bert", "vit"):
+            np.testing.assert_array_equal(
+                np.asarray(bm.generate(model, ids, 8)),
+                np.asarray(bm.generate(plain, ids, 8)),
+                err_msg=kind,
+            )
+    fsdp = bm.from_pretrained(path, mesh=mesh, rules="fsdp")
+    assert split_over(fsdp, "data"), kind
+    print("SHARDED", kind)
+print("EVERY-FAMILY-SHARDED-OK")
+"""
+
+FAMILIES = ("llama", "mistral", "qwen2", "gemma", "bert", "vit")
+
+
+def test_every_family_loads_sharded_on_8_devices(tmp_path):
+    """GPT-2 above; here every other family: tensor-parallel and FSDP loads
+    straight into their shardings, computing what the unsharded model does."""
+    arguments = []
+    for kind in FAMILIES:
+        save_tiny(kind, tmp_path / kind, **WIDE)
+        arguments += [kind, str(tmp_path / kind)]
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        JAX_PLATFORMS="cpu",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", FAMILIES_SCRIPT, *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert "EVERY-FAMILY-SHARDED-OK" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert out.stdout.count("SHARDED ") == len(FAMILIES)
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,8 @@ EXPECTED = {
         "matches single device: True",
         "sharded generation equal: True",
         "round trip difference: 0.0",
-        "transformer.h.0.attn.c_attn.weight",
+        "transformer.h.layers.attn.c_attn.weight",
+        "stacked: (2, 64, 192)  block 0: (64, 192)",
     ],
     "stateful_batchnorm.ipynb": [
         "running mean starts at [0. 0. 0. 0.]",

@@ -65,6 +65,7 @@ from ._module import field as field
 from ._module import static_field as static_field
 from ._partial import Partial as Partial
 from ._pmap import filter_pmap as filter_pmap
+from ._precision import cast_floating as cast_floating
 from ._pretty import tree_pformat as tree_pformat
 from ._pretty import tree_pprint as tree_pprint
 from ._remat import filter_checkpoint as filter_checkpoint

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import html
+import re
 from typing import Any
 
 import jax
@@ -21,6 +22,7 @@ from ._finite import FiniteReport, finite_report
 from ._module import Module
 from ._module._register import MODULE_TYPES
 from ._pretty import array_summary, function_name
+from .nn._state import StateIndex
 
 FOLD_AT = 16  # sequences longer than this show their first FOLD_HEAD items ...
 FOLD_HEAD = 8  # ... and fold the rest under one collapsed line
@@ -77,15 +79,22 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _short_repr(x: Any) -> str:
-    text = function_name(x) or repr(x)
-    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
+# `<Foo object at 0x7f...>`: the address differs between runs and says nothing
+_ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
+
+
+def _short_repr(x: Any, limit: int = _REPR_LIMIT) -> str:
+    text = _ADDRESS.sub("", function_name(x) or repr(x))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _children(x: Any) -> list[tuple[str, Any, bool]] | None:
     """`(name, value, is_static)` for the parts of a container or module, or `None`
     for a leaf. Names are the parts of the dotted paths of `_paths.py`: field
-    names, sequence indices and `str(dict key)`."""
+    names, sequence indices and `str(dict key)`. A `StateIndex` shows only its
+    initial value (if any): its marker is the state's internal key."""
+    if isinstance(x, StateIndex):
+        return [] if x.init is None else [("init", x.init, False)]
     if type(x) in MODULE_TYPES or isinstance(x, Module):
         static = type(x)._boxwood_static
         return [
@@ -133,6 +142,9 @@ def _html_node(name: str, x: Any, depth: int, memo: _LeafMemo) -> tuple[str, int
     parts = _children(x)
     if parts is None:
         return f'<div class="bw-leaf">{label}{html.escape(_short_repr(x))}</div>', 0, 0
+    if not parts:  # a module with nothing to show (an empty `StateIndex`)
+        cls = f'<span class="bw-cls">{_escape(_type_label(x))}</span>'
+        return f'<div class="bw-leaf">{label}{cls}</div>', 0, 0
     body, params, nbytes = [], 0, 0
     shown = parts if len(parts) <= FOLD_AT else parts[:FOLD_HEAD]
     for key, value, static in shown:
@@ -142,10 +154,7 @@ def _html_node(name: str, x: Any, depth: int, memo: _LeafMemo) -> tuple[str, int
                 names = memo.static.setdefault(type(x).__name__, [])
                 if key not in names:
                     names.append(key)
-            body.append(
-                f'<div class="bw-leaf">{_escape(key)} = <span class="bw-static">'
-                f"{html.escape(_short_repr(value))}</span></div>"
-            )
+            body.append(_html_static(key, value))
             continue
         piece, p, b = _html_node(key, value, depth + 1, memo)
         body.append(piece)
@@ -160,6 +169,44 @@ def _html_node(name: str, x: Any, depth: int, memo: _LeafMemo) -> tuple[str, int
         f'<span class="bw-stat">{_stat_text(params, nbytes)}</span></summary>'
     )
     return f"<details{is_open}>{head}{''.join(body)}</details>", params, nbytes
+
+
+def _static_fields(x: Any) -> list[tuple[str, Any]] | None:
+    """The fields of a dataclass instance held as a static value (a model's
+    config), keyword-only ones last (as its constructor takes them), or `None`."""
+    if not dataclasses.is_dataclass(x) or isinstance(x, (type, Module)):
+        return None
+    fields = dataclasses.fields(x)
+    ordered = [f for f in fields if not f.kw_only] + [f for f in fields if f.kw_only]
+    return [(f.name, getattr(x, f.name)) for f in ordered if f.repr]
+
+
+def _html_static(key: str, value: Any) -> str:
+    """A static field: its value's repr on one line, or, for a dataclass (a
+    config), a closed entry with one line per field, so none is cut off."""
+    name = _escape(key)
+    fields = _static_fields(value)
+    if fields is None:
+        return (
+            f'<div class="bw-leaf">{name} = <span class="bw-static">'
+            f"{html.escape(_short_repr(value))}</span></div>"
+        )
+    lines = "".join(
+        f'<div class="bw-leaf">{_escape(k)} = <span class="bw-static">'
+        f"{html.escape(_short_repr(v))}</span></div>"
+        for k, v in fields
+    )
+    preview = ", ".join(f"{k}={_short_repr(v, 24)}" for k, v in fields)
+    text = _short_repr(_Text(f"{type(value).__name__}({preview})"), 2 * _REPR_LIMIT)
+    head = f'{name} = <span class="bw-static">{html.escape(text)}</span>'
+    return f"<details><summary>{head}</summary>{lines}</details>"
+
+
+class _Text(str):
+    """A string shown as itself (no quotes) by `_short_repr`."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def _html_fold(parts: list, depth: int, memo: _LeafMemo) -> tuple[str, int, int]:
@@ -410,9 +457,11 @@ def treescope_repr(module: Module, path: str | None, subtree_renderer: Any) -> A
     never imports treescope itself)."""
     from treescope import formatting_util, repr_lib
 
+    hidden = {"marker"} if isinstance(module, StateIndex) else set()  # internal key
     attributes = {
         f.name: _function_or_value(getattr(module, f.name))
         for f in dataclasses.fields(module)
+        if f.name not in hidden
     }
     return repr_lib.render_object_constructor(
         object_type=type(module),

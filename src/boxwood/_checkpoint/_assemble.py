@@ -16,8 +16,9 @@ import jax.tree_util as jtu
 import numpy as np
 
 from ._error import CheckpointError
-from ._format import describe
+from ._format import aligned_empty, describe
 from ._leaves import Leaf, is_stored, stored_leaves
+from ._load_progress import load_progress
 
 
 class Tensor(Protocol):
@@ -106,6 +107,7 @@ def assemble(
     where: str = "the file",
     hint: Callable[[LoadReport], str] | None = None,
     materialise: Callable[[list[Plan]], dict[str, Any]] | None = None,
+    progress: bool = False,
 ) -> tuple[Any, LoadReport]:
     """Fill `like`'s stored leaves from `tensors`, after validating all of them.
 
@@ -121,6 +123,8 @@ def assemble(
     - `hint`: called with the report to add a line to the error.
     - `materialise`: reads the validated plans all at once, giving each leaf's new
       value by name (orbax restores in one call); default: one by one.
+    - `progress`: whether a large load may show a progress bar (`_load_progress`;
+      default `materialise` only).
 
     **Returns:** `(tree, report)`.
     """
@@ -135,7 +139,7 @@ def assemble(
     if problems:
         raise _error(problems, source, hint(report) if hint else "")
     if materialise is None:
-        loaded = {name: _materialise(plan) for name, plan in plans.items()}
+        loaded = _materialise_all(list(plans.values()), progress)
     else:
         loaded = materialise(list(plans.values()))
     names = iter(leaf.name for leaf in leaves)
@@ -187,38 +191,63 @@ def sharding_of(x: Any) -> Any:
     return None
 
 
+def _nbytes(tensor: Tensor) -> int:
+    return np.dtype(tensor.dtype).itemsize * int(np.prod(tensor.shape, dtype=np.int64))
+
+
+def _materialise_all(plans: list[Plan], progress: bool) -> dict[str, Any]:
+    total = sum(_nbytes(plan.tensor) for plan in plans)
+    loaded = {}
+    with load_progress(total, progress) as advance:
+        for plan in plans:
+            loaded[plan.leaf.name] = _materialise(plan)
+            advance(_nbytes(plan.tensor))
+    return loaded
+
+
+def _cast(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`data` as `dtype`, in a new 64-byte aligned array (which the device adopts)."""
+    out = aligned_empty(data.shape, dtype)
+    np.copyto(out, data, casting="unsafe")
+    return out
+
+
 def _materialise(plan: Plan) -> Any:
     leaf, tensor = plan.leaf, plan.tensor
     like = leaf.value
 
-    def host(index: tuple[slice, ...] | None = None) -> np.ndarray:
+    def read(index: tuple[slice, ...] | None = None) -> np.ndarray:
         if plan.reshape:
             data = tensor.read().reshape(leaf.shape)
-            data = data if index is None else data[index]
-        else:
-            data = tensor.read(index)
-        if data.dtype != plan.dtype:
-            data = data.astype(plan.dtype)
-        return data
+            return data if index is None else data[index]
+        return tensor.read(index)
 
-    if isinstance(like, np.ndarray):
-        return host()
-    if isinstance(like, np.generic):
-        return host()[()]
+    def host(index: tuple[slice, ...] | None = None) -> np.ndarray:
+        data = read(index)
+        return data if data.dtype == plan.dtype else _cast(data, plan.dtype)
+
+    if isinstance(like, np.ndarray | np.generic):
+        # a NumPy leaf is the caller's to change: never a view of a file's mapping
+        data = host()
+        data = data if data.flags.writeable else data.copy()
+        return data if isinstance(like, np.ndarray) else data[()]
+    sharding = sharding_of(like)
     if leaf.key_impl is not None:
         keys = jax.random.wrap_key_data(jnp.asarray(host()), impl=leaf.key_impl)
-        sharding = sharding_of(like)
         return keys if sharding is None else jax.device_put(keys, sharding)
-    sharding = sharding_of(like)
     if sharding is None or (
         sharding.is_fully_addressable and len(sharding.device_set) == 1
     ):
-        data = host()
-        # A file's tensor is read into a fresh 64-byte aligned buffer that nothing
-        # else references, so the device may adopt it instead of copying it again
-        # (on the CPU; halves a load's time, see benchmarks/bench_checkpoint.py).
-        # A state dict's arrays are the caller's: they are always copied.
+        # A file's tensor is a read-only view of the file's private mapping or a
+        # fresh 64-byte aligned buffer that nothing else references, and a cast
+        # makes a fresh aligned buffer: the device (on the CPU) adopts such a
+        # buffer instead of copying it again (halves a load's time, see
+        # benchmarks/bench_checkpoint.py). A state dict's arrays are the caller's:
+        # they are copied unless cast.
+        data = read()
         owned = getattr(tensor, "reads_are_owned", False)
+        if data.dtype != plan.dtype:
+            data, owned = _cast(data, plan.dtype), True
         return jax.device_put(data, sharding, may_alias=owned and not plan.reshape)
     # Each device's shard is read from the file on its own: a sharded model is
     # never gathered whole in host memory.

@@ -8,15 +8,19 @@ other way round (`test_interop_with_the_safetensors_library` in
 tests/test_checkpoint_save_load.py checks both directions). The format is written
 here rather than through `safetensors.numpy` so that arrays go to the file without
 an intermediate copy, the file can be fsynced before it replaces the old one, and a
-sharded load reads only the slices each device needs.
+sharded load reads only the slices each device needs. The files written here have
+their data 64-byte aligned (`ALIGNMENT`, `data_order`), so that a load can map them
+instead of reading them (`_mapping`); the format allows any header padding and any
+order of the tensors' bytes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -88,29 +92,88 @@ def describe(dtype: Any, shape: tuple[int, ...]) -> str:
 
 @dataclass(frozen=True)
 class Header:
-    """A parsed header: tensors by name, the string metadata, and where data begins."""
+    """A parsed header: tensors by name, the string metadata, where data begins,
+    and the identity of the file it was read from (`file_identity`)."""
 
     tensors: dict[str, TensorInfo]
     metadata: dict[str, str]
     data_start: int
+    identity: tuple[int, ...] | None = None
+
+
+def file_identity(stat: os.stat_result) -> tuple[int, ...]:
+    """Device, inode, size and modification time: a file replaced (renamed over)
+    or rewritten since differs in one of them."""
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+# Boundary of the data section and of every tensor whose size allows it: XLA's CPU
+# client adopts a host buffer that starts on a 64-byte boundary without copying it,
+# so such a tensor of a mapped file becomes a device array with no read at all.
+ALIGNMENT = 64
+
+
+# An integer component of a dotted tensor name: a layer's index in a stack of them.
+_LAYER_INDEX = re.compile(r"(?:^|(?<=\.))\d+(?=\.|$)")
+
+
+def _by_stack(arrays: list[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
+    """`arrays` with the tensors whose names differ only in their integer
+    components (one parameter of each layer: `h.0.mlp.w`, `h.1.mlp.w`, ...) made
+    consecutive, in the order of those integers, where the first of them was."""
+    groups: dict[str, list[tuple[tuple[int, ...], str, np.ndarray]]] = {}
+    for name, array in arrays:
+        indices = tuple(int(i) for i in _LAYER_INDEX.findall(name))
+        groups.setdefault(_LAYER_INDEX.sub("#", name), []).append(
+            (indices, name, array)
+        )
+    return [
+        (name, array)
+        for members in groups.values()
+        for _, name, array in sorted(members, key=lambda member: member[0])
+    ]
+
+
+def data_order(arrays: list[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
+    """The order of the tensors' bytes in a file.
+
+    Each parameter's layers are consecutive and in layer order (`_by_stack`), so
+    that a model that stacks its layers (`boxwood.nn.Stacked`) finds each stacked
+    array as one span of the file, which it can map rather than copy. Every
+    tensor whose size is a multiple of `ALIGNMENT` comes first, so each of them
+    (and each such span) begins on such a boundary, then the others by decreasing
+    item size, so each still begins on a multiple of its own item size.
+
+    The safetensors library rejects a file with bytes between two tensors, so the
+    order is the only freedom: in practice every weight (a multiple of 16 elements)
+    is in the first group.
+    """
+    arrays = _by_stack(arrays)
+    whole = [(n, a) for n, a in arrays if a.nbytes % ALIGNMENT == 0]
+    rest = [(n, a) for n, a in arrays if a.nbytes % ALIGNMENT != 0]
+    return whole + sorted(rest, key=lambda pair: -pair[1].dtype.itemsize)
 
 
 def encode_header(
-    arrays: Iterable[tuple[str, np.ndarray]], metadata: dict[str, str]
+    arrays: list[tuple[str, np.ndarray]], metadata: dict[str, str]
 ) -> bytes:
-    """The header bytes (length prefix included) for `arrays`, in the given order."""
-    entries: dict[str, Any] = {"__metadata__": metadata}
+    """The header bytes (length prefix included) for `arrays`: entries in the given
+    order, data laid out in `data_order`, the header padded with spaces so that the
+    data begin on an `ALIGNMENT`-byte boundary of the file."""
+    offsets = {}
     offset = 0
+    for name, array in data_order(arrays):
+        offsets[name] = (offset, offset + array.nbytes)
+        offset += array.nbytes
+    entries: dict[str, Any] = {"__metadata__": metadata}
     for name, array in arrays:
-        end = offset + array.nbytes
         entries[name] = {
             "dtype": dtype_name(array.dtype),
             "shape": list(array.shape),
-            "data_offsets": [offset, end],
+            "data_offsets": list(offsets[name]),
         }
-        offset = end
     text = json.dumps(entries, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # data starts 8-byte aligned, as safetensors does
+    text += b" " * (-(8 + len(text)) % ALIGNMENT)
     return struct.pack("<Q", len(text)) + text
 
 
@@ -124,7 +187,8 @@ def write_arrays(
     meta: dict,
     writeback: Callable[[int, int, int], None] | None = None,
 ) -> None:
-    """Write a whole safetensors file to the open binary file `f`.
+    """Write a whole safetensors file to the open binary file `f` (tensors laid
+    out as `encode_header` says).
 
     **Arguments:** `writeback(fd, offset, nbytes)`, if given, is called after each
     `WRITEBACK_CHUNK` bytes have been handed to the kernel (to start their write to
@@ -134,7 +198,7 @@ def write_arrays(
     if writeback is not None:
         f.flush()
     offset = done = f.tell() if writeback is not None else 0
-    for _, array in arrays:
+    for _, array in data_order(arrays):
         array = np.ascontiguousarray(array)
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
@@ -166,8 +230,9 @@ def read_header(path: str | os.PathLike) -> Header:
     """
     path = os.fspath(path)
     try:
-        size = os.path.getsize(path)
         with open(path, "rb") as f:
+            identity = file_identity(os.fstat(f.fileno()))
+            size = identity[2]
             head = f.read(8)
             if len(head) < 8:
                 raise _bad(path, f"the file is {size} bytes long (empty or truncated)")
@@ -192,7 +257,7 @@ def read_header(path: str | os.PathLike) -> Header:
         raise _bad(path, "`__metadata__` is not a map of strings")
     tensors = {name: _tensor(path, name, e) for name, e in entries.items()}
     _check_layout(path, tensors, size - 8 - length)
-    return Header(tensors, metadata, 8 + length)
+    return Header(tensors, metadata, 8 + length, identity)
 
 
 def _tensor(path: str, name: str, entry: Any) -> TensorInfo:
@@ -226,19 +291,12 @@ def _check_layout(path: str, tensors: dict[str, TensorInfo], data_size: int) -> 
         raise _bad(path, f"{data_size - expected} bytes follow the last tensor")
 
 
-def open_memmap(path: str, header: Header) -> np.ndarray | None:
-    """The file's data section as a read-only byte array mapped from disk."""
-    data_size = os.path.getsize(path) - header.data_start
-    if data_size == 0:
-        return None
-    return np.memmap(path, np.uint8, "r", offset=header.data_start, shape=(data_size,))
-
-
-def tensor_view(data: np.ndarray | None, info: TensorInfo) -> np.ndarray:
-    """A (lazy, mapped) view of one tensor of the file."""
-    if data is None or info.begin == info.end:
+def tensor_view(data: np.ndarray, data_start: int, info: TensorInfo) -> np.ndarray:
+    """One tensor of the file, a view of `data` (the whole file's bytes)."""
+    if info.begin == info.end:
         return np.zeros(info.shape, info.dtype)
-    return data[info.begin : info.end].view(info.dtype).reshape(info.shape)
+    begin = data_start + info.begin
+    return data[begin : data_start + info.end].view(info.dtype).reshape(info.shape)
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -249,6 +307,6 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     16-byte aligned, which forces a copy.
     """
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    raw = np.empty(nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
     return raw[start : start + nbytes].view(dtype).reshape(shape)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +19,12 @@ from ._format import (
     TensorInfo,
     aligned_empty,
     dtype_name,
-    open_memmap,
+    file_identity,
     read_header,
-    tensor_view,
     write_arrays,
 )
 from ._leaves import Leaf, fingerprint, stored_leaves
+from ._mapping import FileMapping, changed_while_loading, copy_requested
 
 # Keys of the file's `__metadata__` (safetensors metadata is a map of strings).
 VERSION_KEY = "boxwood.version"
@@ -128,12 +128,20 @@ def save_now(path: Any, tree: Any, metadata: dict | None) -> None:
 
 @dataclass
 class FileTensor:
-    """One tensor of a file, read on demand (whole, or a slice through a mapping)."""
+    """One tensor of a file, read on demand: whole, or a slice (one device's
+    shard) through the file's mapping.
+
+    With `zero_copy`, a whole read of a tensor whose data begin on a 64-byte
+    boundary of the file returns a read-only view of the file's mapping instead
+    of a copy (see `_mapping` for how the mapping is kept safe), which the device
+    adopts without copying; any other tensor is read into a new aligned array.
+    """
 
     path: str
     info: TensorInfo
     data_start: int
-    mapping: list  # shared, lazily filled one-element list holding the memmap
+    mapping: FileMapping  # shared by the file's tensors, mapped on first use
+    zero_copy: bool = False
 
     @property
     def dtype(self) -> np.dtype:
@@ -143,37 +151,76 @@ class FileTensor:
     def shape(self) -> tuple[int, ...]:
         return self.info.shape
 
-    # `read()` returns a new array that only the caller references.
+    # What `read()` returns is never written by anyone else: a new array only the
+    # caller references, or a read-only view of a private mapping. The device may
+    # adopt it (`jax.device_put(..., may_alias=True)`).
     reads_are_owned = True
 
     def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray:
-        if index is None:
-            out = aligned_empty(self.info.shape, self.info.dtype)
-            with open(self.path, "rb") as f:
-                f.seek(self.data_start + self.info.begin)
-                got = f.readinto(out.reshape(-1).view(np.uint8).data)
-            if got != out.nbytes:
-                raise CheckpointError(f"{self.path}: the file changed while loading.")
-            return out
-        # A slice (one device's shard): read through a mapping of the file.
-        if not self.mapping:
-            self.mapping.append(open_memmap(self.path, Header({}, {}, self.data_start)))
-        return np.array(tensor_view(self.mapping[0], self.info)[index])
+        if index is not None:
+            return np.array(self.mapping.view(self.data_start, self.info)[index])
+        if self.zero_copy:
+            view = self.mapping.aligned_view(self.data_start, self.info)
+            if view is not None:
+                return view
+        out = aligned_empty(self.info.shape, self.info.dtype)
+        with open(self.path, "rb") as f:
+            identity = self.mapping.identity
+            if identity and file_identity(os.fstat(f.fileno())) != identity:
+                raise changed_while_loading(self.path)
+            f.seek(self.data_start + self.info.begin)
+            got = f.readinto(out.reshape(-1).view(np.uint8).data)
+        if got != out.nbytes:
+            raise changed_while_loading(self.path)
+        return out
 
 
-def read_tensors(path: str | os.PathLike) -> dict[str, FileTensor]:
+def read_tensors(
+    path: str | os.PathLike, *, zero_copy: bool = False
+) -> dict[str, FileTensor]:
     """Every tensor of the safetensors file at `path` by name, read on demand; the
-    header is read and checked now."""
+    header is read and checked now. With `zero_copy`, aligned tensors are read as
+    views of the file's mapping (`FileTensor`), unless the environment variable
+    `BOXWOOD_COPY_CHECKPOINTS=1` asks for copies."""
     path = os.fspath(path)
-    return file_tensors(path, read_header(path))
+    zero_copy = zero_copy and not copy_requested()
+    return file_tensors(path, read_header(path), zero_copy=zero_copy)
 
 
-def file_tensors(path: str, header: Header) -> dict[str, FileTensor]:
-    mapping: list = []
+def file_tensors(
+    path: str, header: Header, *, zero_copy: bool = False
+) -> dict[str, FileTensor]:
+    mapping = FileMapping(path, header.identity)
     return {
-        name: FileTensor(path, info, header.data_start, mapping)
+        name: FileTensor(path, info, header.data_start, mapping, zero_copy)
         for name, info in header.tensors.items()
     }
+
+
+def stacked_view(
+    parts: Sequence[Any], shape: tuple[int, ...], dtype: Any
+) -> np.ndarray | None:
+    """The layers `parts` as one array of `shape` and `dtype` (layer `i` at index
+    `i` of the leading axes) without a copy: a read-only view of their file's
+    mapping, when they are zero-copy `FileTensor`s of one file, of that dtype, laid
+    out back to back in that order from a 64-byte boundary (as boxwood's writer
+    lays out each parameter's layers: `_format.data_order`). `None` otherwise:
+    the caller then copies each layer into place."""
+    first = parts[0] if parts else None
+    if not isinstance(first, FileTensor) or not first.zero_copy:
+        return None
+    for part, following in zip(parts, [*parts[1:], None]):
+        if not isinstance(part, FileTensor) or part.mapping is not first.mapping:
+            return None
+        if part.dtype != np.dtype(dtype):
+            return None
+        if following is not None and part.info.end != following.info.begin:
+            return None
+    end = parts[-1].info.end
+    if end - first.info.begin != np.dtype(dtype).itemsize * np.prod(shape):
+        return None
+    span = TensorInfo(np.dtype(dtype), tuple(shape), first.info.begin, end)
+    return first.mapping.aligned_view(first.data_start, span)
 
 
 def decode_user_metadata(path: str, header: Header) -> dict:

@@ -5,6 +5,7 @@ from ._auto import from_pretrained as from_pretrained
 from ._bert import BertConfig as BertConfig
 from ._bert import BertModel as BertModel
 from ._config import ConfigError as ConfigError
+from ._config import IgnoredOptions as IgnoredOptions
 from ._generate import generate as generate
 from ._gpt2 import GPT2Config as GPT2Config
 from ._gpt2 import GPT2LMHeadModel as GPT2LMHeadModel
@@ -16,6 +17,7 @@ from ._llama_variants import MistralConfig as MistralConfig
 from ._llama_variants import MistralForCausalLM as MistralForCausalLM
 from ._llama_variants import Qwen2Config as Qwen2Config
 from ._llama_variants import Qwen2ForCausalLM as Qwen2ForCausalLM
+from ._loss import causal_lm_loss as causal_lm_loss
 from ._pretrained import save_pretrained as save_pretrained
 from ._sharding_rules import sharding_rules as sharding_rules
 from ._vit import ViTConfig as ViTConfig

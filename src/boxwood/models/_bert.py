@@ -12,9 +12,11 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._init import split_keys
 from .._module import Module, field
-from ..nn import Embedding, LayerNorm, Linear, MultiheadAttention
+from .._tree import tree_at
+from ..nn import Embedding, LayerNorm, Linear, MultiheadAttention, Stacked
 from ._checkpoint_files import FileLayout
 from ._config import ConfigError, ModelConfig, false_or_unset
+from ._id_ranges import check_ids_below
 from ._layers import activation, check_input_ids, supported_activation
 from ._pretrained import Pretrained
 
@@ -124,11 +126,19 @@ class BertLayer(Module):
 
 
 class BertEncoder(Module):
-    layer: list[BertLayer]
+    """The layers, stored stacked (`layer[i]` is layer `i`) and applied in one
+    `lax.scan`."""
+
+    layer: Stacked
 
     def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
-        keys = split_keys(key, config.num_hidden_layers)
-        self.layer = [BertLayer(config, dtype, key=k) for k in keys]
+        self.layer = Stacked(
+            lambda k: BertLayer(config, dtype, key=k), config.num_hidden_layers, key=key
+        )
+
+    def __call__(self, x: Array, mask: Array) -> Array:
+        step = lambda layer, h, _: (layer(h, mask), None)
+        return self.layer.scan(step, x)[0]
 
 
 class BertModel(Pretrained):
@@ -212,13 +222,22 @@ class BertModel(Pretrained):
             "BertModel", input_ids, c.max_position_embeddings, c.vocab_size
         )
         seq = input_ids.shape[0]
-        token_type_ids = _ids_like("token_type_ids", token_type_ids, seq, 0)
+        token_type_ids = check_ids_below(
+            "BertModel", "token_type_ids",
+            _ids_like("token_type_ids", token_type_ids, seq, 0),
+            c.type_vocab_size, "type_vocab_size",
+        )  # fmt: skip
         attention_mask = _ids_like("attention_mask", attention_mask, seq, 1)
         mask = jnp.broadcast_to(attention_mask.astype(bool)[None, :], (seq, seq))
-        x = self.embeddings(input_ids, token_type_ids)
-        for layer in self.encoder.layer:
-            x = layer(x, mask)
-        return x
+        return self.encoder(self.embeddings(input_ids, token_type_ids), mask)
+
+    def with_remat(self, remat: Any) -> Any:
+        """A copy whose layers are rematerialised on the backward pass: `remat`
+        is `False`/`None`, `True`/`"full"`, or a `jax.checkpoint_policies` name
+        (see [`boxwood.nn.Stacked`][])."""
+        return tree_at(
+            lambda m: m.encoder.layer, self, self.encoder.layer.with_remat(remat)
+        )
 
     def pooled(
         self, hidden: Float[Array, "seq hidden_size"]

@@ -1,12 +1,13 @@
 """Model configs: dataclasses read from (and written back to) Hugging Face's
-`config.json`, refusing every option they do not understand."""
+`config.json`, refusing every option they do not understand, and keeping those
+that do not change the computation (dropout, initialisation) to write them back."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
 _C = TypeVar("_C", bound="ModelConfig")
@@ -19,7 +20,8 @@ class ConfigError(ValueError):
 
 # Options of every `transformers` config that do not change what a model computes
 # in inference: bookkeeping, tokenisation, generation defaults, training-only
-# dropout and initialisation. They are read and dropped.
+# dropout and initialisation. They are kept in `ModelConfig.extra` and written
+# back, except those that describe the file rather than the model (`WRITTEN_ANEW`).
 GENERIC_OPTIONS = frozenset(
     {
         "_name_or_path",
@@ -48,8 +50,62 @@ GENERIC_OPTIONS = frozenset(
     }
 )
 
+# Options `save_pretrained` writes for the file it writes (class, dtype), or that
+# describe another program's file: not kept in `extra`.
+WRITTEN_ANEW = frozenset(
+    {"model_type", "architectures", "dtype", "torch_dtype", "transformers_version"}
+)
+
 # `ModelConfig.REQUIRED` entries: option -> (predicate on its value, what is supported).
 Requirement = tuple[Callable[[Any], bool], str]
+
+
+class IgnoredOptions(Mapping[str, Any]):
+    """Options of a `config.json` that boxwood reads but that do not change what a
+    model computes (dropout rates, `initializer_range`, `use_cache`, ...), kept so
+    that `save_pretrained` writes them back: `config.extra`.
+
+    Immutable and hashable, as a config is a static field of its model: each value
+    is held as its JSON text, and reading an option gives a fresh copy.
+    """
+
+    __slots__ = ("_json", "_pairs")
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        """**Arguments:** `options`: the options by name; values must be JSON
+        values (numbers, strings, booleans, `None`, lists and dicts of these)."""
+        texts = {}
+        for name, value in dict(options or {}).items():
+            try:
+                texts[str(name)] = json.dumps(value, sort_keys=True)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"`extra`: the option `{name}` = {value!r} is not a JSON value; "
+                    "`config.json` can hold only numbers, strings, booleans, null, "
+                    "lists and objects."
+                ) from None
+        self._pairs = tuple(sorted(texts.items()))
+        self._json = dict(self._pairs)
+
+    def __getitem__(self, name: str) -> Any:
+        return json.loads(self._json[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._json)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __hash__(self) -> int:
+        return hash(self._pairs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IgnoredOptions):
+            return self._pairs == other._pairs
+        return isinstance(other, Mapping) and dict(self) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"IgnoredOptions({dict(self)!r})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +116,10 @@ class ModelConfig:
     `transformers`' defaults), `IGNORED` for options that do not matter in inference
     (dropout rates), `REQUIRED` for options whose other values it cannot compute, and
     `ALIASES` for older spellings of an option.
+
+    The ignored options of a `config.json` (and the accepted values of `REQUIRED`
+    ones) are kept in `extra`, an `IgnoredOptions` mapping, and written back by
+    `to_dict`; nothing boxwood computes reads them.
     """
 
     # Token ids are kept (and written back) for the tokenizer and `transformers`'
@@ -69,6 +129,10 @@ class ModelConfig:
         default=None, kw_only=True
     )
     pad_token_id: int | None = dataclasses.field(default=None, kw_only=True)
+    # a mapping is accepted too; kept as `IgnoredOptions`
+    extra: IgnoredOptions | Mapping[str, Any] = dataclasses.field(
+        default=IgnoredOptions(), kw_only=True
+    )
 
     model_type: ClassVar[str] = ""
     architecture: ClassVar[str] = ""
@@ -97,15 +161,22 @@ class ModelConfig:
                 f"boxwood.models.{cls.architecture} reads {cls.model_type!r}. "
                 "`boxwood.models.from_pretrained(path)` picks the class itself."
             )
-        fields = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {}
+        fields = cls._option_fields()
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
         for name, value in options.items():
             name = cls.ALIASES.get(name, name)
             if name in cls.REQUIRED:
                 _require(cls, name, value, where)
+                if name not in fields:  # (a field is written back as it is)
+                    extra[name] = value
             elif name in fields:
                 kwargs[name] = tuple(value) if isinstance(value, list) else value
-            elif name not in GENERIC_OPTIONS and name not in cls.IGNORED:
+            elif name in WRITTEN_ANEW:
+                continue
+            elif name in GENERIC_OPTIONS or name in cls.IGNORED:
+                extra[name] = value
+            else:
                 raise ConfigError(
                     f"{where}the option `{name}` (= {value!r}) is not supported by "
                     f"boxwood.models.{cls.architecture}; boxwood reads only the "
@@ -113,7 +184,7 @@ class ModelConfig:
                     "the model. Supported options: "
                     f"{', '.join(sorted(fields | set(cls.REQUIRED)))}."
                 )
-        config = cls(**kwargs)
+        config = cls(**kwargs, extra=IgnoredOptions(extra))
         config.validate(where)
         return config
 
@@ -122,12 +193,51 @@ class ModelConfig:
         """The config in the `config.json` file at `path`."""
         return cls.from_dict(read_json(path), os.fspath(path))
 
+    @classmethod
+    def _option_fields(cls) -> set[str]:
+        """The options read into fields of their own."""
+        return {f.name for f in dataclasses.fields(cls)} - {"extra"}
+
+    def __post_init__(self) -> None:
+        extra = self.extra
+        if not isinstance(extra, IgnoredOptions):
+            extra = IgnoredOptions(extra)
+            object.__setattr__(self, "extra", extra)
+        for name in extra:
+            self._check_ignorable(name, extra[name])
+
+    def _check_ignorable(self, name: str, value: Any) -> None:
+        """`extra` may hold only options that change nothing boxwood computes."""
+        cls = type(self)
+        if name in cls.REQUIRED:
+            _require(cls, name, value, "`extra`: ")
+        elif name in self._option_fields():
+            raise ConfigError(
+                f"`extra` holds the option `{name}`, a field of {cls.__name__}: "
+                f"pass it as `{cls.__name__}({name}=...)` instead."
+            )
+        elif name in WRITTEN_ANEW:
+            raise ConfigError(
+                f"`extra` holds the option `{name}`, which `save_pretrained` writes "
+                "for each file itself; leave it out."
+            )
+        elif name not in GENERIC_OPTIONS and name not in cls.IGNORED:
+            raise ConfigError(
+                f"`extra` holds the option `{name}`, which "
+                f"boxwood.models.{cls.architecture} does not know; `extra` keeps only "
+                "options that do not change the model (dropout rates, "
+                "`initializer_range`, ...)."
+            )
+
     def validate(self, where: str) -> None:
         """Checks between options; raises `ConfigError`."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The options as `transformers` writes them in `config.json`."""
+        """The options as `transformers` writes them in `config.json`: the
+        fields, then the kept options of `extra` that no field overrides."""
         out = dataclasses.asdict(self)
+        del out["extra"]
+        out = {**dict(self.extra), **out}
         out["model_type"] = self.model_type
         out["architectures"] = [self.architecture]
         return out

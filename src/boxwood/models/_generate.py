@@ -1,9 +1,11 @@
-"""`generate`: autoregressive decoding with a key/value cache held in a
-`boxwood.nn.State`, compiled once per (prompt length bucket, new tokens)."""
+"""`generate`: autoregressive decoding of one prompt or a batch, with a key/value
+cache held in a `boxwood.nn.State`, compiled once per (batch size, prompt length
+bucket, new-token bucket, sampling mode)."""
 
 from __future__ import annotations
 
-import operator
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -12,152 +14,228 @@ import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from .._jit import filter_jit
+from ._generate_loop import Stream, decode_loop
 from ._layers import check_input_ids
+from ._sampling import (
+    check_sampling,
+    count,
+    default_pad_id,
+    end_ids,
+    token_id,
+)
 
-# Prompts are padded to the next power of two (at least this), so that prompts of
-# nearby lengths share one compiled program.
+# Prompts and new-token counts are padded to the next power of two (at least
+# this), so that nearby lengths share one compiled program.
 MIN_BUCKET = 16
+
+_decode = filter_jit(decode_loop)
 
 
 def bucket(length: int) -> int:
-    """The padded prompt length: the next power of two, at least `MIN_BUCKET`."""
+    """The padded length: the next power of two, at least `MIN_BUCKET`."""
     return max(MIN_BUCKET, 1 << (length - 1).bit_length())
 
 
 def generate(
     model: Any,
-    input_ids: Int[Array, " seq"],
+    input_ids: Int[Array, " seq"] | Int[Array, "batch seq"] | list,
     max_new_tokens: int,
     *,
     key: PRNGKeyArray | None = None,
     temperature: float = 0.0,
     top_k: int | None = None,
-) -> Int[Array, " total"]:
-    """Continue a prompt with a causal language model.
+    top_p: float | None = None,
+    eos_token_id: int | list[int] | tuple[int, ...] | None = None,
+    pad_token_id: int | None = None,
+    callback: Callable[[Any], Any] | None = None,
+) -> Int[Array, " total"] | Int[Array, "batch total"]:
+    """Continue a prompt, or a batch of prompts, with a causal language model.
 
-    The prompt is run once (prefill) and each new token then costs one step over a
-    key/value cache, held as a `boxwood.nn.State` (`model.init_cache`). The whole
-    loop is one compiled program per (prompt length bucket, `max_new_tokens`,
-    sampling mode): prompts are padded to the next power of two (at least 16, at
-    most the model's number of positions).
+    The prompts are run once (prefill) and each new token then costs one step over
+    a key/value cache, held as a `boxwood.nn.State` (`model.init_cache`). The
+    whole loop is one compiled program per (batch size, prompt length bucket,
+    `max_new_tokens` bucket, sampling mode): prompt lengths and `max_new_tokens`
+    are padded to the next power of two (at least 16); the prompt's bucket is at
+    most the model's number of positions. A batch is given as an argument, not by
+    `jax.vmap(generate)` (which is not supported).
 
     **Arguments:**
 
     - `model`: a [`boxwood.models.GPT2LMHeadModel`][] or
-      [`boxwood.models.LlamaForCausalLM`][].
-    - `input_ids`: the prompt's token ids, shape `(seq,)`, integers.
-    - `max_new_tokens`: how many tokens to add (no early stop at an end token).
+      [`boxwood.models.LlamaForCausalLM`][] (or a Llama variant).
+    - `input_ids`: one prompt, shape `(seq,)` (an array or a list of ints); a
+      batch of prompts of one length, `(batch, seq)`; or a list of prompts (1-D
+      arrays or lists of ints) of any lengths, which are left-padded and masked.
+    - `max_new_tokens`: the most tokens to add to each prompt.
     - `key`: a `jax.random` key; needed when `temperature > 0`. (Keyword only.)
     - `temperature`: `0` for greedy decoding (the most likely token each step, as
       `transformers`' `generate(do_sample=False)`); otherwise logits are divided by
       it and the token is sampled.
     - `top_k`: if given, sample only among the `top_k` most likely tokens.
+    - `top_p`: if given, in `(0, 1]`: sample only among the most likely tokens
+      whose probabilities (after `temperature` and `top_k`) add up to `top_p`
+      (nucleus sampling; the most likely token is always kept). `top_k` and
+      `top_p` apply to sampling only; greedy decoding ignores them.
+    - `eos_token_id`: an end token id, or a sequence of them. A row that emits one
+      keeps it and stops: its later positions hold `pad_token_id`, and the loop
+      ends early once every row has stopped. Default: no early stop (pass
+      `model.config.eos_token_id` to stop at the model's end token).
+    - `pad_token_id`: the id that fills the left of shorter prompts in a batch and
+      the positions after a row's end token. Default: the config's
+      `pad_token_id`, else its `eos_token_id` (the first), else `0`.
+    - `callback`: called on the host with each new token as it is produced (a
+      Python `int` for one prompt; for a batch, a NumPy `(batch,)` int32 array
+      with `pad_token_id` in rows that have stopped), so a notebook can print as
+      it goes. It runs on the host while the compiled loop waits (an ordered
+      `jax.experimental.io_callback`), so any callback shares the compiled code.
+      If it raises, no more tokens are made and `generate` raises its exception.
 
-    **Returns:** the prompt followed by the new tokens, shape
-    `(seq + max_new_tokens,)`, int32.
+    **Returns:** for one prompt, the prompt followed by the new tokens,
+    `(seq + max_new_tokens,)`; for a batch, `(batch, longest + max_new_tokens)`,
+    each row its prompt left-padded with `pad_token_id` to the longest prompt's
+    length, followed by its new tokens. int32. With greedy decoding each row
+    equals generating its prompt alone.
     """
+    name = _causal_lm_name(model)
+    vocab = model.config.vocab_size
+    prompts, single = _prompts(name, input_ids, vocab)
+    max_new_tokens = count("max_new_tokens", max_new_tokens)
+    mode = check_sampling(temperature, top_k, top_p, key, vocab)
+    ends = end_ids(eos_token_id, vocab)
+    pad_id = (
+        default_pad_id(model.config, vocab)
+        if pad_token_id is None
+        else token_id("pad_token_id", pad_token_id, vocab)
+    )
+    if callback is not None and not callable(callback):
+        raise TypeError(
+            f"`generate`: `callback` must be a function of the new tokens, got "
+            f"{callback!r}."
+        )
+    longest = max(len(p) for p in prompts)
+    if longest + max_new_tokens > model.max_positions:
+        raise ValueError(
+            f"`generate`: {longest} prompt tokens + `max_new_tokens`={max_new_tokens} "
+            f"exceed the model's {model.max_positions} positions."
+        )
+    padded, pads, start = _layout(name, model, prompts, pad_id)
+    knobs = jnp.asarray(
+        [temperature if not mode.greedy else 1.0, top_p or 1.0], jnp.float32
+    )
+    with Stream(callback, single) as stream:
+        new = _decode(
+            model, padded, pads, jnp.int32(start), jnp.int32(max_new_tokens),
+            key if key is not None else jax.random.key(0), knobs,
+            _end_slots(ends), jnp.int32(pad_id),
+            stream.id, min(bucket(max_new_tokens), model.max_positions), mode,
+            callback is not None,
+        )  # fmt: skip
+        new = np.asarray(new)[:, :max_new_tokens]
+    return _joined(prompts, new, pad_id, single)
+
+
+def _end_slots(ends: tuple[int, ...]) -> Array:
+    """The end ids in a few slots (4, or the next power of two), the rest -1 (no
+    token), so that a call with or without end tokens shares the compiled loop."""
+    slots = np.full(max(4, 1 << (len(ends) - 1).bit_length()), -1, np.int32)
+    slots[: len(ends)] = ends
+    return jnp.asarray(slots)
+
+
+def _causal_lm_name(model: Any) -> str:
     name = type(model).__name__
     if not hasattr(model, "init_cache"):
         raise TypeError(
             f"`generate` takes a causal language model (GPT2LMHeadModel, "
             f"LlamaForCausalLM), got {name}."
         )
-    vocab_size = model.config.vocab_size
-    check_input_ids(name, input_ids, None, vocab_size)
-    max_new_tokens = _positive_int("max_new_tokens", max_new_tokens)
-    greedy = _check_sampling(temperature, top_k, key, vocab_size)
-    length = int(jnp.shape(input_ids)[0])
-    if length == 0:
-        raise ValueError("`generate`: `input_ids` is empty; give at least one token.")
-    if length + max_new_tokens > model.max_positions:
-        raise ValueError(
-            f"`generate`: {length} prompt tokens + `max_new_tokens`={max_new_tokens} "
-            f"exceed the model's {model.max_positions} positions."
-        )
-    # The bucket never exceeds the position table (a prompt fits in it, above).
-    padded = np.zeros(min(bucket(length), model.max_positions), np.int32)
-    padded[:length] = np.asarray(input_ids)
-    new = _decode(
-        model, jnp.asarray(padded), jnp.int32(length), key if key is not None else jax.random.key(0),
-        jnp.float32(temperature if not greedy else 1.0), max_new_tokens, greedy, top_k,
-    )  # fmt: skip
-    # Joined on the host: a device concatenation would compile once per length.
-    return jnp.asarray(
-        np.concatenate([np.asarray(input_ids, np.int32), np.asarray(new)])
+    return name
+
+
+_SHAPES = (
+    "one prompt `(seq,)`, a batch `(batch, seq)` of prompts of one length, or a "
+    "list of prompts (1-D arrays or lists of ints)"
+)
+
+
+def _prompts(name: str, input_ids: Any, vocab: int) -> tuple[list[np.ndarray], bool]:
+    """The prompts as 1-D host arrays, checked, and whether there was one."""
+    if isinstance(input_ids, list | tuple):
+        if not input_ids:
+            raise ValueError(
+                f"`generate`: `input_ids` is an empty list; give {_SHAPES}."
+            )
+        if all(np.ndim(p) == 0 for p in input_ids):
+            return [_prompt(name, np.asarray(input_ids), vocab)], True
+        rows = [_batch_row(name, i, p, vocab) for i, p in enumerate(input_ids)]
+        return rows, False
+    ndim = np.ndim(input_ids)
+    if ndim == 1:
+        return [_prompt(name, input_ids, vocab)], True
+    if ndim == 2:
+        return [_batch_row(name, i, p, vocab) for i, p in enumerate(input_ids)], False
+    raise ValueError(
+        f"`generate`: `input_ids` must be {_SHAPES}; got shape {np.shape(input_ids)}."
     )
 
 
-def _positive_int(name: str, value: Any) -> int:
-    try:
-        if isinstance(value, bool):  # an int to Python, but never meant as a count
-            raise TypeError
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"`generate`: `{name}` must be an int, got {value!r}."
-        ) from None
-    if value < 1:
-        raise ValueError(f"`generate`: `{name}` must be at least 1, got {value}.")
-    return value
+def _prompt(name: str, ids: Any, vocab: int) -> np.ndarray:
+    ids = np.asarray(ids)
+    check_input_ids(name, ids, None, vocab)
+    if np.shape(ids)[0] == 0:
+        raise ValueError("`generate`: `input_ids` is empty; give at least one token.")
+    return np.asarray(ids, np.int32)
 
 
-def _check_sampling(temperature: Any, top_k: Any, key: Any, vocab_size: int) -> bool:
-    if isinstance(temperature, bool) or not isinstance(
-        temperature, (int, float, np.integer, np.floating)
-    ):
-        raise TypeError(
-            "`generate`: `temperature` must be a number (0 for greedy decoding), "
-            f"got {temperature!r}."
-        )
-    if not 0 <= temperature < float("inf"):
+def _batch_row(name: str, i: int, ids: Any, vocab: int) -> np.ndarray:
+    if np.ndim(ids) != 1:
         raise ValueError(
-            "`generate`: `temperature` must be 0 (greedy decoding) or a positive "
-            f"finite number (sampling), got {temperature!r}."
+            f"`generate`: prompt {i} of `input_ids` has shape {np.shape(ids)}; each "
+            "prompt of a batch must be 1-D (a list or array of token ids)."
         )
-    if top_k is not None and _positive_int("top_k", top_k) > vocab_size:
+    if np.shape(ids)[0] == 0:
         raise ValueError(
-            f"`generate`: `top_k` = {top_k} is larger than the vocabulary "
-            f"({vocab_size} tokens); give at most {vocab_size}, or `None` for all."
+            f"`generate`: prompt {i} of `input_ids` is empty; every prompt needs at "
+            "least one token."
         )
-    greedy = temperature == 0
-    if not greedy and key is None:
-        raise ValueError("`generate`: sampling (`temperature > 0`) needs `key=`.")
-    return greedy
+    return _prompt(f"{name}, prompt {i}", ids, vocab)
 
 
-def _pick(
-    logits: Array, key: Array, temperature: Array, greedy: bool, top_k: int | None
+def _layout(
+    name: str, model: Any, prompts: list[np.ndarray], pad_id: int
+) -> tuple[Array, Array | None, int]:
+    """The prompts in one `(batch, bucket)` array and the slot of the first new
+    token. Prompts of one length are right-padded (the causal mask hides the
+    padding and the new tokens overwrite it); prompts of several lengths are
+    left-padded, each row's padding given to `decode` as `pad`."""
+    lengths = {len(p) for p in prompts}
+    longest = max(lengths)
+    width = min(bucket(longest), model.max_positions)
+    padded = np.full((len(prompts), width), pad_id, np.int32)
+    if len(lengths) == 1:
+        padded[:, :longest] = np.stack(prompts)
+        return jnp.asarray(padded), None, longest
+    if "pad" not in inspect.signature(model.decode).parameters:
+        raise TypeError(
+            f"`generate`: {name}.decode takes no `pad`, which prompts of different "
+            "lengths need; give prompts of one length, or one at a time."
+        )
+    for row, prompt in zip(padded, prompts):
+        row[width - len(prompt) :] = prompt
+    pads = np.asarray([width - len(p) for p in prompts], np.int32)
+    return jnp.asarray(padded), jnp.asarray(pads), width
+
+
+def _joined(
+    prompts: list[np.ndarray], new: np.ndarray, pad_id: int, single: bool
 ) -> Array:
-    logits = logits.astype(jnp.float32)
-    if greedy:
-        return jnp.argmax(logits).astype(jnp.int32)
-    if top_k is not None:
-        kth = jax.lax.top_k(logits, top_k)[0][-1]
-        logits = jnp.where(logits < kth, -jnp.inf, logits)
-    return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
-
-
-@filter_jit
-def _decode(
-    model: Any,
-    padded: Array,
-    length: Array,
-    key: Array,
-    temperature: Array,
-    max_new_tokens: int,
-    greedy: bool,
-    top_k: int | None,
-) -> Array:
-    state = model.init_cache(padded.shape[0] + max_new_tokens)
-    logits, state = model.decode(padded, state, 0)
-    keys = jax.random.split(key, max_new_tokens)
-    first = _pick(logits[length - 1], keys[0], temperature, greedy, top_k)
-
-    def step(carry: tuple, key: Array) -> tuple:
-        token, position, state = carry
-        logits, state = model.decode(token[None], state, position)
-        new = _pick(logits[0], key, temperature, greedy, top_k)
-        return (new, position + 1, state), token
-
-    (last, _, _), tokens = jax.lax.scan(step, (first, length, state), keys[1:])
-    return jnp.concatenate([tokens, last[None]])
+    """The prompts followed by their new tokens, joined on the host (a device
+    concatenation would compile once per length)."""
+    if single:
+        return jnp.asarray(np.concatenate([prompts[0], new[0]]))
+    longest = max(len(p) for p in prompts)
+    out = np.full((len(prompts), longest + new.shape[1]), pad_id, np.int32)
+    for row, prompt in zip(out, prompts):
+        row[longest - len(prompt) : longest] = prompt
+    out[:, longest:] = new
+    return jnp.asarray(out)

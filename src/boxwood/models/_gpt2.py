@@ -12,16 +12,24 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._init import split_keys
 from .._module import Module, field
-from ..nn import Embedding, LayerNorm, State, StateIndex
+from .._tree import tree_at
+from ..nn import Embedding, LayerNorm, Stacked, State, StateIndex
 from ._checkpoint_files import FileLayout
 from ._config import ConfigError, ModelConfig, false_or_unset
 from ._layers import (
     ACTIVATION_NAMES,
+    Cache,
+    Implementation,
+    Step,
     activation,
-    attend_with_cache,
+    attend,
+    check_implementation,
     check_input_ids,
     empty_cache_index,
     init_cache,
+    run_blocks,
+    with_fields,
+    write_cache,
 )
 from ._pretrained import Pretrained
 
@@ -99,7 +107,6 @@ class GPT2Attention(Module):
 
     c_attn: Conv1D
     c_proj: Conv1D
-    cache: StateIndex
     num_heads: int = field(static=True)
 
     def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
@@ -107,14 +114,14 @@ class GPT2Attention(Module):
         d = config.n_embd
         self.c_attn = Conv1D(d, 3 * d, dtype, key=k1)
         self.c_proj = Conv1D(d, d, dtype, key=k2)
-        self.cache = empty_cache_index()
         self.num_heads = config.n_head
 
-    def __call__(self, x: Array, state: State | None, start: Any) -> tuple:
+    def __call__(self, x: Array, step: Step, cache: Cache, layer: Array) -> tuple:
         qkv = self.c_attn(x).reshape(x.shape[0], 3, self.num_heads, -1)
         q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
-        out, state = attend_with_cache(self.cache, state, q, k, v, start)
-        return self.c_proj(out.reshape(x.shape[0], -1)), state
+        k, v, cache = write_cache(cache, layer, k, v, step.start)
+        out = attend(q, k, v, step)
+        return self.c_proj(out.reshape(x.shape[0], -1)), cache
 
 
 class GPT2MLP(Module):
@@ -147,31 +154,40 @@ class GPT2Block(Module):
         self.ln_2 = LayerNorm(config.n_embd, eps=eps, dtype=dtype)
         self.mlp = GPT2MLP(config, dtype, key=k2)
 
-    def __call__(self, x: Array, state: State | None, start: Any) -> tuple:
-        h, state = self.attn(jax.vmap(self.ln_1)(x), state, start)
+    def __call__(
+        self, x: Array, step: Step, cache: Cache, layer: Array, window: Any = None
+    ) -> tuple:
+        h, cache = self.attn(jax.vmap(self.ln_1)(x), step, cache, layer)
         x = x + h
-        return x + self.mlp(jax.vmap(self.ln_2)(x)), state
+        return x + self.mlp(jax.vmap(self.ln_2)(x)), cache
 
 
 class GPT2Model(Module):
+    """GPT-2's body. The blocks are stored stacked (`h`, a `boxwood.nn.Stacked`:
+    `h[i]` is block `i`) and applied in one `lax.scan`; the key/value cache of
+    all of them is one `State` entry (`cache`)."""
+
     wte: Embedding
     wpe: Embedding
-    h: list[GPT2Block]
+    h: Stacked
     ln_f: LayerNorm
+    cache: StateIndex
 
     def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
-        keys = split_keys(key, config.n_layer + 2)
+        keys = split_keys(key, 3)
         d = config.n_embd
         self.wte = Embedding(config.vocab_size, d, dtype=dtype, key=keys[0])
         self.wpe = Embedding(config.n_positions, d, dtype=dtype, key=keys[1])
-        self.h = [GPT2Block(config, dtype, key=k) for k in keys[2:]]
+        self.h = Stacked(
+            lambda k: GPT2Block(config, dtype, key=k), config.n_layer, key=keys[2]
+        )
         self.ln_f = LayerNorm(d, eps=config.layer_norm_epsilon, dtype=dtype)
+        self.cache = empty_cache_index()
 
-    def __call__(self, input_ids: Array, state: State | None, start: Any) -> tuple:
-        positions = start + jnp.arange(input_ids.shape[0])
+    def __call__(self, input_ids: Array, step: Step, state: State | None) -> tuple:
+        positions = step.positions(input_ids.shape[0])
         x = self.wte.weight[input_ids] + self.wpe.weight[positions]
-        for block in self.h:
-            x, state = block(x, state, start)
+        x, state = run_blocks(self.h, x, step, self.cache, state)
         return jax.vmap(self.ln_f)(x), state
 
 
@@ -187,6 +203,7 @@ class GPT2LMHeadModel(Pretrained):
 
     transformer: GPT2Model
     config: GPT2Config = field(static=True)
+    attention_implementation: Implementation = field(static=True)
 
     config_class: ClassVar[type] = GPT2Config
     # The Hub's `gpt2` file names the body's tensors without `transformer.` and
@@ -199,15 +216,27 @@ class GPT2LMHeadModel(Pretrained):
     )
     DROPPED: ClassVar[str | None] = r"transformer\.h\.\d+\.attn\.(bias|masked_bias)"
 
-    def __init__(self, config: GPT2Config, dtype: Any = None, *, key: PRNGKeyArray):
+    def __init__(
+        self,
+        config: GPT2Config,
+        dtype: Any = None,
+        *,
+        key: PRNGKeyArray,
+        attention_implementation: Implementation = None,
+    ):
         """**Arguments:**
 
         - `config`: a [`boxwood.models.GPT2Config`][].
         - `dtype`: the parameters' dtype (default float32).
         - `key`: a `jax.random` key for the random initialisation. (Keyword only.)
+        - `attention_implementation`: `None`, `"xla"` or `"cudnn"`, passed to
+          `jax.nn.dot_product_attention` (see `with_attention_implementation`).
+          (Keyword only.)
         """
+        check_implementation("GPT2LMHeadModel", attention_implementation)
         self.transformer = GPT2Model(config, dtype or jnp.float32, key=key)
         self.config = config
+        self.attention_implementation = attention_implementation
 
     def __call__(self, input_ids: Int[Array, " seq"]) -> Float[Array, "seq vocab_size"]:
         """**Arguments:** `input_ids`: token ids, shape `(seq,)`.
@@ -216,15 +245,59 @@ class GPT2LMHeadModel(Pretrained):
         """
         return self.decode(input_ids, None, 0)[0]
 
-    def decode(self, input_ids: Array, state: State | None, start: Any) -> tuple:
-        """Logits for `input_ids` at positions `start, start+1, ...`, reading and
-        updating the key/value cache in `state` (from `init_cache`)."""
+    def decode(
+        self,
+        input_ids: Int[Array, " seq"],
+        state: State | None,
+        start: Any,
+        pad: Any = None,
+    ) -> tuple[Float[Array, "seq vocab_size"], State | None]:
+        """Logits for `input_ids` at cache slots `start, start+1, ...`, reading and
+        updating the key/value cache in `state` (from `init_cache`; `None`: no
+        cache, `start` 0).
+
+        `pad` (`None`, or an int32 scalar, which may be traced): the number of
+        leading cache slots that hold left padding. Those keys are masked for
+        every query, and the token at slot `s` is at position `s - pad` (pad slots
+        at position 0), so a left-padded row's logits for its real tokens are the
+        unpadded sequence's. `jax.vmap` over rows with a per-row `pad` works.
+        """
+        hidden, state = self._hidden(input_ids, state, start, pad)
+        return hidden @ self.output_embedding().T, state
+
+    def hidden_states(
+        self, input_ids: Int[Array, " seq"]
+    ) -> Float[Array, "seq hidden_size"]:
+        """The final (normalised) hidden states, before the output projection:
+        `model(ids) == model.hidden_states(ids) @ model.output_embedding().T`."""
+        return self._hidden(input_ids, None, 0, None)[0]
+
+    def output_embedding(self) -> Float[Array, "vocab_size hidden_size"]:
+        """The matrix `W` of the output projection, `logits = hidden @ W.T` (GPT-2
+        ties it to the token embedding)."""
+        return self.transformer.wte.weight
+
+    def with_attention_implementation(self, implementation: Implementation) -> Any:
+        """A copy whose attention calls `jax.nn.dot_product_attention` with
+        `implementation`: `None` (JAX's choice), `"xla"` or `"cudnn"` (the fused
+        cuDNN kernel on an NVIDIA GPU)."""
+        check_implementation(type(self).__name__, implementation)
+        return with_fields(self, attention_implementation=implementation)
+
+    def with_remat(self, remat: Any) -> Any:
+        """A copy whose blocks are rematerialised on the backward pass: `remat`
+        is `False`/`None`, `True`/`"full"`, or a `jax.checkpoint_policies` name
+        (see [`boxwood.nn.Stacked`][])."""
+        blocks = self.transformer.h.with_remat(remat)
+        return tree_at(lambda m: m.transformer.h, self, blocks)
+
+    def _hidden(self, input_ids: Any, state: Any, start: Any, pad: Any) -> tuple:
         c = self.config
         input_ids = check_input_ids(
             "GPT2LMHeadModel", input_ids, c.n_positions, c.vocab_size
         )
-        x, state = self.transformer(input_ids, state, start)
-        return x @ self.transformer.wte.weight.T, state
+        step = Step(start, pad, state is not None, self.attention_implementation)
+        return self.transformer(input_ids, step, state)
 
     def init_cache(self, length: int) -> State:
         """An empty key/value cache for `length` positions, as a `boxwood.nn.State`."""
@@ -233,7 +306,12 @@ class GPT2LMHeadModel(Pretrained):
         return init_cache(
             self,
             length,
-            dict(kv_heads=c.n_head, head_dim=c.n_embd // c.n_head, dtype=dtype),
+            dict(
+                depth=c.n_layer,
+                kv_heads=c.n_head,
+                head_dim=c.n_embd // c.n_head,
+                dtype=dtype,
+            ),
         )
 
     @property

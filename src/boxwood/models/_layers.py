@@ -4,17 +4,19 @@ a key/value cache held in a `boxwood.nn.State`, rotary embeddings at positions."
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float
 
 from .._errors import error_if
-from ..nn import RotaryPositionalEmbedding, State, StateIndex
+from .._module._instance import set_fields
+from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
+from ..nn._attention import fusable
 from ..nn._state import _make_index
 
 _ACTIVATIONS = {
@@ -103,76 +105,190 @@ def rope_at(x: Array, positions: Array, frequencies: Any) -> Array:
     return (x.astype(jnp.float32) * cos + rotated * sin).astype(x.dtype)
 
 
-def causal_attention(
-    q: Float[Array, "q_seq heads dim"],
-    k: Float[Array, "kv_seq kv_heads dim"],
-    v: Float[Array, "kv_seq kv_heads dim"],
-    q_positions: Int[Array, " q_seq"],
-    window: int | None = None,
-) -> Float[Array, "q_seq heads dim"]:
-    """Attention of each query to the keys at positions up to its own (and, with a
-    sliding `window`, after `position - window`: the last `window` positions).
+Implementation = Literal["xla", "cudnn"] | None
+IMPLEMENTATIONS = (None, "xla", "cudnn")
+# The window of a layer with full attention, where windows are data: no distance
+# between two slots reaches it.
+FULL_WINDOW = int(np.iinfo(np.int32).max)
 
-    Key `j` holds position `j`; with grouped-query attention each key/value head
-    serves `heads // kv_heads` consecutive query heads. Softmax in float32.
-    """
-    seq, heads, dim = q.shape
-    kv_heads = k.shape[1]
-    q = q.reshape(seq, kv_heads, heads // kv_heads, dim).astype(jnp.float32)
-    logits = jnp.einsum("qhgd,khd->hgqk", q, k.astype(jnp.float32)) / math.sqrt(dim)
-    distance = q_positions[:, None] - jnp.arange(k.shape[0])[None, :]
+
+def check_implementation(model: str, implementation: Any) -> None:
+    """`implementation` must be one of `jax.nn.dot_product_attention`'s."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"{model}: `attention_implementation` must be None (JAX's choice), "
+            f"'xla' or 'cudnn', got {implementation!r}. Set it with "
+            "`model.with_attention_implementation(...)`."
+        )
+
+
+class Step(NamedTuple):
+    """What every layer of one call shares: the cache slot of the first new token
+    (`start`), the number of leading slots that are left padding (`pad`, `None`:
+    none), whether the keys come from a cache (`cached`), and the attention
+    implementation."""
+
+    start: Any
+    pad: Any = None
+    cached: bool = False
+    implementation: Implementation = None
+
+    def slots(self, seq: int) -> Array:
+        """The cache slots of `seq` new tokens."""
+        return self.start + jnp.arange(seq)
+
+    def positions(self, seq: int) -> Array:
+        """The positions of `seq` new tokens: their slots less the padding (pad
+        slots themselves at position 0)."""
+        slots = self.slots(seq)
+        return slots if self.pad is None else jnp.maximum(slots - self.pad, 0)
+
+
+def _visible(step: Step, q_seq: int, kv_seq: int, window: Any) -> Array:
+    """`(q_seq, kv_seq)`: whether each new token may attend to each key slot:
+    slots up to its own, after `slot - window` (a sliding `window`), and none of
+    the padding. A pad token attends to itself alone, so that its (unused)
+    output stays finite."""
+    distance = step.slots(q_seq)[:, None] - jnp.arange(kv_seq)[None, :]
     allowed = distance >= 0
     if window is not None:
         allowed = allowed & (distance < window)
-    logits = jnp.where(allowed[None, None], logits, jnp.finfo(jnp.float32).min)
+    if step.pad is not None:
+        real = (jnp.arange(kv_seq) >= step.pad)[None, :]
+        allowed = allowed & (real | (distance == 0))
+    return allowed
+
+
+def _explicit(q: Array, k: Array, v: Array, mask: Array) -> Array:
+    """Grouped-query attention with the weights formed explicitly, in at least
+    float32 (for dtypes `jax.nn.dot_product_attention` would round)."""
+    seq, heads, dim = q.shape
+    kv_heads = k.shape[1]
+    wide = jnp.promote_types(q.dtype, jnp.float32)
+    grouped = q.reshape(seq, kv_heads, heads // kv_heads, dim).astype(wide)
+    logits = jnp.einsum("qhgd,khd->hgqk", grouped, k.astype(wide)) / math.sqrt(dim)
+    logits = jnp.where(mask[None, None], logits, jnp.finfo(wide).min)
     weights = jax.nn.softmax(logits, axis=-1)
-    out = jnp.einsum("hgqk,khd->qhgd", weights, v.astype(jnp.float32))
+    out = jnp.einsum("hgqk,khd->qhgd", weights, v.astype(wide))
     return out.reshape(seq, heads, dim).astype(v.dtype)
 
 
-def attend_with_cache(
+def attend(
+    q: Float[Array, "q_seq heads dim"],
+    k: Float[Array, "kv_seq kv_heads dim"],
+    v: Float[Array, "kv_seq kv_heads dim"],
+    step: Step,
+    window: Any = None,
+) -> Float[Array, "q_seq heads dim"]:
+    """Causal attention of new tokens (at slots `step.slots`) to the keys at slots
+    `0, 1, ...`, through `jax.nn.dot_product_attention`.
+
+    With grouped-query attention each key/value head serves `heads // kv_heads`
+    consecutive query heads; the keys are passed with their own head count (never
+    repeated per query head). `window`: `None` (full attention), an int (a
+    sliding window, static) or an int array (a window that is data, as a scanned
+    layer's). Without a cache, padding or a window that is data, the mask is
+    `is_causal` (and `local_window_size`), which lets a fused kernel be chosen;
+    otherwise it is an explicit boolean mask.
+    """
+    static_window = window is None or isinstance(window, int)
+    if not (step.implementation is not None or fusable(q, k, v)):
+        return _explicit(q, k, v, _visible(step, q.shape[0], k.shape[0], window))
+    mask, local = None, None
+    causal = not step.cached and step.pad is None and static_window
+    if causal:
+        local = None if window is None else (window - 1, 0)
+    else:
+        mask = _visible(step, q.shape[0], k.shape[0], window)[None, None]
+    # one input dtype: JAX's own float32 logits are the only promotion
+    with jax.numpy_dtype_promotion("standard"):
+        out = jax.nn.dot_product_attention(
+            q[None],
+            k[None],
+            v[None],
+            mask=mask,
+            is_causal=causal,
+            local_window_size=local,
+            implementation=step.implementation,
+        )
+    return out[0]
+
+
+Cache = tuple[Array, Array] | None  # keys, values: `(depth, length, kv_heads, dim)`
+
+
+def write_cache(
+    cache: Cache, layer: Array, k: Array, v: Array, start: Any
+) -> tuple[Array, Array, Cache]:
+    """The keys and values layer `layer` attends to: without a `cache` the new
+    ones; with one (every layer's), its own after the new ones are written at
+    slot `start`, and the updated cache."""
+    if cache is None:
+        return k, v, None
+    at = (layer, jnp.asarray(start, jnp.int32), jnp.int32(0), jnp.int32(0))
+    keys, values = (
+        jax.lax.dynamic_update_slice(whole, new[None].astype(whole.dtype), at)
+        for whole, new in zip(cache, (k, v), strict=True)
+    )
+    return keys[layer], values[layer], (keys, values)
+
+
+def layer_windows(windows: tuple[int | None, ...]) -> tuple[Any, Array | None]:
+    """`(shared, per_layer)`: the sliding window every layer has (static; `None`:
+    full attention), or else `None` and each layer's as an int32 array (full
+    attention as `FULL_WINDOW`), scanned with the layers."""
+    if len(set(windows)) == 1:
+        return windows[0], None
+    per_layer = [FULL_WINDOW if w is None else w for w in windows]
+    return None, jnp.asarray(per_layer, jnp.int32)
+
+
+def run_blocks(
+    blocks: Stacked,
+    x: Array,
+    step: Step,
     index: StateIndex,
     state: State | None,
-    q: Array,
-    k: Array,
-    v: Array,
-    start: Any,
-    window: int | None = None,
+    windows: tuple[int | None, ...] | None = None,
 ) -> tuple[Array, State | None]:
-    """Causal attention for new tokens at positions `start, start+1, ...`.
+    """`x` through the stacked `blocks` in one scan, each called as
+    `block(x, step, cache, layer, window) -> (x, cache)`; the key/value cache of
+    every layer is `state`'s entry `index` (or `None`), carried through."""
+    shared, per_layer = layer_windows(windows or (None,) * len(blocks))
+    cache = None if state is None else state.get(index)
 
-    Without a `state`, the keys are the new tokens' own (and `start` must be 0).
-    With one, the new keys and values are written into the cache at `start` first,
-    and the queries attend over the whole cache (later slots are masked, and with
-    a sliding `window` the slots at or before `position - window` too).
-    """
-    positions = start + jnp.arange(q.shape[0])
-    if state is None:
-        return causal_attention(q, k, v, positions, window), None
-    cache_k, cache_v = state.get(index)
-    cache_k = jax.lax.dynamic_update_slice_in_dim(
-        cache_k, k.astype(cache_k.dtype), start, 0
-    )
-    cache_v = jax.lax.dynamic_update_slice_in_dim(
-        cache_v, v.astype(cache_v.dtype), start, 0
-    )
-    out = causal_attention(q, cache_k, cache_v, positions, window)
-    return out, state.set(index, (cache_k, cache_v))
+    def body(block: Any, carry: tuple, inputs: tuple) -> tuple:
+        h, kv = carry
+        layer, window = inputs
+        h, kv = block(h, step, kv, layer, shared if window is None else window)
+        return (h, kv), None
+
+    layers = jnp.arange(len(blocks), dtype=jnp.int32)
+    (x, cache), _ = blocks.scan(body, (x, cache), (layers, per_layer))
+    return x, (None if state is None else state.set(index, cache))
 
 
 def empty_cache_index() -> StateIndex:
-    """A layer's key into the cache: its value is made by `init_cache`."""
+    """A model's key into the cache: its value is made by `init_cache`."""
     return StateIndex(None)
 
 
 def init_cache(model: Any, length: int, shapes: dict[str, Any]) -> State:
     """A `State` with an empty key/value cache of `length` positions for every
-    `StateIndex` in `model`; `shapes` gives `(kv_heads, head_dim, dtype)`."""
-    kv_heads, head_dim, dtype = shapes["kv_heads"], shapes["head_dim"], shapes["dtype"]
-    zeros = jnp.zeros((length, kv_heads, head_dim), dtype)
+    `StateIndex` in `model`; `shapes` gives `depth`, `kv_heads`, `head_dim` and
+    `dtype`: each cache is `(depth, length, kv_heads, head_dim)`."""
+    shape = (shapes["depth"], length, shapes["kv_heads"], shapes["head_dim"])
+    zeros = jnp.zeros(shape, shapes["dtype"])
     indices = [
         _make_index(x.marker, (zeros, zeros))
         for x in jtu.tree_leaves(model, is_leaf=lambda x: isinstance(x, StateIndex))
         if isinstance(x, StateIndex)
     ]
     return State(indices)
+
+
+def with_fields(module: Any, **values: Any) -> Any:
+    """A copy of `module` with the given (static) fields replaced."""
+    new = jtu.tree_map(lambda x: x, module)  # a fresh instance, seen by nobody
+    set_fields(new, **values)
+    return new

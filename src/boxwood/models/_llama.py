@@ -16,16 +16,24 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._init import split_keys
 from .._module import Module, field
-from ..nn import Embedding, Linear, RMSNorm, State, StateIndex
+from .._tree import tree_at
+from ..nn import Embedding, Linear, RMSNorm, Stacked, State, StateIndex
 from ._config import ConfigError, ModelConfig
 from ._layers import (
+    Cache,
+    Implementation,
+    Step,
     activation,
-    attend_with_cache,
+    attend,
+    check_implementation,
     check_input_ids,
     empty_cache_index,
     init_cache,
     rope_at,
+    run_blocks,
     supported_activation,
+    with_fields,
+    write_cache,
 )
 from ._pretrained import Pretrained
 from ._rope_scaling import (
@@ -83,6 +91,7 @@ class LlamaConfig(ModelConfig):
     }
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if isinstance(self.rope_scaling, Mapping):
             scaling = normalise_scaling(self.rope_scaling, "`rope_scaling`")
             object.__setattr__(self, "rope_scaling", scaling)
@@ -142,8 +151,8 @@ class LlamaConfig(ModelConfig):
 
 class LlamaAttention(Module):
     """Grouped-query self-attention with rotary positions, over a key/value cache
-    (see `_layers.attend_with_cache`). Each head count sits with the projections
-    it splits; the parameters keep `transformers`' names and order."""
+    (see `_layers.write_cache` and `_layers.attend`). Each head count sits
+    with the projections it splits; the parameters keep `transformers`' names and order."""
 
     num_heads: int = field(static=True)
     q_proj: Linear
@@ -153,17 +162,8 @@ class LlamaAttention(Module):
     o_proj: Linear
     theta: float = field(static=True)  # the RoPE base
     rope_scaling: Scaling = field(static=True)
-    sliding_window: int | None = field(static=True)  # `None`: full attention
-    cache: StateIndex
 
-    def __init__(
-        self,
-        config: LlamaConfig,
-        dtype: Any,
-        window: int | None = None,
-        *,
-        key: PRNGKeyArray,
-    ):
+    def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
         kq, kk, kv, ko = split_keys(key, 4)
         d, hd = config.hidden_size, config.dim
         qkv_bias, o_bias = config.projection_biases
@@ -172,24 +172,23 @@ class LlamaAttention(Module):
         self.k_proj = Linear(d, kv_heads * hd, use_bias=qkv_bias, dtype=dtype, key=kk)
         self.v_proj = Linear(d, kv_heads * hd, use_bias=qkv_bias, dtype=dtype, key=kv)
         self.o_proj = Linear(heads * hd, d, use_bias=o_bias, dtype=dtype, key=ko)
-        self.cache = empty_cache_index()
         self.num_heads, self.kv_heads = heads, kv_heads
         self.theta = float(config.rope_theta)
         self.rope_scaling = cast(Scaling, config.rope_scaling)  # normalised
-        self.sliding_window = window
 
-    def __call__(self, x: Array, state: State | None, start: Any) -> tuple:
+    def __call__(
+        self, x: Array, step: Step, cache: Cache, layer: Array, window: Any
+    ) -> tuple:
         seq = x.shape[0]
         q = jax.vmap(self.q_proj)(x).reshape(seq, self.num_heads, -1)
         k = jax.vmap(self.k_proj)(x).reshape(seq, self.kv_heads, -1)
         v = jax.vmap(self.v_proj)(x).reshape(seq, self.kv_heads, -1)
-        positions = start + jnp.arange(seq)
+        positions = step.positions(seq)
         freqs = inverse_frequencies(q.shape[-1], self.theta, self.rope_scaling)
         q, k = rope_at(q, positions, freqs), rope_at(k, positions, freqs)
-        out, state = attend_with_cache(
-            self.cache, state, q, k, v, start, self.sliding_window
-        )
-        return jax.vmap(self.o_proj)(out.reshape(seq, -1)), state
+        k, v, cache = write_cache(cache, layer, k, v, step.start)
+        out = attend(q, k, v, step, window)
+        return jax.vmap(self.o_proj)(out.reshape(seq, -1)), cache
 
 
 class LlamaMLP(Module):
@@ -241,51 +240,57 @@ class LlamaDecoderLayer(Module):
     post_attention_layernorm: RMSNorm | GemmaRMSNorm
     mlp: LlamaMLP
 
-    def __init__(
-        self,
-        config: LlamaConfig,
-        dtype: Any,
-        window: int | None = None,
-        *,
-        key: PRNGKeyArray,
-    ):
+    def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
         k1, k2 = split_keys(key, 2)
         self.input_layernorm = _norm(config, dtype)
-        self.self_attn = LlamaAttention(config, dtype, window, key=k1)
+        self.self_attn = LlamaAttention(config, dtype, key=k1)
         self.post_attention_layernorm = _norm(config, dtype)
         self.mlp = LlamaMLP(config, dtype, key=k2)
 
-    def __call__(self, x: Array, state: State | None, start: Any) -> tuple:
-        h, state = self.self_attn(jax.vmap(self.input_layernorm)(x), state, start)
+    def __call__(
+        self, x: Array, step: Step, cache: Cache, layer: Array, window: Any = None
+    ) -> tuple:
+        normed = jax.vmap(self.input_layernorm)(x)
+        h, cache = self.self_attn(normed, step, cache, layer, window)
         x = x + h
-        return x + self.mlp(jax.vmap(self.post_attention_layernorm)(x)), state
+        return x + self.mlp(jax.vmap(self.post_attention_layernorm)(x)), cache
 
 
 class LlamaModel(Module):
+    """The Llama body. The decoder layers are stored stacked (`layers`, a
+    `boxwood.nn.Stacked`: `layers[i]` is layer `i`) and applied in one
+    `lax.scan`; their sliding windows (`windows`, one per layer, `None`: full
+    attention) are data of the scan where they differ. The key/value cache of
+    all layers is one `State` entry (`cache`)."""
+
     embed_tokens: Embedding
-    layers: list[LlamaDecoderLayer]
+    layers: Stacked
     norm: RMSNorm | GemmaRMSNorm
+    cache: StateIndex
     embed_scale: float | None = field(static=True)  # Gemma's `sqrt(hidden_size)`
+    windows: tuple[int | None, ...] = field(static=True)
 
     def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
-        keys = split_keys(key, config.num_hidden_layers + 1)
+        keys = split_keys(key, 2)
         self.embed_tokens = Embedding(
             config.vocab_size, config.hidden_size, dtype=dtype, key=keys[0]
         )
-        self.layers = [
-            LlamaDecoderLayer(config, dtype, window, key=k)
-            for window, k in zip(config.layer_windows(), keys[1:], strict=True)
-        ]
+        self.layers = Stacked(
+            lambda k: LlamaDecoderLayer(config, dtype, key=k),
+            config.num_hidden_layers,
+            key=keys[1],
+        )
         self.norm = _norm(config, dtype)
+        self.cache = empty_cache_index()
         self.embed_scale = config.embedding_scale
+        self.windows = tuple(config.layer_windows())
 
-    def __call__(self, input_ids: Array, state: State | None, start: Any) -> tuple:
+    def __call__(self, input_ids: Array, step: Step, state: State | None) -> tuple:
         x = self.embed_tokens.weight[input_ids]
         if self.embed_scale is not None:
             # rounded to the activations' dtype first, as `transformers` does
             x = x * jnp.asarray(self.embed_scale, x.dtype)
-        for layer in self.layers:
-            x, state = layer(x, state, start)
+        x, state = run_blocks(self.layers, x, step, self.cache, state, self.windows)
         return jax.vmap(self.norm)(x), state
 
 
@@ -301,17 +306,29 @@ class LlamaForCausalLM(Pretrained):
     model: LlamaModel
     lm_head: Linear | None
     config: LlamaConfig = field(static=True)
+    attention_implementation: Implementation = field(static=True)
 
     config_class: ClassVar[type] = LlamaConfig
     DROPPED: ClassVar[str | None] = r".*rotary_emb\.inv_freq"
 
-    def __init__(self, config: LlamaConfig, dtype: Any = None, *, key: PRNGKeyArray):
+    def __init__(
+        self,
+        config: LlamaConfig,
+        dtype: Any = None,
+        *,
+        key: PRNGKeyArray,
+        attention_implementation: Implementation = None,
+    ):
         """**Arguments:**
 
         - `config`: a [`boxwood.models.LlamaConfig`][].
         - `dtype`: the parameters' dtype (default float32).
         - `key`: a `jax.random` key for the random initialisation. (Keyword only.)
+        - `attention_implementation`: `None`, `"xla"` or `"cudnn"`, passed to
+          `jax.nn.dot_product_attention` (see `with_attention_implementation`).
+          (Keyword only.)
         """
+        check_implementation(type(self).__name__, attention_implementation)
         k1, k2 = split_keys(key, 2)
         dtype = dtype or jnp.float32
         self.model = LlamaModel(config, dtype, key=k1)
@@ -327,6 +344,7 @@ class LlamaForCausalLM(Pretrained):
             )
         )
         self.config = config
+        self.attention_implementation = attention_implementation
 
     def __call__(self, input_ids: Int[Array, " seq"]) -> Float[Array, "seq vocab_size"]:
         """**Arguments:** `input_ids`: token ids, shape `(seq,)`.
@@ -335,27 +353,76 @@ class LlamaForCausalLM(Pretrained):
         """
         return self.decode(input_ids, None, 0)[0]
 
-    def decode(self, input_ids: Array, state: State | None, start: Any) -> tuple:
-        """Logits for `input_ids` at positions `start, start+1, ...`, reading and
-        updating the key/value cache in `state` (from `init_cache`)."""
+    def decode(
+        self,
+        input_ids: Int[Array, " seq"],
+        state: State | None,
+        start: Any,
+        pad: Any = None,
+    ) -> tuple[Float[Array, "seq vocab_size"], State | None]:
+        """Logits for `input_ids` at cache slots `start, start+1, ...`, reading and
+        updating the key/value cache in `state` (from `init_cache`; `None`: no
+        cache, `start` 0).
+
+        `pad` (`None`, or an int32 scalar, which may be traced): the number of
+        leading cache slots that hold left padding. Those keys are masked for
+        every query, and the token at slot `s` is at position `s - pad` (its RoPE
+        angle; pad slots at position 0), so a left-padded row's logits for its
+        real tokens are the unpadded sequence's. `jax.vmap` over rows with a
+        per-row `pad` works.
+        """
+        hidden, state = self._hidden(input_ids, state, start, pad)
+        return hidden @ self.output_embedding().T, state
+
+    def hidden_states(
+        self, input_ids: Int[Array, " seq"]
+    ) -> Float[Array, "seq hidden_size"]:
+        """The final (normalised) hidden states, before the output projection:
+        `model(ids) == model.hidden_states(ids) @ model.output_embedding().T`."""
+        return self._hidden(input_ids, None, 0, None)[0]
+
+    def output_embedding(self) -> Float[Array, "vocab_size hidden_size"]:
+        """The matrix `W` of the output projection, `logits = hidden @ W.T`:
+        `lm_head.weight`, or the token embedding when they are tied."""
+        if self.lm_head is None:
+            return self.model.embed_tokens.weight
+        return self.lm_head.weight
+
+    def with_attention_implementation(self, implementation: Implementation) -> Any:
+        """A copy whose attention calls `jax.nn.dot_product_attention` with
+        `implementation`: `None` (JAX's choice), `"xla"` or `"cudnn"` (the fused
+        cuDNN kernel on an NVIDIA GPU)."""
+        check_implementation(type(self).__name__, implementation)
+        return with_fields(self, attention_implementation=implementation)
+
+    def with_remat(self, remat: Any) -> Any:
+        """A copy whose decoder layers are rematerialised on the backward pass:
+        `remat` is `False`/`None`, `True`/`"full"`, or a `jax.checkpoint_policies`
+        name (see [`boxwood.nn.Stacked`][])."""
+        layers = self.model.layers.with_remat(remat)
+        return tree_at(lambda m: m.model.layers, self, layers)
+
+    def _hidden(self, input_ids: Any, state: Any, start: Any, pad: Any) -> tuple:
         c = self.config
         input_ids = check_input_ids(
             type(self).__name__, input_ids, c.max_position_embeddings, c.vocab_size
         )
-        x, state = self.model(input_ids, state, start)
-        head = (
-            self.model.embed_tokens.weight
-            if self.lm_head is None
-            else self.lm_head.weight
-        )
-        return x @ head.T, state
+        step = Step(start, pad, state is not None, self.attention_implementation)
+        return self.model(input_ids, step, state)
 
     def init_cache(self, length: int) -> State:
         """An empty key/value cache for `length` positions, as a `boxwood.nn.State`."""
         c = self.config
         dtype = self.model.embed_tokens.weight.dtype
         return init_cache(
-            self, length, dict(kv_heads=c.kv_heads, head_dim=c.dim, dtype=dtype)
+            self,
+            length,
+            dict(
+                depth=c.num_hidden_layers,
+                kv_heads=c.kv_heads,
+                head_dim=c.dim,
+                dtype=dtype,
+            ),
         )
 
     @property

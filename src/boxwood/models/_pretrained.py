@@ -3,9 +3,12 @@ directory into an abstractly built model, and exporting one back."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
+import threading
+from collections import OrderedDict
 from typing import Any, BinaryIO, ClassVar, cast
 
 import jax
@@ -13,18 +16,12 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from .._checkpoint import (
-    assemble,
-    atomic_write,
-    state_dict,
-    stored_names,
-    write_file,
-)
+from .._caches import register_cache_clear
+from .._checkpoint import atomic_write, write_file
 from .._eval_shape import filter_eval_shape
 from .._module import Module
-from .._sharding import named_shardings
 from .._tree import tree_at
-from ..nn._state import name_indices
+from ..nn._state import StateIndex, name_indices
 from ._checkpoint_files import (
     FileLayout,
     checkpoint_tensors,
@@ -34,6 +31,7 @@ from ._checkpoint_files import (
     standard_tensors,
 )
 from ._sharding_rules import Strategy, sharding_rules
+from ._stacking import assemble_layers, layer_arrays, layer_names, layer_shardings
 
 
 class Pretrained(Module):
@@ -112,8 +110,8 @@ class Pretrained(Module):
     ) -> Any:
         tensors = checkpoint_tensors(directory)
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
-        abstract = filter_eval_shape(cls, config, dtype, key=jax.random.key(0))
-        expected = {cls.checkpoint_name(name) for name in stored_names(abstract)}
+        abstract = abstract_model(cls, config, dtype)
+        expected = {cls.checkpoint_name(name) for name in layer_names(abstract)}
         tensors = standard_tensors(tensors, expected, cls.LAYOUTS)
         abstract = cls._without_absent_parts(abstract, tensors)
         if isinstance(rules, str):
@@ -121,26 +119,24 @@ class Pretrained(Module):
             rules = sharding_rules(cls, cast(Strategy, rules))
         if mesh is not None:
             abstract = _with_shardings(
-                abstract, named_shardings(abstract, mesh, rules or ())
+                abstract, layer_shardings(abstract, mesh, rules or ())
             )
-        names = {cls.checkpoint_name(name): name for name in stored_names(abstract)}
+        names = {cls.checkpoint_name(name): name for name in layer_names(abstract)}
         tensors = renamed_tensors(tensors, names, cls.DROPPED)
-        model, _ = assemble(
+        return assemble_layers(
             abstract,
             tensors,
-            strict=True,
             cast=dtype,
-            squeeze_ok=True,
             source=f"the checkpoint in {directory}",
             where="the checkpoint",
+            progress=True,  # a bar for a large checkpoint, on a terminal only
         )
-        return model
 
     @classmethod
     def _without_absent_parts(cls, abstract: Any, tensors: dict[str, Any]) -> Any:
         """`abstract` with each of `OPTIONAL_PARTS` of which the file has no
         tensor set to `None`."""
-        names = stored_names(abstract)
+        names = layer_names(abstract)
         for part in cls.OPTIONAL_PARTS:
             own = [n for n in names if n.startswith(f"{part}.")]
             if not any(cls.checkpoint_name(n) in tensors for n in own):
@@ -163,7 +159,7 @@ class Pretrained(Module):
         os.makedirs(directory, exist_ok=True)
         arrays = [
             (self.checkpoint_name(name), self.export_array(name, array))
-            for name, array in state_dict(self).items()
+            for name, array in layer_arrays(self)
         ]
         # every subclass declares its `config` field
         options = cast(Any, self).config.to_dict()
@@ -180,6 +176,63 @@ class Pretrained(Module):
             f.write(text)
 
         atomic_write(os.path.join(directory, "config.json"), write_config)
+
+
+# The abstract models built by `_load`, by (class, config, dtype), most recently
+# used last: a second load of a model traces nothing (the build under
+# `filter_eval_shape` is most of a small model's load time).
+_ABSTRACT: OrderedDict[Any, Any] = OrderedDict()
+_ABSTRACT_KEPT = 16
+_ABSTRACT_LOCK = threading.Lock()
+
+
+def _config_key(config: Any) -> Any:
+    """`config` itself where it is hashable (configs are frozen dataclasses), else
+    its class and options as canonical JSON."""
+    try:
+        hash(config)
+    except TypeError:
+        options = json.dumps(config.to_dict(), sort_keys=True, default=repr)
+        return (type(config), options)
+    return config
+
+
+def abstract_model(cls: type, config: Any, dtype: Any) -> Any:
+    """The model `cls(config, dtype)` built abstractly (leaves
+    `jax.ShapeDtypeStruct`), remembered per class, config and dtype.
+
+    The tree is shared between loads, so it is only read: a module is immutable,
+    and every change (`tree_at`, shardings, the loaded arrays) makes a new tree.
+    """
+    key = (cls, _config_key(config), jnp.dtype(dtype))
+    with _ABSTRACT_LOCK:
+        abstract = _ABSTRACT.get(key)
+        if abstract is not None:
+            _ABSTRACT.move_to_end(key)
+    if abstract is None:
+        abstract = filter_eval_shape(cls, config, dtype, key=jax.random.key(0))
+        with _ABSTRACT_LOCK:
+            _ABSTRACT[key] = abstract
+            while len(_ABSTRACT) > _ABSTRACT_KEPT:
+                _ABSTRACT.popitem(last=False)
+    return _own_indices(abstract)
+
+
+def _own_indices(tree: Any) -> Any:
+    """`tree` with a copy of each `StateIndex`: a `State` walk may name (or
+    rename) an index's key in place, which must reach neither the remembered
+    tree nor another load of it. The copies keep the keys' names."""
+    return jtu.tree_map(
+        lambda x: copy.deepcopy(x) if isinstance(x, StateIndex) else x,
+        tree,
+        is_leaf=lambda x: isinstance(x, StateIndex),
+    )
+
+
+@register_cache_clear
+def _clear_abstract_models() -> None:
+    with _ABSTRACT_LOCK:
+        _ABSTRACT.clear()
 
 
 def _with_shardings(abstract: Any, shardings: Any) -> Any:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from jax.sharding import PartitionSpec
 
 from .._sharding import data_parallel, fsdp
+from ._stacking import STACKED_FIELD, PerLayer
 
 Strategy = Literal["data_parallel", "fsdp", "tensor_parallel"]
 
@@ -18,6 +19,10 @@ Strategy = Literal["data_parallel", "fsdp", "tensor_parallel"]
 # after attention and one after the MLP. Unlisted parameters (norms, position
 # tables) are replicated.
 _LAYER = r"(?:.*\.)?"
+# Where a pattern names the layer's index: a model whose layers are a
+# `boxwood.nn.Stacked` has `STACKED_FIELD` in that place of its leaves' paths.
+_INDEX = r"\.\d+\."
+_STACKED = rf"\.{STACKED_FIELD}\."
 _TENSOR_PARALLEL = {
     "GPT2LMHeadModel": [
         (r"transformer\.h\.\d+\.(attn\.c_attn|mlp\.c_fc)", "conv1d_column"),
@@ -83,6 +88,13 @@ def sharding_rules(
     The patterns also match the same names deeper in a tree, so the rules shard
     an optimiser state that mirrors the model.
 
+    The rules name a layer's parameters per layer, as the checkpoint does
+    (`model.layers.3.mlp.up_proj.weight`). Where a model holds its layers as a
+    `boxwood.nn.Stacked` (one layer whose arrays have a leading layer axis, at
+    `model.layers.layers.mlp.up_proj.weight`), each such rule has a twin for the
+    stacked path that splits every layer as the rule splits one and keeps the
+    layer axis whole; `from_pretrained(..., rules=)` treats any rules so.
+
     **Arguments:**
 
     - `model`: a model of `boxwood.models`, or its class.
@@ -94,14 +106,29 @@ def sharding_rules(
     """
     if strategy == "data_parallel":
         return data_parallel()
-    if strategy == "fsdp":
-        return fsdp(data_axis)
-    if strategy != "tensor_parallel":
+    if strategy not in ("fsdp", "tensor_parallel"):
         raise ValueError(
             f"`strategy` must be 'data_parallel', 'fsdp' or 'tensor_parallel', got {strategy!r}."
         )
+    layout = _layout(model, strategy)
+    if strategy == "fsdp":
+        return _fsdp_rules(layout or [], data_axis)
+    rules = []
+    for pattern, kind in layout or []:
+        for leaf, spec in _specs(kind, model_axis):
+            rules.append((rf"{_LAYER}{pattern}\.{leaf}", spec))
+            if _INDEX in pattern:
+                stacked = pattern.replace(_INDEX, _STACKED)
+                rules.append(
+                    (rf"{_LAYER}{stacked}\.{leaf}", PartitionSpec(None, *spec))
+                )
+    return rules + [(".*", PartitionSpec())]
+
+
+def _layout(model: Any, strategy: str) -> list[tuple[str, str]] | None:
+    """The tensor-parallel layout of `model`'s class (a subclass, Mistral or Qwen2
+    of Llama, shares its base's); `None` for FSDP of a class without one."""
     cls = model if isinstance(model, type) else type(model)
-    # A subclass (Mistral, Qwen2 of Llama) shares its base's layout.
     layout = next(
         (
             _TENSOR_PARALLEL[c.__name__]
@@ -110,15 +137,22 @@ def sharding_rules(
         ),
         None,
     )
-    name = cls.__name__
-    if layout is None:
+    if layout is None and strategy == "tensor_parallel":
         raise TypeError(
             f"`sharding_rules` takes a model of `boxwood.models` (or its class), got "
-            f"{name}; for other models use `boxwood.tensor_parallel(model)`."
+            f"{cls.__name__}; for other models use `boxwood.tensor_parallel(model)`."
         )
-    rules = [
-        (rf"{_LAYER}{pattern}\.{leaf}", spec)
-        for pattern, kind in layout
-        for leaf, spec in _specs(kind, model_axis)
+    return layout
+
+
+def _fsdp_rules(layout: list[tuple[str, str]], axis: str) -> list:
+    """FSDP's rules, with the layers of a stacked model split as one layer is
+    (the leading layer axis kept whole)."""
+    plain = fsdp(axis)
+    stacks = sorted({p.split(_INDEX)[0] for p, _ in layout if _INDEX in p})
+    stacked = [
+        (rf"{_LAYER}{prefix}{_STACKED}.*", PerLayer(spec))
+        for prefix in stacks
+        for _, spec in plain
     ]
-    return rules + [(".*", PartitionSpec())]
+    return stacked + plain

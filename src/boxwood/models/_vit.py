@@ -13,7 +13,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._init import split_keys
 from .._module import Module, field
-from ..nn import Conv2d, LayerNorm, Linear, MultiheadAttention
+from .._tree import tree_at
+from ..nn import Conv2d, LayerNorm, Linear, MultiheadAttention, Stacked
 from ._config import ConfigError, ModelConfig
 from ._layers import activation, supported_activation
 from ._pretrained import Pretrained
@@ -125,13 +126,15 @@ class ViTLayer(Module):
 
 
 class ViTEncoder(Module):
-    layer: list[ViTLayer]
+    """The layers, stored stacked (`layer[i]` is layer `i`) and applied in one
+    `lax.scan`."""
+
+    layer: Stacked
 
     def __init__(self, config: ViTConfig, dtype: Any, *, key: PRNGKeyArray):
-        self.layer = [
-            ViTLayer(config, dtype, key=k)
-            for k in split_keys(key, config.num_hidden_layers)
-        ]
+        self.layer = Stacked(
+            lambda k: ViTLayer(config, dtype, key=k), config.num_hidden_layers, key=key
+        )
 
 
 class ViTModel(Module):
@@ -196,10 +199,18 @@ class ViTForImageClassification(Pretrained):
         **Returns:** the class logits, `(num_labels,)`.
         """
         self._check(pixel_values)
-        x = self.vit.embeddings(pixel_values)
-        for layer in self.vit.encoder.layer:
-            x = layer(x)
+        x = self.vit.encoder.layer(self.vit.embeddings(pixel_values))
         return self.classifier(self.vit.layernorm(x[0]))
+
+    def with_remat(self, remat: Any) -> Any:
+        """A copy whose layers are rematerialised on the backward pass: `remat`
+        is `False`/`None`, `True`/`"full"`, or a `jax.checkpoint_policies` name
+        (see [`boxwood.nn.Stacked`][])."""
+        return tree_at(
+            lambda m: m.vit.encoder.layer,
+            self,
+            self.vit.encoder.layer.with_remat(remat),
+        )
 
     def _check(self, pixel_values: Any) -> None:
         c = self.config

@@ -73,6 +73,11 @@ def _fusable(q: Array, k: Array, v: Array) -> bool:
     return len(dtypes) == 1 and dtypes <= _FUSED_DTYPES and k.shape == v.shape
 
 
+# The same test for `boxwood.models`' attention, which calls
+# `jax.nn.dot_product_attention` itself (causal masks, grouped-query heads).
+fusable = _fusable
+
+
 def _head_weights(q: Array, k: Array, mask: Array | None) -> Array:
     """The `(heads, q_seq, kv_seq)` attention weights of heads laid out
     `(seq, heads, size)`; `mask` broadcasts against the weights."""

@@ -2,17 +2,50 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax
 import jax.random as jr
+import jax.tree_util as jtu
 from jaxtyping import Array, PRNGKeyArray
 
+from .._filters import is_array
 from .._init import build_stacked
 from .._module import Module, field
+from .._module._instance import set_fields
 from .._remat import filter_checkpoint
 from .._scan import filter_scan
 from .._vmap import filter_vmap
+
+# `jax.checkpoint_policies` that are policies themselves (the others make one).
+_POLICIES = (
+    "checkpoint_dots",
+    "checkpoint_dots_with_no_batch_dims",
+    "dots_saveable",
+    "dots_with_no_batch_dims_saveable",
+    "everything_saveable",
+    "nothing_saveable",
+)
+
+
+def _check_remat(remat: Any) -> Any:
+    """`remat` as stored: `False` (off), `True` (everything recomputed), a
+    policy name of `_POLICIES` or a policy function."""
+    if remat is None or remat is False:
+        return False
+    if remat is True or remat == "full":
+        return True
+    if (isinstance(remat, str) and remat in _POLICIES) or (
+        callable(remat) and not isinstance(remat, str)
+    ):
+        return remat
+    raise ValueError(
+        f"Stacked: `remat` must be False/None (off), True or 'full' (recompute "
+        f"each layer on the backward pass), a `jax.checkpoint_policies` name "
+        f"({', '.join(_POLICIES)}) or a policy function; got {remat!r}."
+    )
 
 
 class Stacked(Module):
@@ -22,18 +55,23 @@ class Stacked(Module):
     `depth` (`jax.tree.map(lambda a: a[i], stacked.layers)` is layer `i`): the
     arrays [`boxwood.filter_vmap`][] of `make_layer` over the split keys gives,
     built one by one on boxwood's fast initialisation path and stacked (far fewer
-    compiles; `filter_vmap` itself where that does not apply). They are applied with [`boxwood.filter_scan`][]:
-    the model compiles once however deep it is.
+    compiles; `filter_vmap` itself where that does not apply). They are applied
+    with [`boxwood.filter_scan`][]: the model compiles once however deep it is.
 
     ```python
     blocks = boxwood.nn.Stacked(lambda k: Block(64, key=k), depth=12, key=key)
     y = blocks(x)
     ```
+
+    It reads as a sequence of layers: `blocks[i]` is layer `i` (its arrays
+    sliced), `len(blocks)` the depth, and `for block in blocks` iterates over
+    them. Layers that take more than one input, or carry more than one value,
+    are applied with `blocks.scan(fn, carry, xs)`.
     """
 
     layers: Any
     depth: int = field(static=True)
-    remat: bool = field(static=True)
+    remat: Any = field(static=True)
 
     def __init__(
         self,
@@ -50,7 +88,10 @@ class Stacked(Module):
         - `depth`: the number of layers, a positive int.
         - `key`: a `jax.random` key, split into one key per layer.
         - `remat`: whether to rematerialise each layer's activations on the backward
-          pass (see [`boxwood.filter_checkpoint`][]), saving memory.
+          pass (see [`boxwood.filter_checkpoint`][]), saving memory: `False` or
+          `None` (no), `True` or `"full"` (recompute everything), or a
+          `jax.checkpoint_policies` name such as `"dots_saveable"` (keep what it
+          saves), or such a policy function. (Keyword only.)
         """
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"Stacked: `depth` must be a positive int, got {depth!r}.")
@@ -59,7 +100,7 @@ class Stacked(Module):
             built = (filter_vmap(make_layer)(jr.split(key, depth)),)
         self.layers = built[0]
         self.depth = depth
-        self.remat = remat
+        self.remat = _check_remat(remat)
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """**Arguments:**
@@ -74,12 +115,65 @@ class Stacked(Module):
         The output of the last layer.
         """
 
-        def step(h: Array, layer_and_key: tuple[Any, Any]) -> tuple[Array, None]:
-            layer, k = layer_and_key
+        def step(layer: Any, h: Array, k: Any) -> tuple[Array, None]:
             return (layer(h) if k is None else layer(h, key=k)), None
 
-        if self.remat:
-            step = filter_checkpoint(step)
         keys = None if key is None else jr.split(key, self.depth)
-        out, _ = filter_scan(step, x, (self.layers, keys), length=self.depth)
+        out, _ = self.scan(step, x, keys)
         return out
+
+    def scan(
+        self, fn: Callable[[Any, Any, Any], tuple[Any, Any]], carry: Any, xs: Any = None
+    ) -> tuple[Any, Any]:
+        """Apply the layers in order with [`boxwood.filter_scan`][], each step
+        `carry, y = fn(layer, carry, x)` (checkpointed as `remat` says).
+
+        **Arguments:**
+
+        - `fn`: `(layer, carry, x) -> (carry, y)`; `layer` is one layer (its
+          arrays sliced), `x` the layer's slice of `xs`.
+        - `carry`: the initial carry (it must keep its structure).
+        - `xs`: optional per-layer inputs, arrays with a leading axis of size
+          `depth` (or `None`).
+
+        **Returns:** `(final_carry, ys)`, the `y`s stacked along a leading axis.
+        """
+
+        def step(c: Any, layer_and_x: tuple[Any, Any]) -> tuple[Any, Any]:
+            layer, x = layer_and_x
+            return fn(layer, c, x)
+
+        if self.remat is not False:
+            policy = self.remat
+            if isinstance(policy, str):
+                policy = getattr(jax.checkpoint_policies, policy)
+            step = filter_checkpoint(step, policy=None if policy is True else policy)
+        return filter_scan(step, carry, (self.layers, xs), length=self.depth)
+
+    def with_remat(self, remat: Any) -> Stacked:
+        """A copy with another `remat` setting (as in `__init__`)."""
+        new = jtu.tree_map(lambda a: a, self)  # a fresh instance, seen by nobody
+        set_fields(new, remat=_check_remat(remat))
+        return new
+
+    def __len__(self) -> int:
+        return self.depth
+
+    def __getitem__(self, i: int) -> Any:
+        """Layer `i`: the layer with its arrays sliced at `i` (negative `i` counts
+        from the end)."""
+        try:
+            i = operator.index(i)
+        except TypeError:
+            raise TypeError(
+                f"Stacked: a layer index must be an int, got {type(i).__name__}; "
+                "for several layers use a list comprehension over the stack."
+            ) from None
+        if not -self.depth <= i < self.depth:
+            raise IndexError(
+                f"Stacked: layer {i} is out of range for a stack of {self.depth}."
+            )
+        return jtu.tree_map(lambda a: a[i] if is_array(a) else a, self.layers)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(self.depth))

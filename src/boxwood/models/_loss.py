@@ -1,0 +1,195 @@
+"""`causal_lm_loss`: next-token cross entropy computed a chunk of positions at a
+time, so the `(positions, vocab_size)` logits never exist whole, forward or
+backward."""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any
+
+import jax
+import jax.core
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from .._errors import error_if
+
+IGNORE_INDEX = -100  # `transformers`' (and PyTorch's) `ignore_index`
+
+
+def causal_lm_loss(
+    model: Any,
+    input_ids: Int[Array, "*batch seq"],
+    labels: Int[Array, "*batch seq"] | None = None,
+    *,
+    mask: Array | None = None,
+    chunk_size: int = 1024,
+) -> Float[Array, ""]:
+    """The mean next-token cross entropy of a causal language model, computed
+    without ever holding the logits of every position at once.
+
+    The logits are computed from the model's final hidden states and output
+    embedding `chunk_size` positions at a time, inside `jax.lax.map` under
+    `jax.checkpoint`, so both the forward and the backward pass hold at most
+    `chunk_size x vocab_size` logits (a batch's rows are joined into one stream of
+    positions first). Each chunk's logits are upcast to float32 (at least) before
+    the log-sum-exp, whatever the parameters' dtype.
+
+    As `transformers`' `model(input_ids, labels=labels).loss`: position `t`
+    predicts `labels[t + 1]` (the shift is done here; the last position predicts
+    nothing), labels equal to `-100` are ignored, and the result is the mean over
+    the remaining positions of the whole batch (0 when there are none, rather than
+    NaN).
+
+    **Arguments:**
+
+    - `model`: a causal language model with `hidden_states(input_ids) -> (seq,
+      hidden)` and `output_embedding() -> (vocab_size, hidden)` methods
+      (`GPT2LMHeadModel`, `LlamaForCausalLM` and its Mistral, Qwen2 and Gemma
+      subclasses).
+    - `input_ids`: integer token ids, `(seq,)` or `(batch, seq)` (the model is
+      `jax.vmap`ped over the batch).
+    - `labels`: the tokens to predict, aligned with `input_ids` (same shape);
+      `-100` marks a position to ignore. Defaults to `input_ids`.
+    - `mask`: optional, the shape of `input_ids`; positions where it is false (or
+      0) are not predicted, like a label of `-100`. Pass a padding mask here
+      (padding goes on the right: these models attend to every earlier position).
+    - `chunk_size`: the number of positions whose logits are computed at once.
+      (Keyword only, as is `mask`.)
+
+    **Returns:** a float32 scalar (float64 for float64 models).
+
+    **Raises:** `TypeError` for a `model` without these methods, non-integer
+    `labels` or a `chunk_size` that is not an int; `ValueError` for `labels` or
+    `mask` of another shape than `input_ids`, a `chunk_size` below 1, or a label
+    outside `[0, vocab_size)` other than `-100` (under a trace, a
+    `boxwood.BoxwoodRuntimeError` when the computation runs).
+    """
+    _check_model(model)
+    size = _check_chunk_size(chunk_size)
+    ids = _check_input_ids(input_ids)
+    targets = _next_token_targets(ids, jnp.shape(input_ids), labels, mask)
+    hidden = jax.vmap(model.hidden_states)(ids)
+    weight = model.output_embedding()
+    targets = _labels_in_vocabulary(targets.reshape(-1), weight.shape[0])
+    total, count = _chunked_nll(
+        weight, size, hidden.reshape(-1, hidden.shape[-1]), targets
+    )
+    return total / jnp.maximum(count, 1).astype(total.dtype)
+
+
+def _check_model(model: Any) -> None:
+    if not all(
+        callable(getattr(model, name, None))
+        for name in ("hidden_states", "output_embedding")
+    ):
+        raise TypeError(
+            "`causal_lm_loss` takes a causal language model with `hidden_states` and "
+            "`output_embedding` methods (such as `GPT2LMHeadModel` or "
+            f"`LlamaForCausalLM`), got {type(model).__name__}."
+        )
+
+
+def _check_chunk_size(chunk_size: Any) -> int:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
+        raise TypeError(
+            "`causal_lm_loss`: `chunk_size` must be an int (the number of positions "
+            f"whose logits are computed at once), got {chunk_size!r}."
+        )
+    if chunk_size < 1:
+        raise ValueError(
+            f"`causal_lm_loss`: `chunk_size` must be at least 1, got {chunk_size}."
+        )
+    return operator.index(chunk_size)
+
+
+def _check_input_ids(input_ids: Any) -> Any:
+    """`input_ids` as a `(batch, seq)` array (a single sequence gets batch 1)."""
+    if jnp.ndim(input_ids) not in (1, 2):
+        raise ValueError(
+            "`causal_lm_loss`: `input_ids` must have shape (seq,) or (batch, seq), "
+            f"got shape {jnp.shape(input_ids)}."
+        )
+    return jnp.asarray(input_ids).reshape(-1, jnp.shape(input_ids)[-1])
+
+
+def _aligned(name: str, value: Any, shape: tuple[int, ...], ids: Any) -> Any:
+    """`value` (`labels` or `mask`), which must have `input_ids`' `shape`, shaped as
+    `ids` `(batch, seq)`."""
+    if jnp.shape(value) != shape:
+        raise ValueError(
+            f"`causal_lm_loss`: `{name}` has shape {jnp.shape(value)} but "
+            f"`input_ids` has shape {shape}; give one entry per token, aligned with "
+            "`input_ids` (the shift to the next token is done here)."
+        )
+    return jnp.asarray(value).reshape(ids.shape)
+
+
+def _next_token_targets(
+    ids: Any, shape: tuple[int, ...], labels: Any, mask: Any
+) -> Any:
+    """`(batch, seq)`: at position `t`, the label of `t + 1`, or `IGNORE_INDEX`."""
+    if labels is None:
+        labels = ids
+    else:
+        if not jnp.issubdtype(jnp.result_type(labels), jnp.integer):
+            raise TypeError(
+                "`causal_lm_loss`: `labels` must be an integer array of token ids "
+                f"(-100 to ignore a position), got dtype {jnp.result_type(labels)}."
+            )
+        labels = _aligned("labels", labels, shape, ids)
+    if mask is not None:
+        keep = _aligned("mask", mask, shape, ids).astype(bool)
+        labels = jnp.where(keep, labels, IGNORE_INDEX)
+    last = jnp.full((ids.shape[0], 1), IGNORE_INDEX, labels.dtype)
+    return jnp.concatenate([labels[:, 1:], last], axis=1)
+
+
+def _labels_in_vocabulary(targets: Any, vocab_size: int) -> Any:
+    rule = (
+        f"`causal_lm_loss`: `labels` must hold token ids from 0 to {vocab_size - 1} "
+        f"(the model's vocabulary) or {IGNORE_INDEX} (ignored)"
+    )
+    outside = (targets != IGNORE_INDEX) & ((targets < 0) | (targets >= vocab_size))
+    if isinstance(targets, jax.core.Tracer):
+        return error_if(targets, outside, f"{rule}; got a label outside that range.")
+    if bool(jnp.any(outside)):
+        bad = int(targets[jnp.argmax(outside)])
+        raise ValueError(f"{rule}; got {bad}.")
+    return targets
+
+
+def _chunked_nll(
+    weight: Float[Array, "vocab hidden"], chunk_size: int, hidden: Array, targets: Array
+) -> tuple[Array, Array]:
+    """The summed negative log-likelihood of `targets` `(n,)` given `hidden` `(n,
+    hidden)`, and how many targets count."""
+    n = hidden.shape[0]
+    size = max(1, min(chunk_size, n))
+    chunks = -(-n // size)
+    pad = chunks * size - n
+    hidden = jnp.pad(hidden, ((0, pad), (0, 0))).reshape(chunks, size, -1)
+    targets = jnp.pad(targets, (0, pad), constant_values=IGNORE_INDEX)
+
+    # The checkpoint makes the backward pass recompute each chunk's logits rather
+    # than keep them all (`test_models_loss.py::test_no_whole_logits`).
+    @functools.partial(jax.checkpoint, prevent_cse=False)  # as scan bodies want
+    def one_chunk(xs: tuple[Array, Array]) -> tuple[Array, Array]:
+        return _chunk_nll(xs[0], xs[1], weight)
+
+    totals, counts = jax.lax.map(one_chunk, (hidden, targets.reshape(chunks, size)))
+    return jnp.sum(totals), jnp.sum(counts)
+
+
+def _chunk_nll(hidden: Array, targets: Array, weight: Array) -> tuple[Array, Array]:
+    logits = hidden @ weight.T  # in the model's dtype, as its own head computes them
+    wide = jnp.float64 if logits.dtype == jnp.float64 else jnp.float32
+    logits = logits.astype(wide)
+    counted = targets != IGNORE_INDEX
+    picked = jnp.take_along_axis(
+        logits, jnp.where(counted, targets, 0)[:, None], axis=-1
+    )[:, 0]
+    nll = jax.nn.logsumexp(logits, axis=-1) - picked
+    return jnp.sum(jnp.where(counted, nll, 0.0)), jnp.sum(counted)

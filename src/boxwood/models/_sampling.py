@@ -1,0 +1,157 @@
+"""`generate`'s choice of the next token (greedy, temperature, top-k, top-p) and
+the checks of its sampling and token-id arguments."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """The sampling mode, fixed at compile time: greedy or not, `top_k` (a shape)
+    and whether `top_p` filters at all (its value is an argument of the program,
+    so changing it does not recompile)."""
+
+    greedy: bool
+    top_k: int | None
+    nucleus: bool
+
+
+def count(name: str, value: Any) -> int:
+    """`value` as an int of at least 1, or an error naming `name`."""
+    if isinstance(value, bool):  # an int to Python, but never meant as a count
+        raise TypeError(f"`generate`: `{name}` must be an int, got {value!r}.")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"`generate`: `{name}` must be an int, got {value!r}."
+        ) from None
+    if value < 1:
+        raise ValueError(f"`generate`: `{name}` must be at least 1, got {value}.")
+    return value
+
+
+def check_sampling(
+    temperature: Any, top_k: Any, top_p: Any, key: Any, vocab_size: int
+) -> Sampling:
+    """The sampling mode of valid arguments, or an error naming the bad one."""
+    if not _is_number(temperature):
+        raise TypeError(
+            "`generate`: `temperature` must be a number (0 for greedy decoding), "
+            f"got {temperature!r}."
+        )
+    if not 0 <= temperature < float("inf"):
+        raise ValueError(
+            "`generate`: `temperature` must be 0 (greedy decoding) or a positive "
+            f"finite number (sampling), got {temperature!r}."
+        )
+    if top_k is not None and count("top_k", top_k) > vocab_size:
+        raise ValueError(
+            f"`generate`: `top_k` = {top_k} is larger than the vocabulary "
+            f"({vocab_size} tokens); give at most {vocab_size}, or `None` for all."
+        )
+    if top_p is not None and not _is_number(top_p):
+        raise TypeError(
+            f"`generate`: `top_p` must be a number in (0, 1] or `None`, got {top_p!r}."
+        )
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(
+            "`generate`: `top_p` must be in (0, 1] (the probability mass to sample "
+            f"from; 1 or `None` for all tokens), got {top_p!r}."
+        )
+    greedy = temperature == 0
+    if not greedy and key is None:
+        raise ValueError("`generate`: sampling (`temperature > 0`) needs `key=`.")
+    nucleus = not greedy and top_p is not None and top_p < 1
+    return Sampling(greedy, None if greedy else top_k, nucleus)
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(
+        value, (int, float, np.integer, np.floating)
+    )
+
+
+def token_id(name: str, value: Any, vocab_size: int) -> int:
+    """`value` as a token id in `[0, vocab_size)`, or an error naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(
+            f"`generate`: `{name}` must be an int token id (or, for `eos_token_id`, "
+            f"a sequence of them), got {value!r}."
+        )
+    if not 0 <= value < vocab_size:
+        raise ValueError(
+            f"`generate`: `{name}` must be a token id from 0 to {vocab_size - 1} "
+            f"(the vocabulary has {vocab_size} tokens), got {value}."
+        )
+    return int(value)
+
+
+def end_ids(value: Any, vocab_size: int) -> tuple[int, ...]:
+    """`eos_token_id` (None, an int or a sequence of ints) as a tuple of ids."""
+    if value is None:
+        return ()
+    if isinstance(value, np.ndarray | jax.Array):
+        value = np.asarray(value).tolist()
+    values = list(value) if isinstance(value, list | tuple) else [value]
+    if not values:
+        raise ValueError(
+            "`generate`: `eos_token_id` is an empty sequence; give at least one id, "
+            "or `None` for no early stop."
+        )
+    return tuple(token_id("eos_token_id", v, vocab_size) for v in values)
+
+
+def default_pad_id(config: Any, vocab_size: int) -> int:
+    """The config's `pad_token_id`, else its (first) `eos_token_id`, else 0; an id
+    outside the vocabulary is passed over."""
+    for candidate in (
+        getattr(config, "pad_token_id", None),
+        getattr(config, "eos_token_id", None),
+    ):
+        if isinstance(candidate, tuple | list):
+            candidate = candidate[0] if candidate else None
+        if isinstance(candidate, int) and 0 <= candidate < vocab_size:
+            return candidate
+    return 0
+
+
+def pick(
+    logits: Float[Array, "batch vocab"],
+    key: Array,
+    temperature: Array,
+    top_p: Array,
+    mode: Sampling,
+) -> Int[Array, " batch"]:
+    """The next token of every row: the most likely one, or a sample from the
+    logits divided by `temperature`, kept to the `top_k` most likely tokens and
+    then to the smallest set holding `top_p` of the probability."""
+    logits = logits.astype(jnp.float32)
+    if mode.greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    if mode.top_k is not None:
+        kth = jax.lax.top_k(logits, mode.top_k)[0][:, -1:]
+        logits = jnp.where(logits < kth, -jnp.inf, logits)
+    logits = logits / temperature
+    if mode.nucleus:
+        logits = jnp.where(logits < _nucleus_floor(logits, top_p), -jnp.inf, logits)
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+def _nucleus_floor(logits: Array, top_p: Array) -> Array:
+    """Per row, the smallest logit of the nucleus: tokens taken from the most
+    likely down while the probability before them is under `top_p` (so the most
+    likely token always stays)."""
+    ranked = jnp.sort(logits, axis=-1)[:, ::-1]
+    probabilities = jax.nn.softmax(ranked, axis=-1)
+    before = jnp.cumsum(probabilities, axis=-1) - probabilities
+    kept = jnp.where(before < top_p, ranked, jnp.inf)
+    return jnp.min(kept, axis=-1, keepdims=True)

@@ -1,0 +1,336 @@
+"""Stacked layers under their per-layer checkpoint names.
+
+A `boxwood.nn.Stacked` at path `P` holds `depth` layers as one layer whose arrays
+have a leading axis of size `depth`; its leaf at inner path `R` (below the
+Stacked's own `layers` attribute) is the checkpoint's tensors `P.0.R` ...
+`P.{depth-1}.R`. Everything here works on the *layer view* of a tree: the tree
+with each `Stacked` replaced by a list of its `depth` layers, whose dotted paths
+are exactly the names an unrolled model (a list of layers at `P`) has. Nested
+stacks unroll one level at a time (`P.i.Q.j.R`).
+
+A tree without a `Stacked` is its own layer view: every function here then gives
+what the plain tree gives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from .._checkpoint import Tensor, assemble, stacked_view, state_dict
+from .._paths import dotted_path
+from .._sharding import named_shardings
+from ..nn._stacked import Stacked
+
+# The attribute of `Stacked` that holds the stacked layer; it is not part of a
+# checkpoint name (`P.layers.R` is stored as `P.0.R`, `P.1.R`, ...).
+STACKED_FIELD = "layers"
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One per-layer tensor of a tree's layer view: the dotted path of the leaf it
+    is part of (`source`), the index into that leaf's leading (stacked) axes
+    (`()` for a leaf under no `Stacked`), and the tensor's own shape and dtype."""
+
+    source: str
+    index: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: Any
+
+    def layer(self, i: int) -> Slot:
+        return Slot(self.source, (*self.index, i), self.shape[1:], self.dtype)
+
+
+def _is_array(x: Any) -> bool:
+    # the leaves a checkpoint stores (as `boxwood._checkpoint.stored_names` counts)
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+
+
+def _is_slot(x: Any) -> bool:
+    return isinstance(x, Slot)
+
+
+def _is_stack(x: Any) -> bool:
+    return isinstance(x, Stacked)
+
+
+def has_stacks(tree: Any) -> bool:
+    """Whether `tree` holds a `boxwood.nn.Stacked` anywhere."""
+    return any(_is_stack(x) for x in jtu.tree_leaves(tree, is_leaf=_is_stack))
+
+
+def _marked(tree: Any) -> Any:
+    """`tree` with each array leaf replaced by its `Slot` (path, no index)."""
+    flat, treedef = jtu.tree_flatten_with_path(tree)
+    return treedef.unflatten(
+        [
+            Slot(dotted_path(p), (), tuple(x.shape), x.dtype) if _is_array(x) else x
+            for p, x in flat
+        ]
+    )
+
+
+def _unrolled(marked: Any) -> Any:
+    """`marked` with each `Stacked` replaced by the list of its layers."""
+    flat, treedef = jtu.tree_flatten(
+        marked, is_leaf=lambda x: _is_stack(x) or _is_slot(x)
+    )
+    return treedef.unflatten(
+        [_layers(x) if isinstance(x, Stacked) else x for x in flat]
+    )
+
+
+def _layers(stack: Stacked) -> list[Any]:
+    def take(i: int) -> Callable[[Any], Any]:
+        return lambda x: x.layer(i) if _is_slot(x) else x
+
+    for slot in jtu.tree_leaves(stack.layers, is_leaf=_is_slot):
+        if _is_slot(slot):
+            _check_depth(slot.source, slot.shape, 0, stack.depth)
+    return [
+        _unrolled(jtu.tree_map(take(i), stack.layers, is_leaf=_is_slot))
+        for i in range(stack.depth)
+    ]
+
+
+def _check_depth(source: str, shape: tuple, axis: int, depth: int) -> None:
+    if len(shape) <= axis or shape[axis] != depth:
+        raise ValueError(
+            f"`{source}` has shape {shape}, but the `Stacked` holding it has depth "
+            f"{depth}: each array of a `Stacked`'s layers needs a leading axis of "
+            "size `depth`."
+        )
+
+
+def _join(*parts: str) -> str:
+    return ".".join(p for p in parts if p)
+
+
+# (name in the layer view, path of the leaf, index into its stacked axes, leaf)
+_Entry = tuple[str, str, tuple[int, ...], Any]
+
+
+def _entries(tree: Any, outer: int, at: str) -> list[_Entry]:
+    """The layer view's tensors of `tree` (at path `at` of the whole tree), whose
+    arrays have `outer` leading axes of enclosing stacks; each stack's layers are
+    walked once, then named per index."""
+    out: list[_Entry] = []
+    for path, x in jtu.tree_flatten_with_path(tree, is_leaf=_is_stack)[0]:
+        part = dotted_path(path)
+        if isinstance(x, Stacked):
+            inner = _entries(x.layers, outer + 1, _join(at, part, STACKED_FIELD))
+            for _, source, _, leaf in inner:
+                _check_depth(source, tuple(leaf.shape), outer, x.depth)
+            out += [
+                (_join(part, str(i), name), source, (i, *index), leaf)
+                for i in range(x.depth)
+                for name, source, index, leaf in inner
+            ]
+        elif _is_array(x):
+            out.append((part, _join(at, part), (), x))
+    return out
+
+
+def layer_slots(tree: Any) -> dict[str, Slot]:
+    """Every per-layer tensor of `tree` by its name in the layer view, in the
+    order an unrolled model flattens (all of layer 0's tensors, then layer 1's)."""
+    return {
+        name: Slot(source, index, tuple(leaf.shape)[len(index) :], leaf.dtype)
+        for name, source, index, leaf in _entries(tree, 0, "")
+    }
+
+
+def layer_names(tree: Any) -> list[str]:
+    """The names of `tree`'s array leaves as an unrolled model has them (each
+    stacked leaf once per layer), in an unrolled model's order."""
+    return list(layer_slots(tree))
+
+
+def layer_view(tree: Any) -> Any:
+    """An abstract tree of `tree`'s layer view: each `Stacked` replaced by a list
+    of its layers, whose array leaves are `jax.ShapeDtypeStruct`s of one layer."""
+    return jtu.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype) if _is_slot(x) else x,
+        _unrolled(_marked(tree)),
+        is_leaf=_is_slot,
+    )
+
+
+def layer_arrays(tree: Any) -> Iterator[tuple[str, np.ndarray]]:
+    """`(name, array)` for every per-layer tensor of a real `tree`, as host NumPy
+    arrays (a stacked leaf's layers are views of its one host copy), in an
+    unrolled model's order: what `boxwood.state_dict` gives for the unrolled
+    model."""
+    host = state_dict(tree)
+    for name, slot in layer_slots(tree).items():
+        array = host[slot.source]
+        yield name, (array[slot.index] if slot.index else array)
+
+
+def stacked_groups(tree: Any) -> dict[str, list[tuple[str, Slot]]]:
+    """For each stacked leaf of `tree` (by its path), its layers' names in the
+    layer view and their slots, in index order."""
+    groups: dict[str, list[tuple[str, Slot]]] = {}
+    for name, slot in layer_slots(tree).items():
+        if slot.index:
+            groups.setdefault(slot.source, []).append((name, slot))
+    return groups
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised array in a 64-byte aligned buffer of its own (the device
+    may then adopt it rather than copy it)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + size].view(dtype).reshape(shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerStack:
+    """The file tensors of one stacked leaf's layers (`parts`, in index order)
+    presented as one tensor of the leaf's `shape` and `dtype`: a read fills one
+    new host buffer of that shape and dtype with each layer in its place (a
+    layer whose own shape differs from the leaf's by size-1 axes is reshaped; a
+    floating-point layer is cast on the way in)."""
+
+    parts: tuple[Tensor, ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    stacked_axes: int
+
+    # a read returns a fresh buffer that only the caller references
+    reads_are_owned = True
+
+    def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray:
+        lead = self.shape[: self.stacked_axes]
+        if index is None:
+            # the layers back to back in a mapped file: one view, no copy
+            view = stacked_view(self.parts, self.shape, self.dtype)
+            if view is not None:
+                return view
+            out = _aligned_empty(self.shape, self.dtype)
+            rows = out.reshape(-1, *self.shape[self.stacked_axes :])
+            for row, part in zip(rows, self.parts):
+                row[...] = self._layer(part, None)
+            return out
+        order = np.arange(len(self.parts)).reshape(lead)[index[: self.stacked_axes]]
+        inner = tuple(index[self.stacked_axes :])
+        pieces = [self._layer(self.parts[int(n)], inner) for n in order.reshape(-1)]
+        out = _aligned_empty(order.shape + pieces[0].shape, self.dtype)
+        for row, piece in zip(out.reshape(-1, *pieces[0].shape), pieces):
+            row[...] = piece
+        return out
+
+    def _layer(self, part: Tensor, index: tuple[slice, ...] | None) -> np.ndarray:
+        layer_shape = self.shape[self.stacked_axes :]
+        if tuple(part.shape) == layer_shape:
+            return part.read(index)
+        data = part.read().reshape(layer_shape)
+        return data if index is None else data[index]
+
+
+def joined_tensors(
+    tree: Any, tensors: Mapping[str, Tensor], cast: Any
+) -> dict[str, Tensor]:
+    """`tensors` (named as in `tree`'s layer view, already validated against it)
+    with the layers of each stacked leaf joined into one `LayerStack` named by the
+    leaf's path; `cast` is the floating dtype the load casts to, or `None`."""
+    out = dict(tensors)
+    leaves = {dotted_path(p): x for p, x in jtu.tree_flatten_with_path(tree)[0]}
+    for source, layers in stacked_groups(tree).items():
+        leaf = leaves[source]
+        dtype = np.dtype(leaf.dtype)
+        if cast is not None and jnp.issubdtype(dtype, jnp.floating):
+            dtype = np.dtype(cast)
+        parts = tuple(out.pop(name) for name, _ in layers)
+        stacked_axes = len(layers[0][1].index)
+        out[source] = LayerStack(parts, tuple(leaf.shape), dtype, stacked_axes)
+    return out
+
+
+def assemble_layers(
+    abstract: Any, tensors: Mapping[str, Tensor], *, cast: Any, **options: Any
+) -> Any:
+    """`abstract` filled from `tensors`, which are named as in its layer view
+    (per-layer names), as `boxwood._checkpoint.assemble` fills it (strict, size-1
+    axes may differ): every problem is collected first and reported at once by
+    per-layer name; then each stacked leaf's layers are read into one host buffer
+    of the stacked shape, in the final dtype, and placed once (each device's shard
+    read on its own where `abstract` carries a sharding). `options`: `source` and
+    `where` for the error."""
+    if has_stacks(abstract):
+        # Validation only: nothing is read (`materialise` reads no plan).
+        assemble(
+            layer_view(abstract),
+            tensors,
+            strict=True,
+            cast=cast,
+            squeeze_ok=True,
+            materialise=lambda plans: {},
+            **options,
+        )
+        tensors = joined_tensors(abstract, tensors, cast)
+    model, _ = assemble(
+        abstract, tensors, strict=True, cast=cast, squeeze_ok=True, **options
+    )
+    return model
+
+
+def layer_shardings(tree: Any, mesh: Any, rules: Any) -> Any:
+    """`boxwood.named_shardings(tree, mesh, rules)` with each rule matched against
+    the per-layer names (and shapes) of a stacked leaf, and the leading stacked
+    axes left whole (`None` prepended to the spec).
+
+    **Raises:** `ValueError` naming the leaf when the rules split its layers
+    differently (a `Stacked` holds one sharding for all of them).
+    """
+    if not has_stacks(tree):
+        return named_shardings(tree, mesh, rules)
+    per_layer = jtu.tree_flatten_with_path(
+        named_shardings(layer_view(tree), mesh, rules)
+    )[0]
+    specs = {dotted_path(p): s.spec for p, s in per_layer}
+    by_source: dict[str, PartitionSpec] = {}
+    for name, slot in layer_slots(tree).items():
+        spec = PartitionSpec(*([None] * len(slot.index)), *specs[name])
+        first = by_source.setdefault(slot.source, spec)
+        if first != spec:
+            raise ValueError(
+                f"The sharding rules split the layers of `{slot.source}` "
+                f"differently (`{name}`: {specs[name]}, layer 0: "
+                f"{PartitionSpec(*first[len(slot.index) :])}); the layers of a "
+                "`boxwood.nn.Stacked` share one sharding, so give them one rule."
+            )
+    return jtu.tree_map(
+        lambda x: NamedSharding(mesh, by_source[x.source]) if _is_slot(x) else None,
+        _marked(tree),
+        is_leaf=_is_slot,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class PerLayer:
+    """A sharding rule's spec for a stacked leaf: `spec` (a `PartitionSpec`,
+    `None` or a callable of the shape and mesh) applied to one layer's shape, with
+    the leading stacked axis left whole."""
+
+    spec: Any
+
+    def __call__(self, shape: tuple, mesh: Any) -> PartitionSpec:
+        spec: Any = self.spec
+        if callable(spec) and not isinstance(spec, PartitionSpec):
+            spec = spec(tuple(shape[1:]), mesh)
+        return PartitionSpec(None, *(() if spec is None else spec))
+
+    def __repr__(self) -> str:
+        return f"per_layer({self.spec!r})"

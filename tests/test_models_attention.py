@@ -1,0 +1,191 @@
+"""Attention of `boxwood.models`' causal language models: left padding (`pad` of
+`decode`), grouped-query attention without repeated keys, the attention
+implementation option, the hidden states and output embedding, and bfloat16."""
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood
+import boxwood.models as bm
+from boxwood.models._layers import Step, _explicit, _visible, attend
+
+SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=64)
+SMALL_LLAMA = dict(
+    **SMALL, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64
+)
+
+
+def _gpt2(layers=2):
+    config = bm.GPT2Config(
+        vocab_size=97, n_positions=64, n_embd=32, n_layer=layers, n_head=4
+    )
+    return bm.GPT2LMHeadModel(config, key=jax.random.key(0))
+
+
+def _llama(layers=2):
+    config = bm.LlamaConfig(**SMALL_LLAMA, num_hidden_layers=layers)
+    return bm.LlamaForCausalLM(config, key=jax.random.key(1))
+
+
+def _mistral():
+    config = bm.MistralConfig(**SMALL_LLAMA, num_hidden_layers=2, sliding_window=3)
+    return bm.MistralForCausalLM(config, key=jax.random.key(2))
+
+
+def _qwen2_mixed():
+    config = bm.Qwen2Config(
+        **SMALL_LLAMA,
+        num_hidden_layers=3,
+        use_sliding_window=True,
+        sliding_window=3,
+        max_window_layers=1,
+    )
+    return bm.Qwen2ForCausalLM(config, key=jax.random.key(3))
+
+
+MODELS = {"gpt2": _gpt2, "llama": _llama, "mistral": _mistral, "qwen2": _qwen2_mixed}
+IDS = jnp.asarray(np.random.RandomState(0).randint(3, 97, size=10), jnp.int32)
+PAD = 3
+
+
+def _left_padded(ids, pad):
+    return jnp.concatenate([jnp.full((pad,), 7, jnp.int32), ids])
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_left_padded_row_equals_the_unpadded_sequence(kind):
+    model = MODELS[kind]()
+    expected = model(IDS)
+    padded = _left_padded(IDS, PAD)
+    out, _ = model.decode(padded, None, 0, jnp.int32(PAD))
+    np.testing.assert_allclose(out[PAD:], expected, rtol=1e-5, atol=1e-5)
+    # without `pad` the padding is attended to and shifts the positions
+    ignored, _ = model.decode(padded, None, 0)
+    assert np.abs(np.asarray(ignored[PAD:] - expected)).max() > 1e-3
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_vmapped_pads_with_a_cache_then_a_cached_step(kind):
+    model = MODELS[kind]()
+    expected = model(IDS)
+    rows = jnp.stack([_left_padded(IDS[:8], 2), jnp.concatenate([IDS[:8], IDS[:2]])])
+    pads = jnp.array([2, 0], jnp.int32)
+
+    def run(row, pad, last):
+        state = model.init_cache(16)
+        first, state = model.decode(row, state, 0, pad)
+        nxt, _ = model.decode(last[None], state, jnp.int32(10), pad)
+        return first, nxt[0]
+
+    lasts = jnp.array([IDS[8], IDS[2]], jnp.int32)
+    first, nxt = jax.jit(jax.vmap(run))(rows, pads, lasts)
+    np.testing.assert_allclose(first[0, 2:], expected[:8], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(first[1, :8], expected[:8], rtol=1e-5, atol=1e-5)
+    # row 0 continued at slot 10 is position 8 of the unpadded sequence
+    np.testing.assert_allclose(nxt[0], expected[8], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_logits_are_hidden_states_times_output_embedding(kind):
+    model = MODELS[kind]()
+    hidden = model.hidden_states(IDS)
+    assert hidden.shape == (IDS.shape[0], 32)
+    assert model.output_embedding().shape == (97, 32)
+    np.testing.assert_array_equal(model(IDS), hidden @ model.output_embedding().T)
+
+
+def test_output_embedding_is_lm_head_when_untied():
+    config = bm.LlamaConfig(**SMALL_LLAMA, num_hidden_layers=1)
+    model = bm.LlamaForCausalLM(config, key=jax.random.key(0))
+    assert model.lm_head is not None
+    assert model.output_embedding() is model.lm_head.weight
+
+
+def _shapes(jaxpr, found):
+    for eqn in jaxpr.eqns:
+        found.update(tuple(v.aval.shape) for v in eqn.outvars)
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    _shapes(sub.jaxpr, found)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    _shapes(sub, found)
+    return found
+
+
+def _keys_per_query_head(fn, *args, length=24, heads=4, dim=8):
+    """Shapes in `fn`'s jaxpr with the cache length, all query heads and the head
+    size: keys or values repeated for every query head."""
+    shapes = _shapes(jax.make_jaxpr(fn)(*args).jaxpr, set())
+    return [s for s in shapes if {length, heads, dim} <= set(s)]
+
+
+def test_grouped_query_attention_does_not_repeat_keys():
+    model = _llama()  # 4 query heads, 2 key/value heads of 8 channels
+
+    def step(model, ids):
+        return model.decode(ids, model.init_cache(24), 0)[0]
+
+    assert not _keys_per_query_head(step, model, IDS[:5])
+    # the check sees repeated keys where they are made
+    repeated = lambda c: jnp.repeat(c, 2, axis=2) * 2.0
+    assert _keys_per_query_head(repeated, jnp.zeros((2, 24, 2, 8)))
+
+
+def test_attention_implementation_option():
+    model = _llama()
+    xla = model.with_attention_implementation("xla")
+    assert xla.attention_implementation == "xla"
+    assert model.attention_implementation is None
+    np.testing.assert_allclose(xla(IDS), model(IDS), rtol=1e-6, atol=1e-6)
+    built = bm.GPT2LMHeadModel(
+        _gpt2().config, key=jax.random.key(0), attention_implementation="xla"
+    )
+    assert built.attention_implementation == "xla"
+
+
+def test_bad_attention_implementation():
+    with pytest.raises(
+        ValueError, match=r"`attention_implementation` must be .*'flash'"
+    ):
+        _llama().with_attention_implementation("flash")
+    with pytest.raises(
+        ValueError, match=r"GPT2LMHeadModel: `attention_implementation`"
+    ):
+        bm.GPT2LMHeadModel(
+            _gpt2().config, key=jax.random.key(0), attention_implementation="cuda"
+        )
+
+
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("cached", [False, True])
+def test_fused_attention_equals_the_explicit_softmax(window, cached):
+    keys = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(keys[0], (6, 4, 8))
+    k = jax.random.normal(keys[1], (6, 2, 8))
+    v = jax.random.normal(keys[2], (6, 2, 8))
+    step = Step(0, None, cached)
+    reference = _explicit(q, k, v, _visible(step, 6, 6, window))
+    np.testing.assert_allclose(attend(q, k, v, step, window), reference, atol=1e-6)
+    # bfloat16 inputs: within bfloat16 rounding of the float32 result
+    low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    out = attend(*low, step, window)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(out.astype(jnp.float32), reference, atol=3e-2)
+
+
+def test_bfloat16_model_is_close_to_float32():
+    model = _llama()
+    low = jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.bfloat16) if boxwood.is_array(x) else x, model
+    )
+    out = low(IDS)
+    assert out.dtype == jnp.bfloat16
+    reference = jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.float32) if boxwood.is_array(x) else x, low
+    )(IDS)
+    scale = float(jnp.abs(reference).max())
+    assert float(jnp.abs(out.astype(jnp.float32) - reference).max()) <= 0.05 * scale

@@ -1,0 +1,263 @@
+"""`boxwood.models.causal_lm_loss`: equal to the loss of the whole logits (value and
+gradient), `-100` and `mask` honoured, and no whole-logits array in the jaxpr."""
+
+import functools
+
+import jax
+import jax.extend.core as jex
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import boxwood as bw
+import boxwood.models as bm
+from _precision import highest_matmul_precision  # noqa: F401
+from boxwood import nn
+
+pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
+
+VOCAB, HIDDEN = 37, 8
+
+
+class TinyLM(bw.Module):
+    """A stand-in causal LM with the interface `causal_lm_loss` reads: each
+    position's hidden state mixes the embeddings of the tokens up to it."""
+
+    embed: jax.Array
+    proj: nn.Linear
+
+    def __init__(self, key, dtype=jnp.float32):
+        k1, k2 = jr.split(key)
+        self.embed = jr.normal(k1, (VOCAB, HIDDEN), dtype)
+        self.proj = nn.Linear(HIDDEN, HIDDEN, dtype=dtype, key=k2)
+
+    def hidden_states(self, input_ids):
+        x = self.embed[input_ids]
+        steps = jnp.arange(1, x.shape[0] + 1, dtype=x.dtype)[:, None]
+        return jnp.tanh(jax.vmap(self.proj)(jnp.cumsum(x, axis=0) / steps)) * 3
+
+    def output_embedding(self):
+        return self.embed
+
+    def __call__(self, input_ids):
+        return self.hidden_states(input_ids) @ self.embed.T
+
+
+def naive_loss(model, input_ids, labels=None, mask=None):
+    """The loss from the whole float32 logits, as `transformers` computes it."""
+    ids = jnp.atleast_2d(input_ids)
+    labels = ids if labels is None else jnp.atleast_2d(labels)
+    if mask is not None:
+        labels = jnp.where(jnp.atleast_2d(mask).astype(bool), labels, -100)
+    logits = jax.vmap(model)(ids).astype(jnp.float32)[:, :-1]
+    targets = labels[:, 1:]
+    counted = targets != -100
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    picked = jnp.take_along_axis(logp, jnp.where(counted, targets, 0)[..., None], -1)
+    total = -jnp.sum(jnp.where(counted, picked[..., 0], 0.0))
+    return total / jnp.sum(counted).astype(jnp.float32)
+
+
+@pytest.fixture
+def model(getkey):
+    return TinyLM(getkey())
+
+
+def _ids(seed, shape):
+    return jnp.asarray(np.random.RandomState(seed).randint(0, VOCAB, size=shape))
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 5, 12, 100])
+@pytest.mark.parametrize("shape", [(12,), (3, 12)])
+def test_equals_the_whole_logits_loss(model, shape, chunk_size):
+    ids = _ids(0, shape)
+    got = bm.causal_lm_loss(model, ids, chunk_size=chunk_size)
+    assert got.shape == () and got.dtype == jnp.float32
+    np.testing.assert_allclose(got, naive_loss(model, ids), rtol=1e-5)
+
+
+def test_labels_ignore_index_and_mask(model):
+    ids = _ids(1, (2, 10))
+    labels = _ids(2, (2, 10)).at[0, 3:6].set(-100).at[1, 9].set(-100)
+    got = bm.causal_lm_loss(model, ids, labels, chunk_size=4)
+    expected = naive_loss(model, ids, labels)
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    # ignoring one more position changes the loss (the comparison can fail)
+    moved = bm.causal_lm_loss(model, ids, labels.at[0, 7].set(-100), chunk_size=4)
+    assert moved != got
+    mask = jnp.ones((2, 10), bool).at[1, 6:].set(False)
+    np.testing.assert_allclose(
+        bm.causal_lm_loss(model, ids, labels, mask=mask, chunk_size=3),
+        naive_loss(model, ids, labels, mask),
+        rtol=1e-5,
+    )
+    # a masked position's label is not read
+    np.testing.assert_allclose(
+        bm.causal_lm_loss(
+            model, ids, labels.at[1, 7].set((labels[1, 7] + 1) % VOCAB), mask=mask
+        ),
+        bm.causal_lm_loss(model, ids, labels, mask=mask),
+    )
+    np.testing.assert_allclose(
+        bm.causal_lm_loss(model, ids, labels, mask=mask.astype(jnp.int32)),
+        naive_loss(model, ids, labels, mask),
+        rtol=1e-5,
+    )
+
+
+def test_nothing_to_predict_gives_zero(model):
+    ids = _ids(3, (6,))
+    assert bm.causal_lm_loss(model, ids, jnp.full(6, -100)) == 0
+    assert bm.causal_lm_loss(model, ids[:1]) == 0
+
+
+def test_gradient_equals_the_whole_logits_gradient(model):
+    ids = _ids(4, (2, 9))
+    labels = ids.at[1, 2].set(-100)
+    loss = functools.partial(bm.causal_lm_loss, chunk_size=4)
+    got = bw.filter_jit(bw.filter_grad(loss))(model, ids, labels)
+    expected = bw.filter_jit(bw.filter_grad(naive_loss))(model, ids, labels)
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
+
+
+def test_under_jit_and_bfloat16(model):
+    ids = _ids(5, (2, 11))
+    low = bw.cast_floating(model, jnp.bfloat16)
+    got = bw.filter_jit(bm.causal_lm_loss)(low, ids, chunk_size=4)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, naive_loss(low, ids), rtol=1e-3)
+    np.testing.assert_allclose(got, naive_loss(model, ids), rtol=3e-2)
+    # float32 master, bfloat16 compute: the gradient comes back float32
+    grads = bw.filter_grad(
+        lambda m: bm.causal_lm_loss(bw.cast_floating(m, jnp.bfloat16), ids)
+    )(model)
+    assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
+    # bfloat16 parameters throughout: bfloat16 gradients, a float32 loss
+    loss, grads = bw.filter_jit(bw.filter_value_and_grad(bm.causal_lm_loss))(low, ids)
+    assert loss.dtype == jnp.float32
+    assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.bfloat16)}
+
+
+def test_master_float32_matmuls_run_in_bfloat16(model):
+    ids = _ids(9, (2, 11))
+
+    def loss(m):
+        return bm.causal_lm_loss(bw.cast_floating(m, jnp.bfloat16), ids, chunk_size=4)
+
+    jaxpr = jax.make_jaxpr(bw.filter_value_and_grad(loss))(model).jaxpr
+    dots = [e for e in _eqns(jaxpr) if e.primitive.name == "dot_general"]
+    vocab_dots = [
+        e for e in dots if VOCAB in {d for v in e.invars for d in v.aval.shape}
+    ]
+    assert len(vocab_dots) >= 3  # the head: forward, recomputed, two for backward
+    assert {v.aval.dtype for e in dots for v in e.invars} == {jnp.dtype(jnp.bfloat16)}
+    # the log-sum-exp is in float32
+    exps = [e for e in _eqns(jaxpr) if e.primitive.name == "exp"]
+    assert exps and {e.outvars[0].aval.dtype for e in exps} == {jnp.dtype(jnp.float32)}
+
+
+def _eqns(jaxpr):
+    """The equations of `jaxpr` and of the jaxprs nested in them (the scan bodies
+    of the forward and backward passes, checkpoints)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jex.jaxprs_in_params(eqn.params):
+            yield from _eqns(sub)
+
+
+def _avals(jaxpr):
+    """Every value's abstract array in `jaxpr`, its sub-jaxprs included."""
+    for eqn in _eqns(jaxpr):
+        yield from (v.aval for v in (*eqn.invars, *eqn.outvars))
+
+
+def _logit_shapes(model, ids, chunk_size, vocab=VOCAB):
+    def loss(m):
+        return bm.causal_lm_loss(m, ids, chunk_size=chunk_size)
+
+    jaxpr = jax.make_jaxpr(bw.filter_value_and_grad(loss))(model).jaxpr
+    return {
+        tuple(a.shape)
+        for a in _avals(jaxpr)
+        if hasattr(a, "shape") and a.ndim >= 2 and a.shape[-1] == vocab
+    }
+
+
+def test_no_whole_logits(model):
+    batch, seq = 3, 12
+    ids = _ids(6, (batch, seq))
+    whole = {(seq, VOCAB), (batch, seq, VOCAB), (batch * seq, VOCAB)}
+    shapes = _logit_shapes(model, ids, chunk_size=4)
+    assert shapes and not shapes & whole, shapes
+    assert (4, VOCAB) in shapes
+    # the walk does find whole logits where they exist (the test can fail)
+    assert (batch * seq, VOCAB) in _logit_shapes(model, ids, chunk_size=batch * seq)
+    naive = jax.make_jaxpr(bw.filter_grad(naive_loss))(model, ids).jaxpr
+    assert (batch, seq, VOCAB) in {tuple(a.shape) for a in _avals(naive)}
+
+
+class _NoHead(bw.Module):
+    def hidden_states(self, input_ids):
+        return jnp.zeros((input_ids.shape[0], HIDDEN))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (
+            dict(labels=jnp.zeros(5, jnp.int32)),
+            ValueError,
+            r"`labels` has shape \(5,\)",
+        ),
+        (dict(labels=jnp.zeros((1, 6), jnp.int32)), ValueError, r"`labels` has shape"),
+        (dict(labels=jnp.zeros(6)), TypeError, r"`labels` must be an integer array"),
+        (dict(mask=jnp.ones((2, 6), bool)), ValueError, r"`mask` has shape \(2, 6\)"),
+        (dict(chunk_size=0), ValueError, r"`chunk_size` must be at least 1, got 0"),
+        (dict(chunk_size=2.5), TypeError, r"`chunk_size` must be an int"),
+        (dict(chunk_size=True), TypeError, r"`chunk_size` must be an int"),
+        (dict(labels=jnp.full(6, VOCAB)), ValueError, r"from 0 to 36 .* got 37"),
+        (dict(labels=jnp.full(6, -1)), ValueError, r"or -100 \(ignored\); got -1"),
+    ],
+)
+def test_errors(model, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        bm.causal_lm_loss(model, _ids(7, (6,)), **kwargs)
+
+
+def test_model_and_input_errors(model):
+    with pytest.raises(TypeError, match=r"takes a causal language model with"):
+        bm.causal_lm_loss(_NoHead(), _ids(7, (6,)))
+    with pytest.raises(ValueError, match=r"`input_ids` must have shape \(seq,\) or"):
+        bm.causal_lm_loss(model, _ids(7, (1, 2, 6)))
+    labels = jnp.full(6, VOCAB)
+    with pytest.raises(bw.BoxwoodRuntimeError, match=r"got a label outside"):
+        bw.filter_jit(bm.causal_lm_loss)(model, _ids(7, (6,)), labels)
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [("gpt2", {}), ("llama", dict(tie_word_embeddings=False)), ("gemma", {})],
+)
+def test_equals_transformers_labels_loss(kind, options, tmp_path):
+    from _hf_models import WIDE, save_tiny, token_ids, torch
+
+    reference = save_tiny(kind, tmp_path, **WIDE, **options)
+    model = bm.from_pretrained(tmp_path)
+    ids = token_ids(8, (2, 13))
+    labels = ids.copy()
+    labels[0, 4:7] = -100
+    with torch.no_grad():
+        out = reference(torch.tensor(ids), labels=torch.tensor(labels))
+    loss = bw.filter_jit(bm.causal_lm_loss)(
+        model, jnp.asarray(ids), jnp.asarray(labels), chunk_size=5
+    )
+    np.testing.assert_allclose(loss, out.loss.item(), rtol=1e-5)
+    ids = jnp.asarray(ids)
+    grads = bw.filter_grad(bm.causal_lm_loss)(model, ids, chunk_size=5)
+    expected = bw.filter_grad(naive_loss)(model, ids)
+    for g, e in zip(jax.tree.leaves(grads), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
+    shapes = _logit_shapes(model, ids, chunk_size=5, vocab=97)
+    assert (5, 97) in shapes and not shapes & {(13, 97), (2, 13, 97), (26, 97)}

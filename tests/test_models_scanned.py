@@ -1,0 +1,175 @@
+"""The decoder blocks of `boxwood.models` are stored stacked and applied in one
+`lax.scan`: equal to applying them one by one, compiled code flat in depth,
+layers indexable, one stacked key/value cache, and per-block rematerialisation."""
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood
+import boxwood.models as bm
+import boxwood.nn as nn
+from boxwood.models._layers import Step, layer_windows
+
+SMALL_LLAMA = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+IDS = jnp.asarray(np.random.RandomState(1).randint(3, 97, size=9), jnp.int32)
+
+
+def _gpt2(layers=2):
+    config = bm.GPT2Config(
+        vocab_size=97, n_positions=64, n_embd=32, n_layer=layers, n_head=4
+    )
+    return bm.GPT2LMHeadModel(config, key=jax.random.key(0))
+
+
+def _llama(layers=2):
+    config = bm.LlamaConfig(**SMALL_LLAMA, num_hidden_layers=layers)
+    return bm.LlamaForCausalLM(config, key=jax.random.key(1))
+
+
+def _qwen2_mixed():
+    config = bm.Qwen2Config(
+        **SMALL_LLAMA,
+        num_hidden_layers=3,
+        use_sliding_window=True,
+        sliding_window=3,
+        max_window_layers=1,
+    )
+    return bm.Qwen2ForCausalLM(config, key=jax.random.key(3))
+
+
+def _unrolled_llama(model, ids):
+    body = model.model
+    x = body.embed_tokens.weight[ids]
+    for i, layer in enumerate(body.layers):
+        window = body.windows[i]
+        x, _ = layer(x, Step(0), None, jnp.int32(i), window)
+    return jax.vmap(body.norm)(x) @ model.output_embedding().T
+
+
+def _unrolled_gpt2(model, ids):
+    body = model.transformer
+    x = body.wte.weight[ids] + body.wpe.weight[jnp.arange(ids.shape[0])]
+    for i, block in enumerate(body.h):
+        x, _ = block(x, Step(0), None, jnp.int32(i))
+    return jax.vmap(body.ln_f)(x) @ model.output_embedding().T
+
+
+@pytest.mark.parametrize(
+    "make, unrolled",
+    [
+        (_gpt2, _unrolled_gpt2),
+        (_llama, _unrolled_llama),
+        (_qwen2_mixed, _unrolled_llama),
+    ],
+)
+def test_scanned_equals_unrolled(make, unrolled):
+    model = make()
+    np.testing.assert_allclose(model(IDS), unrolled(model, IDS), rtol=1e-5, atol=1e-5)
+
+
+def test_qwen2_mixed_windows_are_data_of_the_scan():
+    model = _qwen2_mixed()
+    assert model.model.windows == (None, 3, 3)
+    shared, per_layer = layer_windows(model.model.windows)
+    assert shared is None and per_layer.dtype == jnp.int32
+    assert per_layer[0] >= model.config.max_position_embeddings
+    assert per_layer.tolist()[1:] == [3, 3]
+    assert layer_windows((5, 5)) == (5, None)
+
+
+def test_layers_are_stacked_and_indexable():
+    model = _llama(3)
+    layers = model.model.layers
+    assert isinstance(layers, nn.Stacked) and len(layers) == 3
+    assert layers.layers.self_attn.k_proj.weight.shape == (3, 16, 32)
+    assert layers[0].self_attn.k_proj.weight.shape == (16, 32)
+    np.testing.assert_array_equal(
+        layers[-1].mlp.up_proj.weight, layers.layers.mlp.up_proj.weight[2]
+    )
+    assert [layer.self_attn.num_heads for layer in layers] == [4, 4, 4]
+    with pytest.raises(IndexError, match="layer 3 is out of range for a stack of 3"):
+        layers[3]
+    with pytest.raises(TypeError, match="a layer index must be an int"):
+        layers["0"]  # pyright: ignore[reportArgumentType]
+
+
+def _equations(jaxpr):
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += 1
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    count += _equations(sub.jaxpr)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    count += _equations(sub)
+    return count
+
+
+def _primitives(jaxpr, found):
+    for eqn in jaxpr.eqns:
+        found.add(eqn.primitive.name)
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    _primitives(sub.jaxpr, found)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    _primitives(sub, found)
+    return found
+
+
+@pytest.mark.parametrize("make", [_gpt2, _llama])
+def test_program_size_is_flat_in_depth(make):
+    forward = lambda model, ids: model(ids)
+    cached = lambda model, ids: model.decode(ids, model.init_cache(16), 0)[0]
+    for fn in (forward, cached):
+        sizes = [
+            _equations(jax.make_jaxpr(fn)(make(depth), IDS).jaxpr) for depth in (2, 8)
+        ]
+        assert sizes[0] == sizes[1]
+
+
+def test_cache_is_one_stacked_entry():
+    model = _llama(3)
+    state = model.init_cache(16)
+    leaves = jax.tree_util.tree_leaves(state)
+    assert [x.shape for x in leaves] == [(3, 16, 2, 8), (3, 16, 2, 8)]
+    logits, state = model.decode(IDS[:4], state, 0)
+    keys, _ = state.get(model.model.cache)
+    assert bool(jnp.any(keys[2, :4] != 0)) and not bool(jnp.any(keys[:, 4:] != 0))
+    np.testing.assert_allclose(logits, model(IDS[:4]), rtol=1e-5, atol=1e-5)
+
+
+def _is_remat(name):
+    return "remat" in name or "checkpoint" in name
+
+
+@pytest.mark.parametrize("make", [_gpt2, _llama])
+def test_remat_puts_a_checkpoint_in_the_gradient(make):
+    loss = lambda model, ids: jnp.sum(model(ids) ** 2)
+    grad = boxwood.filter_grad(loss)
+    model = make()
+    assert model.with_remat(None) is not model
+    for remat, expected in [(None, False), ("full", True), ("dots_saveable", True)]:
+        with_remat = model.with_remat(remat)
+        names = _primitives(jax.make_jaxpr(grad)(with_remat, IDS).jaxpr, set())
+        assert any(_is_remat(n) for n in names) == expected, remat
+    full = boxwood.filter_jit(grad)(model.with_remat("full"), IDS)
+    plain = boxwood.filter_jit(grad)(model, IDS)
+    for a, b in zip(jax.tree_util.tree_leaves(full), jax.tree_util.tree_leaves(plain)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_bad_remat():
+    with pytest.raises(ValueError, match=r"`remat` must be .*got 'some_policy'"):
+        _llama().with_remat("some_policy")
