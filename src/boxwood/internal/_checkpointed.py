@@ -7,13 +7,19 @@ which of the `checkpoints` slots to keep the carry (or not to keep it). Buffers
 most once, so the final buffers hold every value any step read, and recomputed
 steps are given those.
 
-Backward pass: `_treeverse` reversal. Take the latest stored state `p` and the
-number `L` of steps from it still to reverse. If `L == 1`, pull the cotangent back
-through step `p` and free its slot. Otherwise, with free slots, advance
-`_treeverse.advance_by(L, s)` steps from `p` and store the state reached; without,
-recompute from `p` up to the last step and pull the cotangent back through it.
-Stored states are kept as a stack: `order[:depth]` are the slots in use, in step
-order, and `order[depth:]` the free ones.
+Backward pass: `_treeverse` reversal, as one `while` loop (`_Reversal`). Take the
+latest stored state `p` and the number `L` of steps from it still to reverse. If
+`L == 1`, pull the cotangent back through step `p` and free its slot. Otherwise,
+with free slots, advance `_treeverse` `Planner.advance_by(L, s)` steps from `p` and
+store the state reached; without, advance from `p` up to the last step and pull
+the cotangent back through it. Each iteration of the loop runs the step once,
+linearised (`jax.vjp`): advancing keeps its output, reversing applies its
+transpose (under a `lax.cond`) and reloads the latest stored state. So the step is
+in the program once, and neither the recomputation nor the plan is a loop of its
+own: the gradient of a loop holds two `while` loops (forward and backward), and a
+loop nested in the body adds its own two. Stored states are kept as a stack:
+`order[:depth]` are the slots in use, in step order, and `order[depth:]` the free
+ones.
 
 Without differentiation the loop is a plain `lax.while_loop` and stores nothing.
 The body is closure-converted first, so arrays it closes over (model parameters)
@@ -34,7 +40,7 @@ Everything is on flat lists of leaves (`_Loop` knows the pytree structures).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +57,8 @@ from ._perturbation import (
     report_perturbed,
 )
 
+_MAX_STEPS = int(jnp.iinfo(jnp.int32).max)  # steps are counted in int32
+
 
 def _is_zero(t: Any) -> bool:
     return isinstance(t, SymbolicZero)
@@ -58,6 +66,22 @@ def _is_zero(t: Any) -> bool:
 
 def _pick(xs: list, flags: list) -> list:
     return [x for x, f in zip(xs, flags) if f]
+
+
+def _get(x: Any, i: Any) -> Any:
+    """`x[i]` for an index known to be in bounds (no wrapping of negative ones)."""
+    start = (i,) + (0,) * (x.ndim - 1)
+    row = jax.lax.dynamic_slice(
+        x, start, (1, *x.shape[1:]), allow_negative_indices=False
+    )
+    return jax.lax.squeeze(row, (0,))
+
+
+def _put(x: Any, i: Any, value: Any) -> Any:
+    """`x.at[i].set(value)` for an index known to be in bounds."""
+    start = (i,) + (0,) * (x.ndim - 1)
+    row = jax.lax.expand_dims(jax.lax.convert_element_type(value, x.dtype), (0,))
+    return jax.lax.dynamic_update_slice(x, row, start, allow_negative_indices=False)
 
 
 def _merge(flags: list, chosen: list, others: list) -> list:
@@ -117,18 +141,7 @@ class _Loop:
 
     def store(self, saved: list, slot: Any, leaves: list) -> list:
         """The checkpoint store `saved` with `leaves` (but their buffers) in `slot`."""
-        return [b.at[slot].set(x) for b, x in zip(saved, self.kept(leaves))]
-
-    def recompute(self, step: Callable, kept: list, bufs: list, m: Any) -> list:
-        """The state `m` steps after the one stored as `kept`. Steps are given the
-        final buffers `bufs`, and their writes to them are dropped: the buffers hold
-        those values already, and are not copied."""
-
-        def join(kept: list) -> list:
-            return _merge(self.buffer, bufs, kept)
-
-        kept = jax.lax.fori_loop(0, m, lambda _, k: self.kept(step(join(k))), kept)
-        return join(kept)
+        return [_put(b, slot, x) for b, x in zip(saved, self.kept(leaves), strict=True)]
 
     def gated_step(self, step: Callable, i: Any, leaves: list, go: Any) -> tuple:
         """Step `i` if `go`, else nothing: `(i, leaves)` after it. Buffers are
@@ -286,8 +299,11 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
         i, leaves, saved, pos, sched = s
         go = live(i, leaves)
         slot, sched = _online_schedule.next_slot(c, i, sched, go)
+        # State 0 is always written to its slot (slot 0), even by a loop that
+        # takes no step: under `vmap` the backward pass may start from it.
+        slot = jnp.where(i == 0, 0, slot)
         saved = loop.store(saved, slot, leaves)
-        pos = pos.at[slot].set(jnp.where(go, i, -1))
+        pos = _put(pos, slot, jnp.where(go, i, -1))
         i, leaves = loop.gated_step(step, i, leaves, go)
         return i, leaves, saved, pos, sched
 
@@ -299,35 +315,122 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
 
 
 def _stack(pos: Any, c: int) -> tuple:
-    """The stored states as a stack in step order: `(order, stack_pos, depth)`."""
+    """The stored states as a stack in step order: `(order, stack_pos, depth)`:
+    `order[:depth]` are the slots in use, `stack_pos[:depth]` their steps, and
+    `order[depth:]` the free slots, ending with the scratch slot `c`."""
     used = pos[:c] >= 0
     key = jnp.where(used, pos[:c], jnp.iinfo(jnp.int32).max)
     order = jnp.argsort(key, stable=True).astype(jnp.int32)
-    return order, key[order], jnp.sum(used, dtype=jnp.int32)
+    scratch = jnp.full((1,), c, jnp.int32)
+    stack_pos = jnp.concatenate([key[order], scratch])
+    return jnp.concatenate([order, scratch]), stack_pos, jnp.sum(used, dtype=jnp.int32)
 
 
-def _pull_back(
-    loop: _Loop,
-    body_leaves: list,
-    b_pert: list,
-    live: list,
-    leaves: list,
-    cts: list,
-    ct_body: list,
+def _linearised_step(
+    loop: _Loop, body_leaves: list, b_pert: list, live: list, leaves: list
 ) -> tuple:
-    """Cotangents through one step from `leaves`: the `live` carry leaves' and
-    (added to `ct_body`) the perturbed body leaves'."""
+    """`(out, pull)`: one step from `leaves` (all its output leaves), and the
+    function pulling `(cts, ct_body)` back through it: the cotangents of the `live`
+    carry leaves, and (added to `ct_body`) of the perturbed body leaves."""
 
-    def one_step(pb: list, lv: list) -> list:
+    def one_step(pb: list, lv: list) -> tuple:
         full_body = _merge(b_pert, pb, _pick(body_leaves, [not p for p in b_pert]))
-        out = loop.step(full_body)(
-            _merge(live, lv, _pick(leaves, [not x for x in live]))
-        )
-        return _pick(out, live)
+        full = _merge(live, lv, _pick(leaves, [not x for x in live]))
+        out = loop.step(full_body)(full)
+        return _pick(out, live), out
 
-    _, vjp_fn = jax.vjp(one_step, _pick(body_leaves, b_pert), _pick(leaves, live))
-    d_body, d_leaves = vjp_fn(cts)
-    return list(d_leaves), [a + b for a, b in zip(ct_body, d_body)]
+    pb, lv = _pick(body_leaves, b_pert), _pick(leaves, live)
+    _, vjp_fn, out = jax.vjp(one_step, pb, lv, has_aux=True)
+
+    def pull(cts_and_body: tuple) -> tuple:
+        cts, ct_body = cts_and_body
+        d_body, d_leaves = vjp_fn(cts)
+        return list(d_leaves), [a + b for a, b in zip(ct_body, d_body)]
+
+    return out, pull
+
+
+class _Sweep(NamedTuple):
+    """The backward loop's carry."""
+
+    end: Any  # steps still to reverse: the next one is step `end - 1`
+    at: Any  # `cur` is the state before step `at`
+    cur: list  # its leaves, buffers excepted
+    saved: list  # the slots (and the scratch slot `c`) of the stored states
+    stack_pos: Any  # the steps of the stored states, in step order
+    depth: Any  # how many states are stored
+    cts: list  # cotangents of the `live` carry leaves, after step `end - 1`
+    ct_body: list  # cotangents of the perturbed body leaves, summed
+
+
+class _Reversal:
+    """The backward pass as one `while` loop. Each iteration runs the step from
+    `cur`, linearised. While `cur` is before step `end - 1`, it moves `cur` on to
+    the state reached (and stores it where `_treeverse` says); at step `end - 1`
+    it pulls the cotangents back through the step instead (the transpose alone is
+    under a `lax.cond`), and continues from the latest stored state, freeing its
+    slot when it held the state just used. The step is in the program once."""
+
+    def __init__(
+        self, loop: _Loop, body_leaves: list, b_pert: list, live: list, bufs: list
+    ) -> None:
+        self.loop, self.bufs = loop, bufs
+        self.linearised = lambda leaves: _linearised_step(
+            loop, body_leaves, b_pert, live, leaves
+        )
+        longest = _MAX_STEPS if loop.max_steps is None else loop.max_steps
+        self.planner = _treeverse.Planner(loop.c, longest)
+
+    def with_bufs(self, kept: list) -> list:
+        """All the carry's leaves: `kept` and the final buffers. Steps read the
+        final buffers, and their writes to them are dropped: each element is
+        written once, so the buffers hold those values already."""
+        return _merge(self.loop.buffer, self.bufs, kept)
+
+    def start(self, n: Any, saved: list, pos: Any, cts: list, ct_body: list) -> tuple:
+        order, stack_pos, depth = _stack(pos, self.loop.c)
+        top = jax.lax.max(depth - 1, 0)
+        at = jax.lax.select(depth > 0, _get(stack_pos, top), 0)
+        cur = [_get(b, _get(order, top)) for b in saved]
+        return order, _Sweep(n, at, cur, saved, stack_pos, depth, cts, ct_body)
+
+    def target(self, s: _Sweep) -> Any:
+        """The step whose state is stored next on the way to `end - 1` (-1: none)."""
+        top = _get(s.stack_pos, jax.lax.max(s.depth - 1, 0))
+        length, free = s.end - top, self.loop.c - s.depth + 1
+        m = self.planner.advance_by(length, free)
+        return jax.lax.select((length >= 2) & (free >= 2), top + m, -1)
+
+    def one(self, s: _Sweep, order: Any) -> _Sweep:
+        # Under `vmap` the loop runs while any batch element has steps left; the
+        # others keep `cur`, so that no step sees a state the loop never reached.
+        active, back = s.end > 0, s.at == s.end - 1
+        target = self.target(s)
+        out, pull = self.linearised(self.with_bufs(s.cur))
+        cts, ct_body = jax.lax.cond(back, pull, lambda c: c, (s.cts, s.ct_body))
+        end = s.end - back.astype(s.end.dtype)
+        # reversed: free the top slot if it held the state just used, reload
+        done = back & (_get(s.stack_pos, jax.lax.max(s.depth - 1, 0)) == end)
+        depth = s.depth - done.astype(s.depth.dtype)
+        top = jax.lax.max(depth - 1, 0)
+        stored = [_get(b, _get(order, top)) for b in s.saved]
+        cur = [
+            jax.lax.select(back, x, jax.lax.select(active, y, z))
+            for x, y, z in zip(stored, self.loop.kept(out), s.cur, strict=True)
+        ]
+        at = jax.lax.select(
+            back, _get(s.stack_pos, top), s.at + active.astype(s.at.dtype)
+        )
+        store = active & ~back & (at == target)
+        # `cur` is written to the first free slot (the scratch slot when none is
+        # free) whether or not it is kept there: the index depends on `depth`
+        # alone, and `store` only decides whether the stack grows to include it.
+        saved = [
+            _put(b, _get(order, s.depth), x) for b, x in zip(s.saved, cur, strict=True)
+        ]
+        stack_pos = _put(s.stack_pos, s.depth, at)
+        depth = depth + store.astype(depth.dtype)
+        return _Sweep(end, at, cur, saved, stack_pos, depth, cts, ct_body)
 
 
 def _backward(
@@ -336,52 +439,21 @@ def _backward(
     """`(body cotangents, carry cotangents)`: the carry's as a list over all leaves,
     `None` where zero."""
     body_leaves, n, saved, pos, bufs = res
-    c = loop.c
     live = nonzero_cotangents(
         loop.step(body_leaves), loop.leaves, c_pert, nonzero, loop.treedef
     )
-    step = loop.step(body_leaves)
-    order, stack_pos, depth = _stack(pos, c)
     cts = [
         jnp.zeros(jnp.shape(x), jnp.result_type(x)) if _is_zero(t) else t
         for x, t in _pick(list(zip(loop.leaves, ct)), live)
     ]
     ct_body = [jnp.zeros_like(x) for x in _pick(body_leaves, b_pert)]
-
-    def one(s: tuple) -> tuple:
-        end, saved, stack_pos, depth, cts, ct_body = s
-        top = stack_pos[depth - 1]
-        length = end - top
-        free = c - depth + 1
-        simple = (length == 1) | (free == 1)
-        m = jnp.where(
-            length == 1,
-            0,
-            jnp.where(free == 1, length - 1, _treeverse.advance_by(length, free)),
-        )
-        leaves = loop.recompute(step, [b[order[depth - 1]] for b in saved], bufs, m)
-
-        def reverse_one(args: tuple) -> tuple:
-            saved, stack_pos, depth, cts, ct_body = args
-            cts, ct_body = _pull_back(
-                loop, body_leaves, b_pert, live, leaves, cts, ct_body
-            )
-            depth = depth - (length == 1).astype(depth.dtype)
-            return end - 1, saved, stack_pos, depth, cts, ct_body
-
-        def store(args: tuple) -> tuple:
-            saved, stack_pos, depth, cts, ct_body = args
-            slot = order[depth]
-            saved = loop.store(saved, slot, leaves)
-            stack_pos = stack_pos.at[depth].set(top + m)
-            return end, saved, stack_pos, depth + 1, cts, ct_body
-
-        args = (saved, stack_pos, depth, cts, ct_body)
-        return jax.lax.cond(simple, reverse_one, store, args)
-
-    state = (n, saved, stack_pos, depth, cts, ct_body)
-    _, _, _, _, cts, ct_body = jax.lax.while_loop(lambda s: s[0] > 0, one, state)
-    return ct_body, _merge(live, cts, [None] * (len(live) - len(cts)))
+    sweep = _Reversal(loop, body_leaves, b_pert, live, bufs)
+    order, state = sweep.start(n, saved, pos, cts, ct_body)
+    state = jax.lax.while_loop(
+        lambda s: unvmap_any(s.end > 0), lambda s: sweep.one(s, order), state
+    )
+    cts = _merge(live, state.cts, [None] * (len(live) - len(state.cts)))
+    return state.ct_body, cts
 
 
 def checkpointed_while(

@@ -1,0 +1,217 @@
+"""The backward pass of the checkpointed `while_loop`: one `while` loop (its size
+against Equinox's), the binomial plan without a loop (`_treeverse.Planner`), the
+gradients against a plain `lax.scan`, and how many steps it recomputes against
+the optimal offline schedule."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from boxwood.internal import _treeverse, while_loop
+
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def _reference_advance(length, s):
+    """`_treeverse`'s rule, by counting `t` up in Python integers."""
+    t, b, b_fewer = 0, 1, 1
+    while b < length:
+        t += 1
+        b = b * (s + t) // t
+        b_fewer = b_fewer * (s - 1 + t) // t
+    return max(1, length - b_fewer)
+
+
+@pytest.mark.parametrize(
+    "slots, longest",
+    [(2, 100), (3, 50), (8, 500), (5, _INT32_MAX), (64, _INT32_MAX)],
+    ids=["two-slots", "three-slots", "table-only", "closed-form", "default-online"],
+)
+def test_planner_matches_the_binomial_rule(slots, longest):
+    planner = _treeverse.Planner(slots, longest)
+    # with int32's maximum as the longest loop, `s == 2` uses the closed form
+    assert planner.closed_form == (longest == _INT32_MAX)
+    rng = np.random.default_rng(0)
+    lengths, ss = [], []
+    for s in range(2, slots + 1):
+        some = [*range(2, min(longest, 120) + 1), *rng.integers(2, longest, 40)]
+        lengths += [int(x) for x in some] + [longest]
+        ss += [s] * (len(some) + 1)
+    got = jax.jit(jax.vmap(planner.advance_by))(
+        jnp.asarray(lengths, jnp.int32), jnp.asarray(ss, jnp.int32)
+    )
+    want = [_reference_advance(n, s) for n, s in zip(lengths, ss)]
+    assert np.asarray(got).tolist() == want
+
+
+def test_beta_is_the_binomial_coefficient():
+    assert [_treeverse.beta(3, t) for t in range(5)] == [1, 4, 10, 20, 35]
+    assert _treeverse.beta(2, 65535) > _INT32_MAX > _treeverse.beta(2, 65534)
+
+
+# --- gradients against a plain scan ------------------------------------------------
+
+
+def _step(w, y, i):
+    return jnp.tanh(w * y + 0.1 * i.astype(jnp.float32))
+
+
+def _checkpointed(w, y0, n, checkpoints, max_steps):
+    def body(carry):
+        i, y = carry
+        return i + 1, _step(w, y, i)
+
+    out = while_loop(
+        lambda carry: carry[0] < n, body, (jnp.asarray(0), y0),
+        kind="checkpointed", checkpoints=checkpoints, max_steps=max_steps,
+    )  # fmt: skip
+    return out[1].sum()
+
+
+def _scanned(w, y0, n):
+    def body(y, i):
+        return _step(w, y, i), None
+
+    return jax.lax.scan(body, y0, jnp.arange(n))[0].sum()
+
+
+@pytest.mark.parametrize("max_steps", [None, 60], ids=["online", "max_steps"])
+@pytest.mark.parametrize("n, checkpoints", [(1, 1), (9, 1), (17, 2), (40, 4), (53, 6)])
+def test_gradients_equal_a_plain_scans(n, checkpoints, max_steps):
+    w, y0 = jnp.asarray(0.9), jnp.linspace(-1.0, 1.0, 3)
+    grad = jax.jit(jax.grad(_checkpointed, argnums=(0, 1)), static_argnums=(2, 3, 4))
+    got = grad(w, y0, n, checkpoints, max_steps)
+    want = jax.grad(_scanned, argnums=(0, 1))(w, y0, n)
+    for g, v in zip(got, want):
+        np.testing.assert_allclose(g, v, rtol=2e-5, atol=1e-6)
+
+
+def test_vmapped_loops_of_different_lengths_including_none():
+    # one batch element takes no step: the backward pass must not run a step from
+    # a state the loop never held (state 0 is written to its slot regardless)
+    def loss(w, n):
+        def body(carry):
+            i, y = carry
+            return i + 1, jnp.sqrt(y) * w
+
+        out = while_loop(
+            lambda carry: carry[0] < n, body, (0, jnp.asarray(4.0)),
+            kind="checkpointed", checkpoints=2, max_steps=12,
+        )  # fmt: skip
+        return out[1]
+
+    ns = jnp.array([0, 1, 5, 12])
+    got = jax.vmap(jax.grad(loss))(jnp.full(4, 1.5), ns)
+    want = [jax.grad(lambda w, k=k: _power_chain(w, int(k)))(1.5) for k in ns]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert np.all(np.isfinite(got))
+
+
+def _power_chain(w, k):
+    y = jnp.asarray(4.0)
+    for _ in range(k):
+        y = jnp.sqrt(y) * w
+    return y
+
+
+# --- size of the differentiated program ---------------------------------------------
+
+
+def _loop_loss(loop, max_steps, checkpoints):
+    def f(x):
+        def body(carry):
+            i, y = carry
+            return i + 1, jnp.tanh(x * y + 0.1)
+
+        init = (0, jnp.ones(3))
+        out = loop(lambda carry: carry[0] < 37, body, init, kind="checkpointed",
+                   max_steps=max_steps, checkpoints=checkpoints)  # fmt: skip
+        return out[1].sum()
+
+    return f
+
+
+def _size(f):
+    text = jax.jit(jax.grad(f)).lower(0.7).as_text()
+    return text.count("stablehlo.while"), len(text.splitlines())
+
+
+# Measured with jax 0.10.2 (Equinox 0.13.8 gives 2 loops and 716 / 709 lines).
+_ABSOLUTE = {"max_steps": (2, 520), "online": (2, 570)}
+
+
+@pytest.mark.parametrize(
+    "case, max_steps, checkpoints",
+    [("max_steps", 40, 4), ("online", None, 8)],
+    ids=["max_steps", "online"],
+)
+def test_gradient_program_is_no_larger_than_equinoxs(case, max_steps, checkpoints):
+    whiles, lines = _size(_loop_loss(while_loop, max_steps, checkpoints))
+    # the forward loop and one backward loop: no loop for the recomputation, none
+    # for the plan
+    assert whiles == 2
+    try:
+        import equinox.internal as eqxi
+    except ImportError:
+        bound = _ABSOLUTE[case]
+    else:
+        if eqxi.while_loop is while_loop:  # `equinox` is boxwood here
+            bound = _ABSOLUTE[case]
+        else:
+            bound = _size(_loop_loss(eqxi.while_loop, max_steps, checkpoints))
+    assert whiles <= bound[0] and lines <= bound[1], ((whiles, lines), bound)
+
+
+# --- recomputations against the optimum ---------------------------------------------
+
+
+@functools.cache
+def _optimal(length, slots):
+    """The fewest steps advanced to reverse `length` steps from a stored state
+    with `slots` slots (that state's included), choosing where to store offline."""
+    if length <= 1:
+        return 0
+    if slots == 1:
+        return length * (length - 1) // 2
+    return min(
+        m + _optimal(length - m, slots - 1) + _optimal(m, slots)
+        for m in range(1, length)
+    )
+
+
+def _recomputations(n, c, max_steps):
+    """Body runs of the backward pass beyond the `n` that are pulled back."""
+    runs = []
+
+    def body(carry):
+        i, y = carry
+        jax.debug.callback(lambda: runs.append(None))
+        return i + 1, y * jnp.cos(y) + 1.0
+
+    def f(y0):
+        init = (0, y0)
+        return while_loop(lambda carry: carry[0] < n, body, init,
+                          kind="checkpointed", checkpoints=c, max_steps=max_steps)[1]  # fmt: skip
+
+    jax.grad(f)(0.3)
+    return len(runs) - 2 * n  # the forward pass runs each step once
+
+
+# (n, c): recomputations of the online schedule (the table in
+# src/boxwood/internal/README.md), and of the optimal offline one.
+_TABLE = [
+    (6, 2, 5, 3), (8, 2, 11, 7), (20, 2, 60, 46),
+    (15, 4, 12, 10), (30, 4, 54, 40), (60, 4, 149, 125),
+    (45, 8, 38, 36), (100, 8, 199, 146),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("n, c, ours, optimal", _TABLE)
+def test_recomputations_against_the_optimal_schedule(n, c, ours, optimal):
+    assert _optimal(n, c) - (n - 1) == optimal  # the first sweep is the forward pass
+    assert _recomputations(n, c, None) == ours
+    assert _recomputations(n, c, n) == ours  # `max_steps` changes nothing here
+    assert ours >= optimal
