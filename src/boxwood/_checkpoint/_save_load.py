@@ -164,15 +164,21 @@ class FileTensor:
             if view is not None:
                 return view
         out = aligned_empty(self.info.shape, self.info.dtype)
+        self.read_into(out)
+        return out
+
+    def read_into(self, out: np.ndarray) -> None:
+        """Read the whole tensor into `out`, a C-contiguous array of its dtype and
+        number of elements (one layer's row of a stacked buffer: one copy, from
+        the file straight to its place)."""
         with open(self.path, "rb") as f:
             identity = self.mapping.identity
             if identity and file_identity(os.fstat(f.fileno())) != identity:
                 raise changed_while_loading(self.path)
             f.seek(self.data_start + self.info.begin)
             got = f.readinto(out.reshape(-1).view(np.uint8).data)
-        if got != out.nbytes:
+        if got != self.info.end - self.info.begin or got != out.nbytes:
             raise changed_while_loading(self.path)
-        return out
 
 
 def read_tensors(

@@ -24,7 +24,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .._checkpoint import Tensor, assemble, stacked_view, state_dict
+from .._checkpoint import Tensor, aligned_empty, assemble, stacked_view, state_dict
 from .._paths import dotted_path
 from .._sharding import named_shardings
 from ..nn._stacked import Stacked
@@ -185,16 +185,6 @@ def stacked_groups(tree: Any) -> dict[str, list[tuple[str, Slot]]]:
     return groups
 
 
-def _aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised array in a 64-byte aligned buffer of its own (the device
-    may then adopt it rather than copy it)."""
-    dtype = np.dtype(dtype)
-    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(size + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    return raw[start : start + size].view(dtype).reshape(shape)
-
-
 @dataclasses.dataclass(frozen=True)
 class LayerStack:
     """The file tensors of one stacked leaf's layers (`parts`, in index order)
@@ -218,18 +208,31 @@ class LayerStack:
             view = stacked_view(self.parts, self.shape, self.dtype)
             if view is not None:
                 return view
-            out = _aligned_empty(self.shape, self.dtype)
+            out = aligned_empty(self.shape, self.dtype)
             rows = out.reshape(-1, *self.shape[self.stacked_axes :])
             for row, part in zip(rows, self.parts):
-                row[...] = self._layer(part, None)
+                if self._reads_into(part, row):
+                    part.read_into(row)  # from the file straight to its place
+                else:
+                    row[...] = self._layer(part, None)
             return out
         order = np.arange(len(self.parts)).reshape(lead)[index[: self.stacked_axes]]
         inner = tuple(index[self.stacked_axes :])
         pieces = [self._layer(self.parts[int(n)], inner) for n in order.reshape(-1)]
-        out = _aligned_empty(order.shape + pieces[0].shape, self.dtype)
+        out = aligned_empty(order.shape + pieces[0].shape, self.dtype)
         for row, piece in zip(out.reshape(-1, *pieces[0].shape), pieces):
             row[...] = piece
         return out
+
+    @staticmethod
+    def _reads_into(part: Any, row: np.ndarray) -> bool:
+        """Whether `part` can be read into `row` as it is (same dtype and number
+        of elements; only file tensors can)."""
+        return (
+            hasattr(part, "read_into")
+            and np.dtype(part.dtype) == row.dtype
+            and int(np.prod(part.shape, dtype=np.int64)) == row.size
+        )
 
     def _layer(self, part: Tensor, index: tuple[slice, ...] | None) -> np.ndarray:
         layer_shape = self.shape[self.stacked_axes :]
