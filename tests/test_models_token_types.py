@@ -62,3 +62,10 @@ def test_valid_token_types_are_unchanged(model):
     np.testing.assert_array_equal(
         np.asarray(default), np.asarray(model(IDS, None, jnp.zeros(4, jnp.int32)))
     )
+
+
+def test_boolean_token_types_are_refused_by_name(model):
+    with pytest.raises(
+        TypeError, match=r"BertModel: `token_type_ids` must be an integer array"
+    ):
+        model(IDS, None, jnp.asarray([False, True, True, False]))

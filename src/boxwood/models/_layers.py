@@ -13,11 +13,11 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import error_if
 from .._module._instance import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
 from ..nn._attention import fusable
 from ..nn._state import _make_index
+from ._id_ranges import check_ids_below
 
 _ACTIVATIONS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),
@@ -78,18 +78,9 @@ def _ids_in_vocabulary(model: str, input_ids: Any, vocab_size: int) -> Any:
         f"{model}: `input_ids` must hold token ids from 0 to {vocab_size - 1} (the "
         f"vocabulary has {vocab_size} tokens, `vocab_size` in the config)"
     )
-    if isinstance(input_ids, jax.core.Tracer):
-        outside = (input_ids < 0) | (input_ids >= vocab_size)
-        return error_if(input_ids, outside, f"{rule}; got an id outside that range.")
-    ids = np.asarray(input_ids)
-    outside = np.flatnonzero((ids < 0) | (ids >= vocab_size))
-    if outside.size:
-        i = int(outside[0])
-        raise ValueError(
-            f"{rule}; got {int(ids[i])} at position {i} ({outside.size} out of range "
-            "in all)."
-        )
-    return input_ids
+    return check_ids_below(
+        model, "input_ids", input_ids, vocab_size, "vocab_size", rule
+    )
 
 
 def rope_at(x: Array, positions: Array, frequencies: Any) -> Array:

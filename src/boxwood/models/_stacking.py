@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -212,7 +212,7 @@ class LayerStack:
             rows = out.reshape(-1, *self.shape[self.stacked_axes :])
             for row, part in zip(rows, self.parts):
                 if self._reads_into(part, row):
-                    part.read_into(row)  # from the file straight to its place
+                    cast(Any, part).read_into(row)  # file to its place, one copy
                 else:
                     row[...] = self._layer(part, None)
             return out
