@@ -8,12 +8,12 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._init import split_keys
 from .._module import Module, field
-from .._tree import tree_at
 from ..nn import Embedding, LayerNorm, Stacked, State, StateIndex
+from ._causal_lm import CausalLM
 from ._checkpoint_files import FileLayout
 from ._config import ConfigError, ModelConfig, false_or_unset
 from ._layers import (
@@ -24,14 +24,11 @@ from ._layers import (
     activation,
     attend,
     check_implementation,
-    check_input_ids,
     empty_cache_index,
     init_cache,
     run_blocks,
-    with_fields,
     write_cache,
 )
-from ._pretrained import Pretrained
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +188,7 @@ class GPT2Model(Module):
         return jax.vmap(self.ln_f)(x), state
 
 
-class GPT2LMHeadModel(Pretrained):
+class GPT2LMHeadModel(CausalLM):
     """GPT-2 with its language-modelling head (tied to the token embedding).
 
     Built from a [`boxwood.models.GPT2Config`][]; usually loaded with
@@ -238,66 +235,17 @@ class GPT2LMHeadModel(Pretrained):
         self.config = config
         self.attention_implementation = attention_implementation
 
-    def __call__(self, input_ids: Int[Array, " seq"]) -> Float[Array, "seq vocab_size"]:
-        """**Arguments:** `input_ids`: token ids, shape `(seq,)`.
+    def body(self) -> GPT2Model:
+        return self.transformer
 
-        **Returns:** the next-token logits at every position, `(seq, vocab_size)`.
-        """
-        return self.decode(input_ids, None, 0)[0]
-
-    def decode(
-        self,
-        input_ids: Int[Array, " seq"],
-        state: State | None,
-        start: Any,
-        pad: Any = None,
-    ) -> tuple[Float[Array, "seq vocab_size"], State | None]:
-        """Logits for `input_ids` at cache slots `start, start+1, ...`, reading and
-        updating the key/value cache in `state` (from `init_cache`; `None`: no
-        cache, `start` 0).
-
-        `pad` (`None`, or an int32 scalar, which may be traced): the number of
-        leading cache slots that hold left padding. Those keys are masked for
-        every query, and the token at slot `s` is at position `s - pad` (pad slots
-        at position 0), so a left-padded row's logits for its real tokens are the
-        unpadded sequence's. `jax.vmap` over rows with a per-row `pad` works.
-        """
-        hidden, state = self._hidden(input_ids, state, start, pad)
-        return hidden @ self.output_embedding().T, state
-
-    def hidden_states(
-        self, input_ids: Int[Array, " seq"]
-    ) -> Float[Array, "seq hidden_size"]:
-        """The final (normalised) hidden states, before the output projection:
-        `model(ids) == model.hidden_states(ids) @ model.output_embedding().T`."""
-        return self._hidden(input_ids, None, 0, None)[0]
+    @staticmethod
+    def blocks(model: Any) -> Stacked:
+        return model.transformer.h
 
     def output_embedding(self) -> Float[Array, "vocab_size hidden_size"]:
         """The matrix `W` of the output projection, `logits = hidden @ W.T` (GPT-2
         ties it to the token embedding)."""
         return self.transformer.wte.weight
-
-    def with_attention_implementation(self, implementation: Implementation) -> Any:
-        """A copy whose attention calls `jax.nn.dot_product_attention` with
-        `implementation`: `None` (JAX's choice), `"xla"` or `"cudnn"` (the fused
-        cuDNN kernel on an NVIDIA GPU)."""
-        check_implementation(type(self).__name__, implementation)
-        return with_fields(self, attention_implementation=implementation)
-
-    def with_remat(self, remat: Any) -> Any:
-        """A copy whose blocks are rematerialised on the backward pass: `remat`
-        is `False`/`None`, `True`/`"full"`, or a `jax.checkpoint_policies` name
-        (see [`boxwood.nn.Stacked`][])."""
-        blocks = self.transformer.h.with_remat(remat)
-        return tree_at(lambda m: m.transformer.h, self, blocks)
-
-    def _hidden(self, input_ids: Any, state: Any, start: Any, pad: Any) -> tuple:
-        c = self.config
-        input_ids = check_input_ids(
-            "GPT2LMHeadModel", input_ids, c.n_positions, c.vocab_size
-        )
-        step = Step(start, pad, state is not None, self.attention_implementation)
-        return self.transformer(input_ids, step, state)
 
     def init_cache(self, length: int) -> State:
         """An empty key/value cache for `length` positions, as a `boxwood.nn.State`."""

@@ -12,12 +12,12 @@ from typing import Any, ClassVar, cast
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._init import split_keys
 from .._module import Module, field
-from .._tree import tree_at
 from ..nn import Embedding, Linear, RMSNorm, Stacked, State, StateIndex
+from ._causal_lm import CausalLM
 from ._config import ConfigError, ModelConfig
 from ._layers import (
     Cache,
@@ -26,16 +26,13 @@ from ._layers import (
     activation,
     attend,
     check_implementation,
-    check_input_ids,
     empty_cache_index,
     init_cache,
     rope_at,
     run_blocks,
     supported_activation,
-    with_fields,
     write_cache,
 )
-from ._pretrained import Pretrained
 from ._rope_scaling import (
     Scaling,
     inverse_frequencies,
@@ -294,7 +291,7 @@ class LlamaModel(Module):
         return jax.vmap(self.norm)(x), state
 
 
-class LlamaForCausalLM(Pretrained):
+class LlamaForCausalLM(CausalLM):
     """A Llama-family causal language model (Llama 1-3.x, with `linear` or
     `llama3` RoPE scaling; Mistral configs without a sliding window).
 
@@ -346,40 +343,12 @@ class LlamaForCausalLM(Pretrained):
         self.config = config
         self.attention_implementation = attention_implementation
 
-    def __call__(self, input_ids: Int[Array, " seq"]) -> Float[Array, "seq vocab_size"]:
-        """**Arguments:** `input_ids`: token ids, shape `(seq,)`.
+    def body(self) -> LlamaModel:
+        return self.model
 
-        **Returns:** the next-token logits at every position, `(seq, vocab_size)`.
-        """
-        return self.decode(input_ids, None, 0)[0]
-
-    def decode(
-        self,
-        input_ids: Int[Array, " seq"],
-        state: State | None,
-        start: Any,
-        pad: Any = None,
-    ) -> tuple[Float[Array, "seq vocab_size"], State | None]:
-        """Logits for `input_ids` at cache slots `start, start+1, ...`, reading and
-        updating the key/value cache in `state` (from `init_cache`; `None`: no
-        cache, `start` 0).
-
-        `pad` (`None`, or an int32 scalar, which may be traced): the number of
-        leading cache slots that hold left padding. Those keys are masked for
-        every query, and the token at slot `s` is at position `s - pad` (its RoPE
-        angle; pad slots at position 0), so a left-padded row's logits for its
-        real tokens are the unpadded sequence's. `jax.vmap` over rows with a
-        per-row `pad` works.
-        """
-        hidden, state = self._hidden(input_ids, state, start, pad)
-        return hidden @ self.output_embedding().T, state
-
-    def hidden_states(
-        self, input_ids: Int[Array, " seq"]
-    ) -> Float[Array, "seq hidden_size"]:
-        """The final (normalised) hidden states, before the output projection:
-        `model(ids) == model.hidden_states(ids) @ model.output_embedding().T`."""
-        return self._hidden(input_ids, None, 0, None)[0]
+    @staticmethod
+    def blocks(model: Any) -> Stacked:
+        return model.model.layers
 
     def output_embedding(self) -> Float[Array, "vocab_size hidden_size"]:
         """The matrix `W` of the output projection, `logits = hidden @ W.T`:
@@ -387,28 +356,6 @@ class LlamaForCausalLM(Pretrained):
         if self.lm_head is None:
             return self.model.embed_tokens.weight
         return self.lm_head.weight
-
-    def with_attention_implementation(self, implementation: Implementation) -> Any:
-        """A copy whose attention calls `jax.nn.dot_product_attention` with
-        `implementation`: `None` (JAX's choice), `"xla"` or `"cudnn"` (the fused
-        cuDNN kernel on an NVIDIA GPU)."""
-        check_implementation(type(self).__name__, implementation)
-        return with_fields(self, attention_implementation=implementation)
-
-    def with_remat(self, remat: Any) -> Any:
-        """A copy whose decoder layers are rematerialised on the backward pass:
-        `remat` is `False`/`None`, `True`/`"full"`, or a `jax.checkpoint_policies`
-        name (see [`boxwood.nn.Stacked`][])."""
-        layers = self.model.layers.with_remat(remat)
-        return tree_at(lambda m: m.model.layers, self, layers)
-
-    def _hidden(self, input_ids: Any, state: Any, start: Any, pad: Any) -> tuple:
-        c = self.config
-        input_ids = check_input_ids(
-            type(self).__name__, input_ids, c.max_position_embeddings, c.vocab_size
-        )
-        step = Step(start, pad, state is not None, self.attention_implementation)
-        return self.model(input_ids, step, state)
 
     def init_cache(self, length: int) -> State:
         """An empty key/value cache for `length` positions, as a `boxwood.nn.State`."""
