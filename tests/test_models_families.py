@@ -239,10 +239,10 @@ def test_unsupported_rope_and_window_options_are_named():
     with pytest.raises(bm.ConfigError, match="`rope_type` = 'yarn' is not supported"):
         bm.LlamaConfig.from_dict({"rope_parameters": {"rope_type": "yarn"}})
     with pytest.raises(
-        bm.ConfigError, match="`rope_type` = 'dynamic' is not supported"
+        bm.ConfigError, match="`rope_type` = 'longrope' is not supported"
     ):
         bm.LlamaConfig.from_dict(
-            {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+            {"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}
         )
     with pytest.raises(
         bm.ConfigError, match="the key `attention_factor` .* for `rope_type` = 'linear'"

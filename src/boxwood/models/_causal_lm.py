@@ -39,6 +39,7 @@ class CausalLM(Pretrained):
         state: State | None,
         start: Any,
         pad: Any = None,
+        extent: Any = None,
     ) -> tuple[Float[Array, "seq vocab_size"], State | None]:
         """Logits for `input_ids` at cache slots `start, start+1, ...`, reading and
         updating the key/value cache in `state` (from `init_cache`; `None`: no
@@ -50,8 +51,13 @@ class CausalLM(Pretrained):
         position embedding or RoPE angle; pad slots at position 0), so a
         left-padded row's logits for its real tokens are the unpadded sequence's.
         `jax.vmap` over rows with a per-row `pad` works.
+
+        `extent` (`None`, or an int32 scalar, which may be traced): read only with
+        `dynamic` RoPE scaling, whose frequencies follow the call's sequence
+        length: one more than the largest real position (`generate` gives the
+        longest row's). `None`: this call's largest position + 1.
         """
-        hidden, state = self._hidden(input_ids, state, start, pad)
+        hidden, state = self._hidden(input_ids, state, start, pad, extent)
         model: Any = self  # a subclass: `output_embedding` is its own
         return hidden @ model.output_embedding().T, state
 
@@ -76,10 +82,13 @@ class CausalLM(Pretrained):
         blocks = cast(Any, self).blocks
         return tree_at(blocks, self, blocks(self).with_remat(remat))
 
-    def _hidden(self, input_ids: Any, state: Any, start: Any, pad: Any) -> tuple:
+    def _hidden(
+        self, input_ids: Any, state: Any, start: Any, pad: Any, extent: Any = None
+    ) -> tuple:
         model: Any = self  # a subclass's fields and hooks
         input_ids = check_input_ids(
             type(self).__name__, input_ids, model.max_positions, model.config.vocab_size
         )
-        step = Step(start, pad, state is not None, model.attention_implementation)
+        implementation = model.attention_implementation
+        step = Step(start, pad, state is not None, implementation, extent)
         return model.body()(input_ids, step, state)

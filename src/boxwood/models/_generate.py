@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
@@ -38,7 +39,7 @@ def bucket(length: int) -> int:
 
 def generate(
     model: Any,
-    input_ids: Int[Array, " seq"] | Int[Array, "batch seq"] | list,
+    input_ids: Int[Array, " seq"] | Int[Array, "batch seq"] | np.ndarray | list,
     max_new_tokens: int,
     *,
     key: PRNGKeyArray | None = None,
@@ -48,6 +49,7 @@ def generate(
     eos_token_id: int | list[int] | tuple[int, ...] | None = None,
     pad_token_id: int | None = None,
     callback: Callable[[Any], Any] | None = None,
+    attention_mask: Any = None,
 ) -> Int[Array, " total"] | Int[Array, "batch total"]:
     """Continue a prompt, or a batch of prompts, with a causal language model.
 
@@ -89,16 +91,32 @@ def generate(
       it goes. It runs on the host while the compiled loop waits (an ordered
       `jax.experimental.io_callback`), so any callback shares the compiled code.
       If it raises, no more tokens are made and `generate` raises its exception.
+    - `attention_mask`: for `input_ids` already padded to one length, as a
+      tokenizer returns them: `1` for real tokens, `0` for padding, of
+      `input_ids`' shape (`(batch, seq)`, or `(seq,)` for one prompt); left or
+      right padding. It must be concrete (a NumPy or JAX array, or nested lists),
+      hold only 0 and 1, and each row's ones must be contiguous with at least
+      one. Each row's real tokens are taken as its prompt, and the batch is then
+      generated as a list of prompts (below); the ids under the padding are
+      ignored. (Keyword only.)
 
     **Returns:** for one prompt, the prompt followed by the new tokens,
     `(seq + max_new_tokens,)`; for a batch, `(batch, longest + max_new_tokens)`,
     each row its prompt left-padded with `pad_token_id` to the longest prompt's
     length, followed by its new tokens. int32. With greedy decoding each row
-    equals generating its prompt alone.
+    equals generating its prompt alone (with `dynamic` RoPE scaling, rows share
+    the longest row's frequencies, as in `transformers`). With `attention_mask`,
+    `longest` is the most ones in a row, and rows come back in this left-padded
+    layout whichever side the input was padded on: every row's new tokens start
+    at column `longest`, and its prompt ends there.
     """
     name = _causal_lm_name(model)
     vocab = model.config.vocab_size
-    prompts, single = _prompts(name, input_ids, vocab)
+    prompts, single = (
+        _prompts(name, input_ids, vocab)
+        if attention_mask is None
+        else _masked_prompts(name, input_ids, attention_mask, vocab)
+    )
     max_new_tokens = count("max_new_tokens", max_new_tokens)
     mode = check_sampling(temperature, top_k, top_p, key, vocab)
     ends = end_ids(eos_token_id, vocab)
@@ -177,6 +195,59 @@ def _prompts(name: str, input_ids: Any, vocab: int) -> tuple[list[np.ndarray], b
     raise ValueError(
         f"`generate`: `input_ids` must be {_SHAPES}; got shape {np.shape(input_ids)}."
     )
+
+
+def _masked_prompts(
+    name: str, input_ids: Any, attention_mask: Any, vocab: int
+) -> tuple[list[np.ndarray], bool]:
+    """The real tokens of each row of padded `input_ids`, by `attention_mask`."""
+    if isinstance(attention_mask, jax.core.Tracer):
+        raise TypeError(
+            "`generate`: `attention_mask` must be concrete (a NumPy or JAX array, "
+            "or lists), not traced: `generate` lays its prompts out on the host."
+        )
+    try:
+        ids = np.asarray(input_ids)
+        mask = np.asarray(attention_mask)
+    except ValueError:
+        raise ValueError(
+            "`generate`: with `attention_mask`, `input_ids` and `attention_mask` "
+            "must be padded to one length, shape `(batch, seq)` or `(seq,)`; a "
+            "list of prompts of different lengths needs no `attention_mask`."
+        ) from None
+    if ids.ndim not in (1, 2) or mask.shape != ids.shape:
+        raise ValueError(
+            "`generate`: `attention_mask` must have the shape of `input_ids`, "
+            f"`(batch, seq)` or `(seq,)`; got {mask.shape} for `input_ids` of "
+            f"shape {ids.shape}."
+        )
+    if ids.ndim == 1:
+        return [_prompt(name, _real_tokens(0, ids, mask), vocab)], True
+    rows = [_real_tokens(i, row, m) for i, (row, m) in enumerate(zip(ids, mask))]
+    return [_batch_row(name, i, row, vocab) for i, row in enumerate(rows)], False
+
+
+def _real_tokens(i: int, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Row `i`'s ids where its mask is 1 (one contiguous run)."""
+    if mask.dtype != np.bool_ and not np.isin(mask, (0, 1)).all():
+        bad = mask[~np.isin(mask, (0, 1))][0].item()
+        raise ValueError(
+            f"`generate`: `attention_mask` must hold only 0 (padding) and 1 (real "
+            f"tokens); row {i} holds {bad!r}."
+        )
+    real = np.flatnonzero(mask)
+    if real.size == 0:
+        raise ValueError(
+            f"`generate`: row {i} of `attention_mask` is all 0; every prompt needs "
+            "at least one real token."
+        )
+    if real[-1] - real[0] + 1 != real.size:
+        raise ValueError(
+            f"`generate`: the ones of row {i} of `attention_mask` are not "
+            "contiguous; give left or right padding only (the real tokens in one "
+            "run), or pass the prompts as a list."
+        )
+    return ids[real[0] : real[-1] + 1]
 
 
 def _prompt(name: str, ids: Any, vocab: int) -> np.ndarray:

@@ -4,6 +4,7 @@ end token; and the host side of its streaming callback."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,7 @@ import numpy as np
 from jax.experimental import io_callback
 from jaxtyping import Array, Int
 
+from ._id_ranges import ids_known_in_range
 from ._sampling import Sampling, pick
 
 # The callbacks of the `generate` calls under way, by the id the compiled loop
@@ -64,22 +66,43 @@ def _emit(stream: Array, tokens: Array, streaming: bool) -> Array:
     return io_callback(_deliver, result, stream, tokens, ordered=True)
 
 
+def _decoder(model: Any, pads: Any, ids: Array, start: Any, end: Any) -> Any:
+    """`model.decode` for a step of `ids` from slot `start` whose last real token
+    sits at slot `end - 1` (`None`: the last of `ids`). A model with `dynamic`
+    RoPE scaling is given the step's `extent`: the longest row's real positions,
+    as in `transformers`' batched `generate`."""
+    if not getattr(model, "uses_extent", False):
+        return model.decode
+    end = start + ids.shape[-1] if end is None else end
+    extent = end if pads is None else end - jnp.min(pads)
+    return functools.partial(model.decode, extent=extent)
+
+
 def _stepper(model: Any, pads: Array | None, rows: int, cache: Any) -> tuple:
-    """`model.decode` over a batch of rows at one `start`, and the rows' cache.
-    One row without padding (one prompt) is decoded as is, without `jax.vmap`."""
+    """`model.decode` over a batch of rows at one `start` (`end`: the slot after
+    the step's last real token, by default after its last token), and the rows'
+    cache. One row without padding (one prompt) is decoded as is, without
+    `jax.vmap`."""
     if pads is None and rows == 1:
 
-        def single(ids: Array, state: Any, start: Any) -> tuple:
-            logits, state = model.decode(ids[0], state, start)
+        def single(ids: Array, state: Any, start: Any, end: Any = None) -> tuple:
+            decode = _decoder(model, pads, ids, start, end)
+            logits, state = decode(ids[0], state, start)
             return logits[None], state
 
         return single, cache
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (rows, *x.shape)), cache)
     if pads is None:
-        return jax.vmap(model.decode, in_axes=(0, 0, None)), state
 
-    def step(ids: Array, state: Any, start: Any) -> tuple:
-        one = lambda i, s, p: model.decode(i, s, start, pad=p)  # noqa: E731
+        def same(ids: Array, state: Any, start: Any, end: Any = None) -> tuple:
+            decode = _decoder(model, pads, ids, start, end)
+            return jax.vmap(decode, in_axes=(0, 0, None))(ids, state, start)
+
+        return same, state
+
+    def step(ids: Array, state: Any, start: Any, end: Any = None) -> tuple:
+        decode = _decoder(model, pads, ids, start, end)
+        one = lambda i, s, p: decode(i, s, start, pad=p)  # noqa: E731
         return jax.vmap(one)(ids, state, pads)
 
     return step, state
@@ -89,6 +112,11 @@ def _ended(tokens: Array, ends: Array) -> Array:
     return (tokens[:, None] == ends[None, :]).any(axis=-1)
 
 
+# The ids the loop feeds the model are the prompt, checked before tracing, its
+# padding (`pad_id`, checked) and sampled tokens (argmax or draws over the
+# vocabulary): the model's traced id check, a host callback that would keep the
+# program out of JAX's persistent compilation cache, is left out.
+@ids_known_in_range()
 def decode_loop(
     model: Any,
     padded: Int[Array, "batch width"],
@@ -110,7 +138,7 @@ def decode_loop(
     rows, width = padded.shape
     cache = model.init_cache(width + capacity)
     step, state = _stepper(model, pads, rows, cache)
-    logits, state = step(padded, state, 0)
+    logits, state = step(padded, state, 0, start)
     keys = jax.random.split(key, capacity)
 
     def choose(logits: Array, i: Array, done: Array) -> tuple[Array, Array]:

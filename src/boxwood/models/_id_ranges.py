@@ -1,9 +1,17 @@
 """Range checks of integer id arrays (`input_ids`, BERT's `token_type_ids`):
 an id indexes an embedding table, where JAX would clamp one
-past the end to the last row and wrap a negative one around, silently."""
+past the end to the last row and wrap a negative one around, silently.
+
+`ids_known_in_range()` marks a trace whose ids are in range by construction
+(`generate`'s loop: a prompt checked before tracing, and sampled tokens): the
+traced check, a host callback, is then left out, so that the compiled program
+can be written to JAX's persistent compilation cache."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -12,6 +20,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import error_if
+
+# True while tracing code whose id arrays are known to lie in range. A context
+# variable, not a global flag: each thread (and task) sees only its own setting.
+_KNOWN_IN_RANGE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "boxwood_ids_known_in_range", default=False
+)
+
+
+@contextlib.contextmanager
+def ids_known_in_range() -> Iterator[None]:
+    """Within this block, traced ids given to `check_ids_below` are taken to be in
+    range: no `error_if` is attached. Enter it only around the tracing of code
+    that makes its ids itself, or whose ids were checked eagerly before tracing.
+    Concrete ids are still checked, as are the dtypes. JAX reuses the trace of a
+    function it has traced before, so a function traced here must always be
+    traced here (as `generate`'s loop, which enters it itself)."""
+    token = _KNOWN_IN_RANGE.set(True)
+    try:
+        yield
+    finally:
+        _KNOWN_IN_RANGE.reset(token)
 
 
 def check_ids_below(
@@ -28,7 +57,8 @@ def check_ids_below(
 
     On concrete arrays a bad id raises `ValueError` at once, naming the first one
     and its position; under a trace the check is a `boxwood.error_if` attached to
-    the returned array, so use the result.
+    the returned array, so use the result (inside `ids_known_in_range()`, traced
+    ids are returned unchecked).
     """
     dtype = jnp.result_type(ids)
     if not jnp.issubdtype(dtype, jnp.integer):
@@ -41,6 +71,8 @@ def check_ids_below(
         f"(`{option}` = {size} in the config)"
     )
     if isinstance(ids, jax.core.Tracer):
+        if _KNOWN_IN_RANGE.get():
+            return ids
         bad = (ids < 0) | (ids >= size)
         checked: Any = error_if(ids, bad, f"{rule}; got an id outside that range.")
         return checked

@@ -15,7 +15,7 @@ from jaxtyping import Array, Float
 
 from .._module._instance import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
-from ..nn._attention import fusable
+from ..nn._fused import fusable, fused_attention
 from ..nn._state import _make_index
 from ._id_ranges import check_ids_below
 
@@ -116,13 +116,15 @@ def check_implementation(model: str, implementation: Any) -> None:
 class Step(NamedTuple):
     """What every layer of one call shares: the cache slot of the first new token
     (`start`), the number of leading slots that are left padding (`pad`, `None`:
-    none), whether the keys come from a cache (`cached`), and the attention
-    implementation."""
+    none), whether the keys come from a cache (`cached`), the attention
+    implementation, and the call's `extent` (one more than its largest real
+    position, which `dynamic` RoPE scaling reads; `None`: from the positions)."""
 
     start: Any
     pad: Any = None
     cached: bool = False
     implementation: Implementation = None
+    extent: Any = None
 
     def slots(self, seq: int) -> Array:
         """The cache slots of `seq` new tokens."""
@@ -179,8 +181,9 @@ def attend(
     repeated per query head). `window`: `None` (full attention), an int (a
     sliding window, static) or an int array (a window that is data, as a scanned
     layer's). Without a cache, padding or a window that is data, the mask is
-    `is_causal` (and `local_window_size`), which lets a fused kernel be chosen;
-    otherwise it is an explicit boolean mask.
+    `is_causal` (and `local_window_size`), which lets cuDNN's flash attention be
+    chosen on a GPU (`nn._attention.fused_attention`); otherwise it is an explicit
+    boolean mask.
     """
     static_window = window is None or isinstance(window, int)
     if not (step.implementation is not None or fusable(q, k, v)):
@@ -191,17 +194,15 @@ def attend(
         local = None if window is None else (window - 1, 0)
     else:
         mask = _visible(step, q.shape[0], k.shape[0], window)[None, None]
-    # one input dtype: JAX's own float32 logits are the only promotion
-    with jax.numpy_dtype_promotion("standard"):
-        out = jax.nn.dot_product_attention(
-            q[None],
-            k[None],
-            v[None],
-            mask=mask,
-            is_causal=causal,
-            local_window_size=local,
-            implementation=step.implementation,
-        )
+    out = fused_attention(
+        q[None],
+        k[None],
+        v[None],
+        mask=mask,
+        is_causal=causal,
+        local_window_size=local,
+        implementation=step.implementation,
+    )
     return out[0]
 
 

@@ -35,11 +35,17 @@ from ._layers import (
 )
 from ._rope_scaling import (
     Scaling,
-    inverse_frequencies,
+    attention_scaling,
+    frequencies_at,
+    is_dynamic,
     normalise_scaling,
     read_rope,
     scaling_dict,
 )
+
+# The most positions of a model with `dynamic` RoPE scaling: its angles are
+# `float32(position) * frequency`, and float32 holds every integer up to 2**24.
+UNBOUNDED_POSITIONS = 2**24
 
 
 def _one(value: Any) -> bool:
@@ -51,7 +57,7 @@ class LlamaConfig(ModelConfig):
     """The options of a Llama `config.json` that boxwood implements (names and
     defaults as in `transformers.LlamaConfig`).
 
-    `rope_scaling` holds the RoPE scaling (`linear` or `llama3`) as sorted
+    `rope_scaling` holds the RoPE scaling (`linear`, `llama3` or `dynamic`) as sorted
     `(key, value)` pairs, or `None`; a dict is accepted too. In `config.json` it is
     read from, and written as, `rope_parameters` (or the older `rope_scaling`).
     """
@@ -158,7 +164,7 @@ class LlamaAttention(Module):
     v_proj: Linear
     o_proj: Linear
     theta: float = field(static=True)  # the RoPE base
-    rope_scaling: Scaling = field(static=True)
+    rope_scaling: Scaling = field(static=True)  # `_rope_scaling.attention_scaling`
 
     def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
         kq, kk, kv, ko = split_keys(key, 4)
@@ -171,7 +177,8 @@ class LlamaAttention(Module):
         self.o_proj = Linear(heads * hd, d, use_bias=o_bias, dtype=dtype, key=ko)
         self.num_heads, self.kv_heads = heads, kv_heads
         self.theta = float(config.rope_theta)
-        self.rope_scaling = cast(Scaling, config.rope_scaling)  # normalised
+        scaling = cast(Scaling, config.rope_scaling)  # normalised
+        self.rope_scaling = attention_scaling(scaling, config.max_position_embeddings)
 
     def __call__(
         self, x: Array, step: Step, cache: Cache, layer: Array, window: Any
@@ -181,7 +188,9 @@ class LlamaAttention(Module):
         k = jax.vmap(self.k_proj)(x).reshape(seq, self.kv_heads, -1)
         v = jax.vmap(self.v_proj)(x).reshape(seq, self.kv_heads, -1)
         positions = step.positions(seq)
-        freqs = inverse_frequencies(q.shape[-1], self.theta, self.rope_scaling)
+        freqs = frequencies_at(
+            q.shape[-1], self.theta, self.rope_scaling, positions, step.extent
+        )
         q, k = rope_at(q, positions, freqs), rope_at(k, positions, freqs)
         k, v, cache = write_cache(cache, layer, k, v, step.start)
         out = attend(q, k, v, step, window)
@@ -292,8 +301,8 @@ class LlamaModel(Module):
 
 
 class LlamaForCausalLM(CausalLM):
-    """A Llama-family causal language model (Llama 1-3.x, with `linear` or
-    `llama3` RoPE scaling; Mistral configs without a sliding window).
+    """A Llama-family causal language model (Llama 1-3.x, with `linear`,
+    `llama3` or `dynamic` RoPE scaling; Mistral configs without a sliding window).
 
     Parameter names are those of the `transformers` checkpoint
     (`model.layers.0.self_attn.q_proj.weight`, `lm_head.weight`); `lm_head` is
@@ -374,4 +383,13 @@ class LlamaForCausalLM(CausalLM):
 
     @property
     def max_positions(self) -> int:
+        """`max_position_embeddings`; with `dynamic` RoPE scaling, which exists to
+        run past it, `UNBOUNDED_POSITIONS`."""
+        if self.uses_extent:
+            return UNBOUNDED_POSITIONS
         return self.config.max_position_embeddings
+
+    @property
+    def uses_extent(self) -> bool:
+        """Whether the outputs depend on `decode`'s `extent` (`dynamic` RoPE)."""
+        return is_dynamic(cast(Scaling, self.config.rope_scaling))

@@ -1,7 +1,7 @@
 """RoPE settings of a `config.json`: the base `rope_theta` and an optional scaling
-(`linear`, or Llama 3's `llama3`), read from either spelling `transformers` writes
-(`rope_parameters`, or the older `rope_scaling` beside a top-level `rope_theta`),
-and the rotation frequencies they give."""
+(`linear`, Llama 3's `llama3`, or `dynamic` NTK scaling), read from either
+spelling `transformers` writes (`rope_parameters`, or the older `rope_scaling`
+beside a top-level `rope_theta`), and the rotation frequencies they give."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from ._config import ConfigError
@@ -25,6 +26,9 @@ SCALINGS: dict[str, tuple[str, ...]] = {
         "high_freq_factor",
         "original_max_position_embeddings",
     ),
+    # Scaled against `max_position_embeddings`: `transformers` ignores an
+    # `original_max_position_embeddings` here, so the key is refused.
+    "dynamic": ("factor",),
 }
 
 # A scaling as a config field: sorted `(key, value)` pairs including `rope_type`
@@ -107,6 +111,50 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: Scaling) -> np.nda
     if kind == "llama3":
         return _llama3(base, options)
     return base
+
+
+def is_dynamic(scaling: Scaling) -> bool:
+    """Whether the frequencies depend on the call's extent (`dynamic` scaling)."""
+    return dict(scaling or ()).get("rope_type") == "dynamic"
+
+
+def attention_scaling(scaling: Scaling, max_positions: int) -> Scaling:
+    """The scaling as an attention layer keeps it: a `dynamic` one with the length
+    it scales against (the config's `max_position_embeddings`) added as
+    `original_max_position_embeddings`; any other unchanged."""
+    if not is_dynamic(scaling):
+        return scaling
+    extra = {"original_max_position_embeddings": int(max_positions)}
+    return tuple(sorted({**dict(scaling or ()), **extra}.items()))
+
+
+def frequencies_at(
+    head_dim: int, theta: float, scaling: Scaling, positions: Any, extent: Any
+) -> Any:
+    """The frequencies of one call over `positions`: `inverse_frequencies` (a
+    constant) for every scaling but `dynamic` (`scaling` from `attention_scaling`).
+
+    `dynamic`: the call's sequence length `n` is `extent` (one more than the
+    largest real position; `None`: `max(positions) + 1`). Up to `original`
+    (`original_max_position_embeddings`) the frequencies are unscaled; past it
+    the base becomes `theta * (factor * n / original - (factor - 1)) **
+    (head_dim / (head_dim - 2))`. Computed in float32 under the trace.
+    """
+    if not is_dynamic(scaling):
+        return inverse_frequencies(head_dim, theta, scaling)
+    plain = inverse_frequencies(head_dim, theta, None)
+    options = dict(scaling or ())
+    if extent is None:
+        extent = jnp.max(positions) + 1
+    n = jnp.asarray(extent, jnp.float32)
+    factor = np.float32(options["factor"])
+    original = np.float32(options["original_max_position_embeddings"])
+    stretch = (factor * n / original - (factor - 1)) ** np.float32(
+        head_dim / (head_dim - 2)
+    )
+    exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    grown = 1.0 / (np.float32(theta) * stretch) ** exponents
+    return jnp.where(n > original, grown, plain)
 
 
 def _llama3(base: np.ndarray, options: dict[str, Any]) -> np.ndarray:

@@ -6,7 +6,7 @@ import functools
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,15 +17,11 @@ from .._module import Module, field
 from .._warnings import user_stacklevel
 from ._checks import check_input, layer_name
 from ._dropout import Dropout, resolve_deterministic
+from ._fused import Implementation, fusable, fused_attention
 from ._linear import Linear
 from ._misc import compute_dtype
 
 _warned_float_mask: list[bool] = []
-# dtypes `jax.nn.dot_product_attention` computes at full precision
-_FUSED_DTYPES = frozenset(
-    jnp.dtype(d) for d in (jnp.float16, jnp.bfloat16, jnp.float32)
-)
-Implementation = Literal["xla", "cudnn"] | None
 
 
 def _bool_mask(mask: Any, where: str) -> Any:
@@ -64,20 +60,6 @@ def _dropout_active(dropout: Dropout, inference: bool | None) -> bool:
     return dropout.p > 0.0 and not switched_off
 
 
-def _fusable(q: Array, k: Array, v: Array) -> bool:
-    """Whether `jax.nn.dot_product_attention` serves these heads as well as the
-    explicit softmax: one dtype among float16, bfloat16 and float32 (it takes the
-    softmax in float32, which would round float64 inputs), and value heads as wide
-    as the key heads (which it requires)."""
-    dtypes = {jnp.dtype(a.dtype) for a in (q, k, v)}
-    return len(dtypes) == 1 and dtypes <= _FUSED_DTYPES and k.shape == v.shape
-
-
-# The same test for `boxwood.models`' attention, which calls
-# `jax.nn.dot_product_attention` itself (causal masks, grouped-query heads).
-fusable = _fusable
-
-
 def _head_weights(q: Array, k: Array, mask: Array | None) -> Array:
     """The `(heads, q_seq, kv_seq)` attention weights of heads laid out
     `(seq, heads, size)`; `mask` broadcasts against the weights."""
@@ -92,12 +74,9 @@ def _fused_heads(
     with `mask` lifted to its 4-d `(batch, heads, q_seq, kv_seq)` form."""
     if mask is not None:
         mask = jnp.reshape(mask, (1,) * (4 - jnp.ndim(mask)) + jnp.shape(mask))
-    # One input dtype: JAX's own float32 upcast of the logits is the only promotion
-    # (which `jax_numpy_dtype_promotion="strict"` would reject).
-    with jax.numpy_dtype_promotion("standard"):
-        out = jax.nn.dot_product_attention(
-            q[None], k[None], v[None], mask=mask, implementation=implementation
-        )
+    out = fused_attention(
+        q[None], k[None], v[None], mask=mask, implementation=implementation
+    )
     return out[0]
 
 
@@ -115,9 +94,9 @@ def _attend(
     `mask` is `None`, `(q_seq, kv_seq)` or `(heads, q_seq, kv_seq)`; `drop`, if
     given, is applied to the `(heads, q_seq, kv_seq)` weights (dropout), which
     then have to be formed explicitly. Otherwise `jax.nn.dot_product_attention`
-    computes the result (with `implementation`) when `_fusable` or asked to.
+    computes the result (with `implementation`) when `fusable` or asked to.
     """
-    if drop is None and (implementation is not None or _fusable(q, k, v)):
+    if drop is None and (implementation is not None or fusable(q, k, v)):
         return _fused_heads(q, k, v, mask, implementation)
     weights = _head_weights(q, k, mask)
     if drop is not None:
@@ -174,7 +153,9 @@ def dot_product_attention(
     `v_size == qk_size`; otherwise (float64, mixed dtypes, other value sizes, or
     dropout on the weights) the weights are formed explicitly.
 
-    - `implementation`: `None` (the choice above; JAX's default backend, XLA), or
+    - `implementation`: `None` (the choice above, by `jax.nn.dot_product_attention`
+      with cuDNN's flash attention on a GPU for float16/bfloat16 heads it takes
+      and no `mask`, XLA's attention otherwise), or
       `"xla"` / `"cudnn"` to always call `jax.nn.dot_product_attention` with that
       backend (`"cudnn"`: the fused cuDNN kernel on an NVIDIA GPU, for the dtypes
       and shapes cuDNN supports). It cannot be combined with active dropout.
@@ -274,7 +255,9 @@ class MultiheadAttention(Module):
 
     Computation: without active dropout, and when the projected heads share one
     dtype among float16, bfloat16 and float32 and `qk_size == vo_size`, the heads
-    go through `jax.nn.dot_product_attention` (XLA's attention). Otherwise (dropout
+    go through `jax.nn.dot_product_attention` (on a GPU, without a `mask`,
+    float16/bfloat16 heads cuDNN takes use its flash attention; XLA's attention
+    otherwise). Otherwise (dropout
     on the weights, float64, `qk_size != vo_size`) the weights are formed
     explicitly, with the softmax in at least float32.
     """

@@ -1,0 +1,150 @@
+"""`generate`'s compiled program holds no host callback (its ids are known to be
+in range, so the models' traced id check is left out), and so JAX's persistent
+compilation cache keeps it across processes; a user's own `jax.jit(model)` still
+holds the check."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood
+import boxwood.models as bm
+import boxwood.models._generate as generate_module
+from _hf_models import save_tiny, token_ids
+from boxwood.models._id_ranges import check_ids_below, ids_known_in_range
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def saved(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(request.param)
+    save_tiny(request.param, directory)
+    return directory
+
+
+def _has_callback(lowered_text):
+    return "callback" in lowered_text.lower()
+
+
+_PROGRAM = generate_module._decode  # the compiled loop, before any spy
+
+
+def _generate_program_text(monkeypatch, model, prompts, **kwargs):
+    """The lowered text of the program that `generate(model, prompts, 3)` runs."""
+    calls = []
+    program = _PROGRAM
+
+    def spy(*args):
+        calls.append(args)
+        return program(*args)
+
+    monkeypatch.setattr(generate_module, "_decode", spy)
+    bm.generate(model, prompts, 3, **kwargs)
+    (args,) = calls
+    return program.lower(*args).as_text()
+
+
+def test_generate_program_holds_no_callback(saved, monkeypatch):
+    model = bm.from_pretrained(saved)
+    one = jnp.asarray(token_ids(0, (5,)))
+    assert not _has_callback(_generate_program_text(monkeypatch, model, one))
+    ragged = [token_ids(1, (4,)), token_ids(2, (9,))]  # vmap with left padding
+    assert not _has_callback(_generate_program_text(monkeypatch, model, ragged))
+    # the user's own compiled forward keeps the traced check, and it raises
+    assert _has_callback(jax.jit(model).lower(one).as_text())
+    forward = boxwood.filter_jit(model)
+    with pytest.raises(boxwood.BoxwoodRuntimeError, match="`input_ids` must hold"):
+        forward(one.at[2].set(model.config.vocab_size)).block_until_ready()
+    # a streaming callback is a host callback of its own
+    text = _generate_program_text(monkeypatch, model, one, callback=lambda t: None)
+    assert _has_callback(text)
+
+
+def test_known_in_range_is_scoped_and_per_thread():
+    ids = jnp.arange(4)
+
+    def check(x):
+        return check_ids_below("M", "input_ids", x, 3, "vocab_size")
+
+    def traced():
+        # a new function each time: JAX reuses a trace of the same function
+        fresh = lambda x: check(x)  # noqa: E731
+        return _has_callback(jax.jit(fresh).lower(ids).as_text())
+
+    inside, release = threading.Event(), threading.Event()
+    seen = []
+
+    def other_thread():
+        with ids_known_in_range():
+            seen.append(traced())
+            inside.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        assert traced()  # this thread still checks while the other skips
+    finally:
+        release.set()
+        thread.join()
+    assert seen == [False]
+    with ids_known_in_range():
+        with pytest.raises(ValueError, match="got 3 at position 3"):
+            check(ids)  # concrete ids are still checked
+        with pytest.raises(TypeError, match="must be an integer array"):
+            jax.jit(check)(ids.astype(jnp.float32))
+    assert traced()  # the setting ends with the block
+
+
+_CHILD = """
+import json, logging, sys
+import jax
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+messages = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        messages.append(record.getMessage())
+for name in ("jax._src.compiler", "jax._src.compilation_cache"):
+    logger = logging.getLogger(name)
+    logger.addHandler(Keep())
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+import jax.numpy as jnp
+import boxwood.models as bm
+model = bm.from_pretrained(sys.argv[2])
+out = bm.generate(model, jnp.asarray([5, 6, 7, 8, 9]), 3)
+log = [m for m in messages if "decode_loop" in m]
+print(json.dumps({"tokens": out.tolist(), "log": log}))
+"""
+
+
+def _run_child(cache, saved):
+    env = {k: v for k, v in os.environ.items() if k != "BOXWOOD_ON_ERROR"}
+    env["JAX_PLATFORMS"] = "cpu"
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(cache), str(saved)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_reads_generate_from_the_cache(saved, tmp_path):
+    cache = tmp_path / "cache"
+    first = _run_child(cache, saved)
+    assert any(m.startswith("Writing jit_decode_loop") for m in first["log"]), first
+    assert not any("host callbacks" in m for m in first["log"]), first
+    second = _run_child(cache, saved)
+    assert second["tokens"] == first["tokens"]
+    hits = [m for m in second["log"] if "cache hit for 'jit_decode_loop'" in m]
+    assert hits and not any("MISS" in m for m in second["log"]), second
+    assert np.shape(second["tokens"]) == (8,)
