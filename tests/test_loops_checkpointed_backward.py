@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from boxwood.internal import _treeverse, while_loop
+from boxwood.internal import _online_schedule, _treeverse, while_loop
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
@@ -163,6 +163,61 @@ def test_gradient_program_is_no_larger_than_equinoxs(case, max_steps, checkpoint
         else:
             bound = _size(_loop_loss(eqxi.while_loop, max_steps, checkpoints))
     assert whiles <= bound[0] and lines <= bound[1], ((whiles, lines), bound)
+
+
+def _cases(max_steps, checkpoints):
+    text = jax.jit(jax.grad(_loop_loss(while_loop, max_steps, checkpoints)))
+    return text.lower(0.7).as_text().count("stablehlo.case")
+
+
+def test_a_loop_with_a_slot_for_every_state_reverses_without_conditionals():
+    # 37 steps: no schedule in the forward loop, and each backward iteration
+    # pulls back through one step from its own stored state
+    assert _cases(40, 40) == 0
+    assert _cases(40, 64) == 0
+    # fewer slots: the backward pass chooses between advancing and reversing
+    assert _cases(40, 39) >= 1
+
+
+def test_phase_two_of_the_online_schedule_is_a_select_or_left_out(monkeypatch):
+    # few slots: phase 2's update is computed and selected, no conditional
+    assert _cases(16, 4) == 1  # the backward pass's choice only
+    assert _cases(None, 4) == 1
+    # many slots: phase 2 under a conditional in the forward loop, except where
+    # phase 1 covers `max_steps` (4 slots: (4 + 1)(4 + 2) / 2 = 15 steps)
+    monkeypatch.setattr(_online_schedule, "_ALWAYS_BOTH", 0)
+    assert _cases(15, 4) == 1
+    assert _cases(16, 4) == 2
+    assert _cases(None, 4) == 2
+
+
+@pytest.mark.parametrize("n", [1, 7, 12])
+def test_every_state_kept_gradients_equal_a_plain_scans(n):
+    w, y0 = jnp.asarray(0.9), jnp.linspace(-1.0, 1.0, 3)
+    grad = jax.jit(jax.grad(_checkpointed, argnums=(0, 1)), static_argnums=(2, 3, 4))
+    got = grad(w, y0, n, 12, 12)
+    want = jax.grad(_scanned, argnums=(0, 1))(w, y0, n)
+    for g, v in zip(got, want):
+        np.testing.assert_allclose(g, v, rtol=2e-5, atol=1e-6)
+    assert _recomputations(n, 12, 12) == 0
+
+
+def test_every_state_kept_under_vmap_with_lengths_including_none():
+    def loss(w, n):
+        def body(carry):
+            i, y = carry
+            return i + 1, jnp.sqrt(y) * w
+
+        out = while_loop(
+            lambda carry: carry[0] < n, body, (0, jnp.asarray(4.0)),
+            kind="checkpointed", checkpoints=12, max_steps=12,
+        )  # fmt: skip
+        return out[1]
+
+    ns = jnp.array([0, 1, 5, 12])
+    got = jax.vmap(jax.grad(loss))(jnp.full(4, 1.5), ns)
+    want = [jax.grad(lambda w, k=k: _power_chain(w, int(k)))(1.5) for k in ns]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 # --- recomputations against the optimum ---------------------------------------------

@@ -21,6 +21,12 @@ loop nested in the body adds its own two. Stored states are kept as a stack:
 `order[:depth]` are the slots in use, in step order, and `order[depth:]` the free
 ones.
 
+A loop with a slot for every state it can reach (`checkpoints >= max_steps`, as
+diffrax's Runge-Kutta stage loops) keeps state `i` in slot `i` with no schedule,
+and its backward loop pulls back through one step per iteration from its stored
+state, with no conditional; the gradients, the memory and the steps run are
+those of the general path, whose plan would do the same at run time.
+
 Without differentiation the loop is a plain `lax.while_loop` and stores nothing.
 The body is closure-converted first, so arrays it closes over (model parameters)
 get cotangents too. The loop is a `custom_vjp` (`_Loop.__call__`): only the carry
@@ -134,6 +140,14 @@ class _Loop:
             return go if self.max_steps is None else go & (i < self.max_steps)
 
         return keep_going
+
+    @property
+    def keeps_every_state(self) -> bool:
+        """Whether there is a slot for every state the loop can reach (at most
+        `max_steps` steps): state `i` is then kept in slot `i`, and the backward
+        pass reverses the steps one by one from their stored states, with no
+        schedule and no recomputation (`_reverse_from_every_state`)."""
+        return self.max_steps is not None and self.c >= self.max_steps
 
     def kept(self, leaves: list) -> list:
         """The leaves that checkpoints store (not the buffers)."""
@@ -298,7 +312,10 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
     def one(s: tuple) -> tuple:
         i, leaves, saved, pos, sched = s
         go = live(i, leaves)
-        slot, sched = _online_schedule.next_slot(c, i, sched, go)
+        if loop.keeps_every_state:  # state `i` in slot `i`
+            slot = jnp.where(go, i, c)
+        else:
+            slot, sched = _online_schedule.next_slot(c, i, sched, go, loop.max_steps)
         # State 0 is always written to its slot (slot 0), even by a loop that
         # takes no step: under `vmap` the backward pass may start from it.
         slot = jnp.where(i == 0, 0, slot)
@@ -433,6 +450,33 @@ class _Reversal:
         return _Sweep(end, at, cur, saved, stack_pos, depth, cts, ct_body)
 
 
+def _reverse_from_every_state(
+    sweep: _Reversal, n: Any, saved: list, cts: list, ct_body: list
+) -> tuple:
+    """The backward loop when state `i` is stored in slot `i` for every step:
+    each iteration pulls the cotangents back through step `end - 1` from its
+    stored state (a loop of a `vmap`ped batch that has reversed all its steps
+    keeps its cotangents while the others go on)."""
+
+    def one(s: tuple) -> tuple:
+        end, cts, ct_body = s
+        active = end > 0
+        before = jax.lax.max(end - 1, 0)
+        _, pull = sweep.linearised(sweep.with_bufs([_get(b, before) for b in saved]))
+        new_cts, new_body = pull((cts, ct_body))
+        keep = lambda new, old: [jnp.where(active, a, b) for a, b in zip(new, old)]  # noqa: E731
+        return (
+            end - active.astype(end.dtype),
+            keep(new_cts, cts),
+            keep(new_body, ct_body),
+        )
+
+    _, cts, ct_body = jax.lax.while_loop(
+        lambda s: unvmap_any(s[0] > 0), one, (n, cts, ct_body)
+    )
+    return cts, ct_body
+
+
 def _backward(
     loop: _Loop, res: tuple, ct: list, b_pert: list, c_pert: list, nonzero: list
 ) -> tuple:
@@ -448,6 +492,9 @@ def _backward(
     ]
     ct_body = [jnp.zeros_like(x) for x in _pick(body_leaves, b_pert)]
     sweep = _Reversal(loop, body_leaves, b_pert, live, bufs)
+    if loop.keeps_every_state:
+        cts, ct_body = _reverse_from_every_state(sweep, n, saved, cts, ct_body)
+        return ct_body, _merge(live, cts, [None] * (len(live) - len(cts)))
     order, state = sweep.start(n, saved, pos, cts, ct_body)
     state = jax.lax.while_loop(
         lambda s: unvmap_any(s.end > 0), lambda s: sweep.one(s, order), state
