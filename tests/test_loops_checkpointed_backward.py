@@ -270,3 +270,40 @@ def test_recomputations_against_the_optimal_schedule(n, c, ours, optimal):
     assert _recomputations(n, c, None) == ours
     assert _recomputations(n, c, n) == ours  # `max_steps` changes nothing here
     assert ours >= optimal
+
+
+# --- an unbatched loop selects nothing ----------------------------------------------
+
+
+def _buffered_loss(x, n):
+    def body(carry):
+        i, y, buf = carry
+        return i + 1, jnp.tanh(x * y + 0.1), buf.at[i].set(y[0])
+
+    init = (0, jnp.ones(3), jnp.zeros(40))
+    out = while_loop(lambda c: c[0] < n, body, init, kind="checkpointed",
+                     max_steps=40, checkpoints=4, buffers=lambda c: c[2])  # fmt: skip
+    return out[1].sum() + out[2].sum()
+
+
+def test_an_unbatched_loop_neither_selects_its_carry_nor_gates_its_writes():
+    # Without `vmap` the body runs only while the condition holds: the selects
+    # and write gates that a batch of loops of different lengths needs fold away
+    # (2 selects remain: the loop's own `max_steps` bound and the buffer write's
+    # bounds check), and the condition is evaluated once per step.
+    compiled = jax.jit(_buffered_loss).lower(0.7, 37).compile().as_text()
+    assert compiled.count(" select(") <= 2
+    assert compiled.count(" compare(") <= 6
+
+
+def test_batched_loops_of_different_lengths_still_stop_each_at_its_own():
+    ns = jnp.array([3, 5, 37])
+    want = [jax.grad(_buffered_loss)(0.7, n) for n in (3, 5, 37)]
+    got = jax.vmap(jax.grad(_buffered_loss))(jnp.full(3, 0.7), ns)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    values = jax.vmap(_buffered_loss)(jnp.full(3, 0.7), ns)
+    np.testing.assert_allclose(values, [_buffered_loss(0.7, n) for n in (3, 5, 37)])
+    # batched only along an outer `vmap`: the inner one sees one length
+    nested = jax.vmap(jax.vmap(jax.grad(_buffered_loss), (0, None)), (None, 0))
+    got = nested(jnp.full(2, 0.7), jnp.array([3, 37]))
+    np.testing.assert_allclose(got, [[want[0]] * 2, [want[2]] * 2], rtol=1e-6)

@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import custom_batching
 from jax.custom_derivatives import SymbolicZero
 
 from .._closure_convert import filter_closure_convert
@@ -94,6 +95,23 @@ def _merge(flags: list, chosen: list, others: list) -> list:
     """Interleave: `chosen` where `flags` is true, `others` elsewhere, in order."""
     chosen_it, others_it = iter(chosen), iter(others)
     return [next(chosen_it) if f else next(others_it) for f in flags]
+
+
+@custom_batching.custom_vmap
+def _running(go: Any) -> Any:
+    """Whether a step that the loop runs is live: `go` itself for the batch
+    elements of a `vmap`, but `True` without one, since a loop that is not batched
+    runs its body only while `go` holds. So the selects and gated buffer writes of
+    a step fold away where nothing is batched."""
+    return jnp.ones_like(go)
+
+
+@_running.def_vmap
+def _running_batched(axis_size: int, in_batched: list, go: Any) -> tuple:
+    del axis_size
+    if in_batched[0]:
+        return go, True
+    return _running(go), False  # an enclosing `vmap` may batch it
 
 
 class _Loop:
@@ -163,6 +181,7 @@ class _Loop:
         Loops run while `unvmap_any(go)`: under `vmap` a loop whose length differs
         between batch elements then selects its small leaves itself, instead of
         `vmap` selecting every leaf of the carry (buffers, checkpoints) each step."""
+        go = _running(go)
         new = step(leaves, go)
         leaves = [
             n if b else jnp.where(go, n, x) for n, x, b in zip(new, leaves, self.buffer)
@@ -170,13 +189,17 @@ class _Loop:
         return i + go.astype(i.dtype), leaves
 
     def plain(self, body_leaves: list, cond_leaves: list, leaves: list) -> list:
+        """The loop without differentiation. Whether the next step runs is
+        computed once per step, at the end of the one before, and carried."""
         step, live = self.step(body_leaves), self.live(cond_leaves)
 
         def one(s: tuple) -> tuple:
-            return self.gated_step(step, s[0], s[1], live(s[0], s[1]))
+            i, leaves = self.gated_step(step, s[0], s[1], s[2])
+            return i, leaves, live(i, leaves)
 
-        start = (jnp.asarray(0), [jnp.asarray(x) for x in leaves])
-        return jax.lax.while_loop(lambda s: unvmap_any(live(*s)), one, start)[1]
+        leaves = [jnp.asarray(x) for x in leaves]
+        start = (jnp.asarray(0), leaves, live(jnp.asarray(0), leaves))
+        return jax.lax.while_loop(lambda s: unvmap_any(s[2]), one, start)[1]
 
     def __call__(self) -> Any:
         """Run the loop: a `custom_vjp` of the body's, condition's and carry's
@@ -306,12 +329,12 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
     # kept (cheaper than a conditional write)
     saved = [jnp.zeros((c + 1, *x.shape), x.dtype) for x in loop.kept(leaves)]
     pos = jnp.full((c + 1,), -1, jnp.int32)
-    start = (jnp.asarray(0, jnp.int32), leaves, saved, pos)
-    start = start + (_online_schedule.initial_state(c),)
+    i = jnp.asarray(0, jnp.int32)
+    start = (i, leaves, saved, pos, _online_schedule.initial_state(c), live(i, leaves))
 
     def one(s: tuple) -> tuple:
-        i, leaves, saved, pos, sched = s
-        go = live(i, leaves)
+        i, leaves, saved, pos, sched, go = s
+        go = _running(go)
         if loop.keeps_every_state:  # state `i` in slot `i`
             slot = jnp.where(go, i, c)
         else:
@@ -322,12 +345,12 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
         saved = loop.store(saved, slot, leaves)
         pos = _put(pos, slot, jnp.where(go, i, -1))
         i, leaves = loop.gated_step(step, i, leaves, go)
-        return i, leaves, saved, pos, sched
+        return i, leaves, saved, pos, sched, live(i, leaves)
 
     def more(s: tuple) -> Any:
-        return unvmap_any(live(s[0], s[1]))
+        return unvmap_any(s[-1])
 
-    n, leaves, saved, pos, _ = jax.lax.while_loop(more, one, start)
+    n, leaves, saved, pos, _, _ = jax.lax.while_loop(more, one, start)
     return n, leaves, saved, pos
 
 
