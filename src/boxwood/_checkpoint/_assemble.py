@@ -16,7 +16,8 @@ import jax.tree_util as jtu
 import numpy as np
 
 from ._error import CheckpointError
-from ._format import aligned_empty, describe
+from ._format import describe
+from ._host_memory import aligned_empty
 from ._leaves import Leaf, is_stored, stored_leaves
 from ._load_progress import load_progress
 

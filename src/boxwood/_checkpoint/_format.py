@@ -17,7 +17,6 @@ order of the tensors' bytes.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import re
 import struct
@@ -298,32 +297,3 @@ def tensor_view(data: np.ndarray, data_start: int, info: TensorInfo) -> np.ndarr
         return np.zeros(info.shape, info.dtype)
     begin = data_start + info.begin
     return data[begin : data_start + info.end].view(info.dtype).reshape(info.shape)
-
-
-# Buffers at least this large come from their own anonymous mapping, marked for
-# transparent huge pages: filling fresh memory costs one page fault per 4 KiB page
-# otherwise (0.85 s against 0.07 s for 340 MB on a 2-core VM).
-HUGE_BUFFER = 4 * 2**20
-
-
-def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An uninitialised array whose data starts on a 64-byte boundary.
-
-    XLA's CPU client adopts such host buffers without copying them
-    (`jax.device_put(x, may_alias=True)`); NumPy's own allocations are only
-    16-byte aligned, which forces a copy. A large one is a mapping of its own
-    (page aligned), with huge pages asked for where the system offers them; the
-    array keeps the mapping alive.
-    """
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    if nbytes >= HUGE_BUFFER:
-        region = mmap.mmap(-1, nbytes)
-        if hasattr(mmap, "MADV_HUGEPAGE"):  # Linux
-            try:
-                region.madvise(mmap.MADV_HUGEPAGE)
-            except OSError:  # a kernel without transparent huge pages
-                pass
-        return np.frombuffer(region, np.uint8).view(dtype).reshape(shape)
-    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start : start + nbytes].view(dtype).reshape(shape)

@@ -81,10 +81,14 @@ class FileMapping:
         """A tensor as a read-only view of the mapping."""
         return tensor_view(self.data(), data_start, info)
 
+    @staticmethod
+    def can_alias(data_start: int, info: TensorInfo) -> bool:
+        """Whether the tensor's data begin on an `ALIGNMENT`-byte boundary of the
+        file (the mapping begins on a page), so that the device may adopt a view
+        of them."""
+        return (data_start + info.begin) % ALIGNMENT == 0 and info.begin != info.end
+
     def aligned_view(self, data_start: int, info: TensorInfo) -> np.ndarray | None:
-        """The tensor as a view of the mapping if its data begin on an
-        `ALIGNMENT`-byte boundary of the file (the mapping begins on a page), so
-        that the device may adopt it; `None` otherwise."""
-        if (data_start + info.begin) % ALIGNMENT or info.begin == info.end:
-            return None
-        return self.view(data_start, info)
+        """The tensor as a view of the mapping if the device may adopt it
+        (`can_alias`); `None` otherwise."""
+        return self.view(data_start, info) if self.can_alias(data_start, info) else None

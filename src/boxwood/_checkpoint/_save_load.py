@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._assemble import assemble
 from ._atomic import atomic_write, start_writeback
 from ._error import CheckpointError
 from ._format import (
+    ALIGNMENT,
     Header,
     TensorInfo,
-    aligned_empty,
     dtype_name,
     file_identity,
     read_header,
     write_arrays,
 )
+from ._host_memory import aligned_empty, load_region
 from ._leaves import Leaf, fingerprint, stored_leaves
 from ._mapping import FileMapping, changed_while_loading, copy_requested
 
@@ -156,6 +159,19 @@ class FileTensor:
     # adopt it (`jax.device_put(..., may_alias=True)`).
     reads_are_owned = True
 
+    @property
+    def mapped(self) -> bool:
+        """Whether a whole read is a view of the file's mapping (no copy)."""
+        return self.zero_copy and self.mapping.can_alias(self.data_start, self.info)
+
+    def fresh_nbytes(self, cast: Any) -> int | None:
+        """The bytes of new memory a whole read takes (`read_region`); `None`
+        for a floating tensor that is not of dtype `cast`."""
+        if cast is not None and jnp.issubdtype(self.dtype, jnp.floating):
+            if self.dtype != cast:
+                return None
+        return 0 if self.mapped else self.info.end - self.info.begin
+
     def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray:
         if index is not None:
             return np.array(self.mapping.view(self.data_start, self.info)[index])
@@ -191,6 +207,23 @@ def read_tensors(
     path = os.fspath(path)
     zero_copy = zero_copy and not copy_requested()
     return file_tensors(path, read_header(path), zero_copy=zero_copy)
+
+
+def read_region(tensors: Iterable[Any], cast: Any) -> AbstractContextManager[None]:
+    """A `load_region` (one mapping, its pages faulted in by a helper thread) for
+    the whole reads of `tensors`: room for the buffer of each one's
+    `fresh_nbytes(cast)` (a tensor without that method takes none), each starting
+    on an `ALIGNMENT`-byte boundary. None where a tensor says `None` (its read
+    would leave an intermediate buffer in the region for as long as the model
+    lives: a cast)."""
+    nbytes = 0
+    for tensor in tensors:
+        fresh = getattr(tensor, "fresh_nbytes", None)
+        size = fresh(cast) if fresh is not None else 0
+        if size is None:
+            return load_region(0)
+        nbytes += -(-size // ALIGNMENT) * ALIGNMENT
+    return load_region(nbytes)
 
 
 def file_tensors(

@@ -7,7 +7,8 @@ which of the `checkpoints` slots to keep the carry (or not to keep it). Buffers
 most once, so the final buffers hold every value any step read, and recomputed
 steps are given those.
 
-Backward pass: `_treeverse` reversal, as one `while` loop (`_Reversal`). Take the
+Backward pass (`_reversal.py`): `_treeverse` reversal, as one `while` loop
+(`_Reversal`). Take the
 latest stored state `p` and the number `L` of steps from it still to reverse. If
 `L == 1`, pull the cotangent back through step `p` and free its slot. Otherwise,
 with free slots, advance `_treeverse` `Planner.advance_by(L, s)` steps from `p` and
@@ -46,7 +47,7 @@ Everything is on flat lists of leaves (`_Loop` knows the pytree structures).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -56,45 +57,14 @@ from jax.custom_derivatives import SymbolicZero
 from .._closure_convert import filter_closure_convert
 from .._filters import combine, is_array, partition
 from .._unvmap import unvmap_any
-from . import _online_schedule, _treeverse
+from . import _online_schedule
+from ._leaf_lists import is_zero, merge, pick, put
 from ._perturbation import (
     inexact,
-    nonzero_cotangents,
     perturbed_carry,
     report_perturbed,
 )
-
-_MAX_STEPS = int(jnp.iinfo(jnp.int32).max)  # steps are counted in int32
-
-
-def _is_zero(t: Any) -> bool:
-    return isinstance(t, SymbolicZero)
-
-
-def _pick(xs: list, flags: list) -> list:
-    return [x for x, f in zip(xs, flags) if f]
-
-
-def _get(x: Any, i: Any) -> Any:
-    """`x[i]` for an index known to be in bounds (no wrapping of negative ones)."""
-    start = (i,) + (0,) * (x.ndim - 1)
-    row = jax.lax.dynamic_slice(
-        x, start, (1, *x.shape[1:]), allow_negative_indices=False
-    )
-    return jax.lax.squeeze(row, (0,))
-
-
-def _put(x: Any, i: Any, value: Any) -> Any:
-    """`x.at[i].set(value)` for an index known to be in bounds."""
-    start = (i,) + (0,) * (x.ndim - 1)
-    row = jax.lax.expand_dims(jax.lax.convert_element_type(value, x.dtype), (0,))
-    return jax.lax.dynamic_update_slice(x, row, start, allow_negative_indices=False)
-
-
-def _merge(flags: list, chosen: list, others: list) -> list:
-    """Interleave: `chosen` where `flags` is true, `others` elsewhere, in order."""
-    chosen_it, others_it = iter(chosen), iter(others)
-    return [next(chosen_it) if f else next(others_it) for f in flags]
+from ._reversal import backward
 
 
 @custom_batching.custom_vmap
@@ -169,11 +139,11 @@ class _Loop:
 
     def kept(self, leaves: list) -> list:
         """The leaves that checkpoints store (not the buffers)."""
-        return _pick(leaves, [not b for b in self.buffer])
+        return pick(leaves, [not b for b in self.buffer])
 
     def store(self, saved: list, slot: Any, leaves: list) -> list:
         """The checkpoint store `saved` with `leaves` (but their buffers) in `slot`."""
-        return [_put(b, slot, x) for b, x in zip(saved, self.kept(leaves), strict=True)]
+        return [put(b, slot, x) for b, x in zip(saved, self.kept(leaves), strict=True)]
 
     def gated_step(self, step: Callable, i: Any, leaves: list, go: Any) -> tuple:
         """Step `i` if `go`, else nothing: `(i, leaves)` after it. Buffers are
@@ -203,7 +173,7 @@ class _Loop:
 
     def __call__(self) -> Any:
         """Run the loop: a `custom_vjp` of the body's, condition's and carry's
-        leaves, whose rules are `_forward` and `_backward`."""
+        leaves, whose rules are `_forward` and `_reversal.backward`."""
 
         @jax.custom_vjp
         def run(body_leaves: list, cond_leaves: list, leaves: list) -> list:
@@ -222,17 +192,17 @@ class _Loop:
                 out = self.plain(body_leaves, cond_leaves, leaves)
                 return out, self.no_residuals(body_leaves, out)
             n, out, saved, pos = _forward(self, body_leaves, cond_leaves, leaves)
-            return out, (body_leaves, n, saved, pos, _pick(out, self.buffer))
+            return out, (body_leaves, n, saved, pos, pick(out, self.buffer))
 
         def bwd(res: Any, ct: list) -> tuple:
             b_pert, c_pert = self.b_seen, self.c_seen
-            nonzero = [p and not _is_zero(t) for p, t in zip(c_pert, ct)]
+            nonzero = [p and not is_zero(t) for p, t in zip(c_pert, ct)]
             none_cond = [None] * len(self.cond_leaves)
             if res[3].shape[0] == 0 or not any(nonzero):  # no cotangent to pull back
                 none_body = [None] * len(self.body_leaves)
                 return none_body, none_cond, [None] * len(self.leaves)
-            ct_body, ct_leaves = _backward(self, res, ct, b_pert, c_pert, nonzero)
-            ct_body = _merge(b_pert, ct_body, [None] * b_pert.count(False))
+            ct_body, ct_leaves = backward(self, res, ct, b_pert, c_pert, nonzero)
+            ct_body = merge(b_pert, ct_body, [None] * b_pert.count(False))
             return ct_body, none_cond, ct_leaves
 
         run.defvjp(fwd, bwd, symbolic_zeros=True)
@@ -254,8 +224,8 @@ class _Loop:
         def rule(primals: tuple, tangents: tuple) -> tuple:
             body_leaves, leaves, out = primals
             tb, tc, to = tangents
-            b_init = [not _is_zero(t) for t in tb]
-            c_init = [not _is_zero(t) for t in tc]
+            b_init = [not is_zero(t) for t in tb]
+            c_init = [not is_zero(t) for t in tc]
             _, c_pert = self.perturbed(body_leaves, b_init, leaves, c_init)
             keep = [
                 t if p else SymbolicZero(jax.typeof(x).to_tangent_aval())
@@ -316,7 +286,7 @@ class _Loop:
             jnp.asarray(0, jnp.int32),
             saved,
             pos,
-            _pick(out, self.buffer),
+            pick(out, self.buffer),
         )
 
 
@@ -343,7 +313,7 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
         # takes no step: under `vmap` the backward pass may start from it.
         slot = jnp.where(i == 0, 0, slot)
         saved = loop.store(saved, slot, leaves)
-        pos = _put(pos, slot, jnp.where(go, i, -1))
+        pos = put(pos, slot, jnp.where(go, i, -1))
         i, leaves = loop.gated_step(step, i, leaves, go)
         return i, leaves, saved, pos, sched, live(i, leaves)
 
@@ -352,178 +322,6 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
 
     n, leaves, saved, pos, _, _ = jax.lax.while_loop(more, one, start)
     return n, leaves, saved, pos
-
-
-def _stack(pos: Any, c: int) -> tuple:
-    """The stored states as a stack in step order: `(order, stack_pos, depth)`:
-    `order[:depth]` are the slots in use, `stack_pos[:depth]` their steps, and
-    `order[depth:]` the free slots, ending with the scratch slot `c`."""
-    used = pos[:c] >= 0
-    key = jnp.where(used, pos[:c], jnp.iinfo(jnp.int32).max)
-    order = jnp.argsort(key, stable=True).astype(jnp.int32)
-    scratch = jnp.full((1,), c, jnp.int32)
-    stack_pos = jnp.concatenate([key[order], scratch])
-    return jnp.concatenate([order, scratch]), stack_pos, jnp.sum(used, dtype=jnp.int32)
-
-
-def _linearised_step(
-    loop: _Loop, body_leaves: list, b_pert: list, live: list, leaves: list
-) -> tuple:
-    """`(out, pull)`: one step from `leaves` (all its output leaves), and the
-    function pulling `(cts, ct_body)` back through it: the cotangents of the `live`
-    carry leaves, and (added to `ct_body`) of the perturbed body leaves."""
-
-    def one_step(pb: list, lv: list) -> tuple:
-        full_body = _merge(b_pert, pb, _pick(body_leaves, [not p for p in b_pert]))
-        full = _merge(live, lv, _pick(leaves, [not x for x in live]))
-        out = loop.step(full_body)(full)
-        return _pick(out, live), out
-
-    pb, lv = _pick(body_leaves, b_pert), _pick(leaves, live)
-    _, vjp_fn, out = jax.vjp(one_step, pb, lv, has_aux=True)
-
-    def pull(cts_and_body: tuple) -> tuple:
-        cts, ct_body = cts_and_body
-        d_body, d_leaves = vjp_fn(cts)
-        return list(d_leaves), [a + b for a, b in zip(ct_body, d_body)]
-
-    return out, pull
-
-
-class _Sweep(NamedTuple):
-    """The backward loop's carry."""
-
-    end: Any  # steps still to reverse: the next one is step `end - 1`
-    at: Any  # `cur` is the state before step `at`
-    cur: list  # its leaves, buffers excepted
-    saved: list  # the slots (and the scratch slot `c`) of the stored states
-    stack_pos: Any  # the steps of the stored states, in step order
-    depth: Any  # how many states are stored
-    cts: list  # cotangents of the `live` carry leaves, after step `end - 1`
-    ct_body: list  # cotangents of the perturbed body leaves, summed
-
-
-class _Reversal:
-    """The backward pass as one `while` loop. Each iteration runs the step from
-    `cur`, linearised. While `cur` is before step `end - 1`, it moves `cur` on to
-    the state reached (and stores it where `_treeverse` says); at step `end - 1`
-    it pulls the cotangents back through the step instead (the transpose alone is
-    under a `lax.cond`), and continues from the latest stored state, freeing its
-    slot when it held the state just used. The step is in the program once."""
-
-    def __init__(
-        self, loop: _Loop, body_leaves: list, b_pert: list, live: list, bufs: list
-    ) -> None:
-        self.loop, self.bufs = loop, bufs
-        self.linearised = lambda leaves: _linearised_step(
-            loop, body_leaves, b_pert, live, leaves
-        )
-        longest = _MAX_STEPS if loop.max_steps is None else loop.max_steps
-        self.planner = _treeverse.Planner(loop.c, longest)
-
-    def with_bufs(self, kept: list) -> list:
-        """All the carry's leaves: `kept` and the final buffers. Steps read the
-        final buffers, and their writes to them are dropped: each element is
-        written once, so the buffers hold those values already."""
-        return _merge(self.loop.buffer, self.bufs, kept)
-
-    def start(self, n: Any, saved: list, pos: Any, cts: list, ct_body: list) -> tuple:
-        order, stack_pos, depth = _stack(pos, self.loop.c)
-        top = jax.lax.max(depth - 1, 0)
-        at = jax.lax.select(depth > 0, _get(stack_pos, top), 0)
-        cur = [_get(b, _get(order, top)) for b in saved]
-        return order, _Sweep(n, at, cur, saved, stack_pos, depth, cts, ct_body)
-
-    def target(self, s: _Sweep) -> Any:
-        """The step whose state is stored next on the way to `end - 1` (-1: none)."""
-        top = _get(s.stack_pos, jax.lax.max(s.depth - 1, 0))
-        length, free = s.end - top, self.loop.c - s.depth + 1
-        m = self.planner.advance_by(length, free)
-        return jax.lax.select((length >= 2) & (free >= 2), top + m, -1)
-
-    def one(self, s: _Sweep, order: Any) -> _Sweep:
-        # Under `vmap` the loop runs while any batch element has steps left; the
-        # others keep `cur`, so that no step sees a state the loop never reached.
-        active, back = s.end > 0, s.at == s.end - 1
-        target = self.target(s)
-        out, pull = self.linearised(self.with_bufs(s.cur))
-        cts, ct_body = jax.lax.cond(back, pull, lambda c: c, (s.cts, s.ct_body))
-        end = s.end - back.astype(s.end.dtype)
-        # reversed: free the top slot if it held the state just used, reload
-        done = back & (_get(s.stack_pos, jax.lax.max(s.depth - 1, 0)) == end)
-        depth = s.depth - done.astype(s.depth.dtype)
-        top = jax.lax.max(depth - 1, 0)
-        stored = [_get(b, _get(order, top)) for b in s.saved]
-        cur = [
-            jax.lax.select(back, x, jax.lax.select(active, y, z))
-            for x, y, z in zip(stored, self.loop.kept(out), s.cur, strict=True)
-        ]
-        at = jax.lax.select(
-            back, _get(s.stack_pos, top), s.at + active.astype(s.at.dtype)
-        )
-        store = active & ~back & (at == target)
-        # `cur` is written to the first free slot (the scratch slot when none is
-        # free) whether or not it is kept there: the index depends on `depth`
-        # alone, and `store` only decides whether the stack grows to include it.
-        saved = [
-            _put(b, _get(order, s.depth), x) for b, x in zip(s.saved, cur, strict=True)
-        ]
-        stack_pos = _put(s.stack_pos, s.depth, at)
-        depth = depth + store.astype(depth.dtype)
-        return _Sweep(end, at, cur, saved, stack_pos, depth, cts, ct_body)
-
-
-def _reverse_from_every_state(
-    sweep: _Reversal, n: Any, saved: list, cts: list, ct_body: list
-) -> tuple:
-    """The backward loop when state `i` is stored in slot `i` for every step:
-    each iteration pulls the cotangents back through step `end - 1` from its
-    stored state (a loop of a `vmap`ped batch that has reversed all its steps
-    keeps its cotangents while the others go on)."""
-
-    def one(s: tuple) -> tuple:
-        end, cts, ct_body = s
-        active = end > 0
-        before = jax.lax.max(end - 1, 0)
-        _, pull = sweep.linearised(sweep.with_bufs([_get(b, before) for b in saved]))
-        new_cts, new_body = pull((cts, ct_body))
-        keep = lambda new, old: [jnp.where(active, a, b) for a, b in zip(new, old)]  # noqa: E731
-        return (
-            end - active.astype(end.dtype),
-            keep(new_cts, cts),
-            keep(new_body, ct_body),
-        )
-
-    _, cts, ct_body = jax.lax.while_loop(
-        lambda s: unvmap_any(s[0] > 0), one, (n, cts, ct_body)
-    )
-    return cts, ct_body
-
-
-def _backward(
-    loop: _Loop, res: tuple, ct: list, b_pert: list, c_pert: list, nonzero: list
-) -> tuple:
-    """`(body cotangents, carry cotangents)`: the carry's as a list over all leaves,
-    `None` where zero."""
-    body_leaves, n, saved, pos, bufs = res
-    live = nonzero_cotangents(
-        loop.step(body_leaves), loop.leaves, c_pert, nonzero, loop.treedef
-    )
-    cts = [
-        jnp.zeros(jnp.shape(x), jnp.result_type(x)) if _is_zero(t) else t
-        for x, t in _pick(list(zip(loop.leaves, ct)), live)
-    ]
-    ct_body = [jnp.zeros_like(x) for x in _pick(body_leaves, b_pert)]
-    sweep = _Reversal(loop, body_leaves, b_pert, live, bufs)
-    if loop.keeps_every_state:
-        cts, ct_body = _reverse_from_every_state(sweep, n, saved, cts, ct_body)
-        return ct_body, _merge(live, cts, [None] * (len(live) - len(cts)))
-    order, state = sweep.start(n, saved, pos, cts, ct_body)
-    state = jax.lax.while_loop(
-        lambda s: unvmap_any(s.end > 0), lambda s: sweep.one(s, order), state
-    )
-    cts = _merge(live, state.cts, [None] * (len(live) - len(state.cts)))
-    return state.ct_body, cts
 
 
 def checkpointed_while(

@@ -3,6 +3,7 @@ directory into an abstractly built model, and exporting one back."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -17,7 +18,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._caches import register_cache_clear
-from .._checkpoint import atomic_write, write_file
+from .._checkpoint import atomic_write, read_region, write_file
 from .._eval_shape import filter_eval_shape
 from .._module import Module
 from .._tree import tree_at
@@ -84,7 +85,10 @@ class Pretrained(Module):
         (no random initialisation), every name and shape is checked against the
         checkpoint (all problems reported at once, in a `boxwood.CheckpointError`),
         then each tensor is read once, straight into its final dtype and, with
-        `mesh`, its final sharding.
+        `mesh`, its final sharding. On the CPU, tensors that the file's layout
+        lets it alias are views of the file's memory map; the others are copied
+        into one region of host memory, which is given back once the last
+        loaded array holding a piece of it is freed.
 
         **Arguments:**
 
@@ -110,6 +114,27 @@ class Pretrained(Module):
     ) -> Any:
         tensors = checkpoint_tensors(directory)
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
+        # The tensors that cannot be mapped are copied whatever the model: a
+        # helper thread faults their memory in while the model is built (see
+        # `_checkpoint._host_memory`).
+        one_region = mesh is None and _adopts_host_buffers()
+        early = read_region(tensors.values(), dtype) if one_region else None
+        with early or contextlib.nullcontext():
+            return cls._load_into(
+                directory, config, dtype, mesh, rules, tensors, one_region
+            )
+
+    @classmethod
+    def _load_into(
+        cls,
+        directory: str,
+        config: Any,
+        dtype: Any,
+        mesh: Any,
+        rules: Any,
+        tensors: dict[str, Any],
+        one_region: bool,
+    ) -> Any:
         abstract = abstract_model(cls, config, dtype)
         expected = {cls.checkpoint_name(name) for name in layer_names(abstract)}
         tensors = standard_tensors(tensors, expected, cls.LAYOUTS)
@@ -130,6 +155,9 @@ class Pretrained(Module):
             source=f"the checkpoint in {directory}",
             where="the checkpoint",
             progress=True,  # a bar for a large checkpoint, on a terminal only
+            # the copies (stacked layers not back to back in the file too) into
+            # one region of memory, unless `_load`'s serves them all already
+            one_region=one_region,
         )
 
     @classmethod
@@ -210,12 +238,33 @@ def abstract_model(cls: type, config: Any, dtype: Any) -> Any:
         if abstract is not None:
             _ABSTRACT.move_to_end(key)
     if abstract is None:
-        abstract = filter_eval_shape(cls, config, dtype, key=jax.random.key(0))
+        abstract = filter_eval_shape(_build, cls, config, dtype)
         with _ABSTRACT_LOCK:
             _ABSTRACT[key] = abstract
             while len(_ABSTRACT) > _ABSTRACT_KEPT:
                 _ABSTRACT.popitem(last=False)
     return _own_indices(abstract)
+
+
+def _adopts_host_buffers() -> bool:
+    """Whether an unsharded load lands on a CPU device, which adopts the host
+    buffers read (`may_alias`) rather than copying them.
+
+    Only then are a load's copies made in one region of memory: the region is
+    given back when the last array holding a piece of it is freed, so where the
+    device copies each buffer (an accelerator; a sharded load) the buffers are
+    kept apart, each freed as soon as it has been copied."""
+    device = getattr(jax.config, "jax_default_device", None)
+    if device is None:
+        return jax.default_backend() == "cpu"
+    return getattr(device, "platform", device) == "cpu"
+
+
+def _build(cls: type, config: Any, dtype: Any) -> Any:
+    # The key is made inside the abstract trace: `jax.random.key(0)` outside it
+    # would compile and run a program (about 90 ms of a fresh process's load,
+    # most of it JAX's first lowering) for a key whose value is never used.
+    return cls(config, dtype, key=jax.random.key(0))
 
 
 def _own_indices(tree: Any) -> Any:

@@ -14,6 +14,7 @@ what the plain tree gives.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
@@ -24,7 +25,14 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .._checkpoint import Tensor, aligned_empty, assemble, stacked_view, state_dict
+from .._checkpoint import (
+    Tensor,
+    aligned_empty,
+    assemble,
+    read_region,
+    stacked_view,
+    state_dict,
+)
 from .._paths import dotted_path
 from .._sharding import named_shardings
 from ..nn._stacked import Stacked
@@ -224,6 +232,16 @@ class LayerStack:
             row[...] = piece
         return out
 
+    def fresh_nbytes(self, cast: Any) -> int | None:
+        """The bytes of new memory a whole read takes (`read_region`): none for
+        one mapped span, the stacked buffer otherwise; `None` where a layer is
+        read into a buffer of its own first (a cast)."""
+        if any(np.dtype(part.dtype) != self.dtype for part in self.parts):
+            return None
+        if stacked_view(self.parts, self.shape, self.dtype) is not None:
+            return 0
+        return self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
+
     @staticmethod
     def _reads_into(part: Any, row: np.ndarray) -> bool:
         """Whether `part` can be read into `row` as it is (same dtype and number
@@ -262,15 +280,22 @@ def joined_tensors(
 
 
 def assemble_layers(
-    abstract: Any, tensors: Mapping[str, Tensor], *, cast: Any, **options: Any
+    abstract: Any,
+    tensors: Mapping[str, Tensor],
+    *,
+    cast: Any,
+    one_region: bool = False,
+    **options: Any,
 ) -> Any:
     """`abstract` filled from `tensors`, which are named as in its layer view
     (per-layer names), as `boxwood._checkpoint.assemble` fills it (strict, size-1
     axes may differ): every problem is collected first and reported at once by
     per-layer name; then each stacked leaf's layers are read into one host buffer
     of the stacked shape, in the final dtype, and placed once (each device's shard
-    read on its own where `abstract` carries a sharding). `options`: `source` and
-    `where` for the error."""
+    read on its own where `abstract` carries a sharding). With `one_region`, the
+    buffers of the whole reads are pieces of one region of memory whose pages a
+    helper thread faults in meanwhile (`read_region`; not for sharded reads).
+    `options`: `source` and `where` for the error."""
     if has_stacks(abstract):
         # Validation only: nothing is read (`materialise` reads no plan).
         assemble(
@@ -283,9 +308,11 @@ def assemble_layers(
             **options,
         )
         tensors = joined_tensors(abstract, tensors, cast)
-    model, _ = assemble(
-        abstract, tensors, strict=True, cast=cast, squeeze_ok=True, **options
-    )
+    region = read_region(tensors.values(), cast) if one_region else None
+    with region or contextlib.nullcontext():
+        model, _ = assemble(
+            abstract, tensors, strict=True, cast=cast, squeeze_ok=True, **options
+        )
     return model
 
 
