@@ -1,5 +1,6 @@
 """boxwood: neural networks that are pytrees, for JAX."""
 
+from . import _tracebacks as _tracebacks  # first: leaves boxwood's frames out
 from . import debug as debug
 from . import internal as internal
 from . import nn as nn
