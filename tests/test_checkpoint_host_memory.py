@@ -4,10 +4,8 @@ whose pages a helper thread faults in; building the abstract model compiles
 nothing."""
 
 import gc
-import json
 import logging
 import os
-import struct
 import sys
 import threading
 
@@ -17,6 +15,7 @@ import numpy as np
 import pytest
 
 import boxwood.models as bm
+from _safetensors_rewrite import rewrite_in_reverse_order, rewrite_with_8_byte_padding
 from boxwood._checkpoint import _host_memory, _save_load, read_tensors
 from boxwood.models import _pretrained
 
@@ -60,19 +59,6 @@ def _mapping_of(address):
             rss = next(ln for ln in lines[i + 1 :] if ln.startswith("Rss:"))
             return start, end, fields[1], int(rss.split()[1])
     raise AssertionError(f"no mapping holds {address:#x}")
-
-
-def _rewrite_with_8_byte_padding(path):
-    """The same tensors, their data starting 8 bytes past a 64-byte boundary (as
-    the safetensors library pads), so that no tensor can be mapped."""
-    with open(path, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(length))
-        data = f.read()
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((-(8 + len(text)) % 64) + 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + data)
 
 
 def _helpers():
@@ -181,7 +167,7 @@ def test_the_region_holds_the_copied_tensors_only(tmp_path, monkeypatch):
         pass
     with _save_load.read_region(aligned.values(), jnp.bfloat16):  # a cast: none
         pass
-    _rewrite_with_8_byte_padding(file)
+    rewrite_with_8_byte_padding(file)
     unaligned = read_tensors(file, zero_copy=True)
     assert not any(t.mapped for t in unaligned.values())
     with _save_load.read_region(unaligned.values(), jnp.dtype(np.float32)):
@@ -201,7 +187,7 @@ def test_a_copying_load_reads_into_one_region(tmp_path, monkeypatch, why):
     bm.save_pretrained(model, tmp_path)
     file = tmp_path / "model.safetensors"
     if why == "unaligned":
-        _rewrite_with_8_byte_padding(file)
+        rewrite_with_8_byte_padding(file)
     else:
         monkeypatch.setenv("BOXWOOD_COPY_CHECKPOINTS", "1")
     regions = _recorded_regions(monkeypatch)
@@ -223,26 +209,6 @@ def test_a_copying_load_reads_into_one_region(tmp_path, monkeypatch, why):
         np.testing.assert_array_equal(np.asarray(x), y)
 
 
-def _rewrite_in_reverse_order(path):
-    """The same tensors, each still 64-byte aligned, their data in the reverse
-    order: a stack's layers from last to first, so that they are not one span."""
-    with open(path, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(length))
-        data = f.read()
-    metadata = header.pop("__metadata__")
-    chunks, offset = [], 0
-    for name in sorted(header, key=lambda n: -header[n]["data_offsets"][0]):
-        begin, end = header[name]["data_offsets"]
-        chunks.append(data[begin:end])
-        header[name]["data_offsets"] = [offset, offset + end - begin]
-        offset += end - begin
-    text = json.dumps({"__metadata__": metadata, **header}).encode()
-    text += b" " * (-(8 + len(text)) % 64)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
-
-
 @linux_only
 def test_stacks_of_mapped_layers_out_of_order_get_a_region_of_their_own(
     tmp_path, monkeypatch
@@ -250,7 +216,7 @@ def test_stacks_of_mapped_layers_out_of_order_get_a_region_of_their_own(
     monkeypatch.setattr(_host_memory, "OWN_MAPPING", 1024)
     model = _model()
     bm.save_pretrained(model, tmp_path)
-    _rewrite_in_reverse_order(tmp_path / "model.safetensors")
+    rewrite_in_reverse_order(tmp_path / "model.safetensors")
     sizes = _recorded_region_sizes(monkeypatch)
     regions = _recorded_regions(monkeypatch)
     loaded = bm.from_pretrained(tmp_path)
@@ -267,7 +233,7 @@ def test_stacks_of_mapped_layers_out_of_order_get_a_region_of_their_own(
 def test_a_cast_or_a_small_file_loads_without_a_region(tmp_path, monkeypatch):
     model = _model()
     bm.save_pretrained(model, tmp_path)
-    _rewrite_with_8_byte_padding(tmp_path / "model.safetensors")
+    rewrite_with_8_byte_padding(tmp_path / "model.safetensors")
     sizes = _recorded_region_sizes(monkeypatch)
     loaded = bm.from_pretrained(tmp_path, dtype=jnp.bfloat16)
     assert sizes == [0, 0]  # before the build, and for the joined stacks
@@ -294,7 +260,7 @@ def test_no_region_where_the_device_copies_host_buffers(tmp_path, monkeypatch):
     monkeypatch.setattr(_host_memory, "OWN_MAPPING", 1024)
     model = _model()
     bm.save_pretrained(model, tmp_path)
-    _rewrite_with_8_byte_padding(tmp_path / "model.safetensors")
+    rewrite_with_8_byte_padding(tmp_path / "model.safetensors")
     assert _pretrained._adopts_host_buffers()  # the tests run on the CPU
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert not _pretrained._adopts_host_buffers()
