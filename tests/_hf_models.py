@@ -4,7 +4,19 @@
 `WIDE` draws the weights wide enough that activations leave their linear regime
 (pre-activations of a few units), so that a wrong activation or normalisation
 shows in the outputs; `transformers`' default (0.02) keeps every GELU nearly
-linear, where the tanh and exact forms agree to 1e-6."""
+linear, where the tanh and exact forms agree to 1e-6.
+
+`shared_tiny` and `shared_model` build each (kind, options) once per test process
+(one pytest-xdist worker) and hand the same checkpoint, PyTorch model and boxwood
+model to every test that asks: tests must not change them (boxwood models are
+immutable; the PyTorch models are only called, in `eval` mode, without gradients),
+and copy a checkpoint directory before changing a file in it."""
+
+import atexit
+import functools
+import pathlib
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -83,3 +95,71 @@ def save_tiny(kind, directory, seed=0, dtype=None, max_shard_size=None, **option
 
 def token_ids(seed, shape, vocab=97):
     return np.random.RandomState(seed).randint(3, vocab, size=shape)
+
+
+@functools.cache
+def _scratch_root():
+    root = tempfile.mkdtemp(prefix="boxwood-tiny-models-")
+    atexit.register(shutil.rmtree, root, True)
+    return pathlib.Path(root)
+
+
+_SHARED = {}
+
+
+def _options_key(kind, options):
+    return kind, repr(sorted(options.items()))
+
+
+def scratch_directory(prefix):
+    """A new directory that lasts as long as the test process."""
+    return pathlib.Path(tempfile.mkdtemp(dir=_scratch_root(), prefix=prefix))
+
+
+def shared_tiny(kind, **options):
+    """`(directory, reference)`: `save_tiny(kind, directory, **options)`, built once
+    per process. Read the directory only (copy it to change a file)."""
+    key = _options_key(kind, options)
+    if key not in _SHARED:
+        directory = scratch_directory(kind)
+        _SHARED[key] = directory, save_tiny(kind, directory, **options)
+    return _SHARED[key]
+
+
+_LOADED = {}
+
+
+def shared_model(kind, **options):
+    """`(model, reference)`: boxwood's `from_pretrained` of `shared_tiny(kind,
+    **options)`'s checkpoint, loaded once per process, and the PyTorch model."""
+    key = _options_key(kind, options)
+    if key not in _LOADED:
+        import boxwood.models as bm
+
+        directory, reference = shared_tiny(kind, **options)
+        _LOADED[key] = bm.from_pretrained(directory), reference
+    return _LOADED[key]
+
+
+def generation_pair(kind):
+    """`shared_model` of a GPT-2 or a Llama (grouped-query, untied) drawn wide
+    enough (0.3) that greedy continuations are varied (with the default 0.02 they
+    quickly repeat one token): the models of the `generate` tests."""
+    options = dict(initializer_range=0.3)
+    if kind == "llama":
+        options.update(num_key_value_heads=2, tie_word_embeddings=False)
+    return shared_model(kind, **options)
+
+
+def copy_checkpoint(source, destination):
+    """`destination`: a new directory with a copy of `source`'s `config.json` (free
+    to change) and hard links to its other files (cheap; replace those, never write
+    into them)."""
+    destination = pathlib.Path(destination)
+    destination.mkdir(parents=True, exist_ok=True)
+    for path in pathlib.Path(source).iterdir():
+        if path.name == "config.json":
+            shutil.copy(path, destination / path.name)
+        else:
+            (destination / path.name).hardlink_to(path)
+    return destination

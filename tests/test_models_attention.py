@@ -2,6 +2,8 @@
 `decode`), grouped-query attention without repeated keys, the attention
 implementation option, the hidden states and output embedding, and bfloat16."""
 
+import functools
+
 import jax
 import jax.extend
 import jax.numpy as jnp
@@ -51,28 +53,25 @@ IDS = jnp.asarray(np.random.RandomState(0).randint(3, 97, size=10), jnp.int32)
 PAD = 3
 
 
+@functools.cache
+def _model(kind):
+    """One model per kind for the module (models are immutable)."""
+    return MODELS[kind]()
+
+
 def _left_padded(ids, pad):
     return jnp.concatenate([jnp.full((pad,), 7, jnp.int32), ids])
 
 
-@pytest.mark.parametrize("kind", sorted(MODELS))
-def test_left_padded_row_equals_the_unpadded_sequence(kind):
-    model = MODELS[kind]()
-    expected = model(IDS)
+@boxwood.filter_jit
+def _forwards(model):
+    """Every forward pass the tests below check, in one compiled program per model:
+    the plain logits, the hidden states, a left-padded row with and without `pad`,
+    and a vmapped batch of left-padded rows through a cache, then a cached step."""
     padded = _left_padded(IDS, PAD)
-    out, _ = model.decode(padded, None, 0, jnp.int32(PAD))
-    np.testing.assert_allclose(out[PAD:], expected, rtol=1e-5, atol=1e-5)
-    # without `pad` the padding is attended to and shifts the positions
-    ignored, _ = model.decode(padded, None, 0)
-    assert np.abs(np.asarray(ignored[PAD:] - expected)).max() > 1e-3
-
-
-@pytest.mark.parametrize("kind", sorted(MODELS))
-def test_vmapped_pads_with_a_cache_then_a_cached_step(kind):
-    model = MODELS[kind]()
-    expected = model(IDS)
     rows = jnp.stack([_left_padded(IDS[:8], 2), jnp.concatenate([IDS[:8], IDS[:2]])])
     pads = jnp.array([2, 0], jnp.int32)
+    lasts = jnp.array([IDS[8], IDS[2]], jnp.int32)
 
     def run(row, pad, last):
         state = model.init_cache(16)
@@ -80,8 +79,37 @@ def test_vmapped_pads_with_a_cache_then_a_cached_step(kind):
         nxt, _ = model.decode(last[None], state, jnp.int32(10), pad)
         return first, nxt[0]
 
-    lasts = jnp.array([IDS[8], IDS[2]], jnp.int32)
-    first, nxt = jax.jit(jax.vmap(run))(rows, pads, lasts)
+    hidden = model.hidden_states(IDS)
+    first, nxt = jax.vmap(run)(rows, pads, lasts)
+    return dict(
+        full=model(IDS),
+        hidden=hidden,
+        product=hidden @ model.output_embedding().T,
+        padded=model.decode(padded, None, 0, jnp.int32(PAD))[0],
+        ignored=model.decode(padded, None, 0)[0],
+        first=first,
+        nxt=nxt,
+    )
+
+
+@functools.cache
+def _outputs(kind):
+    return _forwards(_model(kind))
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_left_padded_row_equals_the_unpadded_sequence(kind):
+    out = _outputs(kind)
+    expected = out["full"]
+    np.testing.assert_allclose(out["padded"][PAD:], expected, rtol=1e-5, atol=1e-5)
+    # without `pad` the padding is attended to and shifts the positions
+    assert np.abs(np.asarray(out["ignored"][PAD:] - expected)).max() > 1e-3
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_vmapped_pads_with_a_cache_then_a_cached_step(kind):
+    out = _outputs(kind)
+    expected, first, nxt = out["full"], out["first"], out["nxt"]
     np.testing.assert_allclose(first[0, 2:], expected[:8], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(first[1, :8], expected[:8], rtol=1e-5, atol=1e-5)
     # row 0 continued at slot 10 is position 8 of the unpadded sequence
@@ -90,11 +118,10 @@ def test_vmapped_pads_with_a_cache_then_a_cached_step(kind):
 
 @pytest.mark.parametrize("kind", sorted(MODELS))
 def test_logits_are_hidden_states_times_output_embedding(kind):
-    model = MODELS[kind]()
-    hidden = model.hidden_states(IDS)
-    assert hidden.shape == (IDS.shape[0], 32)
+    model, out = _model(kind), _outputs(kind)
+    assert out["hidden"].shape == (IDS.shape[0], 32)
     assert model.output_embedding().shape == (97, 32)
-    np.testing.assert_array_equal(model(IDS), hidden @ model.output_embedding().T)
+    np.testing.assert_array_equal(out["full"], out["product"])
 
 
 def test_output_embedding_is_lm_head_when_untied():
@@ -124,7 +151,7 @@ def _keys_per_query_head(fn, *args, length=24, heads=4, dim=8):
 
 
 def test_grouped_query_attention_does_not_repeat_keys():
-    model = _llama()  # 4 query heads, 2 key/value heads of 8 channels
+    model = _model("llama")  # 4 query heads, 2 key/value heads of 8 channels
 
     def step(model, ids):
         return model.decode(ids, model.init_cache(24), 0)[0]
@@ -136,13 +163,18 @@ def test_grouped_query_attention_does_not_repeat_keys():
 
 
 def test_attention_implementation_option():
-    model = _llama()
+    model = _model("llama")
     xla = model.with_attention_implementation("xla")
     assert xla.attention_implementation == "xla"
     assert model.attention_implementation is None
-    np.testing.assert_allclose(xla(IDS), model(IDS), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        boxwood.filter_jit(lambda m: m(IDS))(xla),
+        _outputs("llama")["full"],
+        rtol=1e-6,
+        atol=1e-6,
+    )
     built = bm.GPT2LMHeadModel(
-        _gpt2().config, key=jax.random.key(0), attention_implementation="xla"
+        _model("gpt2").config, key=jax.random.key(0), attention_implementation="xla"
     )
     assert built.attention_implementation == "xla"
 
@@ -151,12 +183,14 @@ def test_bad_attention_implementation():
     with pytest.raises(
         ValueError, match=r"`attention_implementation` must be .*'flash'"
     ):
-        _llama().with_attention_implementation("flash")
+        _model("llama").with_attention_implementation("flash")
     with pytest.raises(
         ValueError, match=r"GPT2LMHeadModel: `attention_implementation`"
     ):
         bm.GPT2LMHeadModel(
-            _gpt2().config, key=jax.random.key(0), attention_implementation="cuda"
+            _model("gpt2").config,
+            key=jax.random.key(0),
+            attention_implementation="cuda",
         )
 
 
@@ -168,24 +202,31 @@ def test_fused_attention_equals_the_explicit_softmax(window, cached):
     k = jax.random.normal(keys[1], (6, 2, 8))
     v = jax.random.normal(keys[2], (6, 2, 8))
     step = Step(0, None, cached)
-    reference = _explicit(q, k, v, _visible(step, 6, 6, window))
-    np.testing.assert_allclose(attend(q, k, v, step, window), reference, atol=1e-6)
+    # compiled (eagerly, each of the many small operations compiles on its own)
+    fused = jax.jit(lambda q, k, v: attend(q, k, v, step, window))
+    explicit = jax.jit(lambda q, k, v: _explicit(q, k, v, _visible(step, 6, 6, window)))
+    reference = explicit(q, k, v)
+    np.testing.assert_allclose(fused(q, k, v), reference, atol=1e-6)
     # bfloat16 inputs: within bfloat16 rounding of the float32 result
     low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
-    out = attend(*low, step, window)
+    out = fused(*low)
     assert out.dtype == jnp.bfloat16
     np.testing.assert_allclose(out.astype(jnp.float32), reference, atol=3e-2)
 
 
 def test_bfloat16_model_is_close_to_float32():
-    model = _llama()
     low = jax.tree_util.tree_map(
-        lambda x: x.astype(jnp.bfloat16) if boxwood.is_array(x) else x, model
+        lambda x: x.astype(jnp.bfloat16) if boxwood.is_array(x) else x, _model("llama")
     )
-    out = low(IDS)
+
+    @boxwood.filter_jit
+    def both(low):
+        upcast = jax.tree_util.tree_map(
+            lambda x: x.astype(jnp.float32) if boxwood.is_array(x) else x, low
+        )
+        return low(IDS), upcast(IDS)
+
+    out, reference = both(low)
     assert out.dtype == jnp.bfloat16
-    reference = jax.tree_util.tree_map(
-        lambda x: x.astype(jnp.float32) if boxwood.is_array(x) else x, low
-    )(IDS)
     scale = float(jnp.abs(reference).max())
     assert float(jnp.abs(out.astype(jnp.float32) - reference).max()) <= 0.05 * scale

@@ -148,3 +148,35 @@ def test_second_process_reads_generate_from_the_cache(saved, tmp_path):
     hits = [m for m in second["log"] if "cache hit for 'jit_decode_loop'" in m]
     assert hits and not any("MISS" in m for m in second["log"]), second
     assert np.shape(second["tokens"]) == (8,)
+
+
+def test_a_call_with_concrete_ids_compiles_one_program_without_the_check(
+    saved, monkeypatch
+):
+    import boxwood.models._causal_lm as causal_lm
+
+    model = bm.from_pretrained(saved)
+    ids = jnp.asarray(token_ids(3, (6,)))
+    program = causal_lm._logits_of_checked_ids
+    calls = []
+
+    def spy(*args):
+        calls.append(args)
+        return program(*args)
+
+    monkeypatch.setattr(causal_lm, "_logits_of_checked_ids", spy)
+    model(ids)
+    assert len(calls) == 1  # the eager call runs the compiled program
+    jax.jit(model)(ids)
+    assert len(calls) == 1  # a traced call does not
+    with ids_known_in_range():  # as `__call__` traces it
+        text = program.lower(model, ids).as_text()
+    assert not _has_callback(text)
+    np.testing.assert_allclose(model(ids), jax.jit(model)(ids), rtol=1e-6, atol=1e-6)
+    # concrete ids are still checked, eagerly, and a traced call still holds the
+    # traced check
+    bad = ids.at[2].set(model.config.vocab_size)
+    with pytest.raises(ValueError, match="input_ids"):
+        model(bad)
+    with pytest.raises(boxwood.BoxwoodRuntimeError, match="input_ids"):
+        boxwood.filter_jit(model)(bad)

@@ -14,7 +14,7 @@ import pytest
 
 import boxwood
 import boxwood.models as bm
-from _hf_models import WIDE, save_tiny, token_ids, torch
+from _hf_models import WIDE, save_tiny, shared_model, shared_tiny, token_ids, torch
 from _precision import highest_matmul_precision  # noqa: F401
 
 # float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
@@ -24,21 +24,32 @@ pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
 TOL = 1e-4
 
 
+# Compiled once per model structure and input shape, for every test of the module
+# (`test_a_wrong_activation_would_fail` compiles its swapped model afresh).
+@boxwood.filter_jit
+def _batched(model, *args):
+    return jax.vmap(model)(*args)
+
+
+@boxwood.filter_jit
+def _single(model, *args):
+    return model(*args)
+
+
 def _logits(torch_model, ids):
     with torch.no_grad():
         return torch_model(torch.tensor(ids)).logits.float().numpy()
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_causal_lm_matches_pytorch(kind, tmp_path):
-    reference = save_tiny(kind, tmp_path, **WIDE)
-    model = bm.from_pretrained(tmp_path)
+def test_causal_lm_matches_pytorch(kind):
+    model, reference = shared_model(kind, **WIDE)
     assert type(model).__name__ == type(reference).__name__
     ids = token_ids(1, (3, 17))
-    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    out = _batched(model, jnp.asarray(ids))
     assert out.shape == (3, 17, 97) and out.dtype == jnp.float32
     assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
-    single = boxwood.filter_jit(model)(jnp.asarray(ids[0, :5]))
+    single = _single(model, jnp.asarray(ids[0, :5]))
     assert np.abs(np.asarray(single) - np.asarray(out[0, :5])).max() <= TOL
 
 
@@ -53,7 +64,7 @@ def test_llama_grouped_query_untied_rope_theta(tmp_path):
     assert model.config.rope_theta == 500.0
     assert model.model.layers[0].self_attn.k_proj.weight.shape == (16, 32)
     ids = token_ids(2, (2, 23))
-    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    out = _batched(model, jnp.asarray(ids))
     assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
 
 
@@ -62,20 +73,20 @@ def test_llama_tied_embeddings(tmp_path):
     model = bm.LlamaForCausalLM.from_pretrained(tmp_path)
     assert model.lm_head is None
     ids = token_ids(3, (1, 9))
-    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    out = _batched(model, jnp.asarray(ids))
     assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
 
 
-def test_bert_padded_batch_with_mask(tmp_path):
-    reference = save_tiny("bert", tmp_path, **WIDE)
-    model = bm.BertModel.from_pretrained(tmp_path)
+def test_bert_padded_batch_with_mask():
+    directory, reference = shared_tiny("bert", **WIDE)
+    model = bm.BertModel.from_pretrained(directory)
     ids = token_ids(4, (3, 12))
     mask = np.ones((3, 12), np.int64)
     mask[1, 7:] = 0
     mask[2, 3:] = 0
     types = np.zeros((3, 12), np.int64)
     types[:, 6:] = 1
-    out = boxwood.filter_jit(jax.vmap(model))(*map(jnp.asarray, (ids, mask, types)))
+    out = _batched(model, *map(jnp.asarray, (ids, mask, types)))
     with torch.no_grad():
         expected = reference(
             torch.tensor(ids),
@@ -85,23 +96,20 @@ def test_bert_padded_batch_with_mask(tmp_path):
     assert out.shape == (3, 12, 32)
     assert np.abs(np.asarray(out) - expected).max() <= TOL
     # The real tokens of a padded sequence do not see the padding.
-    alone = boxwood.filter_jit(model)(
-        jnp.asarray(ids[2, :3]), None, jnp.asarray(types[2, :3])
-    )
+    alone = _single(model, jnp.asarray(ids[2, :3]), None, jnp.asarray(types[2, :3]))
     assert np.abs(np.asarray(alone) - np.asarray(out[2, :3])).max() <= TOL
     # Defaults: no padding, one segment.
-    plain = boxwood.filter_jit(model)(jnp.asarray(ids[0]))
+    plain = _single(model, jnp.asarray(ids[0]))
     with torch.no_grad():
         expected = reference(torch.tensor(ids[:1])).last_hidden_state.numpy()[0]
     assert np.abs(np.asarray(plain) - expected).max() <= TOL
 
 
-def test_vit_matches_pytorch(tmp_path):
-    reference = save_tiny("vit", tmp_path, **WIDE)
-    model = bm.from_pretrained(tmp_path)
+def test_vit_matches_pytorch():
+    model, reference = shared_model("vit", **WIDE)
     assert isinstance(model, bm.ViTForImageClassification)
     pixels = np.random.RandomState(5).randn(3, 3, 16, 16).astype(np.float32)
-    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(pixels))
+    out = _batched(model, jnp.asarray(pixels))
     with torch.no_grad():
         expected = reference(torch.tensor(pixels)).logits.numpy()
     assert out.shape == (3, 5)
@@ -115,19 +123,19 @@ def test_bfloat16_checkpoint_stays_bfloat16(tmp_path):
     dtypes = {x.dtype for x in jax.tree_util.tree_leaves(model)}
     assert dtypes == {jnp.dtype(jnp.bfloat16)}
     ids = token_ids(6, (1, 8))
-    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    out = _batched(model, jnp.asarray(ids))
     assert out.dtype == jnp.bfloat16
     # bfloat16 rounding differs between the two implementations; logits agree
     # to bfloat16 precision.
     assert np.abs(np.asarray(out, np.float32) - _logits(reference, ids)).max() < 0.1
 
 
-def test_dtype_argument_casts_on_read(tmp_path):
-    save_tiny("gpt2", tmp_path)
-    model = bm.GPT2LMHeadModel.from_pretrained(tmp_path, dtype=jnp.bfloat16)
+def test_dtype_argument_casts_on_read():
+    directory, _ = shared_tiny("gpt2")
+    model = bm.GPT2LMHeadModel.from_pretrained(directory, dtype=jnp.bfloat16)
     weight = model.transformer.h[0].attn.c_attn.weight
     assert weight.dtype == jnp.bfloat16 and weight.shape == (32, 96)  # (in, out)
-    full = bm.GPT2LMHeadModel.from_pretrained(tmp_path)
+    full = bm.GPT2LMHeadModel.from_pretrained(directory)
     expected = np.asarray(full.transformer.h[0].attn.c_attn.weight).astype(
         ml_dtypes.bfloat16
     )
@@ -135,17 +143,18 @@ def test_dtype_argument_casts_on_read(tmp_path):
 
 
 def test_sharded_checkpoint(tmp_path):
-    reference = save_tiny("gpt2", tmp_path, max_shard_size="20KB", **WIDE)
+    _, reference = shared_tiny("gpt2", **WIDE)
+    reference.save_pretrained(str(tmp_path), max_shard_size="20KB")
     assert (tmp_path / "model.safetensors.index.json").exists()
     assert not (tmp_path / "model.safetensors").exists()
     model = bm.from_pretrained(tmp_path)
-    ids = token_ids(7, (1, 10))
-    out = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    ids = token_ids(7, (3, 17))  # the shape of `test_causal_lm_matches_pytorch`
+    out = _batched(model, jnp.asarray(ids))
     assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
 
 
-def test_loading_builds_nothing_random(tmp_path, monkeypatch):
-    save_tiny("gpt2", tmp_path)
+def test_loading_builds_nothing_random(monkeypatch):
+    directory, _ = shared_tiny("gpt2")
     boxwood.clear_caches()  # the abstract build of an earlier load is remembered
     calls = []
     real = jax.random.normal
@@ -155,7 +164,7 @@ def test_loading_builds_nothing_random(tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(jax.random, "normal", counting)
-    model = bm.GPT2LMHeadModel.from_pretrained(tmp_path)
+    model = bm.GPT2LMHeadModel.from_pretrained(directory)
     # The recorder saw the (abstract) build run GPT-2's initialisers ...
     # wte, wpe, and c_attn, c_proj, c_fc, c_proj once for the stacked blocks
     assert len(calls) >= 2 + 4
@@ -176,19 +185,19 @@ def _exact_gelu(x):
     "kind, name, wrong",
     [("gpt2", "gelu_new", _exact_gelu), ("bert", "gelu", _tanh_gelu)],
 )
-def test_a_wrong_activation_would_fail(kind, name, wrong, tmp_path, monkeypatch):
+def test_a_wrong_activation_would_fail(kind, name, wrong, monkeypatch):
     """With the checkpoint's GELU swapped for the other form, boxwood's outputs
     are off by more than 5x `TOL`: the exactness tests above would catch it."""
     from boxwood.models import _layers
 
-    reference = save_tiny(kind, tmp_path, **WIDE)
-    model = bm.from_pretrained(tmp_path)
+    model, reference = shared_model(kind, **WIDE)
     ids = token_ids(1, (3, 17))
     with torch.no_grad():
         out = reference(torch.tensor(ids))
     expected = (out.last_hidden_state if kind == "bert" else out.logits).numpy()
-    right = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
+    right = _batched(model, jnp.asarray(ids))
     assert np.abs(np.asarray(right) - expected).max() <= TOL
     monkeypatch.setitem(_layers._ACTIVATIONS, name, wrong)
+    # a fresh compile (`_batched` would reuse the code traced before the swap)
     swapped = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
     assert np.abs(np.asarray(swapped) - expected).max() > 5 * TOL

@@ -132,4 +132,5 @@ def test_a_failed_save_leaves_the_previous_files_whole(tmp_path, monkeypatch):
     assert after == before  # the old files, whole, and no temporary file left
     loaded = bm.GPT2LMHeadModel.from_pretrained(tmp_path)
     ids = jnp.arange(5)
-    np.testing.assert_array_equal(loaded(ids), model(ids))
+    forward = boxwood.filter_jit(lambda model: model(ids))  # one compile: one structure
+    np.testing.assert_array_equal(forward(loaded), forward(model))

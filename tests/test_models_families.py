@@ -4,6 +4,7 @@
 The weights are drawn wide (`initializer_range=0.4`) so that activations leave
 their linear regime and a wrong formula shows in the logits."""
 
+import functools
 import json
 import os
 import subprocess
@@ -17,7 +18,14 @@ from jax.sharding import AbstractMesh
 
 import boxwood
 import boxwood.models as bm
-from _hf_models import TOKENS, token_ids, torch, transformers
+from _hf_models import (
+    TOKENS,
+    copy_checkpoint,
+    scratch_directory,
+    token_ids,
+    torch,
+    transformers,
+)
 
 SMALL = dict(
     num_hidden_layers=2,
@@ -72,11 +80,6 @@ def _batched(model, ids):
 
 
 @boxwood.filter_jit
-def _single(model, ids):
-    return model(ids)
-
-
-@boxwood.filter_jit
 def _decode(model, ids, state, start):
     return model.decode(ids, state, start)
 
@@ -94,10 +97,28 @@ def save_family(kind, directory, seed=0):
     return reference
 
 
+@functools.cache
+def shared_family(kind):
+    """`(directory, reference)`: `save_family(kind, ...)`, once per process. Tests
+    read the directory, or change a `copy_checkpoint` of it."""
+    directory = scratch_directory(kind)
+    return directory, save_family(kind, directory)
+
+
+def changed_family(kind, directory, change):
+    """`kind`'s checkpoint in `directory` with `change` applied to its config
+    (a "DROP" value removes the option), and the reference of the original."""
+    source, reference = shared_family(kind)
+    copy_checkpoint(source, directory)
+    config = json.loads((directory / "config.json").read_text())
+    config = {k: v for k, v in {**config, **change}.items() if v != "DROP"}
+    (directory / "config.json").write_text(json.dumps(config))
+    return reference
+
+
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
-def pair(request, tmp_path_factory):
-    directory = tmp_path_factory.mktemp(request.param)
-    reference = save_family(request.param, directory)
+def pair(request):
+    directory, reference = shared_family(request.param)
     return request.param, bm.from_pretrained(directory), reference
 
 
@@ -105,13 +126,24 @@ def _relative_error(out, expected):
     return np.abs(np.asarray(out) - expected).max() / np.abs(expected).max()
 
 
+# Longer than the sliding windows and than llama3's original context.
+LOGITS_IDS = token_ids(1, (2, 40))
+_LOGITS = {}
+
+
+def _logits(kind, model):
+    """`model`'s logits for `LOGITS_IDS`, computed once per family."""
+    if kind not in _LOGITS:
+        with jax.default_matmul_precision("highest"):
+            _LOGITS[kind] = _batched(model, jnp.asarray(LOGITS_IDS))
+    return _LOGITS[kind]
+
+
 def test_logits_match_transformers(pair):
     kind, model, reference = pair
     assert type(model).__name__ == type(reference).__name__
-    # Longer than the sliding windows and than llama3's original context.
-    ids = token_ids(1, (2, 40))
-    with jax.default_matmul_precision("highest"):
-        out = _batched(model, jnp.asarray(ids))
+    ids = LOGITS_IDS
+    out = _logits(kind, model)
     with torch.no_grad():
         expected = reference(torch.tensor(ids)).logits.numpy()
     assert _relative_error(out, expected) <= 2e-5, kind
@@ -133,10 +165,11 @@ def test_greedy_generate_matches_transformers(pair):
 
 
 def test_cache_steps_equal_full_forward(pair):
-    _, model, _ = pair
-    ids = jnp.asarray(token_ids(3, (12,)))
+    kind, model, _ = pair
+    ids = jnp.asarray(LOGITS_IDS[0, :12])
+    # a causal model: the first 12 positions of the longer forward pass
+    full = _logits(kind, model)[0, :12]
     with jax.default_matmul_precision("highest"):
-        full = _single(model, ids)
         head, state = _decode(model, ids[:6], model.init_cache(16), 0)
         rest = []
         for i in range(6, 12):
@@ -181,10 +214,8 @@ def test_round_trip_through_save_pretrained(pair, tmp_path):
 def test_wrong_rope_formula_would_fail(tmp_path):
     """The llama3 checkpoint is sensitive to its scaling: computed without it,
     the logits are far off."""
-    reference = save_family("llama3", tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    config["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    default = {"rope_type": "default", "rope_theta": 10000.0}
+    reference = changed_family("llama3", tmp_path, {"rope_parameters": default})
     model = bm.from_pretrained(tmp_path)
     ids = token_ids(1, (1, 40))
     out = _batched(model, jnp.asarray(ids))
@@ -207,10 +238,7 @@ def test_window_and_scaling_matter(kind, change, tmp_path):
     """Each checkpoint is sensitive to the option under test: with it changed,
     boxwood's logits (loaded from the changed config) are far from the
     reference's, so the exactness tests above can fail."""
-    reference = save_family(kind, tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    config = {k: v for k, v in {**config, **change}.items() if v != "DROP"}
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    reference = changed_family(kind, tmp_path, change)
     model = bm.from_pretrained(tmp_path)
     ids = token_ids(1, (1, 40))
     out = _batched(model, jnp.asarray(ids))
@@ -306,48 +334,77 @@ from jax.sharding import PartitionSpec as P
 
 assert jax.device_count() == 8
 mesh = boxwood.make_mesh((2, 4), ("data", "model"))
-for path in sys.argv[1:]:
-    plain = bm.from_pretrained(path)
+
+
+def split_over(model, axis):
+    # the paths of the leaves whose sharding splits them over `axis`
+    leaves = jax.tree_util.tree_leaves_with_path(model)
+    return [jax.tree_util.keystr(p) for p, x in leaves if axis in str(x.sharding.spec)]
+
+
+for path, expected in zip(sys.argv[1::2], sys.argv[2::2]):
+    expected = np.load(expected)
     model = bm.from_pretrained(path, mesh=mesh, rules="tensor_parallel")
     attn = model.model.layers.layers.self_attn  # stacked: leading `layer` axis
     assert attn.q_proj.weight.sharding.spec == P(None, "model", None), path
     assert attn.o_proj.weight.sharding.spec == P(None, None, "model"), path
     if attn.q_proj.bias is not None:
         assert attn.q_proj.bias.sharding.spec == P(None, "model"), path
-    ids = jnp.asarray(np.arange(3, 35) % 90 + 3)
-    batch = jnp.stack([ids, ids[::-1]])
+    assert len(split_over(model, "model")) >= 4 * 2, path  # q, k, v, o, MLP
+    for leaf in jax.tree_util.tree_leaves(model):
+        assert len(leaf.sharding.device_set) == 8, path  # placed, not on one device
+    batch = jnp.asarray(expected["batch"])
     with jax.default_matmul_precision("highest"):
         out = boxwood.filter_jit(jax.vmap(model))(boxwood.shard_batch(batch, mesh))
-        ref = boxwood.filter_jit(jax.vmap(plain))(batch)
-        assert np.abs(np.asarray(out) - np.asarray(ref)).max() <= 1e-4, path
+        # what `transformers` computes, to the unsharded model's tolerance
+        logits = expected["logits"]
+        error = np.abs(np.asarray(out) - logits).max() / np.abs(logits).max()
+        assert error <= 2e-5, (path, error)
         np.testing.assert_array_equal(
-            np.asarray(bm.generate(model, ids[:7], 12)),
-            np.asarray(bm.generate(plain, ids[:7], 12)),
+            np.asarray(bm.generate(model, batch[0, :7], 12)), expected["greedy"]
         )
     fsdp = bm.from_pretrained(path, mesh=mesh, rules="fsdp")
     assert fsdp.model.embed_tokens.weight.sharding.spec == P(None, "data"), path
+    assert split_over(fsdp, "data"), path
+    print("SHARDED", path)
 print("FAMILIES-SHARDED-OK")
 """
 
 
 def test_sharded_load_and_generate_on_8_devices(tmp_path):
-    paths = []
-    for kind in ("llama3", "mistral", "qwen2_window", "gemma"):
-        save_family(kind, tmp_path / kind)
-        paths.append(str(tmp_path / kind))
+    """Tensor-parallel and FSDP loads of the Llama family (one checkpoint of each
+    class) straight into their shardings on 8 simulated devices compute what
+    `transformers` computes: logits, and greedy tokens equal to its `generate`
+    (the unsharded models are held to the same in the tests above)."""
+    kinds = ("llama3", "mistral", "qwen2_window", "gemma")
+    ids = np.arange(3, 35) % 90 + 3
+    batch = np.stack([ids, ids[::-1]])
+    arguments = []
+    for kind in kinds:
+        directory, reference = shared_family(kind)
+        with torch.no_grad():
+            logits = reference(torch.tensor(batch)).logits.numpy()
+            greedy = reference.generate(
+                torch.tensor(ids[:7])[None], max_new_tokens=12, do_sample=False,
+                eos_token_id=None, pad_token_id=0,
+            )[0].numpy()  # fmt: skip
+        expected = tmp_path / f"{kind}.npz"
+        np.savez(expected, batch=batch, logits=logits, greedy=greedy)
+        arguments += [str(directory), str(expected)]
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=8",
         JAX_PLATFORMS="cpu",
     )
     out = subprocess.run(
-        [sys.executable, "-c", SHARDED_SCRIPT, *paths],
+        [sys.executable, "-c", SHARDED_SCRIPT, *arguments],
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert "FAMILIES-SHARDED-OK" in out.stdout, out.stderr[-3000:]
+    assert out.stdout.count("SHARDED ") == len(kinds)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import boxwood.models as bm
-from _hf_models import save_tiny, token_ids, torch
+from _hf_models import generation_pair, shared_tiny, token_ids, torch
 from _precision import highest_matmul_precision  # noqa: F401
 from boxwood.models._generate import _decode
 from boxwood.models._sampling import Sampling, default_pad_id, pick
@@ -26,13 +26,17 @@ RAGGED = [(0, 7), (1, 3), (2, 12), (3, 16)]
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
-def pair(request, tmp_path_factory):
-    directory = tmp_path_factory.mktemp(request.param)
-    options = dict(initializer_range=0.3)  # varied continuations (see the 1-D tests)
-    if request.param == "llama":
-        options.update(num_key_value_heads=2, tie_word_embeddings=False)
-    reference = save_tiny(request.param, directory, **options)
-    return bm.from_pretrained(directory), reference
+def pair(request):
+    return generation_pair(request.param)
+
+
+@pytest.fixture(scope="module")
+def gpt2_pair():
+    """For the tests of what `generate` does after the model's logits (sampling,
+    end tokens, callbacks, the check of `decode`'s signature): that code is the
+    same for every family, whose batched, left-padded decoding the tests on
+    `pair` check against `transformers`."""
+    return generation_pair("gpt2")
 
 
 def _hf(reference, ids, n, eos=None, pad=0):
@@ -114,8 +118,8 @@ def test_end_token_stops_each_row(pair):
     np.testing.assert_array_equal(one[len(expected) :], 9)
 
 
-def test_several_end_tokens_and_early_exit(pair):
-    model, _ = pair
+def test_several_end_tokens_and_early_exit(gpt2_pair):
+    model, _ = gpt2_pair
     prompt = token_ids(0, (7,))
     free = np.asarray(bm.generate(model, prompt, 16))[7:]
     ends = [int(free[3]), int(free[1])]
@@ -143,8 +147,8 @@ def test_new_token_counts_share_a_bucket(pair):
     assert _decode.cache_info().traces == traces
 
 
-def test_callback_streams_tokens(pair):
-    model, _ = pair
+def test_callback_streams_tokens(gpt2_pair):
+    model, _ = gpt2_pair
     prompt = token_ids(9, (6,))
     seen = []
     out = np.asarray(bm.generate(model, prompt, 10, callback=seen.append))
@@ -175,8 +179,8 @@ def test_callback_error_stops_and_is_raised(pair):
     assert bm.generate(model, token_ids(9, (6,)), 2, callback=seen.append).shape == (8,)
 
 
-def test_batch_of_one_samples_as_one_prompt(pair):
-    model, _ = pair
+def test_batch_of_one_samples_as_one_prompt(gpt2_pair):
+    model, _ = gpt2_pair
     prompt = token_ids(10, (5,))
     args = dict(key=jax.random.key(3), temperature=1.5, top_k=20, top_p=0.9)
     one = bm.generate(model, prompt, 12, **args)
@@ -187,8 +191,8 @@ def test_batch_of_one_samples_as_one_prompt(pair):
     np.testing.assert_array_equal(np.asarray(shorter), np.asarray(one)[:12])
 
 
-def test_top_p(pair):
-    model, _ = pair
+def test_top_p(gpt2_pair):
+    model, _ = gpt2_pair
     prompt = jnp.asarray(token_ids(6, (4,)))
     greedy = np.asarray(bm.generate(model, prompt, 16))
     sample = lambda seed, p, t=1.0: np.asarray(  # noqa: E731
@@ -292,15 +296,15 @@ print("BATCH-SHARDED-OK")
 """
 
 
-def test_sharded_batch_with_callback_on_8_devices(tmp_path):
-    save_tiny("gpt2", tmp_path)
+def test_sharded_batch_with_callback_on_8_devices():
+    directory, _ = shared_tiny("gpt2")
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=8",
         JAX_PLATFORMS="cpu",
     )
     out = subprocess.run(
-        [sys.executable, "-c", SHARDED, str(tmp_path)],
+        [sys.executable, "-c", SHARDED, str(directory)],
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert "BATCH-SHARDED-OK" in out.stdout, out.stderr[-3000:]
@@ -314,8 +318,8 @@ def test_default_pad_id_passes_over_ids_outside_the_vocabulary():
     assert default_pad_id(config(eos_token_id=None), 97) == 0
 
 
-def test_ragged_prompts_need_a_decode_with_pad(pair):
-    model, _ = pair
+def test_ragged_prompts_need_a_decode_with_pad(gpt2_pair):
+    model, _ = gpt2_pair
 
     class NoPad:  # a model whose cached step cannot mask left padding
         config, max_positions, init_cache = model.config, 64, model.init_cache

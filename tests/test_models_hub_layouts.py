@@ -16,7 +16,7 @@ import pytest
 
 import boxwood
 import boxwood.models as bm
-from _hf_models import CONFIGS, save_tiny, token_ids, torch, transformers
+from _hf_models import CONFIGS, shared_tiny, token_ids, torch, transformers
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -91,8 +91,8 @@ def assert_same_model(a, b):
 
 
 def test_hub_gpt2_layout(tmp_path):
-    reference = save_tiny("gpt2", tmp_path / "sp")
-    saved = _weights(tmp_path / "sp")
+    sp, reference = shared_tiny("gpt2")
+    saved = _weights(sp)
     n = reference.config.n_positions
     causal = np.tril(np.ones((n, n), np.float32))[None, None]
     published = {}
@@ -101,11 +101,11 @@ def test_hub_gpt2_layout(tmp_path):
             causal if name.endswith(".attn.bias") else saved[f"transformer.{name}"]
         )
     published["h.1.attn.masked_bias"] = np.array(-1e4, np.float32)  # some files
-    _write_layout(tmp_path / "sp", tmp_path / "hub", published)
+    _write_layout(sp, tmp_path / "hub", published)
 
     model = bm.from_pretrained(tmp_path / "hub")
     assert isinstance(model, bm.GPT2LMHeadModel)
-    assert_same_model(model, bm.from_pretrained(tmp_path / "sp"))
+    assert_same_model(model, bm.from_pretrained(sp))
     ids = token_ids(0, (11,))
     with torch.no_grad():
         expected = reference(torch.tensor(ids)[None]).logits[0].numpy()
@@ -174,20 +174,20 @@ def test_bert_heads_without_pooler(head, tmp_path):
 
 
 def test_pooler_less_file_equals_save_pretrained_without_pooler(tmp_path):
-    save_tiny("bert", tmp_path / "sp")
-    saved = _weights(tmp_path / "sp")
+    sp, _ = shared_tiny("bert")
+    saved = _weights(sp)
     masked_lm = {
         f"bert.{k}": v for k, v in saved.items() if not k.startswith("pooler.")
     }
     masked_lm["cls.predictions.bias"] = np.zeros(97, np.float32)
-    _write_layout(tmp_path / "sp", tmp_path / "mlm", masked_lm)
-    full = bm.BertModel.from_pretrained(tmp_path / "sp")
+    _write_layout(sp, tmp_path / "mlm", masked_lm)
+    full = bm.BertModel.from_pretrained(sp)
     model = bm.BertModel.from_pretrained(tmp_path / "mlm")
     assert_same_model(model, boxwood.tree_at(lambda m: m.pooler, full, None))
     # only part of the pooler is still an error, naming what is missing
     del masked_lm["bert.encoder.layer.0.output.dense.bias"]
     masked_lm["bert.pooler.dense.weight"] = saved["pooler.dense.weight"]
-    _write_layout(tmp_path / "sp", tmp_path / "half", masked_lm)
+    _write_layout(sp, tmp_path / "half", masked_lm)
     with pytest.raises(
         boxwood.CheckpointError,
         match=r"(?s)(?=.*pooler\.bias: missing)(?=.*encoder\.layer\.0\.output\.bias: missing)",
@@ -196,10 +196,10 @@ def test_pooler_less_file_equals_save_pretrained_without_pooler(tmp_path):
 
 
 def test_bert_model_saved_back_without_pooler_reloads(tmp_path):
-    save_tiny("bert", tmp_path / "sp")
-    saved = _weights(tmp_path / "sp")
+    sp, _ = shared_tiny("bert")
+    saved = _weights(sp)
     no_pooler = {k: v for k, v in saved.items() if not k.startswith("pooler.")}
-    _write_layout(tmp_path / "sp", tmp_path / "np", no_pooler)
+    _write_layout(sp, tmp_path / "np", no_pooler)
     model = bm.BertModel.from_pretrained(tmp_path / "np")
     bm.save_pretrained(model, tmp_path / "back")
     assert set(_weights(tmp_path / "back")) == set(no_pooler)
@@ -207,34 +207,32 @@ def test_bert_model_saved_back_without_pooler_reloads(tmp_path):
 
 
 def test_llama_file_with_rotary_buffers(tmp_path):
-    reference = save_tiny("llama", tmp_path / "sp")
-    saved = _weights(tmp_path / "sp")
+    sp, reference = shared_tiny("llama")
+    saved = _weights(sp)
     dim = reference.config.hidden_size // reference.config.num_attention_heads
     inv_freq = 1.0 / 10000 ** (np.arange(0, dim, 2, dtype=np.float32) / dim)
     for i in range(LAYERS):
         saved[f"model.layers.{i}.self_attn.rotary_emb.inv_freq"] = inv_freq
-    _write_layout(tmp_path / "sp", tmp_path / "old", saved)
-    assert_same_model(
-        bm.from_pretrained(tmp_path / "old"), bm.from_pretrained(tmp_path / "sp")
-    )
+    _write_layout(sp, tmp_path / "old", saved)
+    assert_same_model(bm.from_pretrained(tmp_path / "old"), bm.from_pretrained(sp))
 
 
 def test_a_file_fitting_no_layout_is_reported_by_save_pretrained_names(tmp_path):
-    save_tiny("gpt2", tmp_path / "sp")
-    saved = _weights(tmp_path / "sp")
+    sp, _ = shared_tiny("gpt2")
+    saved = _weights(sp)
     # both spellings of one tensor: neither layout reads the file as it is
     mixed = dict(saved)
     mixed["h.0.ln_1.weight"] = saved["transformer.h.0.ln_1.weight"]
-    _write_layout(tmp_path / "sp", tmp_path / "mixed", mixed)
+    _write_layout(sp, tmp_path / "mixed", mixed)
     with pytest.raises(boxwood.CheckpointError, match=r"h\.0\.ln_1\.weight"):
         bm.from_pretrained(tmp_path / "mixed")
 
 
 def test_pooler_less_bert_loads_onto_a_mesh(tmp_path):
-    save_tiny("bert", tmp_path / "sp")
-    saved = _weights(tmp_path / "sp")
+    sp, _ = shared_tiny("bert")
+    saved = _weights(sp)
     body = {f"bert.{k}": v for k, v in saved.items() if not k.startswith("pooler.")}
-    _write_layout(tmp_path / "sp", tmp_path / "mlm", body)
+    _write_layout(sp, tmp_path / "mlm", body)
     mesh = boxwood.make_mesh((1, 1), ("data", "model"))
     model = bm.from_pretrained(tmp_path / "mlm", mesh=mesh, rules="tensor_parallel")
     assert model.pooler is None

@@ -130,8 +130,10 @@ def test_under_jit_and_bfloat16(model):
     np.testing.assert_allclose(got, naive_loss(low, ids), rtol=1e-3)
     np.testing.assert_allclose(got, naive_loss(model, ids), rtol=3e-2)
     # float32 master, bfloat16 compute: the gradient comes back float32
-    grads = bw.filter_grad(
-        lambda m: bm.causal_lm_loss(bw.cast_floating(m, jnp.bfloat16), ids)
+    grads = bw.filter_jit(
+        bw.filter_grad(
+            lambda m: bm.causal_lm_loss(bw.cast_floating(m, jnp.bfloat16), ids)
+        )
     )(model)
     assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
     # bfloat16 parameters throughout: bfloat16 gradients, a float32 loss
@@ -240,25 +242,25 @@ def test_model_and_input_errors(model):
     "kind, options",
     [("gpt2", {}), ("llama", dict(tie_word_embeddings=False)), ("gemma", {})],
 )
-def test_equals_transformers_labels_loss(kind, options, tmp_path):
-    from _hf_models import WIDE, save_tiny, token_ids, torch
+def test_equals_transformers_labels_loss(kind, options):
+    from _hf_models import WIDE, shared_model, token_ids, torch
 
-    reference = save_tiny(kind, tmp_path, **WIDE, **options)
-    model = bm.from_pretrained(tmp_path)
+    model, reference = shared_model(kind, **WIDE, **options)
     ids = token_ids(8, (2, 13))
     labels = ids.copy()
     labels[0, 4:7] = -100
     with torch.no_grad():
         out = reference(torch.tensor(ids), labels=torch.tensor(labels))
-    loss = bw.filter_jit(bm.causal_lm_loss)(
-        model, jnp.asarray(ids), jnp.asarray(labels), chunk_size=5
-    )
-    np.testing.assert_allclose(loss, out.loss.item(), rtol=1e-5)
+    ids, labels = jnp.asarray(ids), jnp.asarray(labels)
     if kind != "gpt2":
+        loss = bw.filter_jit(bm.causal_lm_loss)(model, ids, labels, chunk_size=5)
+        np.testing.assert_allclose(loss, out.loss.item(), rtol=1e-5)
         return  # the chunked gradient's path is the same for every family
-    ids = jnp.asarray(ids)
-    grads = bw.filter_grad(bm.causal_lm_loss)(model, ids, chunk_size=5)
-    expected = bw.filter_grad(naive_loss)(model, ids)
+    # GPT-2: the value and the gradient, from one compiled program
+    value_and_grad = bw.filter_jit(bw.filter_value_and_grad(bm.causal_lm_loss))
+    loss, grads = value_and_grad(model, ids, labels, chunk_size=5)
+    np.testing.assert_allclose(loss, out.loss.item(), rtol=1e-5)
+    expected = bw.filter_jit(bw.filter_grad(naive_loss))(model, ids, labels)
     for g, e in zip(jax.tree.leaves(grads), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
     shapes = _logit_shapes(model, ids, chunk_size=5, vocab=97)

@@ -6,13 +6,13 @@ import jax.numpy as jnp
 
 import boxwood
 import boxwood.models as bm
-from _hf_models import save_tiny, token_ids
+from _hf_models import shared_tiny, token_ids
 from boxwood.models._generate import _decode
 
 
-def test_two_loads_share_structure_and_compiled_code(tmp_path):
-    save_tiny("gpt2", tmp_path)
-    first, second = bm.from_pretrained(tmp_path), bm.from_pretrained(tmp_path)
+def test_two_loads_share_structure_and_compiled_code():
+    directory, _ = shared_tiny("gpt2")
+    first, second = bm.from_pretrained(directory), bm.from_pretrained(directory)
     assert jax.tree_util.tree_structure(first) == jax.tree_util.tree_structure(second)
     assert bool(boxwood.tree_equal(first, second))
     ids = jnp.asarray(token_ids(0, (5,)))
@@ -22,9 +22,9 @@ def test_two_loads_share_structure_and_compiled_code(tmp_path):
     assert _decode.cache_info().traces == traces
 
 
-def test_two_builds_from_one_config_share_structure(tmp_path):
-    save_tiny("llama", tmp_path, num_key_value_heads=2)
-    loaded = bm.from_pretrained(tmp_path)
+def test_two_builds_from_one_config_share_structure():
+    directory, _ = shared_tiny("llama", num_key_value_heads=2)
+    loaded = bm.from_pretrained(directory)
     cls = type(loaded)
     first = cls(loaded.config, key=jax.random.key(0))
     second = cls(loaded.config, key=jax.random.key(1))

@@ -2,6 +2,8 @@
 `lax.scan`: equal to applying them one by one, compiled code flat in depth,
 layers indexable, one stacked key/value cache, and per-block rematerialisation."""
 
+import functools
+
 import jax
 import jax.extend
 import jax.numpy as jnp
@@ -24,6 +26,7 @@ SMALL_LLAMA = dict(
 IDS = jnp.asarray(np.random.RandomState(1).randint(3, 97, size=9), jnp.int32)
 
 
+@functools.cache  # models are immutable: one build per module
 def _gpt2(layers=2):
     config = bm.GPT2Config(
         vocab_size=97, n_positions=64, n_embd=32, n_layer=layers, n_head=4
@@ -31,11 +34,13 @@ def _gpt2(layers=2):
     return bm.GPT2LMHeadModel(config, key=jax.random.key(0))
 
 
+@functools.cache  # models are immutable: one build per module
 def _llama(layers=2):
     config = bm.LlamaConfig(**SMALL_LLAMA, num_hidden_layers=layers)
     return bm.LlamaForCausalLM(config, key=jax.random.key(1))
 
 
+@functools.cache  # models are immutable: one build per module
 def _qwen2_mixed():
     config = bm.Qwen2Config(
         **SMALL_LLAMA,
@@ -73,8 +78,9 @@ def _unrolled_gpt2(model, ids):
     ],
 )
 def test_scanned_equals_unrolled(make, unrolled):
-    model = make()
-    np.testing.assert_allclose(model(IDS), unrolled(model, IDS), rtol=1e-5, atol=1e-5)
+    # one compiled program for both (eagerly, each scan compiles on every call)
+    scanned, by_hand = boxwood.filter_jit(lambda m: (m(IDS), unrolled(m, IDS)))(make())
+    np.testing.assert_allclose(scanned, by_hand, rtol=1e-5, atol=1e-5)
 
 
 def test_qwen2_mixed_windows_are_data_of_the_scan():
@@ -144,10 +150,15 @@ def test_cache_is_one_stacked_entry():
     state = model.init_cache(16)
     leaves = jax.tree_util.tree_leaves(state)
     assert [x.shape for x in leaves] == [(3, 16, 2, 8), (3, 16, 2, 8)]
-    logits, state = model.decode(IDS[:4], state, 0)
-    keys, _ = state.get(model.model.cache)
+
+    @boxwood.filter_jit
+    def run(model, state):
+        logits, state = model.decode(IDS[:4], state, 0)
+        return logits, state.get(model.model.cache)[0], model(IDS[:4])
+
+    logits, keys, full = run(model, state)
     assert bool(jnp.any(keys[2, :4] != 0)) and not bool(jnp.any(keys[:, 4:] != 0))
-    np.testing.assert_allclose(logits, model(IDS[:4]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(logits, full, rtol=1e-5, atol=1e-5)
 
 
 def _is_remat(name):

@@ -1,69 +1,26 @@
 """Sharding rule sets of `boxwood.models`, and loading straight into a sharding,
 on 8 simulated CPU devices (in a subprocess: the device count is fixed when JAX
-starts), for every family: GPT-2, Llama, Mistral, Qwen2, Gemma, BERT and ViT."""
+starts), for GPT-2, BERT and ViT here, and for the Llama family (Llama, Mistral,
+Qwen2, Gemma) in `test_models_families.py`."""
 
 import os
 import subprocess
 import sys
 
 import jax
+import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec
 
 import boxwood
 import boxwood.models as bm
-from _hf_models import WIDE, save_tiny
+from _hf_models import WIDE, shared_tiny, torch
 
 SCRIPT = r"""
 import sys
 import jax, jax.numpy as jnp, numpy as np
 import boxwood, boxwood.models as bm
 from jax.sharding import PartitionSpec as P
-
-assert jax.device_count() == 8
-path = sys.argv[1]
-mesh = boxwood.make_mesh((2, 4), ("data", "model"))
-plain = bm.from_pretrained(path)
-model = bm.from_pretrained(path, mesh=mesh, rules="tensor_parallel")
-w = model.transformer.h[0].attn.c_attn.weight
-assert w.sharding.spec == P(None, "model"), w.sharding
-assert {s.data.shape for s in w.addressable_shards} == {(32, 24)}
-assert model.transformer.ln_f.weight.sharding.spec == P()
-ids = jnp.asarray(np.arange(3, 13))
-batch = jnp.stack([ids, ids[::-1]])
-out = boxwood.filter_jit(jax.vmap(model))(boxwood.shard_batch(batch, mesh))
-ref = boxwood.filter_jit(jax.vmap(plain))(batch)
-assert np.abs(np.asarray(out) - np.asarray(ref)).max() <= 1e-4
-np.testing.assert_array_equal(
-    np.asarray(bm.generate(model, ids, 8)), np.asarray(bm.generate(plain, ids, 8))
-)
-fsdp = bm.from_pretrained(path, mesh=mesh, rules=bm.sharding_rules(plain, "fsdp"))
-assert fsdp.transformer.wte.weight.sharding.spec == P(None, "data")
-print("MODELS-SHARDED-OK")
-"""
-
-
-def test_tensor_parallel_load_and_generate_on_8_devices(tmp_path):
-    save_tiny("gpt2", tmp_path)
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=8",
-        JAX_PLATFORMS="cpu",
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert "MODELS-SHARDED-OK" in out.stdout, out.stderr[-3000:]
-
-
-FAMILIES_SCRIPT = r"""
-import sys
-import jax, jax.numpy as jnp, numpy as np
-import boxwood, boxwood.models as bm
 
 assert jax.device_count() == 8
 mesh = boxwood.make_mesh((2, 4), ("data", "model"))
@@ -75,57 +32,106 @@ def split_over(model, axis):
     return [jax.tree_util.keystr(p) for p, x in leaves if axis in str(x.sharding.spec)]
 
 
-for kind, path in zip(sys.argv[1::2], sys.argv[2::2]):
-    plain = bm.from_pretrained(path)
+def gpt2(path, expected):
     model = bm.from_pretrained(path, mesh=mesh, rules="tensor_parallel")
-    assert type(model) is type(plain), kind
+    w = model.transformer.h[0].attn.c_attn.weight
+    assert w.sharding.spec == P(None, "model"), w.sharding
+    assert {s.data.shape for s in w.addressable_shards} == {(32, 24)}
+    assert model.transformer.ln_f.weight.sharding.spec == P()
+    batch = jnp.asarray(expected["batch"])
+    out = boxwood.filter_jit(jax.vmap(model))(boxwood.shard_batch(batch, mesh))
+    assert np.abs(np.asarray(out) - expected["out"]).max() <= 1e-4
+    greedy = bm.generate(model, batch[0], 8)
+    np.testing.assert_array_equal(np.asarray(greedy), expected["greedy"])
+    fsdp = bm.from_pretrained(path, mesh=mesh, rules=bm.sharding_rules(model, "fsdp"))
+    assert fsdp.transformer.wte.weight.sharding.spec == P(None, "data")
+    print("MODELS-SHARDED-OK")
+
+
+def other(kind, path, expected):
+    model = bm.from_pretrained(path, mesh=mesh, rules="tensor_parallel")
     split = split_over(model, "model")
     assert len(split) >= 4 * 2, (kind, split)  # q, k, v, out (and MLP) per layer
     for leaf in jax.tree_util.tree_leaves(model):
         assert len(leaf.sharding.device_set) == 8, kind  # placed, not on one device
-    if kind == "vit":
-        batch = jnp.asarray(np.random.RandomState(0).randn(2, 3, 16, 16), jnp.float32)
-    else:
-        ids = jnp.asarray(np.arange(3, 13))
-        batch = jnp.stack([ids, ids[::-1]])
+    batch = jnp.asarray(expected["batch"])
     with jax.default_matmul_precision("highest"):
         out = boxwood.filter_jit(jax.vmap(model))(boxwood.shard_batch(batch, mesh))
-        ref = boxwood.filter_jit(jax.vmap(plain))(batch)
-        assert np.abs(np.asarray(out) - np.asarray(ref)).max() <= 1e-4, kind
-        if kind not in ("bert", "vit"):
-            np.testing.assert_array_equal(
-                np.asarray(bm.generate(model, ids, 8)),
-                np.asarray(bm.generate(plain, ids, 8)),
-                err_msg=kind,
-            )
+    assert np.abs(np.asarray(out) - expected["out"]).max() <= 1e-4, kind
     fsdp = bm.from_pretrained(path, mesh=mesh, rules="fsdp")
     assert split_over(fsdp, "data"), kind
     print("SHARDED", kind)
+
+
+for kind, path, expected in zip(*[iter(sys.argv[1:])] * 3):
+    if kind == "gpt2":
+        gpt2(path, np.load(expected))
+    else:
+        other(kind, path, np.load(expected))
 print("EVERY-FAMILY-SHARDED-OK")
 """
 
-FAMILIES = ("llama", "mistral", "qwen2", "gemma", "bert", "vit")
+# GPT-2 (with generation), BERT and ViT here; the Llama family (Llama, Mistral,
+# Qwen2, Gemma) in `test_models_families.py`'s 8-device test, with the same checks.
+FAMILIES = ("bert", "vit")
 
 
-def test_every_family_loads_sharded_on_8_devices(tmp_path):
-    """GPT-2 above; here every other family: tensor-parallel and FSDP loads
-    straight into their shardings, computing what the unsharded model does."""
+def _expected(kind, reference, batch):
+    """What `transformers` computes for `batch` (and, for GPT-2, its greedy
+    continuation of the first row)."""
+    with torch.no_grad():
+        out = reference(torch.tensor(batch))
+        if kind == "gpt2":
+            greedy = reference.generate(
+                torch.tensor(batch[:1]), max_new_tokens=8, do_sample=False,
+                eos_token_id=None, pad_token_id=0,
+            )[0].numpy()  # fmt: skip
+            return dict(batch=batch, out=out.logits.numpy(), greedy=greedy)
+    if kind == "bert":
+        return dict(batch=batch, out=out.last_hidden_state.numpy())
+    return dict(batch=batch, out=out.logits.numpy())
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    """One subprocess on 8 simulated devices loads each checkpoint sharded and
+    compares it with `transformers`' outputs, written here."""
+    ids = np.arange(3, 13)
     arguments = []
-    for kind in FAMILIES:
-        save_tiny(kind, tmp_path / kind, **WIDE)
-        arguments += [kind, str(tmp_path / kind)]
+    for kind in ("gpt2", *FAMILIES):
+        directory, reference = shared_tiny(kind) if kind == "gpt2" else (
+            shared_tiny(kind, **WIDE)
+        )  # fmt: skip
+        if kind == "vit":
+            batch = np.random.RandomState(0).randn(2, 3, 16, 16).astype(np.float32)
+        else:
+            batch = np.stack([ids, ids[::-1]])
+        expected = tmp_path_factory.mktemp(kind) / "expected.npz"
+        np.savez(expected, **_expected(kind, reference, batch))
+        arguments += [kind, str(directory), str(expected)]
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=8",
         JAX_PLATFORMS="cpu",
     )
-    out = subprocess.run(
-        [sys.executable, "-c", FAMILIES_SCRIPT, *arguments],
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, *arguments],
         env=env,
         capture_output=True,
         text=True,
         timeout=900,
     )
+
+
+def test_tensor_parallel_load_and_generate_on_8_devices(sharded_run):
+    out = sharded_run
+    assert "MODELS-SHARDED-OK" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+def test_every_family_loads_sharded_on_8_devices(sharded_run):
+    """GPT-2 above; here BERT and ViT: tensor-parallel and FSDP loads straight
+    into their shardings, computing what `transformers` does."""
+    out = sharded_run
     assert "EVERY-FAMILY-SHARDED-OK" in out.stdout, out.stdout + out.stderr[-3000:]
     assert out.stdout.count("SHARDED ") == len(FAMILIES)
 

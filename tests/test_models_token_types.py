@@ -56,12 +56,14 @@ def test_out_of_range_token_types_raise_under_jit(model):
 def test_valid_token_types_are_unchanged(model):
     types = jnp.asarray([0, 0, 1, 1])
     eager = model(IDS, None, types)
-    jitted = boxwood.filter_jit(lambda m, t: m(IDS, None, t))(model, types)
-    np.testing.assert_allclose(np.asarray(eager), np.asarray(jitted), atol=1e-5)
-    default = model(IDS)  # no token types: all 0
-    np.testing.assert_array_equal(
-        np.asarray(default), np.asarray(model(IDS, None, jnp.zeros(4, jnp.int32)))
-    )
+
+    @boxwood.filter_jit
+    def jitted(m, t):  # one program: the given types, none (all 0), and zeros
+        return m(IDS, None, t), m(IDS), m(IDS, None, jnp.zeros(4, jnp.int32))
+
+    given, default, zeros = jitted(model, types)
+    np.testing.assert_allclose(np.asarray(eager), np.asarray(given), atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(default), np.asarray(zeros))
 
 
 def test_boolean_token_types_are_refused_by_name(model):

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import jax
+import jax.core
+import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from .._jit import filter_jit
 from .._tree import tree_at
 from ..nn import State
+from ._id_ranges import ids_known_in_range
 from ._layers import (
     Implementation,
     Step,
@@ -30,8 +35,20 @@ class CausalLM(Pretrained):
         """**Arguments:** `input_ids`: token ids, shape `(seq,)`.
 
         **Returns:** the next-token logits at every position, `(seq, vocab_size)`.
+
+        Concrete ids (not traced) are checked here and the forward pass runs as
+        one compiled program, which holds no host callback for the id check, so
+        JAX's persistent compilation cache can keep it; traced ids (under the
+        caller's `jit`, `vmap`, ...) are checked inside the caller's program.
         """
-        return self.decode(input_ids, None, 0)[0]
+        if isinstance(input_ids, jax.core.Tracer):
+            return self.decode(input_ids, None, 0)[0]
+        model: Any = self
+        input_ids = check_input_ids(
+            type(self).__name__, input_ids, model.max_positions, model.config.vocab_size
+        )
+        with ids_known_in_range():
+            return _logits_of_checked_ids(self, jnp.asarray(input_ids))
 
     def decode(
         self,
@@ -92,3 +109,10 @@ class CausalLM(Pretrained):
         implementation = model.attention_implementation
         step = Step(start, pad, state is not None, implementation, extent)
         return model.body()(input_ids, step, state)
+
+
+@filter_jit
+def _logits_of_checked_ids(model: CausalLM, input_ids: Array) -> Array:
+    """`model(input_ids)` for ids already checked: always traced within
+    `ids_known_in_range` (by `CausalLM.__call__`), so it attaches no check."""
+    return model.decode(input_ids, None, 0)[0]
