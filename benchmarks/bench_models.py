@@ -6,14 +6,19 @@ weights written by `transformers`' `save_pretrained`; a 4-layer, 256-wide one wi
   `--quick`), timed up to the end of a read of every byte of every weight (a sum
   of each array, so that a load that only maps the file pays for reading it):
   `boxwood.models.from_pretrained` of the file `transformers`' `save_pretrained`
-  wrote (8-byte aligned) and of the same weights written by boxwood's
-  `save_pretrained` (every tensor 64-byte aligned: mapped, not copied), against
-  `transformers`' `from_pretrained` and `safetensors.numpy.load_file` of both
-  files;
+  wrote (safetensors pads to 8 bytes; where its data happen to start 64-byte
+  aligned, some tensors are mapped), of that file with its data moved 8 bytes off
+  a 64-byte boundary (nothing mapped), and of the same weights written by
+  boxwood's `save_pretrained` (every tensor 64-byte aligned: mapped, not copied),
+  against `transformers`' `from_pretrained` and `safetensors.numpy.load_file` of
+  each file;
 - greedy generation of 64 tokens after a 32-token prompt: tokens per second against
   `transformers` eager PyTorch, and the time to the first token in a fresh process
   (`generate(prompt, 1)`: compile included), without and with JAX's persistent
   compilation cache (the row notes whether `generate`'s program was read from it);
+- Python start to first logits: whole fresh processes timed from outside (import,
+  load, `model(ids)` of 32 tokens), boxwood with JAX's persistent compilation
+  cache against `transformers` eager PyTorch, alternating;
 - a forward pass of 8 x 128 tokens: `filter_jit(jax.vmap(model))` against the same
   model written as a plain function over a dict of arrays under `jax.jit` (the
   limit).
@@ -265,6 +270,58 @@ def _first_token_rows(directory: str) -> list[dict]:
     ]  # fmt: skip
 
 
+# Python start to first logits in a fresh process: import, load, one forward of 32
+# tokens, the result waited for. boxwood with JAX's persistent compilation cache
+# (filled by an earlier process); `transformers` eager PyTorch, threads as XLA's.
+_FIRST_LOGITS = {
+    "boxwood": r"""
+import sys
+import jax, jax.numpy as jnp, numpy as np
+import boxwood, boxwood.models as bm
+boxwood.enable_compilation_cache(sys.argv[2])
+model = bm.from_pretrained(sys.argv[1])
+jax.block_until_ready(model(jnp.asarray(np.arange(32, dtype=np.int32) + 5)))
+""",
+    "transformers": r"""
+import os, sys
+import torch, transformers
+torch.set_num_threads(len(os.sched_getaffinity(0)))
+model = transformers.GPT2LMHeadModel.from_pretrained(sys.argv[1])
+with torch.no_grad():
+    model(torch.arange(32).unsqueeze(0) + 5).logits.sum().item()
+""",
+}
+
+
+def _first_logits_rows(directory: str, reps: int) -> list[dict]:
+    """Wall time of whole fresh processes, measured from outside, alternating."""
+
+    def child(kind: str, cache: str) -> float:
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-c", _FIRST_LOGITS[kind], directory, cache],
+            capture_output=True, check=True, env=dict(os.environ),
+        )  # fmt: skip
+        return time.perf_counter() - start
+
+    samples: dict[str, list[float]] = {"boxwood": [], "transformers": []}
+    with tempfile.TemporaryDirectory() as cache:
+        child("boxwood", cache)  # fills the cache
+        for rep in range(reps):
+            for kind in sorted(samples, reverse=rep % 2 == 1):
+                samples[kind].append(child(kind, cache))
+    theirs = median(samples["transformers"])
+    after = json.dumps(os.getloadavg())
+    return [
+        row(FIGURE, "Python start to first logits (fresh process, 32 tokens)",
+            name, "time", median(got) * 1e3, "ms", ratio=median(got) / theirs,
+            ratio_to="transformers", samples=[t * 1e3 for t in got],
+            note=f"load average after {after}"
+            + ("; compilation cache on" if name == "boxwood" else ""))
+        for name, got in samples.items()
+    ]  # fmt: skip
+
+
 def _plain_forward(
     params: dict, ids: jax.Array, n_layer: int, n_head: int
 ) -> jax.Array:
@@ -351,6 +408,7 @@ def run(quick: bool) -> list[dict]:
             lambda: _load_rows(directory, 2 if quick else 5, size),
             lambda: _generation_rows(directory, reps),
             lambda: _first_token_rows(directory),
+            lambda: _first_logits_rows(directory, reps + 2),
             lambda: _forward_rows(directory, reps),
         )
         for section in sections:
