@@ -2,23 +2,14 @@
 gradients back in the master dtype, and the compute in the cast dtype."""
 
 import jax
-import jax.extend.core as jex
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
 
 import boxwood as bw
+from _jaxprs import all_equations
 from boxwood import nn
-
-
-def _all_eqns(jaxpr):
-    """The equations of `jaxpr` and of every jaxpr nested in them (scan bodies,
-    checkpoints, jit calls)."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for sub in jex.jaxprs_in_params(eqn.params):
-            yield from _all_eqns(sub)
 
 
 def test_casts_floating_arrays_only(getkey):
@@ -83,14 +74,16 @@ def test_matmuls_run_in_the_cast_dtype(getkey):
         return jnp.mean(out.astype(jnp.float32) ** 2)
 
     jaxpr = jax.make_jaxpr(jax.value_and_grad(loss))(params).jaxpr
-    dots = [e for e in _all_eqns(jaxpr) if e.primitive.name == "dot_general"]
+    dots = [e for e in all_equations(jaxpr) if e.primitive.name == "dot_general"]
     assert len(dots) == 8  # 3 forward, 5 backward (no gradient for `x`)
     operand_dtypes = {v.aval.dtype for e in dots for v in e.invars}
     assert operand_dtypes == {jnp.dtype(jnp.bfloat16)}
     # and without the cast the same loss multiplies in float32 (the test can fail)
     plain = jax.make_jaxpr(jax.grad(lambda p: jnp.sum(bw.combine(p, static)(x[0]))))
     dots = [
-        e for e in _all_eqns(plain(params).jaxpr) if e.primitive.name == "dot_general"
+        e
+        for e in all_equations(plain(params).jaxpr)
+        if e.primitive.name == "dot_general"
     ]
     assert {v.aval.dtype for e in dots for v in e.invars} == {jnp.dtype(jnp.float32)}
 

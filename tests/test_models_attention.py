@@ -12,41 +12,12 @@ import pytest
 
 import boxwood
 import boxwood.models as bm
+from _tiny_causal_lms import SMALL_LLAMA
+from _tiny_causal_lms import gpt2 as _gpt2
+from _tiny_causal_lms import llama as _llama
+from _tiny_causal_lms import mistral as _mistral
+from _tiny_causal_lms import qwen2_mixed as _qwen2_mixed
 from boxwood.models._layers import Step, _explicit, _visible, attend
-
-SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=64)
-SMALL_LLAMA = dict(
-    **SMALL, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64
-)
-
-
-def _gpt2(layers=2):
-    config = bm.GPT2Config(
-        vocab_size=97, n_positions=64, n_embd=32, n_layer=layers, n_head=4
-    )
-    return bm.GPT2LMHeadModel(config, key=jax.random.key(0))
-
-
-def _llama(layers=2):
-    config = bm.LlamaConfig(**SMALL_LLAMA, num_hidden_layers=layers)
-    return bm.LlamaForCausalLM(config, key=jax.random.key(1))
-
-
-def _mistral():
-    config = bm.MistralConfig(**SMALL_LLAMA, num_hidden_layers=2, sliding_window=3)
-    return bm.MistralForCausalLM(config, key=jax.random.key(2))
-
-
-def _qwen2_mixed():
-    config = bm.Qwen2Config(
-        **SMALL_LLAMA,
-        num_hidden_layers=3,
-        use_sliding_window=True,
-        sliding_window=3,
-        max_window_layers=1,
-    )
-    return bm.Qwen2ForCausalLM(config, key=jax.random.key(3))
-
 
 MODELS = {"gpt2": _gpt2, "llama": _llama, "mistral": _mistral, "qwen2": _qwen2_mixed}
 IDS = jnp.asarray(np.random.RandomState(0).randint(3, 97, size=10), jnp.int32)

@@ -2,8 +2,6 @@
 `lax.scan`: equal to applying them one by one, compiled code flat in depth,
 layers indexable, one stacked key/value cache, and per-block rematerialisation."""
 
-import functools
-
 import jax
 import jax.extend
 import jax.numpy as jnp
@@ -11,45 +9,14 @@ import numpy as np
 import pytest
 
 import boxwood
-import boxwood.models as bm
 import boxwood.nn as nn
+from _jaxprs import all_equations, primitive_names
+from _tiny_causal_lms import gpt2 as _gpt2
+from _tiny_causal_lms import llama as _llama
+from _tiny_causal_lms import qwen2_mixed as _qwen2_mixed
 from boxwood.models._layers import Step, layer_windows
 
-SMALL_LLAMA = dict(
-    vocab_size=97,
-    hidden_size=32,
-    intermediate_size=64,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
 IDS = jnp.asarray(np.random.RandomState(1).randint(3, 97, size=9), jnp.int32)
-
-
-@functools.cache  # models are immutable: one build per module
-def _gpt2(layers=2):
-    config = bm.GPT2Config(
-        vocab_size=97, n_positions=64, n_embd=32, n_layer=layers, n_head=4
-    )
-    return bm.GPT2LMHeadModel(config, key=jax.random.key(0))
-
-
-@functools.cache  # models are immutable: one build per module
-def _llama(layers=2):
-    config = bm.LlamaConfig(**SMALL_LLAMA, num_hidden_layers=layers)
-    return bm.LlamaForCausalLM(config, key=jax.random.key(1))
-
-
-@functools.cache  # models are immutable: one build per module
-def _qwen2_mixed():
-    config = bm.Qwen2Config(
-        **SMALL_LLAMA,
-        num_hidden_layers=3,
-        use_sliding_window=True,
-        sliding_window=3,
-        max_window_layers=1,
-    )
-    return bm.Qwen2ForCausalLM(config, key=jax.random.key(3))
 
 
 def _unrolled_llama(model, ids):
@@ -109,38 +76,14 @@ def test_layers_are_stacked_and_indexable():
         layers["0"]  # pyright: ignore[reportArgumentType]
 
 
-def _equations(jaxpr):
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += 1
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (list, tuple)) else [param]:
-                if isinstance(sub, jax.extend.core.ClosedJaxpr):
-                    count += _equations(sub.jaxpr)
-                elif isinstance(sub, jax.extend.core.Jaxpr):
-                    count += _equations(sub)
-    return count
-
-
-def _primitives(jaxpr, found):
-    for eqn in jaxpr.eqns:
-        found.add(eqn.primitive.name)
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (list, tuple)) else [param]:
-                if isinstance(sub, jax.extend.core.ClosedJaxpr):
-                    _primitives(sub.jaxpr, found)
-                elif isinstance(sub, jax.extend.core.Jaxpr):
-                    _primitives(sub, found)
-    return found
-
-
 @pytest.mark.parametrize("make", [_gpt2, _llama])
 def test_program_size_is_flat_in_depth(make):
     forward = lambda model, ids: model(ids)
     cached = lambda model, ids: model.decode(ids, model.init_cache(16), 0)[0]
     for fn in (forward, cached):
         sizes = [
-            _equations(jax.make_jaxpr(fn)(make(depth), IDS).jaxpr) for depth in (2, 8)
+            sum(1 for _ in all_equations(jax.make_jaxpr(fn)(make(depth), IDS).jaxpr))
+            for depth in (2, 8)
         ]
         assert sizes[0] == sizes[1]
 
@@ -173,7 +116,7 @@ def test_remat_puts_a_checkpoint_in_the_gradient(make):
     assert model.with_remat(None) is not model
     for remat, expected in [(None, False), ("full", True), ("dots_saveable", True)]:
         with_remat = model.with_remat(remat)
-        names = _primitives(jax.make_jaxpr(grad)(with_remat, IDS).jaxpr, set())
+        names = primitive_names(jax.make_jaxpr(grad)(with_remat, IDS).jaxpr)
         assert any(_is_remat(n) for n in names) == expected, remat
     if make is _llama:
         return  # the numbers: once (the remat wrapper is `Stacked`'s, shared)

@@ -294,15 +294,21 @@ def test_stacked_field_is_stackeds_attribute():
     assert hasattr(blocks, _stacking.STACKED_FIELD)
 
 
-def test_abstract_model_is_built_once_and_never_changed(model, tmp_path, monkeypatch):
-    boxwood.clear_caches()
-    builds = []
+@pytest.fixture
+def builds(monkeypatch):
+    """One entry per abstract build `from_pretrained` makes."""
+    made = []
     real = _pretrained.filter_eval_shape
     monkeypatch.setattr(
         _pretrained,
         "filter_eval_shape",
-        lambda *a, **k: builds.append(1) or real(*a, **k),
+        lambda *a, **k: made.append(1) or real(*a, **k),
     )
+    return made
+
+
+def test_abstract_model_is_built_once_and_never_changed(model, tmp_path, builds):
+    boxwood.clear_caches()
     model.save_pretrained(tmp_path)
     first = ToyStacked.from_pretrained(tmp_path)
     (kept,) = _pretrained._ABSTRACT.values()
@@ -328,20 +334,13 @@ def test_abstract_model_is_built_once_and_never_changed(model, tmp_path, monkeyp
     assert len(builds) == 3
 
 
-def test_an_unhashable_config_is_remembered_by_its_options(monkeypatch):
+def test_an_unhashable_config_is_remembered_by_its_options(builds):
     config = ToyConfig(table={"a": [1, 2]})
     with pytest.raises(TypeError):
         hash(config)
     key = _pretrained._config_key(config)
     assert key == _pretrained._config_key(ToyConfig(table={"a": [1, 2]}))
     assert key != _pretrained._config_key(ToyConfig(table={"a": [1, 3]}))
-    builds = []
-    real = _pretrained.filter_eval_shape
-    monkeypatch.setattr(
-        _pretrained,
-        "filter_eval_shape",
-        lambda *a, **k: builds.append(1) or real(*a, **k),
-    )
     boxwood.clear_caches()
     built = _pretrained.abstract_model(ToyStacked, config, jnp.float32)
     again = _pretrained.abstract_model(ToyStacked, config, jnp.float32)

@@ -10,6 +10,7 @@ import pytest
 
 import boxwood
 import boxwood.nn
+from _jaxprs import primitive_names
 
 
 class Block(boxwood.Module):
@@ -69,18 +70,6 @@ def test_scan_with_per_layer_inputs(getkey):
     np.testing.assert_allclose(sums, jnp.stack(expected_sums), rtol=1e-5, atol=1e-6)
 
 
-def _primitives(jaxpr, found):
-    for eqn in jaxpr.eqns:
-        found.add(eqn.primitive.name)
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (list, tuple)) else [param]:
-                if isinstance(sub, jax.extend.core.ClosedJaxpr):
-                    _primitives(sub.jaxpr, found)
-                elif isinstance(sub, jax.extend.core.Jaxpr):
-                    _primitives(sub, found)
-    return found
-
-
 @pytest.mark.parametrize(
     "remat, stored, checkpointed",
     [
@@ -100,7 +89,7 @@ def test_remat_settings(getkey, remat, stored, checkpointed):
         assert stacked.remat == stored
     grad = jax.grad(lambda s, x: jnp.sum(s(x) ** 2))
     x = jr.normal(getkey(), (3,))
-    names = _primitives(jax.make_jaxpr(grad)(stacked, x).jaxpr, set())
+    names = primitive_names(jax.make_jaxpr(grad)(stacked, x).jaxpr)
     assert any("remat" in n or "checkpoint" in n for n in names) == checkpointed
     plain = grad(stacked.with_remat(False), x)
     np.testing.assert_allclose(
