@@ -232,6 +232,23 @@ def test_float_neighbours():
         bwi.nextafter(1)
 
 
+def test_float_neighbours_are_one_cached_operation_inside_a_trace():
+    # diffrax steps 100 ULPs down from `t1` per solve: each call is one `jit`
+    # operation sharing one traced body, not a fresh trace of the body
+    def hundred_below(t):
+        for _ in range(100):
+            t = bwi.prevbefore(t)
+        return t
+
+    closed = jax.make_jaxpr(hundred_below)(jnp.float32(1.0))
+    assert [e.primitive.name for e in closed.eqns] == ["jit"] * 100
+    assert len({id(e.params["jaxpr"]) for e in closed.eqns}) == 1
+    want = np.float32(1.0)
+    for _ in range(100):
+        want = np.nextafter(want, np.float32(-np.inf))
+    assert jax.jit(hundred_below)(jnp.float32(1.0)) == want
+
+
 def test_scan_trick_under_vmap_and_grad():
     def fn(x):
         return x * x

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from _jaxprs import all_equations
 from boxwood.internal import _online_schedule, _treeverse, while_loop
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
@@ -164,6 +165,37 @@ def test_gradient_program_is_no_larger_than_equinoxs(case, max_steps, checkpoint
         else:
             bound = _size(_loop_loss(eqxi.while_loop, max_steps, checkpoints))
     assert whiles <= bound[0] and lines <= bound[1], ((whiles, lines), bound)
+
+
+def _while_bodies(f):
+    closed = jax.make_jaxpr(jax.grad(f))(0.7)
+    return [
+        e.params["body_jaxpr"].jaxpr
+        for e in all_equations(closed.jaxpr)
+        if e.primitive.name == "while"
+    ]
+
+
+def _state_indices(body, primitive, slots):
+    """The index operands with which `body` reads or writes the stored states of
+    the float carry leaf (`(slots, 3)`, one row per slot)."""
+    return [
+        e.invars[2 if primitive == "dynamic_update_slice" else 1]
+        for e in body.eqns
+        if e.primitive.name == primitive and e.invars[0].aval.shape == (slots, 3)
+    ]
+
+
+def test_stored_states_are_written_and_reloaded_at_a_carried_slot():
+    # The slot is computed once, at the end of the step before, and carried:
+    # computed where it is used, XLA copies its arithmetic into the write or
+    # load of every stored leaf, each then a distinct kernel to compile.
+    forward, backward = _while_bodies(_loop_loss(while_loop, None, 8))
+    writes = _state_indices(forward, "dynamic_update_slice", 9)
+    loads = _state_indices(backward, "dynamic_slice", 9)
+    assert writes and loads
+    assert all(v in forward.invars for v in writes)
+    assert all(v in backward.invars for v in loads)
 
 
 def _cases(max_steps, checkpoints):

@@ -291,7 +291,12 @@ class _Loop:
 
 
 def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
-    """Run the loop, keeping states as `_online_schedule` says."""
+    """Run the loop, keeping states as `_online_schedule` says.
+
+    Whether the next step runs and the slot its state goes into are computed at
+    the end of the step before and carried, so each is computed once per step:
+    computed where it is used, XLA would copy the schedule's arithmetic into the
+    write of every stored leaf (a distinct kernel each, to compile)."""
     c = loop.c
     step, live = loop.step(body_leaves), loop.live(cond_leaves)
     leaves = [jnp.asarray(x) for x in leaves]
@@ -299,11 +304,10 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
     # kept (cheaper than a conditional write)
     saved = [jnp.zeros((c + 1, *x.shape), x.dtype) for x in loop.kept(leaves)]
     pos = jnp.full((c + 1,), -1, jnp.int32)
-    i = jnp.asarray(0, jnp.int32)
-    start = (i, leaves, saved, pos, _online_schedule.initial_state(c), live(i, leaves))
 
-    def one(s: tuple) -> tuple:
-        i, leaves, saved, pos, sched, go = s
+    def where_next(i: Any, sched: dict, go: Any) -> tuple:
+        """`(slot, sched)`: where state `i` is kept (`c`: nowhere) and the schedule
+        after it, given whether step `i` runs (`go`)."""
         go = _running(go)
         if loop.keeps_every_state:  # state `i` in slot `i`
             slot = jnp.where(go, i, c)
@@ -311,16 +315,27 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
             slot, sched = _online_schedule.next_slot(c, i, sched, go, loop.max_steps)
         # State 0 is always written to its slot (slot 0), even by a loop that
         # takes no step: under `vmap` the backward pass may start from it.
-        slot = jnp.where(i == 0, 0, slot)
+        return jnp.where(i == 0, 0, slot), sched
+
+    i = jnp.asarray(0, jnp.int32)
+    go = live(i, leaves)
+    # state 0: slot 0, and the schedule is unchanged by it (no run ends at step 0)
+    slot, sched = jnp.asarray(0, jnp.int32), _online_schedule.initial_state(c)
+
+    def one(s: tuple) -> tuple:
+        i, leaves, saved, pos, sched, go, slot = s
         saved = loop.store(saved, slot, leaves)
-        pos = put(pos, slot, jnp.where(go, i, -1))
+        pos = put(pos, slot, jnp.where(_running(go), i, -1))
         i, leaves = loop.gated_step(step, i, leaves, go)
-        return i, leaves, saved, pos, sched, live(i, leaves)
+        go = live(i, leaves)
+        slot, sched = where_next(i, sched, go)
+        return i, leaves, saved, pos, sched, go, slot
 
     def more(s: tuple) -> Any:
-        return unvmap_any(s[-1])
+        return unvmap_any(s[5])
 
-    n, leaves, saved, pos, _, _ = jax.lax.while_loop(more, one, start)
+    start = (i, leaves, saved, pos, sched, go, slot)
+    n, leaves, saved, pos, *_ = jax.lax.while_loop(more, one, start)
     return n, leaves, saved, pos
 
 

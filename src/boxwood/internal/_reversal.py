@@ -53,6 +53,17 @@ def _linearised_step(
     return out, pull
 
 
+def _reload_slot(order: Any, end: Any, at: Any, stack_pos: Any, depth: Any) -> Any:
+    """The slot of the state that the backward loop reloads after reversing step
+    `end - 1` from the state before step `at`: the latest stored one, once the
+    state just used is freed if it was stored. It is computed at the end of the
+    iteration before and carried, so that the loads of the stored leaves share
+    one index, rather than each a copy of this arithmetic (a distinct kernel)."""
+    back = at == end - 1
+    freed = back & (get(stack_pos, jax.lax.max(depth - 1, 0)) == end - 1)
+    return get(order, jax.lax.max(depth - freed.astype(depth.dtype) - 1, 0))
+
+
 class _Sweep(NamedTuple):
     """The backward loop's carry."""
 
@@ -64,6 +75,7 @@ class _Sweep(NamedTuple):
     depth: Any  # how many states are stored
     cts: list  # cotangents of the `live` carry leaves, after step `end - 1`
     ct_body: list  # cotangents of the perturbed body leaves, summed
+    reload: Any  # the slot to reload from, should this iteration reverse a step
 
 
 class _Reversal:
@@ -95,7 +107,8 @@ class _Reversal:
         top = jax.lax.max(depth - 1, 0)
         at = jax.lax.select(depth > 0, get(stack_pos, top), 0)
         cur = [get(b, get(order, top)) for b in saved]
-        return order, _Sweep(n, at, cur, saved, stack_pos, depth, cts, ct_body)
+        reload = _reload_slot(order, n, at, stack_pos, depth)
+        return order, _Sweep(n, at, cur, saved, stack_pos, depth, cts, ct_body, reload)
 
     def target(self, s: _Sweep) -> Any:
         """The step whose state is stored next on the way to `end - 1` (-1: none)."""
@@ -116,7 +129,7 @@ class _Reversal:
         done = back & (get(s.stack_pos, jax.lax.max(s.depth - 1, 0)) == end)
         depth = s.depth - done.astype(s.depth.dtype)
         top = jax.lax.max(depth - 1, 0)
-        stored = [get(b, get(order, top)) for b in s.saved]
+        stored = [get(b, s.reload) for b in s.saved]
         cur = [
             jax.lax.select(back, x, jax.lax.select(active, y, z))
             for x, y, z in zip(stored, self.loop.kept(out), s.cur, strict=True)
@@ -133,7 +146,8 @@ class _Reversal:
         ]
         stack_pos = put(s.stack_pos, s.depth, at)
         depth = depth + store.astype(depth.dtype)
-        return _Sweep(end, at, cur, saved, stack_pos, depth, cts, ct_body)
+        reload = _reload_slot(order, end, at, stack_pos, depth)
+        return _Sweep(end, at, cur, saved, stack_pos, depth, cts, ct_body, reload)
 
 
 def _reverse_from_every_state(
