@@ -1,9 +1,11 @@
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import boxwood as bw
 from boxwood.internal import nondifferentiable, scan, while_loop
+from boxwood.internal._buffers import _indexed_shape
 
 KINDS = [("lax", {}), ("bounded", {"max_steps": 20}), ("checkpointed", {}),
          ("checkpointed", {"max_steps": 20, "checkpoints": 2})]  # fmt: skip
@@ -103,6 +105,44 @@ def test_buffers_are_accepted():
     out = while_loop(lambda c: c[0] < 3, body, (0, jnp.zeros(4)), kind="checkpointed",
                      buffers=lambda c: c[1], max_steps=4)  # fmt: skip
     assert out[1].tolist() == [0.0, 2.0, 4.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        1,
+        np.int32(2),
+        jnp.asarray(3, jnp.uint8),
+        (1, 2),
+        slice(0, 2),
+        jnp.array([0, 1]),
+        (Ellipsis, 1),
+        True,
+    ],  # fmt: skip
+)
+def test_buffer_writes_broadcast_to_the_indexed_shape(index):
+    want = jax.eval_shape(lambda: jnp.zeros((5, 3))[index]).shape
+    assert _indexed_shape(jnp.zeros((5, 3)), index) == want
+
+
+def test_a_buffer_row_write_traces_nothing_more(monkeypatch):
+    # one row per step, the usual write, takes its shape from the buffer's
+    def body(c):
+        i, buf = c
+        return i + 1, buf.at[i].set(1.0)
+
+    def loop():
+        return while_loop(lambda c: c[0] < 3, body, (0, jnp.zeros((4, 2))),
+                          kind="checkpointed", buffers=lambda c: c[1], max_steps=4)  # fmt: skip
+
+    closed = jax.make_jaxpr(loop)()  # a first trace, outside the patch
+    calls = []
+    real = jax.eval_shape
+    monkeypatch.setattr(
+        jax, "eval_shape", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    assert str(jax.make_jaxpr(loop)()) == str(closed)
+    assert calls == []
 
 
 @pytest.mark.parametrize("checkpoints", [None, 3, "all"])

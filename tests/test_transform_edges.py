@@ -184,6 +184,28 @@ def test_closure_convert_structs_and_errors():
         g(jnp.ones(2), jnp.ones(2), k=2)
 
 
+def test_closure_convert_reads_shapes_without_tracing(monkeypatch):
+    # loops convert their body and condition at every trace: the shapes of the
+    # example arguments come from their abstract values, not from `eval_shape`
+    def no_eval_shape(*args, **kwargs):
+        raise AssertionError("jax.eval_shape was called")
+
+    monkeypatch.setattr(jax, "eval_shape", no_eval_shape)
+
+    @jax.jit
+    def outer(z):
+        weak, wide = jnp.asarray(1.0), np.full((), 2.0)
+        g = bw.filter_closure_convert(
+            lambda a, s, b: z * a + s + b, jnp.ones(2), weak, wide
+        )
+        (_, s, b), _ = g.in_struct
+        assert s == jax.ShapeDtypeStruct((), jnp.float32)  # weak type dropped
+        assert b == jax.ShapeDtypeStruct((), jnp.float32)  # canonical dtype
+        return g(jnp.full(2, 3.0), weak, wide)
+
+    assert outer(jnp.ones(2)).tolist() == [6.0, 6.0]
+
+
 def test_custom_vjp_sees_which_leaves_are_perturbed():
     seen = []
 

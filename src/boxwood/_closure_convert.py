@@ -25,8 +25,19 @@ def _without_weak_type(s: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
 
 def _shapes(leaves: list) -> list:
     """Shapes and (canonical) dtypes of arrays, tracers or structs, weak types
-    kept."""
-    return jax.eval_shape(lambda: leaves)
+    kept. Read from each leaf's abstract value: a loop converts its body and
+    condition at every trace, and `jax.eval_shape` would trace a function per
+    call."""
+    structs = []
+    for x in leaves:
+        if isinstance(x, jax.ShapeDtypeStruct):
+            structs.append(x)
+        else:
+            aval = jax.typeof(x)
+            structs.append(
+                jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+            )
+    return structs
 
 
 class _Layout:

@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -181,10 +182,24 @@ def _maybe_set(pred: Any, xs: Any, x: Any, index: Any) -> Any:
             f"`buffer.at[...].set(value)`: `value` of dtype {jnp.result_type(x)} "
             f"does not fit a buffer of dtype {jnp.result_type(xs)}."
         )
-    x = jnp.broadcast_to(
-        jnp.asarray(x, xs.dtype), jax.eval_shape(lambda: xs[index]).shape
-    )
+    x = jnp.broadcast_to(jnp.asarray(x, xs.dtype), _indexed_shape(xs, index))
     return fprim.filter_primitive_bind(maybe_set_p, pred, xs, x, _from_slices(index))
+
+
+def _indexed_shape(xs: Any, index: Any) -> tuple:
+    """The shape of `xs[index]`. A scalar integer index (a loop writing one row
+    per step, the usual case) is read off directly; `jax.eval_shape` would trace
+    a function per write."""
+    if isinstance(index, int) and not isinstance(index, bool) and xs.ndim >= 1:
+        return xs.shape[1:]
+    if (
+        isinstance(index, (jax.Array, np.ndarray, np.integer))
+        and jnp.ndim(index) == 0
+        and jnp.issubdtype(jnp.result_type(index), jnp.integer)
+        and xs.ndim >= 1
+    ):
+        return xs.shape[1:]
+    return jax.eval_shape(lambda: xs[index]).shape
 
 
 class _Buffer(Module):

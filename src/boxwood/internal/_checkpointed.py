@@ -51,37 +51,19 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import custom_batching
 from jax.custom_derivatives import SymbolicZero
 
 from .._closure_convert import filter_closure_convert
 from .._filters import combine, is_array, partition
 from .._unvmap import unvmap_any
 from . import _online_schedule
-from ._leaf_lists import is_zero, merge, pick, put
+from ._leaf_lists import is_zero, merge, pick, put, running
 from ._perturbation import (
     inexact,
     perturbed_carry,
     report_perturbed,
 )
 from ._reversal import backward
-
-
-@custom_batching.custom_vmap
-def _running(go: Any) -> Any:
-    """Whether a step that the loop runs is live: `go` itself for the batch
-    elements of a `vmap`, but `True` without one, since a loop that is not batched
-    runs its body only while `go` holds. So the selects and gated buffer writes of
-    a step fold away where nothing is batched."""
-    return jnp.ones_like(go)
-
-
-@_running.def_vmap
-def _running_batched(axis_size: int, in_batched: list, go: Any) -> tuple:
-    del axis_size
-    if in_batched[0]:
-        return go, True
-    return _running(go), False  # an enclosing `vmap` may batch it
 
 
 class _Loop:
@@ -151,7 +133,7 @@ class _Loop:
         Loops run while `unvmap_any(go)`: under `vmap` a loop whose length differs
         between batch elements then selects its small leaves itself, instead of
         `vmap` selecting every leaf of the carry (buffers, checkpoints) each step."""
-        go = _running(go)
+        go = running(go)
         new = step(leaves, go)
         leaves = [
             n if b else jnp.where(go, n, x) for n, x, b in zip(new, leaves, self.buffer)
@@ -308,7 +290,7 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
     def where_next(i: Any, sched: dict, go: Any) -> tuple:
         """`(slot, sched)`: where state `i` is kept (`c`: nowhere) and the schedule
         after it, given whether step `i` runs (`go`)."""
-        go = _running(go)
+        go = running(go)
         if loop.keeps_every_state:  # state `i` in slot `i`
             slot = jnp.where(go, i, c)
         else:
@@ -325,7 +307,7 @@ def _forward(loop: _Loop, body_leaves: list, cond_leaves: list, leaves: list):
     def one(s: tuple) -> tuple:
         i, leaves, saved, pos, sched, go, slot = s
         saved = loop.store(saved, slot, leaves)
-        pos = put(pos, slot, jnp.where(_running(go), i, -1))
+        pos = put(pos, slot, jnp.where(running(go), i, -1))
         i, leaves = loop.gated_step(step, i, leaves, go)
         go = live(i, leaves)
         slot, sched = where_next(i, sched, go)

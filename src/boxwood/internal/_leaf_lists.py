@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import custom_batching
 from jax.custom_derivatives import SymbolicZero
 
 MAX_STEPS = int(jnp.iinfo(jnp.int32).max)  # steps are counted in int32
@@ -41,3 +42,21 @@ def merge(flags: list, chosen: list, others: list) -> list:
     """Interleave: `chosen` where `flags` is true, `others` elsewhere, in order."""
     chosen_it, others_it = iter(chosen), iter(others)
     return [next(chosen_it) if f else next(others_it) for f in flags]
+
+
+@custom_batching.custom_vmap
+def running(go: Any) -> Any:
+    """Whether an iteration that a loop runs is live: `go` itself for the batch
+    elements of a `vmap`, but `True` without one, since a loop that is not batched
+    runs its body only while `go` holds. So the selects and gated writes of an
+    iteration fold away where nothing is batched. (`go` must be the condition the
+    loop runs under, or imply it.)"""
+    return jnp.ones_like(go)
+
+
+@running.def_vmap
+def _running_batched(axis_size: int, in_batched: list, go: Any) -> tuple:
+    del axis_size
+    if in_batched[0]:
+        return go, True
+    return running(go), False  # an enclosing `vmap` may batch it

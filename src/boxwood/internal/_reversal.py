@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from .._unvmap import unvmap_any
 from . import _treeverse
-from ._leaf_lists import MAX_STEPS, get, is_zero, merge, pick, put
+from ._leaf_lists import MAX_STEPS, get, is_zero, merge, pick, put, running
 from ._perturbation import nonzero_cotangents
 
 
@@ -120,7 +120,7 @@ class _Reversal:
     def one(self, s: _Sweep, order: Any) -> _Sweep:
         # Under `vmap` the loop runs while any batch element has steps left; the
         # others keep `cur`, so that no step sees a state the loop never reached.
-        active, back = s.end > 0, s.at == s.end - 1
+        active, back = running(s.end > 0), s.at == s.end - 1
         target = self.target(s)
         out, pull = self.linearised(self.with_bufs(s.cur))
         cts, ct_body = jax.lax.cond(back, pull, lambda c: c, (s.cts, s.ct_body))
@@ -160,7 +160,7 @@ def _reverse_from_every_state(
 
     def one(s: tuple) -> tuple:
         end, cts, ct_body = s
-        active = end > 0
+        active = running(end > 0)
         before = jax.lax.max(end - 1, 0)
         _, pull = sweep.linearised(sweep.with_bufs([get(b, before) for b in saved]))
         new_cts, new_body = pull((cts, ct_body))
