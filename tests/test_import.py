@@ -1,17 +1,28 @@
 """Importing boxwood creates no array and touches no device (so JAX can still be
-configured afterwards: device counts, platforms, `jax.distributed`)."""
+configured afterwards: device counts, platforms, `jax.distributed`). In the same
+fresh process: comparing two known enumeration items compiles nothing."""
 
 import os
 import subprocess
 import sys
 
 _PROBE = """
-import jax
+import jax, jax.monitoring
 import boxwood, boxwood.nn
 from jax._src import xla_bridge
 assert not xla_bridge.backends_are_initialized(), "a JAX backend was started"
 jax.config.update("jax_num_cpu_devices", 4)
 assert len(jax.devices("cpu")) == 4
+compiled = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, secs, **kw: compiled.append(name) if "backend_compile" in name else None
+)
+class R(boxwood.Enumeration):
+    a = ""
+    b = "b"
+same, other = R.a == R.a, R.a != R.b
+assert isinstance(same, jax.Array) and bool(same) and bool(other)
+assert not compiled, compiled
 print("ok")
 """
 

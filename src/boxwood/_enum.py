@@ -36,8 +36,18 @@ class EnumerationItem(Module):
                 f"An item of `{self._enumeration.__qualname__}` can only be compared "
                 f"with items of the same enumeration; got {other!r}."
             )
-        with jax.ensure_compile_time_eval():
-            return jnp.asarray(compare(self._value, other._value))
+        mine, theirs = self._value, other._value
+        if not isinstance(mine, jax.core.Tracer) and not isinstance(
+            theirs, jax.core.Tracer
+        ):
+            # Two known items (one of the class's, say): compared in NumPy and
+            # placed as a JAX array (libraries annotate the result as one), so that
+            # no eager JAX operation is compiled for it on first use; known even
+            # inside a trace.
+            known = np.asarray(compare(np.asarray(mine), np.asarray(theirs)))
+            with jax.ensure_compile_time_eval():
+                return jax.device_put(known)
+        return jnp.asarray(compare(mine, theirs))
 
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]
         return self._against(other, operator.eq)
