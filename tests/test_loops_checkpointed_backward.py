@@ -235,6 +235,20 @@ def test_every_state_kept_gradients_equal_a_plain_scans(n):
     assert _recomputations(n, 12, 12) == 0
 
 
+def test_every_state_kept_under_vmap_stops_each_loop_at_its_own_length():
+    # batch elements that have reversed all their steps keep their cotangents
+    w, y0 = jnp.asarray(0.9), jnp.linspace(-1.0, 1.0, 3)
+    ns = jnp.array([1, 7, 12])
+    grad = jax.grad(_checkpointed, argnums=(0, 1))
+    got = jax.jit(jax.vmap(grad, (None, None, 0, None, None)), static_argnums=(3, 4))(
+        w, y0, ns, 12, 12
+    )
+    for k, n in enumerate([1, 7, 12]):
+        want = jax.grad(_scanned, argnums=(0, 1))(w, y0, n)
+        for g, v in zip(got, want):
+            np.testing.assert_allclose(g[k], v, rtol=2e-5, atol=1e-6)
+
+
 # --- recomputations against the optimum ---------------------------------------------
 
 
