@@ -53,15 +53,25 @@ def _linearised_step(
     return out, pull
 
 
-def _reload_slot(order: Any, end: Any, at: Any, stack_pos: Any, depth: Any) -> Any:
-    """The slot of the state that the backward loop reloads after reversing step
-    `end - 1` from the state before step `at`: the latest stored one, once the
-    state just used is freed if it was stored. It is computed at the end of the
-    iteration before and carried, so that the loads of the stored leaves share
-    one index, rather than each a copy of this arithmetic (a distinct kernel)."""
+def _reversing(end: Any, at: Any, stack_pos: Any, depth: Any) -> tuple:
+    """`(back, end, depth)` after an iteration from the state before step `at`:
+    whether it reverses step `end - 1` (`at == end - 1`), the steps then still to
+    reverse, and how many states are stored once the state just used is freed
+    (if it was stored)."""
     back = at == end - 1
-    freed = back & (get(stack_pos, jax.lax.max(depth - 1, 0)) == end - 1)
-    return get(order, jax.lax.max(depth - freed.astype(depth.dtype) - 1, 0))
+    end = end - back.astype(end.dtype)
+    freed = back & (get(stack_pos, jax.lax.max(depth - 1, 0)) == end)
+    return back, end, depth - freed.astype(depth.dtype)
+
+
+def _reload_slot(order: Any, end: Any, at: Any, stack_pos: Any, depth: Any) -> Any:
+    """The slot of the state that the next iteration reloads should it reverse a
+    step: the latest one stored after it (`_reversing`). It is computed at the end
+    of the iteration before and carried, so that the loads of the stored leaves
+    share one index, rather than each a copy of this arithmetic (a distinct
+    kernel)."""
+    _, _, depth = _reversing(end, at, stack_pos, depth)
+    return get(order, jax.lax.max(depth - 1, 0))
 
 
 class _Sweep(NamedTuple):
@@ -120,14 +130,12 @@ class _Reversal:
     def one(self, s: _Sweep, order: Any) -> _Sweep:
         # Under `vmap` the loop runs while any batch element has steps left; the
         # others keep `cur`, so that no step sees a state the loop never reached.
-        active, back = running(s.end > 0), s.at == s.end - 1
+        active = running(s.end > 0)
+        # reversed: free the top slot if it held the state just used, reload
+        back, end, depth = _reversing(s.end, s.at, s.stack_pos, s.depth)
         target = self.target(s)
         out, pull = self.linearised(self.with_bufs(s.cur))
         cts, ct_body = jax.lax.cond(back, pull, lambda c: c, (s.cts, s.ct_body))
-        end = s.end - back.astype(s.end.dtype)
-        # reversed: free the top slot if it held the state just used, reload
-        done = back & (get(s.stack_pos, jax.lax.max(s.depth - 1, 0)) == end)
-        depth = s.depth - done.astype(s.depth.dtype)
         top = jax.lax.max(depth - 1, 0)
         stored = [get(b, s.reload) for b in s.saved]
         cur = [
