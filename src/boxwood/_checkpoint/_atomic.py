@@ -13,9 +13,10 @@ import ctypes
 import os
 import pathlib
 import secrets
-import sys
 from collections.abc import Callable, Iterator, Set
 from typing import BinaryIO
+
+from ._libc import linux_function
 
 _TMP_INFIX = ".tmp-"
 
@@ -62,19 +63,11 @@ def remove_stale_tmp(target: pathlib.Path, active: Set[str] = frozenset()) -> li
     return removed
 
 
-def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNC_FILE_RANGE = _sync_file_range()
+_SYNC_FILE_RANGE = linux_function(
+    "sync_file_range",
+    (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint),
+    ctypes.c_int,
+)
 _SYNC_FILE_RANGE_WRITE = 2  # start writing the range's dirty pages; do not wait
 
 

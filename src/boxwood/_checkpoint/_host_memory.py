@@ -26,13 +26,13 @@ import contextlib
 import contextvars
 import ctypes
 import mmap
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
 from ._format import ALIGNMENT
+from ._libc import linux_function
 
 # Buffers at least this large are a private anonymous mapping of their own (page
 # aligned, given back to the system as soon as they are freed).
@@ -78,20 +78,6 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return raw.view(dtype).reshape(shape)
 
 
-def _madvise() -> Callable[[int, int, int], int] | None:
-    """libc's `madvise` through ctypes (which lets go of the GIL during the call,
-    where `mmap.madvise` keeps it); `None` off Linux."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    function.restype = ctypes.c_int
-    return function
-
-
 class LoadRegion:
     """`nbytes` of fresh memory handed out in order, each piece 64-byte aligned
     (`take`), while a helper thread faults its pages in from the end.
@@ -120,7 +106,9 @@ class LoadRegion:
         return self._bytes[start : start + nbytes]
 
     def _populate(self) -> None:
-        madvise = _madvise()
+        madvise = linux_function(
+            "madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+        )
         if madvise is None:
             return
         base, size = self._bytes.ctypes.data, self._bytes.size
