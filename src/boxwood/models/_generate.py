@@ -30,7 +30,7 @@ from ._sampling import (
 # this), so that nearby lengths share one compiled program.
 MIN_BUCKET = 16
 
-_decode = filter_jit(decode_loop)
+_decode: Callable[..., Array] = filter_jit(decode_loop)  # (NumPy or JAX arrays)
 
 
 def bucket(length: int) -> int:
