@@ -130,6 +130,14 @@ def test_on_error_nan_records_nothing():
     assert jnp.isnan(out).all() and _errors.failure_mark() == since
 
 
+# These simulate an asynchronous backend on the CPU, where a compiled call's
+# failure arrives with the call.
+simulated = pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="simulates an asynchronous backend on the CPU",
+)
+
+
 def _swallowing(jitted):
     """`jitted` as an asynchronous backend calls it: the call returns before its
     computation fails (on the CPU the failure arrives with the call)."""
@@ -154,6 +162,7 @@ def _checked(message):
     return checked
 
 
+@simulated
 def test_a_failed_check_raises_at_the_next_call_without_waiting(monkeypatch):
     waited = []
     monkeypatch.setattr(jax, "block_until_ready", lambda x: waited.append(x) or x)
@@ -168,6 +177,7 @@ def test_a_failed_check_raises_at_the_next_call_without_waiting(monkeypatch):
     assert waited == []
 
 
+@simulated
 def test_a_failure_claimed_at_a_wait_is_not_raised_again():
     checked = _checked("claimed where waited for")
     checked(-jnp.ones(2))
@@ -177,6 +187,7 @@ def test_a_failure_claimed_at_a_wait_is_not_raised_again():
     np.testing.assert_array_equal(checked(jnp.ones(2)), jnp.ones(2))
 
 
+@simulated
 def test_a_dispatch_refused_after_a_failure_raises_the_failure():
     checked = _checked("noted while dispatching")
     serial = _errors._FAILED.record("noted while dispatching")
@@ -205,10 +216,12 @@ def test_the_outermost_owner_notes_a_nested_check():
     _errors._FAILED.take(outer.failed)
 
 
+@simulated
 def test_off_the_cpu_filter_jit_never_waits(monkeypatch):
     from boxwood._jit import _checks
 
     monkeypatch.setattr(_checks.jax, "default_backend", lambda: "tpu")
+    monkeypatch.delenv("BOXWOOD_SYNC_CHECKS", raising=False)
     waited = []
     monkeypatch.setattr(jax, "block_until_ready", lambda x: waited.append(x) or x)
 
@@ -223,6 +236,7 @@ def test_off_the_cpu_filter_jit_never_waits(monkeypatch):
         checked(jnp.array(-1.0))  # (the CPU fails it during the call)
 
 
+@simulated
 def test_sync_checks_wait_for_every_call(monkeypatch):
     from boxwood._jit import _checks
 
@@ -273,6 +287,10 @@ def test_the_fixture_sets_highest_precision_for_compiled_products():
     assert "HIGHEST" in jax.jit(jnp.dot).lower(a, a).as_text()
 
 
+@pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="off the CPU every test runs at highest precision (conftest.py)",
+)
 def test_without_the_fixture_the_default_precision_holds():
     assert jax.config.jax_default_matmul_precision is None
 
