@@ -1,5 +1,6 @@
 import contextlib
 import gc
+import os
 
 import jax
 import jax.random as jr
@@ -7,6 +8,26 @@ import pytest
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+ON_CPU = jax.default_backend() == "cpu"
+if not ON_CPU:
+    # The suite checks that a failed `error_if` raises from the call, as on the
+    # CPU; off it `filter_jit` calls return before they run unless told to wait
+    # (tests/test_backend_portability.py checks the asynchronous path itself).
+    os.environ.setdefault("BOXWOOD_SYNC_CHECKS", "1")
+
+
+@pytest.fixture(autouse=True)
+def _full_float32_products_off_the_cpu():
+    """The suite's float32 tolerances were measured on the CPU, whose matrix
+    products are full float32; a TPU's or GPU's default rounds their operands
+    (bfloat16 or TF32). Off the CPU every test runs at `highest` precision; on
+    the CPU this fixture does nothing (the programs compiled there are unchanged)."""
+    if ON_CPU:
+        yield
+        return
+    with jax.default_matmul_precision("highest"):
+        yield
 
 
 @pytest.fixture(autouse=True)

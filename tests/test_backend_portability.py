@@ -130,22 +130,133 @@ def test_on_error_nan_records_nothing():
     assert jnp.isnan(out).all() and _errors.failure_mark() == since
 
 
-def test_raising_checks_are_counted_when_traced():
-    before = _errors.checks_traced()
-    jax.make_jaxpr(lambda x: bw.error_if(x, x < 0, "m"))(jnp.ones(2))
-    assert _errors.checks_traced() == before + 1
-    jax.make_jaxpr(lambda x: bw.error_if(x, x < 0, "m", on_error="nan"))(jnp.ones(2))
-    bw.error_if(jnp.ones(2), False, "known at trace time")
-    assert _errors.checks_traced() == before + 1
+# These simulate an asynchronous backend on the CPU, where a compiled call's
+# failure arrives with the call.
+simulated = pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="simulates an asynchronous backend on the CPU",
+)
 
 
-def test_wait_for_checks_blocks_off_the_cpu(monkeypatch):
+def _swallowing(jitted):
+    """`jitted` as an asynchronous backend calls it: the call returns before its
+    computation fails (on the CPU the failure arrives with the call)."""
+
+    def call(*args):
+        try:
+            return jitted(*args)
+        except (jax.errors.JaxRuntimeError, ValueError) as error:
+            call.errors.append(error)
+            return None
+
+    call.errors = []
+    return call
+
+
+def _checked(message):
+    from boxwood._jit import _checks
+
+    fn = lambda x: bw.error_if(x, x < 0, message)  # noqa: E731
+    checked = _checks.CheckedJit(fn, {})
+    checked.jitted = _swallowing(checked.jitted)
+    return checked
+
+
+@simulated
+def test_a_failed_check_raises_at_the_next_call_without_waiting(monkeypatch):
     waited = []
     monkeypatch.setattr(jax, "block_until_ready", lambda x: waited.append(x) or x)
-    out = jnp.ones(2)
-    assert _errors.wait_for_checks(out) is out and waited == []  # CPU: no wait
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert _errors.wait_for_checks(out) is out and waited == [out]
+    checked = _checked("x must be >= 0, async")
+    checked(jnp.ones(2))
+    assert checked(-jnp.ones(2)) is None  # queued: the failure is not seen yet
+    assert checked.failed  # noted by the check's host callback
+    with pytest.raises(bw.BoxwoodRuntimeError, match="^x must be >= 0, async") as info:
+        checked(jnp.ones(2))  # the next call raises it before it runs
+    assert "BOXWOOD_ON_ERROR=breakpoint" in str(info.value)
+    np.testing.assert_array_equal(checked(jnp.ones(2)), jnp.ones(2))  # once
+    assert waited == []
+
+
+@simulated
+def test_a_failure_claimed_at_a_wait_is_not_raised_again():
+    checked = _checked("claimed where waited for")
+    checked(-jnp.ones(2))
+    # the program waited first and recovered the check's error from JAX's report
+    recovered = _errors.as_boxwood_error(checked.jitted.errors[0])
+    assert str(recovered) == "claimed where waited for"
+    np.testing.assert_array_equal(checked(jnp.ones(2)), jnp.ones(2))
+
+
+@simulated
+def test_a_dispatch_refused_after_a_failure_raises_the_failure():
+    checked = _checked("noted while dispatching")
+    serial = _errors._FAILED.record("noted while dispatching")
+
+    def refuse(*args):
+        checked.failed = serial  # the host callback notes it as the call is queued
+        raise jax.errors.JaxRuntimeError("INTERNAL: an input buffer holds an error")
+
+    checked.jitted = refuse
+    with pytest.raises(bw.BoxwoodRuntimeError, match="^noted while dispatching"):
+        checked(jnp.ones(2))
+
+
+def test_the_outermost_owner_notes_a_nested_check():
+    class Owner:
+        failed = 0
+
+    outer, inner = Owner(), Owner()
+    x = -jnp.ones(2)
+    with _errors.note_failures(outer), _errors.note_failures(inner):
+        fresh = lambda y: bw.error_if(y, y < 0, "nested check")  # noqa: E731
+        compiled = jax.jit(fresh).lower(x).compile()
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError), match="nested"):
+        jax.block_until_ready(compiled(x))
+    assert outer.failed and not inner.failed
+    _errors._FAILED.take(outer.failed)
+
+
+@simulated
+def test_off_the_cpu_filter_jit_never_waits(monkeypatch):
+    from boxwood._jit import _checks
+
+    monkeypatch.setattr(_checks.jax, "default_backend", lambda: "tpu")
+    monkeypatch.delenv("BOXWOOD_SYNC_CHECKS", raising=False)
+    waited = []
+    monkeypatch.setattr(jax, "block_until_ready", lambda x: waited.append(x) or x)
+
+    @bw.filter_jit
+    def checked(x):
+        return bw.error_if(x, x < 0, "x must be >= 0")
+
+    checked(jnp.array(1.0))
+    checked(jnp.array(2.0))  # warm
+    assert waited == []
+    with pytest.raises(bw.BoxwoodRuntimeError, match="x must be >= 0"):
+        checked(jnp.array(-1.0))  # (the CPU fails it during the call)
+
+
+@simulated
+def test_sync_checks_wait_for_every_call(monkeypatch):
+    from boxwood._jit import _checks
+
+    monkeypatch.setattr(_checks.jax, "default_backend", lambda: "tpu")
+    monkeypatch.setenv("BOXWOOD_SYNC_CHECKS", "1")
+    waited = []
+    monkeypatch.setattr(jax, "block_until_ready", lambda x: waited.append(x) or x)
+    f = bw.filter_jit(lambda x: x + 1)
+    f(jnp.ones(2))
+    f(jnp.ones(2))
+    assert len(waited) == 2
+
+
+def test_on_the_cpu_the_inner_jit_is_not_wrapped(monkeypatch):
+    from boxwood._jit import _checks
+
+    monkeypatch.setattr(_checks.jax, "default_backend", lambda: "cpu")
+    assert not isinstance(_checks.checked_jit(lambda x: x, {}), _checks.CheckedJit)
+    monkeypatch.setattr(_checks.jax, "default_backend", lambda: "gpu")
+    assert isinstance(_checks.checked_jit(lambda x: x, {}), _checks.CheckedJit)
 
 
 # ------------------------------------------------------------------ precision
@@ -176,6 +287,10 @@ def test_the_fixture_sets_highest_precision_for_compiled_products():
     assert "HIGHEST" in jax.jit(jnp.dot).lower(a, a).as_text()
 
 
+@pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="off the CPU every test runs at highest precision (conftest.py)",
+)
 def test_without_the_fixture_the_default_precision_holds():
     assert jax.config.jax_default_matmul_precision is None
 
@@ -225,38 +340,3 @@ def test_the_two_process_reference_runs_on_the_cpu(monkeypatch):
     np.testing.assert_array_equal(got[0], want[0])
     for a, b in zip(got[1], want[1], strict=True):
         np.testing.assert_array_equal(a, b)
-
-
-def test_off_the_cpu_a_function_holding_a_check_waits_inside_the_call(monkeypatch):
-    # Off the CPU a compiled call returns before it runs: `filter_jit` waits for the
-    # results of functions whose code holds a raising check (only those), so the
-    # check's error is raised by the call, with its own type and message.
-    from boxwood._jit import _checks
-
-    monkeypatch.setattr(_checks.jax, "default_backend", lambda: "gpu")
-    waited = []
-    monkeypatch.setattr(_checks, "wait_for_checks", lambda r: waited.append(r) or r)
-
-    @bw.filter_jit
-    def checked(x):
-        return bw.error_if(x, x < 0, "x must be >= 0")
-
-    @bw.filter_jit
-    def unchecked(x):
-        return x + 1
-
-    checked(jnp.array(1.0))
-    checked(jnp.array(2.0))  # warm
-    assert len(waited) == 2
-    unchecked(jnp.array(1.0))
-    unchecked(jnp.array(2.0))
-    assert len(waited) == 2
-    with pytest.raises(bw.BoxwoodRuntimeError, match="x must be >= 0"):
-        checked(jnp.array(-1.0))
-
-
-def test_on_the_cpu_the_inner_jit_is_not_wrapped():
-    from boxwood._jit import _checks
-
-    jitted = jax.jit(lambda x: x)
-    assert _checks.for_backend(jitted) is jitted

@@ -57,6 +57,9 @@ ALLOWED = {
     ("src/boxwood/_errors.py", "raise_as_boxwood_error", "BoxwoodRuntimeError"): (
         "carries the message the user gave error_if, plus a debugging hint"
     ),
+    ("src/boxwood/_errors.py", "raise_failure", "BoxwoodRuntimeError"): (
+        "carries the message the user gave error_if, plus a debugging hint"
+    ),
     ("src/boxwood/_errors.py", "_raise_branch.raises", "BoxwoodRuntimeError"): (
         "carries the message the user gave branched_error_if"
     ),

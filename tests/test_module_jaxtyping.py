@@ -2,7 +2,6 @@
 `jaxtyping.install_import_hook` does to every class): rebuilding never goes
 through the decorated `__init__`, and type errors are jaxtyping's own."""
 
-import beartype
 import jax
 import jax.numpy as jnp
 import jaxtyping
@@ -10,6 +9,8 @@ import pytest
 from jaxtyping import Array, Float
 
 import boxwood as bw
+
+beartype = pytest.importorskip("beartype")  # an optional test dependency
 
 
 def _checked(cls):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import threading
 import warnings
+import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -62,10 +64,11 @@ class _FailedChecks:
         self._serials = itertools.count(1)
         self._last = 0
 
-    def record(self, message: str) -> None:
+    def record(self, message: str) -> int:
         with self._lock:
             self._last = next(self._serials)
             self._log.append((self._last, message))
+            return self._last
 
     def mark(self) -> int:
         return self._last  # one read of an int: atomic
@@ -85,6 +88,16 @@ class _FailedChecks:
             if found is not None:
                 self._log.remove(found)
         return None if found is None else found[1]
+
+    def take(self, serial: int) -> str | None:
+        """The message of the failure numbered `serial`, removed from the log
+        (`None` if it was claimed already, or dropped by the bound)."""
+        with self._lock:
+            for record in self._log:
+                if record[0] == serial:
+                    self._log.remove(record)
+                    return record[1]
+        return None
 
     def discard(self, message: str) -> None:
         """Drop the newest record of `message` (its report was recovered)."""
@@ -115,6 +128,15 @@ def raise_as_boxwood_error(error: BaseException, since: int | None = None) -> No
     found = as_boxwood_error(error, since)
     if found is not None:
         raise BoxwoodRuntimeError(str(found) + _HINT) from None
+
+
+def raise_failure(serial: int) -> None:
+    """Raise the [`boxwood.BoxwoodRuntimeError`][] of the failed check numbered
+    `serial` (see `note_failures`), unless its failure was claimed already; then
+    return."""
+    message = _FAILED.take(serial)
+    if message is not None:
+        raise BoxwoodRuntimeError(message + _HINT) from None
 
 
 def as_boxwood_error(
@@ -154,30 +176,27 @@ def as_boxwood_error(
     return None if message is None else BoxwoodRuntimeError(message)
 
 
-_TRACED = threading.local()  # `n`: raising checks this thread has traced
+_OWNER = threading.local()  # `current`: what notes the checks being traced
 
 
-def checks_traced() -> int:
-    """How many raising checks (`on_error="raise"`, predicate not known at trace
-    time) this thread has traced so far. A compiled-function wrapper compares the
-    count before and after tracing a function to learn whether its compiled code
-    holds one, and so whether to `wait_for_checks` on its results. (A check inside
-    a nested `jax.jit` that JAX had already traced is not traced again, and not
-    counted.)"""
-    return getattr(_TRACED, "n", 0)
+@contextlib.contextmanager
+def note_failures(owner: Any) -> Iterator[None]:
+    """While this thread traces in this block, each raising check traced notes its
+    failure on `owner` (held weakly): when the check's host callback raises, it
+    sets `owner.failed` to the failure's serial number, which `raise_failure`
+    turns into the check's error. An enclosing block's owner is kept: a compiled
+    function traced inside another belongs to the outer one's program.
 
-
-def wait_for_checks(result: Any) -> Any:
-    """`result`, once computed: a check that failed while computing it raises here,
-    inside the caller's `try`, not later wherever the result is first used.
-
-    Off the CPU (a GPU, a TPU) a compiled call returns before its computation has
-    run, and a failed host callback's error reaches Python only when a result is
-    waited for. On the CPU the error already arrives with the call, and this
-    returns `result` at once."""
-    if jax.default_backend() != "cpu":
-        jax.block_until_ready(result)
-    return result
+    This is how a compiled function learns, without waiting for its results, that
+    an earlier call of its own failed a check (`_jit/_checks.py`)."""
+    if getattr(_OWNER, "current", None) is not None:
+        yield
+        return
+    _OWNER.current = weakref.ref(owner)
+    try:
+        yield
+    finally:
+        _OWNER.current = None
 
 
 _ON_ERROR = ("raise", "nan", "breakpoint", "off")
@@ -225,10 +244,14 @@ _QUIET = _QuietFailedChecks()
 
 def _raise_branch(leaves: list, index: Any, msgs: tuple) -> list:
     logging.getLogger("jax._src.callback").addFilter(_QUIET)  # once: a set
+    owner = getattr(_OWNER, "current", None)  # (see `note_failures`)
 
     def raises(i: Any) -> Any:
         message = msgs[int(i)]
-        _FAILED.record(message)
+        serial = _FAILED.record(message)
+        noted = None if owner is None else owner()
+        if noted is not None:
+            noted.failed = serial
         raise BoxwoodRuntimeError(message)
 
     return jax.pure_callback(
@@ -347,8 +370,6 @@ def branched_error_if(
             f"{type(x).__name__} {x!r} with none. Pass an array the computation uses."
         )
     checked = _check([leaves[i] for i in where], pred, index, msgs, on_error)
-    if on_error == "raise":
-        _TRACED.n = checks_traced() + 1
     for i, value in zip(where, checked):
         leaves[i] = value
     return treedef.unflatten(leaves)
@@ -395,9 +416,12 @@ def error_if(x: Any, pred: Any, msg: str, *, on_error: str = "default") -> Any:
 
     Inside `boxwood.filter_jit`, in eager code and for a `pred` known at trace time,
     the error is a `BoxwoodRuntimeError`. Under a plain `jax.jit` it reaches Python as
-    a `jax.errors.JaxRuntimeError` whose message contains `BoxwoodRuntimeError: <msg>`;
-    on a GPU or TPU, where JAX dispatches asynchronously, it arrives only where the
-    result is waited for (`jax.block_until_ready`, a conversion to NumPy).
+    a `jax.errors.JaxRuntimeError` whose message contains `BoxwoodRuntimeError: <msg>`.
+    On a GPU or TPU, where JAX dispatches asynchronously, a `filter_jit` call never
+    waits for its results: a failed check raises its `BoxwoodRuntimeError` at the
+    next call of the same function, or JAX's runtime error wherever a result is
+    waited for first (`jax.block_until_ready`, a conversion to NumPy), whichever
+    comes first; `BOXWOOD_SYNC_CHECKS=1` makes each call wait, as on the CPU.
 
     >>> import boxwood, jax, jax.numpy as jnp
     >>> @jax.jit

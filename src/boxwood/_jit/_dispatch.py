@@ -237,7 +237,7 @@ class Dispatch:
             leading=self.leading,
             watch_methods=self.watch_methods,
         )
-        return _checks.for_backend(jax.jit(inner, **self.jit_options(plan)))
+        return _checks.checked_jit(inner, self.jit_options(plan))
 
     def jit_options(self, plan: Plan) -> dict[str, Any]:
         """Keyword arguments for the inner `jax.jit` of one plan.

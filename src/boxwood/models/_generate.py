@@ -4,6 +4,7 @@ bucket, new-token bucket, sampling mode)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +30,7 @@ from ._sampling import (
 # this), so that nearby lengths share one compiled program.
 MIN_BUCKET = 16
 
-_decode = filter_jit(decode_loop)
+_decode: Callable[..., Array] = filter_jit(decode_loop)  # (NumPy or JAX arrays)
 
 
 def bucket(length: int) -> int:
@@ -137,14 +138,15 @@ def generate(
             f"exceed the model's {model.max_positions} positions."
         )
     padded, pads, start = _layout(name, model, prompts, pad_id)
-    knobs = jnp.asarray(
-        [temperature if not mode.greedy else 1.0, top_p or 1.0], jnp.float32
+    # host values go with the call (one transfer), not one device array each
+    knobs = np.asarray(
+        [temperature if not mode.greedy else 1.0, top_p or 1.0], np.float32
     )
     with Stream(callback, single) as stream:
         new = _decode(
-            model, padded, pads, jnp.int32(start), jnp.int32(max_new_tokens),
-            key if key is not None else jax.random.key(0), knobs,
-            _end_slots(ends), jnp.int32(pad_id),
+            model, padded, pads, np.int32(start), np.int32(max_new_tokens),
+            key if key is not None else _unused_key(), knobs,
+            _end_slots(ends), np.int32(pad_id),
             stream.id, min(bucket(max_new_tokens), model.max_positions), mode,
             callback is not None,
         )  # fmt: skip
@@ -152,12 +154,18 @@ def generate(
     return _joined(prompts, new, pad_id, single)
 
 
-def _end_slots(ends: tuple[int, ...]) -> Array:
+@functools.cache
+def _unused_key() -> PRNGKeyArray:
+    """The key greedy decoding passes (made once: making one runs on the device)."""
+    return jax.random.key(0)
+
+
+def _end_slots(ends: tuple[int, ...]) -> np.ndarray:
     """The end ids in a few slots (4, or the next power of two), the rest -1 (no
     token), so that a call with or without end tokens shares the compiled loop."""
     slots = np.full(max(4, 1 << (len(ends) - 1).bit_length()), -1, np.int32)
     slots[: len(ends)] = ends
-    return jnp.asarray(slots)
+    return slots
 
 
 def _causal_lm_name(model: Any) -> str:
@@ -187,6 +195,8 @@ def _prompts(name: str, input_ids: Any, vocab: int) -> tuple[list[np.ndarray], b
             return [_prompt(name, np.asarray(input_ids), vocab)], True
         rows = [_batch_row(name, i, p, vocab) for i, p in enumerate(input_ids)]
         return rows, False
+    if isinstance(input_ids, jax.Array) and not isinstance(input_ids, jax.core.Tracer):
+        input_ids = np.asarray(input_ids)  # one transfer, not one per row
     ndim = np.ndim(input_ids)
     if ndim == 1:
         return [_prompt(name, input_ids, vocab)], True
@@ -274,8 +284,8 @@ def _batch_row(name: str, i: int, ids: Any, vocab: int) -> np.ndarray:
 
 def _layout(
     name: str, model: Any, prompts: list[np.ndarray], pad_id: int
-) -> tuple[Array, Array | None, int]:
-    """The prompts in one `(batch, bucket)` array and the slot of the first new
+) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """The prompts in one `(batch, bucket)` host array and the slot of the first new
     token. Prompts of one length are right-padded (the causal mask hides the
     padding and the new tokens overwrite it); prompts of several lengths are
     left-padded, each row's padding given to `decode` as `pad`."""
@@ -285,7 +295,7 @@ def _layout(
     padded = np.full((len(prompts), width), pad_id, np.int32)
     if len(lengths) == 1:
         padded[:, :longest] = np.stack(prompts)
-        return jnp.asarray(padded), None, longest
+        return padded, None, longest
     if "pad" not in inspect.signature(model.decode).parameters:
         raise TypeError(
             f"`generate`: {name}.decode takes no `pad`, which prompts of different "
@@ -294,7 +304,7 @@ def _layout(
     for row, prompt in zip(padded, prompts):
         row[width - len(prompt) :] = prompt
     pads = np.asarray([width - len(p) for p in prompts], np.int32)
-    return jnp.asarray(padded), jnp.asarray(pads), width
+    return padded, pads, width
 
 
 def _joined(

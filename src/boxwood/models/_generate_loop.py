@@ -33,7 +33,7 @@ class Stream:
         self.single = single
         self.error: BaseException | None = None
         self.number = next(_IDS) % 2**31
-        self.id = jnp.int32(self.number)
+        self.id = np.int32(self.number)  # sent with the call
 
     def __enter__(self) -> Stream:
         _STREAMS[self.number] = self
