@@ -144,7 +144,7 @@ class BertForMaskedLM(BertHead):
         hidden, _ = self._hidden(input_ids, attention_mask, token_type_ids, key)
         head = self.cls.predictions
         table = self.bert.embeddings.word_embeddings.weight
-        return head.transform(hidden) @ table.T + head.bias
+        return head.transform(hidden) @ table.T + head.bias[None, :]
 
     def loss(
         self, logits: Float[Array, "*batch vocab_size"], labels: Int[Array, "*batch"]

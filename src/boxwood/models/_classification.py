@@ -144,7 +144,7 @@ def _cross_entropy(logits: Array, labels: Array) -> Array:
     log_probs = jax.nn.log_softmax(logits, axis=-1)
     picked = jnp.take_along_axis(log_probs, safe[..., None], axis=-1)[..., 0]
     total = jnp.sum(jnp.where(counted, -picked, 0.0))
-    return total / jnp.sum(counted)
+    return total / jnp.sum(counted).astype(total.dtype)
 
 
 def _check_label_shape(labels: Array, shape: tuple, where: str, what: str) -> None:
