@@ -114,3 +114,15 @@ def test_a_property_standing_in_for_a_field_is_kept_in_subclasses():
     assert Mid().k == 7
     assert Leaf().k == 7
     assert isinstance(Leaf.__dict__.get("k", Mid.__dict__["k"]), property)
+
+
+def test_a_field_named_cls_survives_a_rebuild():
+    # (`transformers`' BERT masked-LM head is named `cls`)
+    class Head(bw.Module):
+        cls: jax.Array
+        self: int = bw.field(static=True, default=1)
+
+    head = Head(jnp.ones(2))
+    again = jax.tree_util.tree_map(lambda x: 2 * x, head)
+    assert isinstance(again, Head) and again.self == 1
+    np.testing.assert_array_equal(again.cls, [2.0, 2.0])

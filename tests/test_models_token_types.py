@@ -23,7 +23,7 @@ CONFIG = bm.BertConfig(
 
 @pytest.fixture(scope="module")
 def model():
-    return bm.BertModel(CONFIG, key=jax.random.key(0))
+    return boxwood.nn.inference_mode(bm.BertModel(CONFIG, key=jax.random.key(0)))
 
 
 IDS = jnp.asarray([3, 4, 5, 6])

@@ -72,7 +72,7 @@ class _ModuleMeta(abc.ABCMeta):
             SLOTTED.add(cls)
         return cls
 
-    def __call__(cls, *args, **kwargs):
+    def __call__(cls, /, *args, **kwargs):  # (a field may be named `cls`)
         # JAX's rebuild (`_register.py`): the keywords, a fresh dict, become the
         # instance dict.
         if args or kwargs.get(REBUILD_NAME).__class__ is not StaticKey:

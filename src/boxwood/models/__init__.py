@@ -4,6 +4,11 @@ loaded from local `save_pretrained` directories; see README.md and docs/models.m
 from ._auto import from_pretrained as from_pretrained
 from ._bert import BertConfig as BertConfig
 from ._bert import BertModel as BertModel
+from ._bert_heads import BertForMaskedLM as BertForMaskedLM
+from ._bert_heads import (
+    BertForSequenceClassification as BertForSequenceClassification,
+)
+from ._bert_heads import BertForTokenClassification as BertForTokenClassification
 from ._config import ConfigError as ConfigError
 from ._config import IgnoredOptions as IgnoredOptions
 from ._generate import generate as generate

@@ -1,5 +1,5 @@
 """`from_pretrained` for any supported directory: the class is chosen from
-`config.json`'s `model_type`. Its own module, so that the model files import
+`config.json`'s `architectures`, else its `model_type`. Its own module, so that the model files import
 `_pretrained` (their base class) and nothing imports them back."""
 
 from __future__ import annotations
@@ -8,6 +8,11 @@ import os
 from typing import Any
 
 from ._bert import BertModel
+from ._bert_heads import (
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from ._checkpoint_files import config_path
 from ._config import ConfigError, read_json
 from ._gpt2 import GPT2LMHeadModel
@@ -15,9 +20,13 @@ from ._llama import LlamaForCausalLM
 from ._llama_variants import GemmaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from ._vit import ViTForImageClassification
 
+# Further classes of a `model_type`, chosen by the file's `architectures`.
+_HEADS = (BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification)
+
 
 def pretrained_classes() -> dict[str, type]:
-    """The model classes by `model_type`."""
+    """The model class of each `model_type` (used where the file's
+    `architectures` names none of `architecture_classes`)."""
     classes = (
         GPT2LMHeadModel,
         LlamaForCausalLM,
@@ -30,11 +39,18 @@ def pretrained_classes() -> dict[str, type]:
     return {c.config_class.model_type: c for c in classes}
 
 
+def architecture_classes() -> dict[str, type]:
+    """The classes chosen by name from `config.json`'s `architectures`."""
+    return {c.__name__: c for c in (*pretrained_classes().values(), *_HEADS)}
+
+
 def from_pretrained(
     path: str | os.PathLike, *, dtype: Any = None, mesh: Any = None, rules: Any = None
 ) -> Any:
     """Load the model in a local `save_pretrained` directory, choosing the class
-    from `config.json`'s `model_type`.
+    from `config.json`'s `architectures` (`BertForMaskedLM`,
+    `BertForSequenceClassification`, `BertForTokenClassification`), else from
+    its `model_type` (`BertModel` for other BERT files).
 
     Reads files only; never uses the network. See `GPT2LMHeadModel.from_pretrained`
     for the arguments; the supported `model_type`s are `gpt2`, `llama`,
@@ -54,5 +70,11 @@ def from_pretrained(
             f"supported: {', '.join(sorted(classes))}."
         )
     cls = classes[model_type]
+    named = architecture_classes()
+    for architecture in options.get("architectures") or ():
+        chosen = named.get(architecture)
+        if chosen is not None and chosen.config_class is cls.config_class:
+            cls = chosen
+            break
     config = cls.config_class.from_dict(options, cfg_file)
     return cls._load(directory, config, dtype, mesh, rules)

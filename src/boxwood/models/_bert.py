@@ -13,9 +13,26 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._init import split_keys
 from .._module import Module, field
 from .._tree import tree_at
-from ..nn import Embedding, LayerNorm, Linear, MultiheadAttention, Stacked
+from ..nn import Dropout, Embedding, LayerNorm, Linear, MultiheadAttention, Stacked
 from ._checkpoint_files import FileLayout
+from ._classification import (
+    DEFAULT_LABELS,
+    check_problem_type,
+    read_labels,
+    write_labels,
+)
 from ._config import ConfigError, ModelConfig, false_or_unset
+from ._encoder_training import (
+    check_key,
+    check_rates,
+    layer_keys,
+    linear,
+    loaded_for_inference,
+    normal_init,
+    split_or_none,
+    zero_row,
+    zeros_init,
+)
 from ._id_ranges import check_ids_below
 from ._layers import activation, check_input_ids, supported_activation
 from ._pretrained import Pretrained
@@ -24,7 +41,16 @@ from ._pretrained import Pretrained
 @dataclasses.dataclass(frozen=True)
 class BertConfig(ModelConfig):
     """The options of a BERT `config.json` that boxwood implements (names and
-    defaults as in `transformers.BertConfig`)."""
+    defaults as in `transformers.BertConfig`; `labels` is `id2label` as a tuple,
+    read by the classification heads).
+
+    `hidden_dropout_prob` (embeddings, attention and MLP outputs),
+    `attention_probs_dropout_prob` (attention weights) and `classifier_dropout`
+    (the classification heads' input; `None`: `hidden_dropout_prob`) are the
+    dropout rates of training; `initializer_range` the standard deviation of
+    the random initialisation; `problem_type` chooses the loss of
+    `BertForSequenceClassification` (see its `loss`).
+    """
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -35,12 +61,18 @@ class BertConfig(ModelConfig):
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    classifier_dropout: float | None = None
+    initializer_range: float = 0.02
+    labels: tuple[str, ...] = DEFAULT_LABELS
+    problem_type: str | None = None
 
     model_type: ClassVar[str] = "bert"
     architecture: ClassVar[str] = "BertModel"
+    # `tie_word_embeddings` is read by `BertForMaskedLM` (which needs it true)
     IGNORED: ClassVar[frozenset[str]] = frozenset(
-        {"hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"}
-        | {"tie_word_embeddings", "gradient_checkpointing"}
+        {"tie_word_embeddings", "gradient_checkpointing"}
     )
     REQUIRED: ClassVar[dict] = {
         "position_embedding_type": (
@@ -51,37 +83,82 @@ class BertConfig(ModelConfig):
         "add_cross_attention": (false_or_unset, "only `false` (no cross-attention)"),
     }
 
+    @classmethod
+    def from_dict(cls, options: Any, source: str = "") -> BertConfig:
+        where = f"{source}: " if source else ""
+        return super().from_dict(read_labels(options, where), source)
+
     def validate(self, where: str) -> None:
         if not supported_activation(self.hidden_act):
             raise ConfigError(
                 f"{where}the option `hidden_act` = {self.hidden_act!r} is not supported."
             )
+        check_rates(self, where, self.DROPOUT_RATES)
+        check_problem_type(self.problem_type, self.num_labels, where)
+
+    DROPOUT_RATES: ClassVar[tuple[str, ...]] = (
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "classifier_dropout",
+    )
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+    @property
+    def classifier_rate(self) -> float:
+        """The classification heads' dropout: `classifier_dropout`, else
+        `hidden_dropout_prob`."""
+        if self.classifier_dropout is None:
+            return self.hidden_dropout_prob
+        return self.classifier_dropout
+
+    def to_dict(self) -> dict[str, Any]:
+        return write_labels(super().to_dict())
 
 
 class BertEmbeddings(Module):
+    """The sum of the token, segment and position embeddings, normalised.
+
+    As `torch.nn.Embedding(padding_idx=pad_token_id)` in `transformers`, the
+    padding token's row starts at zero and its lookups pass no gradient to it.
+    """
+
     word_embeddings: Embedding
     position_embeddings: Embedding
     token_type_embeddings: Embedding
     LayerNorm: LayerNorm
+    dropout: Dropout
+    padding_idx: int | None = field(static=True)
 
     def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
         k1, k2, k3 = split_keys(key, 3)
         d = config.hidden_size
-        self.word_embeddings = Embedding(config.vocab_size, d, dtype=dtype, key=k1)
-        self.position_embeddings = Embedding(
-            config.max_position_embeddings, d, dtype=dtype, key=k2
+        table = lambda n, k: Embedding(
+            n, d, dtype=dtype, weight_init=normal_init(config.initializer_range), key=k
         )
-        self.token_type_embeddings = Embedding(
-            config.type_vocab_size, d, dtype=dtype, key=k3
+        self.padding_idx = config.pad_token_id
+        words = table(config.vocab_size, k1)
+        self.word_embeddings = tree_at(
+            lambda e: e.weight, words, zero_row(words.weight, self.padding_idx)
         )
+        self.position_embeddings = table(config.max_position_embeddings, k2)
+        self.token_type_embeddings = table(config.type_vocab_size, k3)
         self.LayerNorm = LayerNorm(d, eps=config.layer_norm_eps, dtype=dtype)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def __call__(self, input_ids: Array, token_type_ids: Array) -> Array:
+    def __call__(
+        self, input_ids: Array, token_type_ids: Array, key: PRNGKeyArray | None
+    ) -> Array:
         positions = jnp.arange(input_ids.shape[0])
         x = self.word_embeddings.weight[input_ids]
+        if self.padding_idx is not None:
+            padding = (input_ids == self.padding_idx)[:, None]
+            x = jnp.where(padding, jax.lax.stop_gradient(x), x)
         x = x + self.token_type_embeddings.weight[token_type_ids]
         x = x + self.position_embeddings.weight[positions]
-        return jax.vmap(self.LayerNorm)(x)
+        return self.dropout(jax.vmap(self.LayerNorm)(x), key=key)
 
 
 class BertAttention(Module):
@@ -90,17 +167,24 @@ class BertAttention(Module):
 
     attn: MultiheadAttention
     LayerNorm: LayerNorm
+    dropout: Dropout
 
     def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
         d = config.hidden_size
         self.attn = MultiheadAttention(
             config.num_attention_heads, d, use_query_bias=True, use_key_bias=True,
-            use_value_bias=True, use_output_bias=True, dtype=dtype, key=key,
+            use_value_bias=True, use_output_bias=True,
+            dropout_p=config.attention_probs_dropout_prob, dtype=dtype,
+            weight_init=normal_init(config.initializer_range), bias_init=zeros_init,
+            key=key,
         )  # fmt: skip
         self.LayerNorm = LayerNorm(d, eps=config.layer_norm_eps, dtype=dtype)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def __call__(self, x: Array, mask: Array) -> Array:
-        return jax.vmap(self.LayerNorm)(x + self.attn(x, x, x, mask))
+    def __call__(self, x: Array, mask: Array, key: PRNGKeyArray | None) -> Array:
+        k1, k2 = split_or_none(key, 2)
+        h = self.dropout(self.attn(x, x, x, mask, key=k1), key=k2)
+        return jax.vmap(self.LayerNorm)(x + h)
 
 
 class BertLayer(Module):
@@ -108,21 +192,25 @@ class BertLayer(Module):
     intermediate: Linear
     output: Linear
     output_norm: LayerNorm
+    dropout: Dropout
     act: str = field(static=True)
 
     def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
         k1, k2, k3 = split_keys(key, 3)
         d, inner = config.hidden_size, config.intermediate_size
         self.attention = BertAttention(config, dtype, key=k1)
-        self.intermediate = Linear(d, inner, dtype=dtype, key=k2)
-        self.output = Linear(inner, d, dtype=dtype, key=k3)
+        self.intermediate = linear(config, d, inner, dtype, k2)
+        self.output = linear(config, inner, d, dtype, k3)
         self.output_norm = LayerNorm(d, eps=config.layer_norm_eps, dtype=dtype)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         self.act = config.hidden_act
 
-    def __call__(self, x: Array, mask: Array) -> Array:
-        x = self.attention(x, mask)
+    def __call__(self, x: Array, mask: Array, key: PRNGKeyArray | None) -> Array:
+        k1, k2 = split_or_none(key, 2)
+        x = self.attention(x, mask, k1)
         h = activation(self.act, jax.vmap(self.intermediate)(x))
-        return jax.vmap(self.output_norm)(x + jax.vmap(self.output)(h))
+        h = self.dropout(jax.vmap(self.output)(h), key=k2)
+        return jax.vmap(self.output_norm)(x + h)
 
 
 class BertEncoder(Module):
@@ -136,9 +224,9 @@ class BertEncoder(Module):
             lambda k: BertLayer(config, dtype, key=k), config.num_hidden_layers, key=key
         )
 
-    def __call__(self, x: Array, mask: Array) -> Array:
-        step = lambda layer, h, _: (layer(h, mask), None)
-        return self.layer.scan(step, x)[0]
+    def __call__(self, x: Array, mask: Array, key: PRNGKeyArray | None) -> Array:
+        step = lambda layer, h, k: (layer(h, mask, k), None)
+        return self.layer.scan(step, x, layer_keys(key, self.layer.depth))[0]
 
 
 class BertModel(Pretrained):
@@ -166,7 +254,7 @@ class BertModel(Pretrained):
         (r"\.intermediate\.", ".intermediate.dense."),
         (r"\.output\.(weight|bias)$", r".output.dense.\1"),
         (r"\.output_norm\.", ".output.LayerNorm."),
-        (r"^pooler\.", "pooler.dense."),
+        (r"(^|\.)pooler\.(weight|bias)$", r"\1pooler.dense.\2"),
     )
     # `BertFor...` files prefix the body with `bert.`; older ones (as the Hub's
     # `bert-base-uncased`) name LayerNorm parameters `gamma`/`beta`.
@@ -186,37 +274,63 @@ class BertModel(Pretrained):
         r"embeddings\.position_ids|cls\..*|classifier\..*|qa_outputs\..*"
     )
 
-    def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
+    def __init__(
+        self,
+        config: BertConfig,
+        dtype: Any = None,
+        *,
+        add_pooling_layer: bool = True,
+        key: PRNGKeyArray,
+    ):
         """**Arguments:**
 
         - `config`: a [`boxwood.models.BertConfig`][].
         - `dtype`: the parameters' dtype (default float32).
-        - `key`: a `jax.random` key for the random initialisation. (Keyword only.)
+        - `add_pooling_layer`: whether the model has a pooler (`pooled`); the
+          bodies of `BertForMaskedLM` and `BertForTokenClassification` have
+          none. (Keyword only.)
+        - `key`: a `jax.random` key for the random initialisation, drawn as
+          `transformers` draws it: weights and embeddings from
+          `N(0, initializer_range)` (the padding token's row zero), biases zero,
+          LayerNorms ones and zeros. (Keyword only.)
+
+        The model is built in training mode (dropout active: call it with
+        `key=`); `from_pretrained` returns one in inference mode. Switch with
+        [`boxwood.nn.inference_mode`][].
         """
         k1, k2, k3 = split_keys(key, 3)
         dtype = dtype or jnp.float32
         self.embeddings = BertEmbeddings(config, dtype, key=k1)
         self.encoder = BertEncoder(config, dtype, key=k2)
-        self.pooler = Linear(
-            config.hidden_size, config.hidden_size, dtype=dtype, key=k3
-        )
+        d = config.hidden_size
+        self.pooler = linear(config, d, d, dtype, k3) if add_pooling_layer else None
         self.config = config
+
+    @classmethod
+    def _load(cls, *args: Any) -> Any:
+        return loaded_for_inference(super()._load(*args))
 
     def __call__(
         self,
         input_ids: Int[Array, " seq"],
         attention_mask: Int[Array, " seq"] | None = None,
         token_type_ids: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
     ) -> Float[Array, "seq hidden_size"]:
         """**Arguments:**
 
         - `input_ids`: token ids, shape `(seq,)`.
         - `attention_mask`: `1` (or `True`) for real tokens, `0` for padding,
-          shape `(seq,)`; default all real. Padding is never attended to.
+          shape `(seq,)`; default all real. Padding is never attended to. Any
+          other value raises `ValueError` (under `jit`, a `boxwood.error_if`).
         - `token_type_ids`: segment ids, shape `(seq,)`; default all `0`.
+        - `key`: a `jax.random` key for dropout, needed in training mode (a new
+          one each step). (Keyword only.)
 
         **Returns:** the last hidden state, `(seq, hidden_size)`.
         """
+        check_key(self, key, type(self).__name__)
         c = self.config
         input_ids = check_input_ids(
             "BertModel", input_ids, c.max_position_embeddings, c.vocab_size
@@ -227,9 +341,11 @@ class BertModel(Pretrained):
             _ids_like("token_type_ids", token_type_ids, seq, 0),
             c.type_vocab_size, "type_vocab_size",
         )  # fmt: skip
-        attention_mask = _ids_like("attention_mask", attention_mask, seq, 1)
+        attention_mask = _checked_mask(attention_mask, seq)
         mask = jnp.broadcast_to(attention_mask.astype(bool)[None, :], (seq, seq))
-        return self.encoder(self.embeddings(input_ids, token_type_ids), mask)
+        k1, k2 = split_or_none(key, 2)
+        x = self.embeddings(input_ids, token_type_ids, k1)
+        return self.encoder(x, mask, k2)
 
     def with_remat(self, remat: Any) -> Any:
         """A copy whose layers are rematerialised on the backward pass: `remat`
@@ -255,6 +371,17 @@ class BertModel(Pretrained):
                 "state (`model(input_ids)`), or a checkpoint with a pooler."
             )
         return jnp.tanh(self.pooler(hidden[0]))
+
+
+def _checked_mask(mask: Any, seq: int) -> Array:
+    """`attention_mask` of `seq` entries, each 0 or 1 (or a boolean)."""
+    mask = _ids_like("attention_mask", mask, seq, 1)
+    if mask.dtype == jnp.bool_:
+        return mask
+    return check_ids_below(
+        "BertModel", "attention_mask", mask, 2, "", rule="BertModel: "
+        "`attention_mask` must hold only 1 (a token to attend to) and 0 (padding)",
+    )  # fmt: skip
 
 
 def _ids_like(name: str, value: Any, seq: int, fill: int) -> Array:

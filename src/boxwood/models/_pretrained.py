@@ -53,6 +53,8 @@ class Pretrained(Module):
     DROPPED: ClassVar[str | None] = None
     LAYOUTS: ClassVar[tuple[FileLayout, ...]] = ()
     OPTIONAL_PARTS: ClassVar[tuple[str, ...]] = ()
+    # `save_pretrained`'s `architectures` entry, where not the config's own
+    ARCHITECTURE: ClassVar[str | None] = None
 
     def __check_init__(self) -> None:
         # The key/value cache's indices are named after their places now, so two
@@ -191,6 +193,8 @@ class Pretrained(Module):
         ]
         # every subclass declares its `config` field
         options = cast(Any, self).config.to_dict()
+        if self.ARCHITECTURE is not None:
+            options["architectures"] = [self.ARCHITECTURE]
         options["dtype"] = str(np.dtype(arrays[0][1].dtype))
         # each file crash-safely: a save that fails or is killed part way leaves
         # the directory's previous files whole (the weights are written first, so

@@ -23,6 +23,14 @@ _LAYER = r"(?:.*\.)?"
 # `boxwood.nn.Stacked` has `STACKED_FIELD` in that place of its leaves' paths.
 _INDEX = r"\.\d+\."
 _STACKED = rf"\.{STACKED_FIELD}\."
+_BERT = [
+    (
+        r"encoder\.layer\.\d+\.(attention\.attn\.(query|key|value)_proj|intermediate)",
+        "column",
+    ),
+    (r"encoder\.layer\.\d+\.(attention\.attn\.output_proj|output)", "row"),
+    (r"embeddings\.word_embeddings", "embed"),
+]
 _TENSOR_PARALLEL = {
     "GPT2LMHeadModel": [
         (r"transformer\.h\.\d+\.(attn\.c_attn|mlp\.c_fc)", "conv1d_column"),
@@ -35,14 +43,9 @@ _TENSOR_PARALLEL = {
         (r"model\.embed_tokens", "embed"),
         (r"lm_head", "row"),
     ],
-    "BertModel": [
-        (
-            r"encoder\.layer\.\d+\.(attention\.attn\.(query|key|value)_proj|intermediate)",
-            "column",
-        ),
-        (r"encoder\.layer\.\d+\.(attention\.attn\.output_proj|output)", "row"),
-        (r"embeddings\.word_embeddings", "embed"),
-    ],
+    # (the heads' `bert.` prefix is matched by the rules' leading `_LAYER`)
+    "BertModel": _BERT,
+    "BertHead": _BERT,
     "ViTForImageClassification": [
         (
             r"vit\.encoder\.layer\.\d+\.(attention\.(query|key|value)_proj|intermediate)",

@@ -14,8 +14,26 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .._init import split_keys
 from .._module import Module, field
 from .._tree import tree_at
-from ..nn import Conv2d, LayerNorm, Linear, MultiheadAttention, Stacked
+from ..nn import Conv2d, Dropout, LayerNorm, Linear, MultiheadAttention, Stacked
+from ._classification import (
+    DEFAULT_LABELS,
+    check_problem_type,
+    classification_loss,
+    read_labels,
+    write_labels,
+)
 from ._config import ConfigError, ModelConfig
+from ._encoder_training import (
+    check_key,
+    check_rates,
+    draw,
+    linear,
+    loaded_for_inference,
+    normal_init,
+    split_or_none,
+    truncated_init,
+    zeros_init,
+)
 from ._layers import activation, supported_activation
 from ._pretrained import Pretrained
 
@@ -23,7 +41,13 @@ from ._pretrained import Pretrained
 @dataclasses.dataclass(frozen=True)
 class ViTConfig(ModelConfig):
     """The options of a ViT `config.json` that boxwood implements (names and
-    defaults as in `transformers.ViTConfig`; `labels` is `id2label` as a tuple)."""
+    defaults as in `transformers.ViTConfig`; `labels` is `id2label` as a tuple).
+
+    `hidden_dropout_prob` (embeddings, attention and MLP outputs) and
+    `attention_probs_dropout_prob` (attention weights) are the dropout rates of
+    training, `initializer_range` the scale of the random initialisation,
+    `problem_type` the choice of loss (see `ViTForImageClassification.loss`).
+    """
 
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -35,23 +59,22 @@ class ViTConfig(ModelConfig):
     patch_size: int = 16
     num_channels: int = 3
     qkv_bias: bool = True
-    labels: tuple[str, ...] = ("LABEL_0", "LABEL_1")
+    labels: tuple[str, ...] = DEFAULT_LABELS
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.0
+    initializer_range: float = 0.02
+    problem_type: str | None = None
 
     model_type: ClassVar[str] = "vit"
     architecture: ClassVar[str] = "ViTForImageClassification"
     IGNORED: ClassVar[frozenset[str]] = frozenset(
-        {"hidden_dropout_prob", "attention_probs_dropout_prob", "encoder_stride"}
-        | {"pooler_act", "pooler_output_size"}
+        {"encoder_stride", "pooler_act", "pooler_output_size"}
     )
 
     @classmethod
     def from_dict(cls, options: Any, source: str = "") -> ViTConfig:
-        options = dict(options)
-        id2label = options.pop("id2label", None)
-        options.pop("label2id", None)
-        if id2label is not None:
-            options["labels"] = tuple(id2label[k] for k in sorted(id2label, key=int))
-        return super().from_dict(options, source)
+        where = f"{source}: " if source else ""
+        return super().from_dict(read_labels(options, where), source)
 
     def validate(self, where: str) -> None:
         if not supported_activation(self.hidden_act):
@@ -60,39 +83,48 @@ class ViTConfig(ModelConfig):
             )
         if self.image_size % self.patch_size:
             raise ConfigError(f"{where}`image_size` must be divisible by `patch_size`.")
+        rates = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+        check_rates(self, where, rates)
+        check_problem_type(self.problem_type, self.num_labels, where)
 
     @property
     def num_labels(self) -> int:
         return len(self.labels)
 
     def to_dict(self) -> dict[str, Any]:
-        out = super().to_dict()
-        labels = out.pop("labels")
-        out["id2label"] = {str(i): name for i, name in enumerate(labels)}
-        out["label2id"] = {name: i for i, name in enumerate(labels)}
-        return out
+        return write_labels(super().to_dict())
 
 
 class ViTEmbeddings(Module):
+    """The patches projected, the class token before them, the position
+    embeddings added. Initialised as `transformers` does: the class token and
+    position embeddings from `N(0, initializer_range)` cut off at -2 and 2, the
+    projection's weight from `N(0, initializer_range)`, its bias zero."""
+
     cls_token: Float[Array, "1 1 hidden_size"]
     position_embeddings: Float[Array, "1 patches_plus_one hidden_size"]
     patch_embeddings: Conv2d
+    dropout: Dropout
 
     def __init__(self, config: ViTConfig, dtype: Any, *, key: PRNGKeyArray):
         k1, k2, k3 = split_keys(key, 3)
-        d, p = config.hidden_size, config.patch_size
+        d, p, r = config.hidden_size, config.patch_size, config.initializer_range
         patches = (config.image_size // p) ** 2
-        self.cls_token = jax.random.normal(k1, (1, 1, d), dtype)
-        self.position_embeddings = jax.random.normal(k2, (1, patches + 1, d), dtype)
-        self.patch_embeddings = Conv2d(
-            config.num_channels, d, p, stride=p, dtype=dtype, key=k3
+        self.cls_token = draw(truncated_init(r), k1, (1, 1, d), dtype)
+        self.position_embeddings = draw(
+            truncated_init(r), k2, (1, patches + 1, d), dtype
         )
+        self.patch_embeddings = Conv2d(
+            config.num_channels, d, p, stride=p, dtype=dtype,
+            weight_init=normal_init(r), bias_init=zeros_init, key=k3,
+        )  # fmt: skip
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def __call__(self, pixel_values: Array) -> Array:
+    def __call__(self, pixel_values: Array, key: PRNGKeyArray | None) -> Array:
         patches = self.patch_embeddings(pixel_values.astype(self.cls_token.dtype))
         patches = patches.reshape(patches.shape[0], -1).T
         x = jnp.concatenate([self.cls_token[0], patches], axis=0)
-        return x + self.position_embeddings[0]
+        return self.dropout(x + self.position_embeddings[0], key=key)
 
 
 class ViTLayer(Module):
@@ -101,6 +133,7 @@ class ViTLayer(Module):
     layernorm_after: LayerNorm
     intermediate: Linear
     output: Linear
+    dropout: Dropout
     act: str = field(static=True)
 
     def __init__(self, config: ViTConfig, dtype: Any, *, key: PRNGKeyArray):
@@ -109,20 +142,25 @@ class ViTLayer(Module):
         self.layernorm_before = LayerNorm(d, eps=eps, dtype=dtype)
         self.attention = MultiheadAttention(
             config.num_attention_heads, d, use_query_bias=b, use_key_bias=b,
-            use_value_bias=b, use_output_bias=True, dtype=dtype, key=k1,
+            use_value_bias=b, use_output_bias=True,
+            dropout_p=config.attention_probs_dropout_prob, dtype=dtype,
+            weight_init=normal_init(config.initializer_range), bias_init=zeros_init,
+            key=k1,
         )  # fmt: skip
         self.layernorm_after = LayerNorm(d, eps=eps, dtype=dtype)
-        self.intermediate = Linear(d, config.intermediate_size, dtype=dtype, key=k2)
-        self.output = Linear(config.intermediate_size, d, dtype=dtype, key=k3)
+        self.intermediate = linear(config, d, config.intermediate_size, dtype, k2)
+        self.output = linear(config, config.intermediate_size, d, dtype, k3)
+        self.dropout = Dropout(config.hidden_dropout_prob)  # both outputs'
         self.act = config.hidden_act
 
-    def __call__(self, x: Array) -> Array:
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        k1, k2, k3 = split_or_none(key, 3)
         h = jax.vmap(self.layernorm_before)(x)
-        x = x + self.attention(h, h, h)
+        x = x + self.dropout(self.attention(h, h, h, key=k1), key=k2)
         h = activation(
             self.act, jax.vmap(self.intermediate)(jax.vmap(self.layernorm_after)(x))
         )
-        return x + jax.vmap(self.output)(h)
+        return x + self.dropout(jax.vmap(self.output)(h), key=k3)
 
 
 class ViTEncoder(Module):
@@ -180,27 +218,57 @@ class ViTForImageClassification(Pretrained):
 
         - `config`: a [`boxwood.models.ViTConfig`][].
         - `dtype`: the parameters' dtype (default float32).
-        - `key`: a `jax.random` key for the random initialisation. (Keyword only.)
+        - `key`: a `jax.random` key for the random initialisation, drawn as
+          `transformers` draws it (see `ViTEmbeddings`; linear weights from
+          `N(0, initializer_range)`, biases zero, LayerNorms ones and zeros).
+          (Keyword only.)
+
+        The model is built in training mode (with a dropout rate set, call it
+        with `key=`); `from_pretrained` returns one in inference mode. Switch
+        with [`boxwood.nn.inference_mode`][].
         """
         k1, k2 = split_keys(key, 2)
         dtype = dtype or jnp.float32
         self.vit = ViTModel(config, dtype, key=k1)
-        self.classifier = Linear(
-            config.hidden_size, config.num_labels, dtype=dtype, key=k2
+        self.classifier = linear(
+            config, config.hidden_size, config.num_labels, dtype, k2
         )
         self.config = config
 
+    @classmethod
+    def _load(cls, *args: Any) -> Any:
+        return loaded_for_inference(super()._load(*args))
+
     def __call__(
-        self, pixel_values: Float[Array, "3 H W"]
+        self, pixel_values: Float[Array, "3 H W"], *, key: PRNGKeyArray | None = None
     ) -> Float[Array, " num_labels"]:
-        """**Arguments:** `pixel_values`: one image, `(num_channels, image_size,
-        image_size)`, normalised as the model's image processor does.
+        """**Arguments:**
+
+        - `pixel_values`: one image, `(num_channels, image_size, image_size)`,
+          normalised as the model's image processor does.
+        - `key`: a `jax.random` key for dropout, needed in training mode when a
+          dropout rate is set (a new one each step). (Keyword only.)
 
         **Returns:** the class logits, `(num_labels,)`.
         """
         self._check(pixel_values)
-        x = self.vit.encoder.layer(self.vit.embeddings(pixel_values))
+        check_key(self, key, "ViTForImageClassification")
+        k1, k2 = split_or_none(key, 2)
+        x = self.vit.embeddings(pixel_values, k1)
+        x = self.vit.encoder.layer(x, key=k2)
         return self.classifier(self.vit.layernorm(x[0]))
+
+    def loss(
+        self, logits: Float[Array, "*batch num_labels"], labels: Array
+    ) -> Float[Array, ""]:
+        """The loss `transformers` computes for these logits (any leading shape,
+        e.g. a batch from `jax.vmap(model)`), averaged over them, chosen by
+        `problem_type` as [`boxwood.models.BertForSequenceClassification`][]`.loss`
+        chooses it (unset: regression for one label, single-label
+        classification for integer `labels`, multi-label for float ones)."""
+        return classification_loss(
+            logits, labels, self.config.problem_type, "ViTForImageClassification.loss"
+        )
 
     def with_remat(self, remat: Any) -> Any:
         """A copy whose layers are rematerialised on the backward pass: `remat`

@@ -1,0 +1,276 @@
+"""BERT's task heads over `BertModel`: `BertForMaskedLM`,
+`BertForSequenceClassification` and `BertForTokenClassification`, with the
+names, initialisation, dropout and losses of `transformers`' classes."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from .._init import split_keys, zeros
+from .._module import Module, field
+from .._tree import tree_at
+from ..nn import Dropout, LayerNorm, Linear
+from ._bert import BertConfig, BertModel
+from ._checkpoint_files import FileLayout
+from ._classification import classification_loss
+from ._config import ConfigError
+from ._encoder_training import check_key, linear, loaded_for_inference, split_or_none
+from ._layers import activation
+from ._pretrained import Pretrained
+
+# The `BertModel` renames hold under the heads' `bert.` prefix too.
+_OLD_NORMS = FileLayout(
+    "older files (`LayerNorm.gamma`/`beta`)",
+    (
+        (r"\.LayerNorm\.gamma$", ".LayerNorm.weight"),
+        (r"\.LayerNorm\.beta$", ".LayerNorm.bias"),
+    ),
+)
+
+
+class BertHead(Pretrained):
+    """What the heads share: the `bert` body (a [`boxwood.models.BertModel`][],
+    with or without its pooler), loading and export under the file's names, the
+    inference mode of a loaded model, `with_remat`."""
+
+    bert: BertModel
+    config: BertConfig = field(static=True)
+
+    config_class: ClassVar[type] = BertConfig
+    RENAMES: ClassVar[tuple[tuple[str, str], ...]] = BertModel.RENAMES
+    LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (_OLD_NORMS,)
+
+    @classmethod
+    def _load(cls, *args: Any) -> Any:
+        return loaded_for_inference(super()._load(*args))
+
+    def with_remat(self, remat: Any) -> Any:
+        """A copy whose layers are rematerialised on the backward pass (see
+        [`boxwood.models.BertModel`][]`.with_remat`)."""
+        return tree_at(lambda m: m.bert, self, self.bert.with_remat(remat))
+
+    def _hidden(
+        self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any
+    ) -> tuple[Array, Any]:
+        """The body's last hidden state and the key left for the head."""
+        check_key(self, key, type(self).__name__)
+        k1, k2 = split_or_none(key, 2)
+        return self.bert(input_ids, attention_mask, token_type_ids, key=k1), k2
+
+
+class BertPredictionHeadTransform(Module):
+    dense: Linear
+    LayerNorm: LayerNorm
+    act: str = field(static=True)
+
+    def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
+        d = config.hidden_size
+        self.dense = linear(config, d, d, dtype, key)
+        self.LayerNorm = LayerNorm(d, eps=config.layer_norm_eps, dtype=dtype)
+        self.act = config.hidden_act
+
+    def __call__(self, x: Array) -> Array:
+        return jax.vmap(self.LayerNorm)(activation(self.act, jax.vmap(self.dense)(x)))
+
+
+class BertLMPredictionHead(Module):
+    """The transform and the output bias; the decoder's weight is the word
+    embedding table (tied, as `transformers` ties it)."""
+
+    transform: BertPredictionHeadTransform
+    bias: Float[Array, " vocab_size"]
+
+    def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
+        self.transform = BertPredictionHeadTransform(config, dtype, key=key)
+        self.bias = zeros((config.vocab_size,), dtype)
+
+
+class BertOnlyMLMHead(Module):
+    predictions: BertLMPredictionHead
+
+    def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
+        self.predictions = BertLMPredictionHead(config, dtype, key=key)
+
+
+class BertForMaskedLM(BertHead):
+    """BERT with its masked-language-modelling head: per token, the logits over
+    the vocabulary, `transform(hidden) @ word_embeddings.T + bias` (`transform`:
+    dense, activation, LayerNorm). The decoder's weight is the body's word
+    embedding table, so `cls.predictions.decoder.*` is not a parameter (files
+    that store it load; it is skipped). `tie_word_embeddings` must be true.
+    """
+
+    cls: BertOnlyMLMHead
+
+    ARCHITECTURE: ClassVar[str | None] = "BertForMaskedLM"
+    DROPPED: ClassVar[str | None] = (
+        r"bert\.embeddings\.position_ids|bert\.pooler\..*"
+        r"|cls\.predictions\.decoder\..*|cls\.seq_relationship\..*"
+    )
+
+    def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
+        """**Arguments:** `config`, `dtype`, `key` as
+        [`boxwood.models.BertModel`][] takes them (the head's weights drawn
+        from `N(0, initializer_range)`, its biases zero). The body has no
+        pooler."""
+        if not config.extra.get("tie_word_embeddings", True):
+            raise ConfigError(
+                "BertForMaskedLM: `tie_word_embeddings` = false (a decoder apart from "
+                "the word embeddings) is not supported; boxwood's masked-LM head "
+                "decodes with the word embedding table."
+            )
+        k1, k2 = split_keys(key, 2)
+        dtype = dtype or jnp.float32
+        self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
+        self.cls = BertOnlyMLMHead(config, dtype, key=k2)
+        self.config = config
+
+    def __call__(
+        self,
+        input_ids: Int[Array, " seq"],
+        attention_mask: Int[Array, " seq"] | None = None,
+        token_type_ids: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "seq vocab_size"]:
+        """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
+
+        **Returns:** the logits over the vocabulary, `(seq, vocab_size)`.
+        """
+        hidden, _ = self._hidden(input_ids, attention_mask, token_type_ids, key)
+        head = self.cls.predictions
+        table = self.bert.embeddings.word_embeddings.weight
+        return head.transform(hidden) @ table.T + head.bias[None, :]
+
+    def loss(
+        self, logits: Float[Array, "*batch vocab_size"], labels: Int[Array, "*batch"]
+    ) -> Float[Array, ""]:
+        """The masked-LM loss of `transformers`: softmax cross entropy of
+        `logits` (any leading shape, e.g. a batch from `jax.vmap(model)`)
+        against token ids `labels`, averaged over the positions whose label is
+        not `-100` (the unmasked tokens)."""
+        return classification_loss(
+            logits, labels, "single_label_classification", "BertForMaskedLM.loss"
+        )
+
+
+class BertForSequenceClassification(BertHead):
+    """BERT classifying (or scoring) a whole sequence: the pooled output, dropout
+    (`classifier_dropout`, else `hidden_dropout_prob`), a linear classifier to
+    `num_labels` logits (`len(config.labels)`)."""
+
+    dropout: Dropout
+    classifier: Linear
+
+    ARCHITECTURE: ClassVar[str | None] = "BertForSequenceClassification"
+    DROPPED: ClassVar[str | None] = r"bert\.embeddings\.position_ids|cls\..*"
+
+    def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
+        """**Arguments:** `config`, `dtype`, `key` as
+        [`boxwood.models.BertModel`][] takes them; `config.labels` (`id2label`)
+        gives the number of outputs."""
+        k1, k2 = split_keys(key, 2)
+        dtype = dtype or jnp.float32
+        self.bert = BertModel(config, dtype, key=k1)
+        self.dropout = Dropout(config.classifier_rate)
+        self.classifier = linear(
+            config, config.hidden_size, config.num_labels, dtype, k2
+        )
+        self.config = config
+
+    def __call__(
+        self,
+        input_ids: Int[Array, " seq"],
+        attention_mask: Int[Array, " seq"] | None = None,
+        token_type_ids: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, " num_labels"]:
+        """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
+
+        **Returns:** the logits (or regression outputs), `(num_labels,)`.
+        """
+        hidden, key = self._hidden(input_ids, attention_mask, token_type_ids, key)
+        return self.classifier(self.dropout(self.bert.pooled(hidden), key=key))
+
+    def loss(
+        self, logits: Float[Array, "*batch num_labels"], labels: Array
+    ) -> Float[Array, ""]:
+        """The loss `transformers` computes for these logits (any leading shape,
+        e.g. a batch from `jax.vmap(model)`), averaged over them. The config's
+        `problem_type` chooses it; unset, it is chosen as `transformers` does:
+
+        - one label (`num_labels == 1`): `"regression"`, the mean squared error
+          against float `labels` of shape `logits.shape[:-1]` (or `logits.shape`);
+        - integer `labels` (class ids, shape `logits.shape[:-1]`):
+          `"single_label_classification"`, softmax cross entropy (ids `-100`
+          left out);
+        - float `labels` of the shape of `logits` (targets in `[0, 1]`):
+          `"multi_label_classification"`, sigmoid binary cross entropy.
+        """
+        return classification_loss(
+            logits,
+            labels,
+            self.config.problem_type,
+            "BertForSequenceClassification.loss",
+        )
+
+
+class BertForTokenClassification(BertHead):
+    """BERT labelling each token: the last hidden state, dropout
+    (`classifier_dropout`, else `hidden_dropout_prob`), a linear classifier to
+    `num_labels` logits per token. The body has no pooler."""
+
+    dropout: Dropout
+    classifier: Linear
+
+    ARCHITECTURE: ClassVar[str | None] = "BertForTokenClassification"
+    DROPPED: ClassVar[str | None] = (
+        r"bert\.embeddings\.position_ids|bert\.pooler\..*|cls\..*"
+    )
+
+    def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
+        """**Arguments:** `config`, `dtype`, `key` as
+        [`boxwood.models.BertModel`][] takes them; `config.labels` (`id2label`)
+        gives the number of outputs."""
+        k1, k2 = split_keys(key, 2)
+        dtype = dtype or jnp.float32
+        self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
+        self.dropout = Dropout(config.classifier_rate)
+        self.classifier = linear(
+            config, config.hidden_size, config.num_labels, dtype, k2
+        )
+        self.config = config
+
+    def __call__(
+        self,
+        input_ids: Int[Array, " seq"],
+        attention_mask: Int[Array, " seq"] | None = None,
+        token_type_ids: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "seq num_labels"]:
+        """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
+
+        **Returns:** the logits of each token, `(seq, num_labels)`.
+        """
+        hidden, key = self._hidden(input_ids, attention_mask, token_type_ids, key)
+        return jax.vmap(self.classifier)(self.dropout(hidden, key=key))
+
+    def loss(
+        self, logits: Float[Array, "*batch num_labels"], labels: Int[Array, "*batch"]
+    ) -> Float[Array, ""]:
+        """`transformers`' token-classification loss: softmax cross entropy of
+        `logits` (any leading shape, e.g. `(batch, seq, num_labels)` from
+        `jax.vmap(model)`) against class ids `labels`, averaged over the tokens
+        whose label is not `-100` (padding, continued words)."""
+        return classification_loss(
+            logits,
+            labels,
+            "single_label_classification",
+            "BertForTokenClassification.loss",
+        )
