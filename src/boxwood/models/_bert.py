@@ -228,7 +228,7 @@ class BertModel(Pretrained):
             c.type_vocab_size, "type_vocab_size",
         )  # fmt: skip
         attention_mask = _ids_like("attention_mask", attention_mask, seq, 1)
-        mask = jnp.broadcast_to(attention_mask.astype(bool)[None, :], (seq, seq))
+        mask = attention_mask.astype(bool)  # the keys every token may attend to
         return self.encoder(self.embeddings(input_ids, token_type_ids), mask)
 
     def with_remat(self, remat: Any) -> Any:

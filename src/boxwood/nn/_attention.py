@@ -184,9 +184,10 @@ def dot_product_attention(
       `jax.nn.dot_product_attention` with that backend (`"cudnn"`: the fused
       cuDNN kernel on an NVIDIA GPU, for the dtypes and shapes cuDNN supports),
       or `"splash"` for the Pallas splash attention kernel (a TPU kernel that
-      never forms the weights; other lengths are padded to multiples of 128; no
-      `mask`; off a TPU it runs in interpret mode, slowly, for tests and
-      debugging). It cannot be combined with active dropout. (Keyword only.)
+      never forms the weights; other lengths are padded to multiples of 128; a
+      call with a `mask` uses XLA's attention; off a TPU it runs in interpret
+      mode, slowly, for tests and debugging). It cannot be combined with active
+      dropout. (Keyword only.)
 
     >>> import jax.numpy as jnp
     >>> dot_product_attention(jnp.ones((1, 2)), jnp.ones((3, 2)), jnp.ones((3, 4))).shape
@@ -277,10 +278,10 @@ class MultiheadAttention(Module):
 
     Computation: without active dropout, and when the projected heads share one
     dtype among float16, bfloat16 and float32 and `qk_size == vo_size`, the heads
-    go through fused attention (as [`boxwood.nn.dot_product_attention`][] with
-    `implementation=None`: on a TPU splash attention where it applies, on a GPU
-    cuDNN's flash attention for float16/bfloat16 heads without a `mask`, XLA's
-    attention otherwise). Otherwise (dropout on the weights, float64,
+    go through fused attention (with `implementation=None`: on a TPU, splash
+    attention where it applies, with a `(kv_seq,)` padding mask or none; on a
+    GPU, cuDNN's flash attention for float16/bfloat16 heads without a `mask`;
+    XLA's attention otherwise). Otherwise (dropout on the weights, float64,
     `qk_size != vo_size`) the weights are formed explicitly, with the softmax in
     at least float32. The `implementation` field (a constructor keyword) names
     one instead: `"xla"`, `"cudnn"` or `"splash"`.
@@ -347,10 +348,12 @@ class MultiheadAttention(Module):
         - `weight_init`, `bias_init`: optional `(key, shape, dtype) -> array`
           functions for the weights and biases of the four projections (see
           [`boxwood.nn.Linear`][]). (Keyword only.)
-        - `implementation`: the attention implementation, as
-          [`boxwood.nn.dot_product_attention`][]'s: `None` (boxwood's choice),
-          `"xla"`, `"cudnn"` or `"splash"` (which cannot be combined with active
-          dropout). (Keyword only.)
+        - `implementation`: the attention implementation: `None` (boxwood's
+          choice, above), `"xla"` or `"cudnn"` (`jax.nn.dot_product_attention`
+          with that backend) or `"splash"` (the Pallas splash attention kernel,
+          which never forms the weights; off a TPU it runs in interpret mode,
+          slowly, for tests and debugging; see docs/models.md). None of the three
+          can be combined with active dropout. (Keyword only.)
         - `key`: a `jax.random` key for the initialisation. (Keyword only.)
         """
         qk_size, vo_size = _head_sizes(num_heads, query_size, qk_size, vo_size)

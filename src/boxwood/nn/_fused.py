@@ -89,15 +89,8 @@ def _check_segment_ids(segment_ids: Any, q: Array, k: Array) -> tuple[Array, Arr
     return q_ids.astype(jnp.int32), kv_ids.astype(jnp.int32)
 
 
-def _check_splash(q: Array, k: Array, v: Array, mask: Array | None) -> None:
+def _check_splash(q: Array, k: Array, v: Array) -> None:
     """Splash attention is asked for by name: its refusals are errors."""
-    if mask is not None:
-        raise ValueError(
-            "Attention implementation 'splash' takes no explicit `mask` (the "
-            "kernel builds causal, sliding-window and segment masks itself); pass "
-            "`is_causal`, `local_window_size` or `segment_ids` instead, or use "
-            "implementation 'xla'."
-        )
     why = _splash.refusal(q, k, v, pad=True)
     if why is not None:
         raise ValueError(
@@ -133,10 +126,12 @@ def fused_attention(
     takes (float16 or bfloat16, a head size that is a multiple of 8 up to 128)
     use it. Where either refuses while tracing, and everywhere else, XLA's
     attention computes the result. `"xla"` or `"cudnn"` is passed on to
-    `jax.nn.dot_product_attention` as asked. `"splash"` always runs the splash
-    kernel, padding other lengths to multiples of 128 (a `ValueError` for an
-    explicit `mask` or heads it cannot take); off a TPU it runs in Pallas's
-    interpret mode, which is slow and meant for tests and debugging.
+    `jax.nn.dot_product_attention` as asked. `"splash"` runs the splash kernel
+    for every call without an explicit `mask`, padding other lengths to multiples
+    of 128 (a `ValueError` for heads it cannot take); off a TPU it runs in
+    Pallas's interpret mode, which is slow and meant for tests and debugging. A
+    call with an explicit `mask`, which the kernel cannot take (a decoding step
+    over a cache, per-layer windows held as data), uses XLA's attention.
     """
     if isinstance(local_window_size, int):
         local_window_size = (local_window_size, local_window_size)
@@ -148,8 +143,8 @@ def fused_attention(
         local_window_size=local_window_size,
         segment_ids=segment_ids,
     )
-    if implementation == "splash":
-        _check_splash(q, k, v, mask)
+    if implementation == "splash" and mask is None:
+        _check_splash(q, k, v)
         return splash(q, k, v, interpret=jax.default_backend() != "tpu")
     if implementation is None and mask is None and _splash_suits(q, k, v):
         try:
@@ -178,4 +173,4 @@ def fused_attention(
             return call("cudnn")
         except _CUDNN_REFUSALS:
             pass
-    return call(implementation)
+    return call("xla" if implementation == "splash" else implementation)
