@@ -99,16 +99,16 @@ def splash_attention(
     ids = () if segment_ids is None else tuple(segment_ids)
     if current_mesh(q) is None:
         return _kernel_call(config, q, k, ids)(q, k, v)
-    return _attention(config, len(ids))(q, k, v, *ids)
+    return _attention(config)(q, k, v, *ids)
 
 
 Config = tuple[bool, Window, bool]  # is_causal, local_window_size, interpret
 
 
 @functools.cache
-def _attention(config: Config, ids: int) -> Callable[..., Array]:
+def _attention(config: Config) -> Callable[..., Array]:
     """The differentiable attention under a mesh for `config`, taking `(q, k, v)`
-    and `ids` segment id arrays.
+    and, if given, the `(q_ids, kv_ids)` segment ids.
 
     The batch is whatever leading axis the arrays have, and every `jax.vmap`
     around the call is folded into it (`custom_vmap`), so that `jax.shard_map`
