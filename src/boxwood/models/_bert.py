@@ -342,7 +342,7 @@ class BertModel(Pretrained):
             c.type_vocab_size, "type_vocab_size",
         )  # fmt: skip
         attention_mask = _checked_mask(attention_mask, seq)
-        mask = jnp.broadcast_to(attention_mask.astype(bool)[None, :], (seq, seq))
+        mask = attention_mask.astype(bool)  # the keys every token may attend to
         k1, k2 = split_or_none(key, 2)
         x = self.embeddings(input_ids, token_type_ids, k1)
         return self.encoder(x, mask, k2)

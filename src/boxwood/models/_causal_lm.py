@@ -86,9 +86,11 @@ class CausalLM(Pretrained):
         return self._hidden(input_ids, None, 0, None)[0]
 
     def with_attention_implementation(self, implementation: Implementation) -> Any:
-        """A copy whose attention calls `jax.nn.dot_product_attention` with
-        `implementation`: `None` (JAX's choice), `"xla"` or `"cudnn"` (the fused
-        cuDNN kernel on an NVIDIA GPU)."""
+        """A copy whose attention uses `implementation`: `None` (boxwood's choice:
+        splash attention on a TPU, cuDNN's on a GPU, where they apply; XLA's
+        otherwise), `"xla"`, `"cudnn"` (the fused cuDNN kernel on an NVIDIA GPU)
+        or `"splash"` (the Pallas splash attention kernel; off a TPU in interpret
+        mode, slowly, for tests); see docs/models.md."""
         check_implementation(type(self).__name__, implementation)
         return with_fields(self, attention_implementation=implementation)
 

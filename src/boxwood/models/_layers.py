@@ -96,19 +96,19 @@ def rope_at(x: Array, positions: Array, frequencies: Any) -> Array:
     return (x.astype(jnp.float32) * cos + rotated * sin).astype(x.dtype)
 
 
-Implementation = Literal["xla", "cudnn"] | None
-IMPLEMENTATIONS = (None, "xla", "cudnn")
+Implementation = Literal["xla", "cudnn", "splash"] | None
+IMPLEMENTATIONS = (None, "xla", "cudnn", "splash")
 # The window of a layer with full attention, where windows are data: no distance
 # between two slots reaches it.
 FULL_WINDOW = int(np.iinfo(np.int32).max)
 
 
 def check_implementation(model: str, implementation: Any) -> None:
-    """`implementation` must be one of `jax.nn.dot_product_attention`'s."""
+    """`implementation` must be one of `nn._fused.fused_attention`'s."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
-            f"{model}: `attention_implementation` must be None (JAX's choice), "
-            f"'xla' or 'cudnn', got {implementation!r}. Set it with "
+            f"{model}: `attention_implementation` must be None (boxwood's choice), "
+            f"'xla', 'cudnn' or 'splash', got {implementation!r}. Set it with "
             "`model.with_attention_implementation(...)`."
         )
 

@@ -330,8 +330,8 @@ class LlamaForCausalLM(CausalLM):
         - `config`: a [`boxwood.models.LlamaConfig`][].
         - `dtype`: the parameters' dtype (default float32).
         - `key`: a `jax.random` key for the random initialisation. (Keyword only.)
-        - `attention_implementation`: `None`, `"xla"` or `"cudnn"`, passed to
-          `jax.nn.dot_product_attention` (see `with_attention_implementation`).
+        - `attention_implementation`: `None`, `"xla"`, `"cudnn"` or `"splash"`
+          (see `with_attention_implementation`).
           (Keyword only.)
         """
         check_implementation(type(self).__name__, attention_implementation)

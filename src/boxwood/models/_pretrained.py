@@ -22,6 +22,7 @@ from .._checkpoint import atomic_write, read_region, write_file
 from .._eval_shape import filter_eval_shape
 from .._module import Module
 from .._tree import tree_at
+from ..nn import MultiheadAttention
 from ..nn._state import StateIndex, name_indices
 from ._checkpoint_files import (
     FileLayout,
@@ -31,6 +32,7 @@ from ._checkpoint_files import (
     renamed_tensors,
     standard_tensors,
 )
+from ._layers import check_implementation, with_fields
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import assemble_layers, layer_arrays, layer_names, layer_shardings
 
@@ -176,6 +178,20 @@ class Pretrained(Module):
     def export_array(self, name: str, array: np.ndarray) -> np.ndarray:
         """Boxwood's parameter `name` in the checkpoint's layout."""
         return array
+
+    def with_attention_implementation(self, implementation: Any) -> Any:
+        """A copy whose attention layers ([`boxwood.nn.MultiheadAttention`][])
+        use `implementation`: `None` (boxwood's choice), `"xla"`, `"cudnn"` or
+        `"splash"` (see [`boxwood.nn.MultiheadAttention`][])."""
+        check_implementation(type(self).__name__, implementation)
+        is_attention = lambda x: isinstance(x, MultiheadAttention)
+        return jtu.tree_map(
+            lambda x: (
+                with_fields(x, implementation=implementation) if is_attention(x) else x
+            ),
+            self,
+            is_leaf=is_attention,
+        )
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Write the model as `transformers`' `save_pretrained` does: `config.json`

@@ -70,12 +70,23 @@ def _head_weights(q: Array, k: Array, mask: Array | None) -> Array:
 def _fused_heads(
     q: Array, k: Array, v: Array, mask: Array | None, implementation: Implementation
 ) -> Array:
-    """`jax.nn.dot_product_attention` of one batch of `(seq, heads, size)` heads,
-    with `mask` lifted to its 4-d `(batch, heads, q_seq, kv_seq)` form."""
-    if mask is not None:
+    """`fused_attention` of one batch of `(seq, heads, size)` heads, with `mask`
+    lifted to its 4-d `(batch, heads, q_seq, kv_seq)` form; a `(kv_seq,)` mask of
+    the keys every query may attend to is passed as segment ids (all queries in
+    segment 1, each key in 1 or 0), which splash attention takes."""
+    segment_ids = None
+    if mask is not None and jnp.ndim(mask) == 1:
+        keys = jnp.asarray(mask, jnp.int32)[None]
+        segment_ids, mask = (jnp.ones((1, q.shape[0]), jnp.int32), keys), None
+    elif mask is not None:
         mask = jnp.reshape(mask, (1,) * (4 - jnp.ndim(mask)) + jnp.shape(mask))
     out = fused_attention(
-        q[None], k[None], v[None], mask=mask, implementation=implementation
+        q[None],
+        k[None],
+        v[None],
+        mask=mask,
+        segment_ids=segment_ids,
+        implementation=implementation,
     )
     return out[0]
 
@@ -91,10 +102,12 @@ def _attend(
     """Attention of `(seq, heads, size)` heads, returned as `(q_seq, heads,
     v_size)`.
 
-    `mask` is `None`, `(q_seq, kv_seq)` or `(heads, q_seq, kv_seq)`; `drop`, if
+    `mask` is `None`, `(kv_seq,)`, `(q_seq, kv_seq)` or `(heads, q_seq, kv_seq)`
+    (it broadcasts against the weights); `drop`, if
     given, is applied to the `(heads, q_seq, kv_seq)` weights (dropout), which
     then have to be formed explicitly. Otherwise `jax.nn.dot_product_attention`
-    computes the result (with `implementation`) when `fusable` or asked to.
+    computes the result (`fused_attention`, with `implementation`) when
+    `fusable` or asked to.
     """
     if drop is None and (implementation is not None or fusable(q, k, v)):
         return _fused_heads(q, k, v, mask, implementation)
@@ -102,6 +115,17 @@ def _attend(
     if drop is not None:
         weights = drop(weights)
     return jnp.einsum("hqk,khd->qhd", weights, v)
+
+
+def _no_dropout_with(implementation: Implementation, where: str) -> None:
+    """Every named implementation computes attention without forming the weights,
+    so it cannot drop them out."""
+    if implementation is not None:
+        raise ValueError(
+            f"{where}: `implementation={implementation!r}` computes attention "
+            "without dropout on the weights, but `dropout` is active; pass "
+            "`implementation=None` (or `inference=True` to switch dropout off)."
+        )
 
 
 def _checked_mask(mask: Any, q_seq: int, kv_seq: int, where: str) -> Array | None:
@@ -153,13 +177,17 @@ def dot_product_attention(
     `v_size == qk_size`; otherwise (float64, mixed dtypes, other value sizes, or
     dropout on the weights) the weights are formed explicitly.
 
-    - `implementation`: `None` (the choice above, by `jax.nn.dot_product_attention`
-      with cuDNN's flash attention on a GPU for float16/bfloat16 heads it takes
-      and no `mask`, XLA's attention otherwise), or
-      `"xla"` / `"cudnn"` to always call `jax.nn.dot_product_attention` with that
-      backend (`"cudnn"`: the fused cuDNN kernel on an NVIDIA GPU, for the dtypes
-      and shapes cuDNN supports). It cannot be combined with active dropout.
-      (Keyword only.)
+    - `implementation`: `None` (the choice above; without a `mask`, splash
+      attention on a TPU for float32/bfloat16 heads whose lengths are multiples
+      of 128, cuDNN's flash attention on a GPU for float16/bfloat16 heads it
+      takes, XLA's attention otherwise), or `"xla"` / `"cudnn"` to always call
+      `jax.nn.dot_product_attention` with that backend (`"cudnn"`: the fused
+      cuDNN kernel on an NVIDIA GPU, for the dtypes and shapes cuDNN supports),
+      or `"splash"` for the Pallas splash attention kernel (a TPU kernel that
+      never forms the weights; other lengths are padded to multiples of 128; a
+      call with a `mask` uses XLA's attention; off a TPU it runs in interpret
+      mode, slowly, for tests and debugging). It cannot be combined with active
+      dropout. (Keyword only.)
 
     >>> import jax.numpy as jnp
     >>> dot_product_attention(jnp.ones((1, 2)), jnp.ones((3, 2)), jnp.ones((3, 4))).shape
@@ -170,12 +198,7 @@ def dot_product_attention(
     mask = _checked_mask(mask, query.shape[0], key_.shape[0], where)
     drop = None
     if dropout is not None and _dropout_active(dropout, inference):
-        if implementation is not None:
-            raise ValueError(
-                f"{where}: `implementation={implementation!r}` computes attention "
-                "without dropout on the weights, but `dropout` is active; pass "
-                "`implementation=None` (or `inference=True` to switch dropout off)."
-            )
+        _no_dropout_with(implementation, where)
         drop = lambda w: dropout(w[0], key=key, inference=inference)[None]
     heads = _attend(
         query[:, None], key_[:, None], value[:, None], mask, drop, implementation
@@ -255,11 +278,13 @@ class MultiheadAttention(Module):
 
     Computation: without active dropout, and when the projected heads share one
     dtype among float16, bfloat16 and float32 and `qk_size == vo_size`, the heads
-    go through `jax.nn.dot_product_attention` (on a GPU, without a `mask`,
-    float16/bfloat16 heads cuDNN takes use its flash attention; XLA's attention
-    otherwise). Otherwise (dropout
-    on the weights, float64, `qk_size != vo_size`) the weights are formed
-    explicitly, with the softmax in at least float32.
+    go through fused attention (with `implementation=None`: on a TPU, splash
+    attention where it applies, with a `(kv_seq,)` padding mask or none; on a
+    GPU, cuDNN's flash attention for float16/bfloat16 heads without a `mask`;
+    XLA's attention otherwise). Otherwise (dropout on the weights, float64,
+    `qk_size != vo_size`) the weights are formed explicitly, with the softmax in
+    at least float32. The `implementation` field (a constructor keyword) names
+    one instead: `"xla"`, `"cudnn"` or `"splash"`.
     """
 
     query_proj: Linear
@@ -278,6 +303,7 @@ class MultiheadAttention(Module):
     use_key_bias: bool = field(static=True)
     use_value_bias: bool = field(static=True)
     use_output_bias: bool = field(static=True)
+    implementation: Implementation = field(static=True, default=None)
 
     def __init__(
         self,
@@ -298,6 +324,7 @@ class MultiheadAttention(Module):
         *,
         weight_init: Initializer | None = None,
         bias_init: Initializer | None = None,
+        implementation: Implementation = None,
         key: PRNGKeyArray,
     ):
         """**Arguments:**
@@ -321,9 +348,21 @@ class MultiheadAttention(Module):
         - `weight_init`, `bias_init`: optional `(key, shape, dtype) -> array`
           functions for the weights and biases of the four projections (see
           [`boxwood.nn.Linear`][]). (Keyword only.)
+        - `implementation`: the attention implementation: `None` (boxwood's
+          choice, above), `"xla"` or `"cudnn"` (`jax.nn.dot_product_attention`
+          with that backend) or `"splash"` (the Pallas splash attention kernel,
+          which never forms the weights; off a TPU it runs in interpret mode,
+          slowly, for tests and debugging; see docs/models.md). None of the three
+          can be combined with active dropout. (Keyword only.)
         - `key`: a `jax.random` key for the initialisation. (Keyword only.)
         """
         qk_size, vo_size = _head_sizes(num_heads, query_size, qk_size, vo_size)
+        if implementation not in (None, "xla", "cudnn", "splash"):
+            raise ValueError(
+                "MultiheadAttention: `implementation` must be None (boxwood's "
+                f"choice), 'xla', 'cudnn' or 'splash', got {implementation!r}."
+            )
+        self.implementation = implementation
         self.num_heads = num_heads
         self.query_size = query_size
         self.key_size = query_size if key_size is None else key_size
@@ -346,6 +385,7 @@ class MultiheadAttention(Module):
         value: Float[Array, "kv_seq value_size"],
         mask: Bool[Array, "q_seq kv_seq"]
         | Bool[Array, "num_heads q_seq kv_seq"]
+        | Bool[Array, " kv_seq"]
         | None = None,
         *,
         key: PRNGKeyArray | None = None,
@@ -359,8 +399,10 @@ class MultiheadAttention(Module):
         - `key_`: shape `(kv_seq, key_size)`.
         - `value`: shape `(kv_seq, value_size)`.
         - `mask`: optional boolean array of shape `(q_seq, kv_seq)`, or
-          `(num_heads, q_seq, kv_seq)` for a mask per head. `True` means "may
-          attend"; `False` positions are ignored. A non-boolean mask is read as
+          `(num_heads, q_seq, kv_seq)` for a mask per head, or `(kv_seq,)` for the
+          keys every query may attend to (a padding mask, which splash attention
+          takes as segment ids). `True` means "may attend"; `False` positions are
+          ignored. A non-boolean mask is read as
           Equinox reads it, `mask != 0`, with a warning (once). (PyTorch's boolean `attn_mask`
           is the opposite: pass `~mask` there.)
         - `key`: a `jax.random` key for dropout (needed only if `dropout_p > 0` and
@@ -387,8 +429,9 @@ class MultiheadAttention(Module):
             q, k, v = self._process(process_heads, q, k, v)
         drop = None
         if _dropout_active(self.dropout, inference):
+            _no_dropout_with(self.implementation, self._name())
             drop = functools.partial(self._drop_heads, key=key, inference=inference)
-        attended = _attend(q, k, v, mask, drop)
+        attended = _attend(q, k, v, mask, drop, self.implementation)
         return jax.vmap(self.output_proj)(attended.reshape(attended.shape[0], -1))
 
     def _drop_heads(self, weights: Array, *, key: Any, inference: Any) -> Array:
@@ -433,5 +476,7 @@ class MultiheadAttention(Module):
         q_seq, kv_seq = query.shape[0], key_.shape[0]
         if jnp.ndim(mask) == 3:
             check_input(mask, (self.num_heads, q_seq, kv_seq), name, what="mask")
+        elif jnp.ndim(mask) == 1:
+            check_input(mask, (kv_seq,), name, what="mask")
         else:
             check_input(mask, (q_seq, kv_seq), name, what="mask")
