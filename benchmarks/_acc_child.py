@@ -244,7 +244,7 @@ def _generate(spec: dict, task: dict) -> list[dict]:
         if task["lib"] == "jax" and ceiling:
             rows.append(row(cases.GENERATE, title, "bound", "tokens/s", ceiling, "tok/s",
                             note=f"bandwidth ceiling: {batch} x measured bandwidth / "
-                            f"{case.param_bytes / 1e6:.0f} MB of parameters"))  # fmt: skip
+                            f"{case.param_bytes / 1e6:.3g} MB of parameters"))  # fmt: skip
     return rows
 
 
@@ -284,8 +284,7 @@ def _memory(spec: dict, task: dict) -> list[dict]:
                  for k in ("temp", "argument", "output", "alias")}  # fmt: skip
         peak = parts["temp"] + parts["argument"] + parts["output"] - parts["alias"]
         gib = 1 << 30
-        note = (f"temp {parts['temp'] / gib:.2f}, arguments {parts['argument'] / gib:.2f}, "
-                f"outputs {parts['output'] / gib:.2f}, aliased {parts['alias'] / gib:.2f} GiB")  # fmt: skip
+        note = ", ".join(f"{k} {v / gib:.3g}" for k, v in parts.items()) + " GiB"
         rows.append(row(cases.MEMORY, case.label, cases.LIBS[task["lib"]],
                         f"peak, remat {policy}", peak / gib, "GiB", note=note,
                         bytes=parts, params=case.params))  # fmt: skip

@@ -63,16 +63,18 @@ if ls .whl-tpu/*.whl >/dev/null 2>&1; then
   PIP_CONFIG_FILE=/dev/null timeout 60 "${PIP[@]}" --no-index --no-deps .whl-tpu/*.whl >>"$LOG" 2>&1 \
     || echo "the wheels of .whl-tpu/ did not install" >>"$LOG"
 fi
-WANT=()
-for pair in optax:optax jaxtyping:jaxtyping wadler_lindig:wadler-lindig safetensors:safetensors \
-  tqdm:tqdm flax:flax pytest:pytest hypothesis:hypothesis transformers:transformers \
-  tokenizers:tokenizers; do
-  has "${pair%%:*}" || WANT+=("${pair#*:}")
+# In three groups, so that a package the index lacks costs only its group.
+for group in "optax:optax jaxtyping:jaxtyping wadler_lindig:wadler-lindig safetensors:safetensors tqdm:tqdm pytest:pytest hypothesis:hypothesis" \
+  "flax:flax" "transformers:transformers tokenizers:tokenizers"; do
+  WANT=()
+  for pair in $group; do
+    has "${pair%%:*}" || WANT+=("${pair#*:}")
+  done
+  if [ -d /opt/pypi/simple ] && [ ${#WANT[@]} -gt 0 ]; then
+    PIP_CONFIG_FILE=/dev/null timeout 100 "${PIP[@]}" --index-url "$INDEX" "${WANT[@]}" >>"$LOG" 2>&1 \
+      || echo "index install failed or timed out: ${WANT[*]}" >>"$LOG"
+  fi
 done
-if [ -d /opt/pypi/simple ] && [ ${#WANT[@]} -gt 0 ]; then
-  PIP_CONFIG_FILE=/dev/null timeout 150 "${PIP[@]}" --index-url "$INDEX" "${WANT[@]}" >>"$LOG" 2>&1 \
-    || echo "index install failed or timed out: ${WANT[*]}" >>"$LOG"
-fi
 if [ "${TPU_RUN_TORCH:-0}" = 1 ] && ! has torch && [ -d /opt/wheels ]; then
   PIP_CONFIG_FILE=/dev/null timeout 120 "${PIP[@]}" --index-url "$INDEX" --find-links /opt/wheels torch \
     >>"$LOG" 2>&1 || echo "torch did not install" >>"$LOG"
