@@ -1,4 +1,4 @@
-"""Timing helpers of `benchmarks/gpu.py` shared by its JAX and PyTorch sides:
+"""Timing helpers of `benchmarks/accelerator.py` and `train_curve.py`:
 repetitions with medians, steps per repetition calibrated to a target time, and
 JAX's own compile events (`jax.monitoring`) around a first call."""
 

@@ -1,0 +1,130 @@
+"""boxwood's side of `benchmarks/accelerator.py` (and `train_curve.py`), run
+inside a fresh process: the models built as docs/models.md shows
+(`boxwood.cast_floating` to bfloat16, `with_remat`, `with_attention_implementation`,
+`boxwood.models.causal_lm_loss`, a `filter_jit` step with optax AdamW and donated
+model and optimiser state), and greedy generation with `boxwood.models.generate`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+import boxwood as bw
+import boxwood.models as bm
+from _acc_cases import TrainCase
+
+OPTIMISER = dict(learning_rate=3e-4, weight_decay=0.1)
+
+
+def remat_argument(remat: str) -> Any:
+    """The command line's `--remat` as `with_remat` takes it."""
+    return None if remat == "none" else remat
+
+
+def with_attention(model: Any, kind: str) -> Any:
+    """`model` with the attention implementation of the run: `"xla"`, or
+    `"splash"` where this boxwood has it (a clear error where it does not)."""
+    try:
+        return model.with_attention_implementation(kind)
+    except ValueError as error:
+        if kind != "splash":
+            raise
+        raise RuntimeError(
+            "the installed boxwood has no 'splash' attention implementation "
+            f"(with_attention_implementation('splash') said: {str(error).splitlines()[0]}); "
+            "run with --attention xla"
+        ) from None
+
+
+def has_splash() -> bool:
+    """Whether this boxwood's models take `with_attention_implementation("splash")`."""
+    config = bm.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8)
+    model = bw.filter_eval_shape(
+        lambda: bm.GPT2LMHeadModel(config, key=jax.random.key(0))
+    )
+    try:
+        model.with_attention_implementation("splash")
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def build(case_name: str, options: dict, key: int = 0) -> Any:
+    """The float32 model, randomly initialised from a config."""
+    if case_name == "gpt2":
+        return bm.GPT2LMHeadModel(bm.GPT2Config(**options), key=jax.random.key(key))
+    return bm.LlamaForCausalLM(bm.LlamaConfig(**options), key=jax.random.key(key))
+
+
+def prepared(case_name: str, options: dict, kind: str, remat: str, dtype: Any) -> Any:
+    model = bw.cast_floating(build(case_name, options), dtype)
+    return with_attention(model.with_remat(remat_argument(remat)), kind)
+
+
+def step_function(optimiser: Any) -> Any:
+    @bw.filter_jit(donate="all-except-first")
+    def step(ids: jax.Array, model: Any, state: Any) -> tuple:
+        loss, grads = bw.filter_value_and_grad(bm.causal_lm_loss)(model, ids)
+        params = bw.filter(model, bw.is_inexact_array)
+        updates, state = optimiser.update(grads, state, params)
+        return bw.apply_updates(model, updates), state, loss
+
+    return step
+
+
+def trainer(case: TrainCase, kind: str, remat: str, ids: jax.Array) -> tuple:
+    """`(run, info)`: `run(n)` takes `n` training steps and returns the last loss
+    (ready)."""
+    model = prepared(case.name, case.options, kind, remat, jnp.bfloat16)
+    optimiser = optax.adamw(**OPTIMISER)
+    state = optimiser.init(bw.filter(model, bw.is_inexact_array))
+    step = step_function(optimiser)
+    carry: list[Any] = [model, state, None]
+
+    def run(n: int) -> Any:
+        for _ in range(n):
+            carry[0], carry[1], carry[2] = step(ids, carry[0], carry[1])
+        return jax.block_until_ready(carry[2])
+
+    def lowered_text() -> str:
+        return step.lower(ids, carry[0], carry[1]).as_text()
+
+    return run, {"lowered_text": lowered_text}
+
+
+def abstract_step(case: TrainCase, kind: str, remat: str) -> tuple:
+    """`(jitted, args)`: the training step as `jax.jit` of the same computation
+    over abstract arrays (`jax.ShapeDtypeStruct`), to compile without allocating
+    (`filter_jit(...).lower` takes concrete arrays only)."""
+
+    def is_array(x: Any) -> bool:
+        return isinstance(x, (jax.Array, jax.ShapeDtypeStruct))
+
+    model = bw.filter_eval_shape(
+        lambda: prepared(case.name, case.options, kind, remat, jnp.bfloat16)
+    )
+    params, static = bw.partition(model, is_array)
+    optimiser = optax.adamw(**OPTIMISER)
+    state = jax.eval_shape(optimiser.init, params)
+
+    def step(ids: jax.Array, params: Any, state: Any) -> tuple:
+        def loss(p: Any) -> jax.Array:
+            return bm.causal_lm_loss(bw.combine(p, static), ids)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        updates, state = optimiser.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, value
+
+    ids = jax.ShapeDtypeStruct((case.batch, case.seq), jnp.int32)
+    return jax.jit(step, donate_argnums=(1, 2)), (ids, params, state)
+
+
+def generation_model(options: dict) -> Any:
+    return bw.cast_floating(build("gpt2", options), jnp.bfloat16)
+
+
+def generate(model: Any, prompt: jax.Array, new_tokens: int) -> jax.Array:
+    return bm.generate(model, prompt, new_tokens)

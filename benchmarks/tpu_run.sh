@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The one prepared command for the TPU machine (one TPU v5e chip, no network; see
+# benchmarks/README.md): installs what is missing from the machine's own package
+# index, runs benchmarks/accelerator.py within a time budget, then
+# benchmarks/train_curve.py, then the test suite in one process with a time limit,
+# all inside about 9.5 minutes. Run from the repository root:
+#
+#   bash benchmarks/tpu_run.sh            # full sizes
+#   bash benchmarks/tpu_run.sh --quick    # tiny sizes (a CPU check of this script)
+#
+# Writes into $OUT (default benchmarks/results/tpu-run/), 8 files: run.txt (machine,
+# versions, the phases' times, the suite's summary), bench.log (the benchmarks'
+# output), accelerator.json and accelerator.md, train_curve.json and
+# train_curve.md, pytest.txt (the suite's output, -rA) and pytest-junit.xml.
+#
+# From the environment (seconds): TPU_RUN_TOTAL_S (570), TPU_RUN_BENCH_S (330),
+# TPU_RUN_CURVE_S (75); the suite gets what is left. TPU_RUN_PHASES (default
+# "bench,curve,tests"; e.g. "tests" to give the suite the whole run),
+# TPU_RUN_BENCH_ARGS (more options for accelerator.py, e.g. "--attention xla"),
+# TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, then all of
+# tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
+# for the tests that compare with `transformers` PyTorch).
+#
+# equinox and beartype are not in the machine's index: their wheels travel in the
+# git-ignored folder .whl-tpu/ (carry it with the tree), filled on a machine with
+# a registry by
+#   pip download --no-deps --only-binary=:all: -d .whl-tpu equinox==0.13.8 beartype==0.23.1
+#
+# To try it on a CPU: OUT=/tmp/t JAX_PLATFORMS=cpu bash benchmarks/tpu_run.sh --quick
+# (the index install is skipped where /opt/pypi/simple does not exist).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+TOTAL=${TPU_RUN_TOTAL_S:-570}
+BENCH=${TPU_RUN_BENCH_S:-330}
+CURVE=${TPU_RUN_CURVE_S:-75}
+PHASES=${TPU_RUN_PHASES:-bench,curve,tests}
+OUT=${OUT:-$PWD/benchmarks/results/tpu-run}
+PY=${PYTHON:-python3}
+QUICK=""
+[ "${1:-}" = "--quick" ] && QUICK="--quick"
+mkdir -p "$OUT"
+LOG="$OUT/run.txt"
+export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+elapsed() { echo $(($(date +%s) - START)); }
+say() { echo "[tpu_run] $* (at $(elapsed) s)" | tee -a "$LOG"; }
+has() { "$PY" -c "import $1" >/dev/null 2>&1; }
+phase() { [[ ",$PHASES," == *",$1,"* ]]; }
+
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), cores: $(nproc)"
+  "$PY" --version
+  echo "phases: $PHASES; args: ${QUICK:-none}"
+} >"$LOG"
+
+# boxwood from this tree; installed packages after what PYTHONPATH already names
+# (JAX's own folder first, never replaced).
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}:/tmp/site"
+INDEX=file:///opt/pypi/simple
+PIP=("$PY" -m pip install --isolated -q --only-binary=:all: --target /tmp/site)
+if ls .whl-tpu/*.whl >/dev/null 2>&1; then
+  PIP_CONFIG_FILE=/dev/null timeout 60 "${PIP[@]}" --no-index --no-deps .whl-tpu/*.whl >>"$LOG" 2>&1 \
+    || echo "the wheels of .whl-tpu/ did not install" >>"$LOG"
+fi
+# In three groups, so that a package the index lacks costs only its group.
+for group in "optax:optax jaxtyping:jaxtyping wadler_lindig:wadler-lindig safetensors:safetensors tqdm:tqdm pytest:pytest hypothesis:hypothesis" \
+  "flax:flax" "transformers:transformers tokenizers:tokenizers"; do
+  WANT=()
+  for pair in $group; do
+    has "${pair%%:*}" || WANT+=("${pair#*:}")
+  done
+  if [ -d /opt/pypi/simple ] && [ ${#WANT[@]} -gt 0 ]; then
+    PIP_CONFIG_FILE=/dev/null timeout 100 "${PIP[@]}" --index-url "$INDEX" "${WANT[@]}" >>"$LOG" 2>&1 \
+      || echo "index install failed or timed out: ${WANT[*]}" >>"$LOG"
+  fi
+done
+if [ "${TPU_RUN_TORCH:-0}" = 1 ] && ! has torch && [ -d /opt/wheels ]; then
+  PIP_CONFIG_FILE=/dev/null timeout 120 "${PIP[@]}" --index-url "$INDEX" --find-links /opt/wheels torch \
+    >>"$LOG" 2>&1 || echo "torch did not install" >>"$LOG"
+fi
+for m in jax optax jaxtyping flax equinox beartype pytest transformers torch; do
+  "$PY" -c "import $m; print('$m', getattr($m, '__version__', '?'), $m.__file__)" >>"$LOG" 2>&1 \
+    || echo "$m: not importable" >>"$LOG"
+done
+say "installs done"
+
+if phase bench; then
+  # accelerator.py stops starting processes at its budget; each process has its
+  # own limit (a hang loses only its figures).
+  timeout -k 10 $((BENCH + 30)) "$PY" benchmarks/accelerator.py --budget "$BENCH" \
+    --process-timeout 150 --out "$OUT" $QUICK ${TPU_RUN_BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+  say "accelerator.py exit $?"
+fi
+if phase curve; then
+  timeout -k 10 "$CURVE" "$PY" benchmarks/train_curve.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1
+  say "train_curve.py exit $? (124: stopped at its ${CURVE} s limit)"
+fi
+
+if phase tests; then
+  # One process (one program holds the chip). The TPU runtime's start-up warnings
+  # would be errors under the suite's filterwarnings; files whose packages are
+  # missing are collection errors, not a stop. At the limit pytest gets SIGINT,
+  # so it still writes its summary and the junit file.
+  shopt -s nullglob
+  if [ -n "${TPU_RUN_TESTS:-}" ]; then
+    read -r -a TESTS <<<"$TPU_RUN_TESTS"
+  elif [ -n "$QUICK" ]; then
+    TESTS=(tests/test_architecture.py)
+  else
+    # pytest would run a file named before its folder in the folder's order: the
+    # rest of the files are listed one by one, after the TPU-relevant ones.
+    TESTS=(tests/test_backend_portability.py tests/test_cast_floating.py tests/test_nn_attention*.py
+      tests/test_attention*.py tests/test_models_*.py)
+    for f in tests/test_*.py; do
+      [[ " ${TESTS[*]} " == *" $f "* ]] || TESTS+=("$f")
+    done
+  fi
+  LEFT=$((TOTAL - $(elapsed) - 25))
+  [ "$LEFT" -lt 30 ] && LEFT=30
+  say "tests: ${LEFT} s for ${TESTS[*]:0:3} ..."
+  timeout -s INT -k 20 "$LEFT" "$PY" -m pytest -o addopts="" -p no:cacheprovider -p no:xdist -q \
+    -rA --continue-on-collection-errors --junitxml="$OUT/pytest-junit.xml" \
+    -W "ignore:Transparent hugepages:UserWarning" -W "ignore:cloud_tpu_init:UserWarning" \
+    "${TESTS[@]}" >"$OUT/pytest.txt" 2>&1
+  CODE=$?
+  {
+    echo "pytest exit $CODE (124: stopped at its ${LEFT} s limit, summary and junit kept; 1: failures)"
+    grep -E "^(FAILED|ERROR) " "$OUT/pytest.txt" | sort | head -n 200
+    tail -n 1 "$OUT/pytest.txt"
+  } >>"$LOG"
+fi
+say "done"
+tail -n 25 "$LOG"
