@@ -4,7 +4,7 @@ calls (pure JAX, Flax NNX, Equinox), so that they run the same kernel as boxwood
 - `"xla"`: `jax.nn.dot_product_attention(..., is_causal=True, implementation="xla")`;
 - `"splash"`: Pallas splash attention (`jax.experimental.pallas.ops.tpu.
   splash_attention`), causal, 512-square blocks (the sequence length where it is
-  shorter, a multiple of 128), multi-head for GPT-2 and multi-query per key/value head for grouped
+  shorter, a multiple of 128) with the fused backward kernel, multi-head for GPT-2 and multi-query per key/value head for grouped
   queries. Off a TPU it runs in Pallas' interpret mode (slow: for checking only).
 
 Heads are `(batch, seq, heads, head_dim)`; keys and values may have fewer heads
@@ -43,9 +43,10 @@ def _kernel(heads: int, seq: int, mqa: bool, interpret: bool):
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     b = _block(seq)
+    # the fused backward kernel (dq, dk and dv in one), as boxwood's own choice
     sizes = sa.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b,
-                          block_kv_dkv=b, block_kv_dkv_compute=b, block_q_dq=b,
-                          block_kv_dq=b)  # fmt: skip
+                          block_kv_dkv=b, block_kv_dkv_compute=b,
+                          use_fused_bwd_kernel=True)  # fmt: skip
     mask = sa.MultiHeadMask([sa.CausalMask((seq, seq)) for _ in range(heads)])
     make = sa.make_splash_mqa_single_device if mqa else sa.make_splash_mha_single_device
     # concrete mask arrays, whatever trace asks first: the kernel is cached
