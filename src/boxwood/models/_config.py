@@ -243,6 +243,31 @@ class ModelConfig:
         return out
 
 
+def check_rates(config: Any, names: tuple[str, ...], where: str) -> None:
+    """Each option of `names` (dropout rates) must be a number in `[0, 1]`."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            ok = False
+        else:
+            ok = 0 <= value <= 1
+        if not ok:
+            raise ConfigError(
+                f"{where}the option `{name}` = {value!r} is a dropout probability: "
+                "it must be a number in [0, 1]."
+            )
+
+
+def check_initializer_range(config: Any, where: str) -> None:
+    """`initializer_range`, a standard deviation, must be a number >= 0."""
+    value = config.initializer_range
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(
+            f"{where}the option `initializer_range` = {value!r} is the standard "
+            "deviation of the initial weights: it must be a number >= 0."
+        )
+
+
 def false_or_unset(value: Any) -> bool:
     """A `REQUIRED` check: the option is `false`, `null` or absent."""
     return value is False or value is None

@@ -15,6 +15,7 @@ import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from .._jit import filter_jit
+from ..nn import inference_mode
 from ._generate_loop import Stream, decode_loop
 from ._layers import check_input_ids
 from ._sampling import (
@@ -111,6 +112,7 @@ def generate(
     at column `longest`, and its prompt ends there.
     """
     name = _causal_lm_name(model)
+    model = inference_mode(model, True)  # dropout off: generation is inference
     vocab = model.config.vocab_size
     prompts, single = (
         _prompts(name, input_ids, vocab)

@@ -22,6 +22,7 @@ from .._checkpoint import atomic_write, read_region, write_file
 from .._eval_shape import filter_eval_shape
 from .._module import Module
 from .._tree import tree_at
+from ..nn import inference_mode
 from ..nn._state import StateIndex, name_indices
 from ._checkpoint_files import (
     FileLayout,
@@ -102,7 +103,9 @@ class Pretrained(Module):
           of a strategy of [`boxwood.models.sharding_rules`][]
           (`"tensor_parallel"`); default replicated. (Keyword only.)
 
-        **Returns:** the model.
+        **Returns:** the model, in inference mode (its dropout layers off, as
+        `transformers`' `from_pretrained` returns a model in `eval()` mode):
+        `boxwood.nn.inference_mode(model, False)` switches it to training.
         """
         directory = os.fspath(path)
         config = cls.config_class.from_file(config_path(directory))
@@ -112,6 +115,7 @@ class Pretrained(Module):
     def _load(
         cls, directory: str, config: Any, dtype: Any, mesh: Any, rules: Any
     ) -> Any:
+        """The model of `directory`, with `config`, in inference mode."""
         tensors = checkpoint_tensors(directory)
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
         # The tensors that cannot be mapped are copied whatever the model: a
@@ -120,9 +124,10 @@ class Pretrained(Module):
         one_region = mesh is None and _adopts_host_buffers()
         early = read_region(tensors.values(), dtype) if one_region else None
         with early or contextlib.nullcontext():
-            return cls._load_into(
+            model = cls._load_into(
                 directory, config, dtype, mesh, rules, tensors, one_region
             )
+        return inference_mode(model, True)
 
     @classmethod
     def _load_into(
