@@ -66,7 +66,8 @@ def _torch_out(kind, model, x):
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_boxwood_model_loads_in_transformers(kind, tmp_path):
-    model = CLASSES[kind](CONFIGS[kind], key=jax.random.key(3))
+    # built in training mode: called here in inference, as `transformers`' `eval()`
+    model = boxwood.nn.inference_mode(CLASSES[kind](CONFIGS[kind], key=jax.random.key(3)))
     bm.save_pretrained(model, tmp_path)
     reference = (
         getattr(transformers, type(model).__name__).from_pretrained(tmp_path).eval()
@@ -116,6 +117,7 @@ def test_a_failed_save_leaves_the_previous_files_whole(tmp_path, monkeypatch):
     from boxwood._checkpoint import _save_load  # where the weights file is written
 
     model = bm.GPT2LMHeadModel(CONFIGS["gpt2"], key=jax.random.key(0))
+    model = boxwood.nn.inference_mode(model)  # as loaded, for one compiled forward
     model.save_pretrained(tmp_path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     real = _save_load.write_arrays
