@@ -56,6 +56,9 @@ WRITTEN_ANEW = frozenset(
     {"model_type", "architectures", "dtype", "torch_dtype", "transformers_version"}
 )
 
+# `ModelConfig`'s fields that are not options of `config.json`
+_NOT_OPTIONS = frozenset({"extra", "generation_config"})
+
 # `ModelConfig.REQUIRED` entries: option -> (predicate on its value, what is supported).
 Requirement = tuple[Callable[[Any], bool], str]
 
@@ -133,6 +136,11 @@ class ModelConfig:
     extra: IgnoredOptions | Mapping[str, Any] = dataclasses.field(
         default=IgnoredOptions(), kw_only=True
     )
+    # `generation_config.json` beside `config.json`, where there was one (kept as
+    # `IgnoredOptions`): `generate`'s default end and pad tokens, written back
+    generation_config: IgnoredOptions | Mapping[str, Any] | None = dataclasses.field(
+        default=None, kw_only=True
+    )
 
     model_type: ClassVar[str] = ""
     architecture: ClassVar[str] = ""
@@ -196,13 +204,17 @@ class ModelConfig:
     @classmethod
     def _option_fields(cls) -> set[str]:
         """The options read into fields of their own."""
-        return {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return {f.name for f in dataclasses.fields(cls)} - _NOT_OPTIONS
 
     def __post_init__(self) -> None:
         extra = self.extra
         if not isinstance(extra, IgnoredOptions):
             extra = IgnoredOptions(extra)
             object.__setattr__(self, "extra", extra)
+        generation = self.generation_config
+        if generation is not None and not isinstance(generation, IgnoredOptions):
+            generation = IgnoredOptions(generation)
+            object.__setattr__(self, "generation_config", generation)
         for name in extra:
             self._check_ignorable(name, extra[name])
 
@@ -236,7 +248,8 @@ class ModelConfig:
         """The options as `transformers` writes them in `config.json`: the
         fields, then the kept options of `extra` that no field overrides."""
         out = dataclasses.asdict(self)
-        del out["extra"]
+        for name in _NOT_OPTIONS:
+            del out[name]
         out = {**dict(self.extra), **out}
         out["model_type"] = self.model_type
         out["architectures"] = [self.architecture]

@@ -81,11 +81,15 @@ def generate(
       `top_p` apply to sampling only; greedy decoding ignores them.
     - `eos_token_id`: an end token id, or a sequence of them. A row that emits one
       keeps it and stops: its later positions hold `pad_token_id`, and the loop
-      ends early once every row has stopped. Default: no early stop (pass
-      `model.config.eos_token_id` to stop at the model's end token).
+      ends early once every row has stopped. Default: the `eos_token_id` of the
+      model's `generation_config.json` (read by `from_pretrained` where the
+      directory has one, as `transformers`' `generate` defaults to it); without
+      one, no early stop (pass `model.config.eos_token_id` to stop at the
+      model's end token).
     - `pad_token_id`: the id that fills the left of shorter prompts in a batch and
-      the positions after a row's end token. Default: the config's
-      `pad_token_id`, else its `eos_token_id` (the first), else `0`.
+      the positions after a row's end token. Default: the `pad_token_id` of
+      the model's `generation_config.json`, else the config's `pad_token_id`,
+      else its `eos_token_id` (the first), else `0`.
     - `callback`: called on the host with each new token as it is produced (a
       Python `int` for one prompt; for a batch, a NumPy `(batch,)` int32 array
       with `pad_token_id` in rows that have stopped), so a notebook can print as
@@ -121,6 +125,9 @@ def generate(
     )
     max_new_tokens = count("max_new_tokens", max_new_tokens)
     mode = check_sampling(temperature, top_k, top_p, key, vocab)
+    eos_token_id, pad_token_id = _generation_defaults(
+        model.config, eos_token_id, pad_token_id
+    )
     ends = end_ids(eos_token_id, vocab)
     pad_id = (
         default_pad_id(model.config, vocab)
@@ -152,6 +159,17 @@ def generate(
         )  # fmt: skip
         new = np.asarray(new)[:, :max_new_tokens]
     return _joined(prompts, new, pad_id, single)
+
+
+def _generation_defaults(config: Any, eos_token_id: Any, pad_token_id: Any) -> tuple:
+    """`eos_token_id` and `pad_token_id`, each defaulting (where `None`) to the
+    model's `generation_config.json`'s, where it was loaded with one."""
+    generation = getattr(config, "generation_config", None) or {}
+    if eos_token_id is None:
+        eos_token_id = generation.get("eos_token_id")
+    if pad_token_id is None:
+        pad_token_id = generation.get("pad_token_id")
+    return eos_token_id, pad_token_id
 
 
 def _end_slots(ends: tuple[int, ...]) -> Array:
@@ -254,9 +272,9 @@ def _real_tokens(i: int, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def _prompt(name: str, ids: Any, vocab: int) -> np.ndarray:
     ids = np.asarray(ids)
-    check_input_ids(name, ids, None, vocab)
-    if np.shape(ids)[0] == 0:
+    if np.ndim(ids) == 1 and np.shape(ids)[0] == 0:
         raise ValueError("`generate`: `input_ids` is empty; give at least one token.")
+    check_input_ids(name, ids, None, vocab)
     return np.asarray(ids, np.int32)
 
 

@@ -284,6 +284,10 @@ class GPT2LMHeadModel(CausalLM):
         self.config = config
         self.attention_implementation = attention_implementation
 
+    @classmethod
+    def tied_tensors(cls, config: Any) -> dict[str, str]:
+        return {"lm_head.weight": "transformer.wte.weight"}
+
     def body(self) -> GPT2Model:
         return self.transformer
 

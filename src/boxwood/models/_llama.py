@@ -371,6 +371,12 @@ class LlamaForCausalLM(CausalLM):
         self.config = config
         self.attention_implementation = attention_implementation
 
+    @classmethod
+    def tied_tensors(cls, config: Any) -> dict[str, str]:
+        if not config.tie_word_embeddings:
+            return {}
+        return {"lm_head.weight": "model.embed_tokens.weight"}
+
     def body(self) -> LlamaModel:
         return self.model
 

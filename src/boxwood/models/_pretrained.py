@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._caches import register_cache_clear
-from .._checkpoint import atomic_write, read_region, write_file
+from .._checkpoint import CheckpointError, atomic_write, read_region, write_file
 from .._eval_shape import filter_eval_shape
 from .._module import Module
 from .._tree import tree_at
@@ -32,8 +33,13 @@ from ._checkpoint_files import (
     renamed_tensors,
     standard_tensors,
 )
+from ._config import WRITTEN_ANEW, read_json
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import assemble_layers, layer_arrays, layer_names, layer_shardings
+
+
+# `transformers`' generation defaults, beside `config.json`
+GENERATION_CONFIG = "generation_config.json"
 
 
 class Pretrained(Module):
@@ -115,7 +121,13 @@ class Pretrained(Module):
     def _load(
         cls, directory: str, config: Any, dtype: Any, mesh: Any, rules: Any
     ) -> Any:
-        """The model of `directory`, with `config`, in inference mode."""
+        """The model of `directory`, with `config` (and the directory's
+        `generation_config.json`, if any), in inference mode."""
+        generation = os.path.join(directory, GENERATION_CONFIG)
+        if os.path.isfile(generation):
+            config = dataclasses.replace(
+                config, generation_config=read_json(generation)
+            )
         tensors = checkpoint_tensors(directory)
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
         # The tensors that cannot be mapped are copied whatever the model: a
@@ -143,6 +155,7 @@ class Pretrained(Module):
         abstract = abstract_model(cls, config, dtype)
         expected = {cls.checkpoint_name(name) for name in layer_names(abstract)}
         tensors = standard_tensors(tensors, expected, cls.LAYOUTS)
+        tensors = cls._without_tied_copies(config, tensors, directory)
         abstract = cls._without_absent_parts(abstract, tensors)
         if isinstance(rules, str):
             # `sharding_rules` checks the name itself
@@ -166,6 +179,38 @@ class Pretrained(Module):
         )
 
     @classmethod
+    def tied_tensors(cls, config: Any) -> dict[str, str]:
+        """The tensors a file may hold that are copies of another (a tied output
+        embedding written out): `{name: name of the tensor it must equal}`, in
+        `save_pretrained`'s names."""
+        return {}
+
+    @classmethod
+    def _without_tied_copies(
+        cls, config: Any, tensors: dict[str, Any], directory: str
+    ) -> dict[str, Any]:
+        """`tensors` less the copies of `tied_tensors` it holds, after checking
+        each equals its original (`CheckpointError` naming both otherwise)."""
+        out = dict(tensors)
+        for copy_name, original in cls.tied_tensors(config).items():
+            if copy_name not in out or original not in out:
+                continue
+            a, b = out[copy_name], out[original]
+            same = tuple(a.shape) == tuple(b.shape) and np.array_equal(
+                a.read(), b.read()
+            )
+            if not same:
+                raise CheckpointError(
+                    f"the checkpoint in {directory}: `{copy_name}` differs from "
+                    f"`{original}`, but {cls.__name__} ties them (its output "
+                    "projection is the token embedding), so the file describes "
+                    f"another model; remove `{copy_name}` from the file, or set "
+                    "`tie_word_embeddings` to false where the class allows it."
+                )
+            del out[copy_name]
+        return out
+
+    @classmethod
     def _without_absent_parts(cls, abstract: Any, tensors: dict[str, Any]) -> Any:
         """`abstract` with each of `OPTIONAL_PARTS` of which the file has no
         tensor set to `None`."""
@@ -183,8 +228,9 @@ class Pretrained(Module):
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Write the model as `transformers`' `save_pretrained` does: `config.json`
         and `model.safetensors` in the directory `path` (created if needed), so
-        that `transformers`' `from_pretrained(path)` loads it. Each file is
-        replaced crash-safely (written aside, then renamed over the old one).
+        that `transformers`' `from_pretrained(path)` loads it, and
+        `generation_config.json` where the model was loaded with one. Each file
+        is replaced crash-safely (written aside, then renamed over the old one).
 
         **Arguments:** `path`: the directory.
         """
@@ -209,6 +255,14 @@ class Pretrained(Module):
             f.write(text)
 
         atomic_write(os.path.join(directory, "config.json"), write_config)
+        generation = cast(Any, self).config.generation_config
+        if generation is not None:
+            kept = {k: v for k, v in generation.items() if k not in WRITTEN_ANEW}
+            text_g = json.dumps(kept, indent=2, sort_keys=True).encode()
+            atomic_write(
+                os.path.join(directory, GENERATION_CONFIG),
+                lambda f: f.write(text_g),
+            )
 
 
 # The abstract models built by `_load`, by (class, config, dtype), most recently
