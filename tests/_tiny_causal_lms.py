@@ -8,7 +8,6 @@ import functools
 import jax
 
 import boxwood
-
 import boxwood.models as bm
 
 SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=64)

@@ -76,11 +76,15 @@ def test_from_pretrained_is_in_inference_mode():
 def test_training_mode_without_a_key_is_an_error_naming_key_and_the_fix():
     model = _gpt2()  # transformers' default rates, 0.1
     fix = r"call it as `model\(input_ids, key=key\)`.*boxwood.nn.inference_mode"
-    with pytest.raises(RuntimeError, match=r"GPT2LMHeadModel is in training mode .*" + fix):
+    with pytest.raises(
+        RuntimeError, match=r"GPT2LMHeadModel is in training mode .*" + fix
+    ):
         model(IDS)
     with pytest.raises(RuntimeError, match="training mode"):
         jax.jit(lambda ids: model(ids))(IDS)
-    with pytest.raises(RuntimeError, match=r"`causal_lm_loss\(model, input_ids, key=key\)`"):
+    with pytest.raises(
+        RuntimeError, match=r"`causal_lm_loss\(model, input_ids, key=key\)`"
+    ):
         bm.causal_lm_loss(model, IDS[None])
     # a zero rate needs no key: Llama's default `attention_dropout` is 0
     assert _llama(0.0)(IDS).shape == (16, 64)

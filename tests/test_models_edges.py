@@ -44,7 +44,9 @@ def test_a_gpt2_file_with_another_lm_head_is_refused(tmp_path):
 
 def test_empty_ids_and_lists_of_ids_as_generate_takes_them():
     model, _ = shared_model("gpt2")
-    with pytest.raises(ValueError, match=r"GPT2LMHeadModel: `input_ids` is empty; give"):
+    with pytest.raises(
+        ValueError, match=r"GPT2LMHeadModel: `input_ids` is empty; give"
+    ):
         model(jnp.zeros((0,), jnp.int32))
     with pytest.raises(ValueError, match=r"GPT2LMHeadModel: `input_ids` is empty"):
         model([])

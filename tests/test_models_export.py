@@ -67,7 +67,9 @@ def _torch_out(kind, model, x):
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_boxwood_model_loads_in_transformers(kind, tmp_path):
     # built in training mode: called here in inference, as `transformers`' `eval()`
-    model = boxwood.nn.inference_mode(CLASSES[kind](CONFIGS[kind], key=jax.random.key(3)))
+    model = boxwood.nn.inference_mode(
+        CLASSES[kind](CONFIGS[kind], key=jax.random.key(3))
+    )
     bm.save_pretrained(model, tmp_path)
     reference = (
         getattr(transformers, type(model).__name__).from_pretrained(tmp_path).eval()

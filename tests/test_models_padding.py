@@ -88,12 +88,16 @@ def test_a_mask_of_other_values_is_refused():
     model, _ = shared_model("gpt2", **WIDE)
     ids = jnp.asarray(IDS[0])
     bad = jnp.asarray(MASK[0]).at[5].set(2)
-    message = r"GPT2LMHeadModel: `attention_mask` must hold only 1 \(a real token\) and 0"
+    message = (
+        r"GPT2LMHeadModel: `attention_mask` must hold only 1 \(a real token\) and 0"
+    )
     with pytest.raises(ValueError, match=message + r".*got 2 at position 5"):
         model(ids, bad)
     with pytest.raises(boxwood.BoxwoodRuntimeError, match=message):
         boxwood.filter_jit(model)(ids, bad)
-    with pytest.raises(ValueError, match=r"`causal_lm_loss`: `attention_mask` must hold"):
+    with pytest.raises(
+        ValueError, match=r"`causal_lm_loss`: `attention_mask` must hold"
+    ):
         bm.causal_lm_loss(model, ids[None], attention_mask=bad[None])
     with pytest.raises(ValueError, match=r"`attention_mask` has shape \(4,\)"):
         model(ids, jnp.ones(4, jnp.int32))

@@ -171,7 +171,9 @@ class GPT2MLP(Module):
         inner = config.n_inner or 4 * config.n_embd
         std = config.initializer_range
         self.c_fc = Conv1D(config.n_embd, inner, dtype, std, key=k1)
-        self.c_proj = Conv1D(inner, config.n_embd, dtype, _projection_std(config), key=k2)
+        self.c_proj = Conv1D(
+            inner, config.n_embd, dtype, _projection_std(config), key=k2
+        )
         self.dropout = Dropout(config.resid_pdrop)
         self.act = config.activation_function
 

@@ -13,11 +13,11 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._errors import error_if
 from .._module._instance import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
 from ..nn._fused import fusable, fused_attention
 from ..nn._state import _make_index
-from .._errors import error_if
 from ._id_ranges import check_ids_below, known_in_range
 
 _ACTIVATIONS = {
@@ -52,9 +52,7 @@ def check_input_ids(
     if isinstance(input_ids, list | tuple):
         input_ids = np.asarray(input_ids)
     if jnp.ndim(input_ids) == 1 and jnp.shape(input_ids)[0] == 0:
-        raise ValueError(
-            f"{model}: `input_ids` is empty; give at least one token."
-        )
+        raise ValueError(f"{model}: `input_ids` is empty; give at least one token.")
     dtype = jnp.result_type(input_ids)
     if not jnp.issubdtype(dtype, jnp.integer):
         raise TypeError(
@@ -104,10 +102,7 @@ def check_attention_mask(model: str, attention_mask: Any, shape: tuple) -> Any:
         )
     if dtype == jnp.bool_:
         return attention_mask
-    rule = (
-        f"{model}: `attention_mask` must hold only 1 (a real token) and 0 "
-        "(padding)"
-    )
+    rule = f"{model}: `attention_mask` must hold only 1 (a real token) and 0 (padding)"
     if isinstance(attention_mask, jax.core.Tracer):
         if known_in_range():
             return attention_mask

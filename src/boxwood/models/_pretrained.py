@@ -37,7 +37,6 @@ from ._config import WRITTEN_ANEW, read_json
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import assemble_layers, layer_arrays, layer_names, layer_shardings
 
-
 # `transformers`' generation defaults, beside `config.json`
 GENERATION_CONFIG = "generation_config.json"
 
@@ -249,20 +248,21 @@ class Pretrained(Module):
         write_file(
             os.path.join(directory, "model.safetensors"), arrays, {"format": "pt"}
         )
-        text = json.dumps(options, indent=2, sort_keys=True).encode()
-
-        def write_config(f: BinaryIO) -> None:
-            f.write(text)
-
-        atomic_write(os.path.join(directory, "config.json"), write_config)
+        _write_json(os.path.join(directory, "config.json"), options)
         generation = cast(Any, self).config.generation_config
         if generation is not None:
             kept = {k: v for k, v in generation.items() if k not in WRITTEN_ANEW}
-            text_g = json.dumps(kept, indent=2, sort_keys=True).encode()
-            atomic_write(
-                os.path.join(directory, GENERATION_CONFIG),
-                lambda f: f.write(text_g),
-            )
+            _write_json(os.path.join(directory, GENERATION_CONFIG), kept)
+
+
+def _write_json(path: str, options: dict[str, Any]) -> None:
+    """`options` as the JSON file `path`, replaced crash-safely."""
+    text = json.dumps(options, indent=2, sort_keys=True).encode()
+
+    def write(f: BinaryIO) -> None:
+        f.write(text)
+
+    atomic_write(path, write)
 
 
 # The abstract models built by `_load`, by (class, config, dtype), most recently
