@@ -82,9 +82,9 @@ def test_generation_config_gives_the_default_end_and_pad_tokens(tmp_path):
     first = list(free[3:]).index(end) + 3
     np.testing.assert_array_equal(out[: first + 1], free[: first + 1])
     assert (out[first + 1 :] == 7).all()
-    # an explicit argument still wins
+    # an explicit argument still wins; `None` is no end token, as in `transformers`
     np.testing.assert_array_equal(
-        np.asarray(bm.generate(loaded, ids, 6, eos_token_id=96)), free
+        np.asarray(bm.generate(loaded, ids, 6, eos_token_id=None)), free
     )
     # written back beside `config.json`, and readable by `transformers`
     bm.save_pretrained(loaded, tmp_path / "out")

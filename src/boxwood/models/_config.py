@@ -137,9 +137,11 @@ class ModelConfig:
         default=IgnoredOptions(), kw_only=True
     )
     # `generation_config.json` beside `config.json`, where there was one (kept as
-    # `IgnoredOptions`): `generate`'s default end and pad tokens, written back
+    # `IgnoredOptions`): `generate`'s default end and pad tokens, written back.
+    # Not compared: it changes no computation, so models that differ only in it
+    # have one structure and share compiled code.
     generation_config: IgnoredOptions | Mapping[str, Any] | None = dataclasses.field(
-        default=None, kw_only=True
+        default=None, kw_only=True, compare=False
     )
 
     model_type: ClassVar[str] = ""

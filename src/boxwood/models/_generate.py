@@ -33,6 +33,16 @@ MIN_BUCKET = 16
 _decode = filter_jit(decode_loop)
 
 
+class _FromModel:
+    """`eos_token_id`'s default: the model's `generation_config.json`'s."""
+
+    def __repr__(self) -> str:
+        return "<the end tokens of the model's generation_config.json>"
+
+
+FROM_MODEL: Any = _FromModel()
+
+
 def bucket(length: int) -> int:
     """The padded length: the next power of two, at least `MIN_BUCKET`."""
     return max(MIN_BUCKET, 1 << (length - 1).bit_length())
@@ -47,7 +57,7 @@ def generate(
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    eos_token_id: int | list[int] | tuple[int, ...] | None = None,
+    eos_token_id: int | list[int] | tuple[int, ...] | None = FROM_MODEL,
     pad_token_id: int | None = None,
     callback: Callable[[Any], Any] | None = None,
     attention_mask: Any = None,
@@ -81,11 +91,12 @@ def generate(
       `top_p` apply to sampling only; greedy decoding ignores them.
     - `eos_token_id`: an end token id, or a sequence of them. A row that emits one
       keeps it and stops: its later positions hold `pad_token_id`, and the loop
-      ends early once every row has stopped. Default: the `eos_token_id` of the
-      model's `generation_config.json` (read by `from_pretrained` where the
-      directory has one, as `transformers`' `generate` defaults to it); without
-      one, no early stop (pass `model.config.eos_token_id` to stop at the
-      model's end token).
+      ends early once every row has stopped. `None`: no early stop. Default:
+      the `eos_token_id` of the model's `generation_config.json` (read by
+      `from_pretrained` where the directory has one, as `transformers`'
+      `generate` defaults to it), ids outside the vocabulary passed over;
+      without one, no early stop (pass `model.config.eos_token_id` to stop at
+      the model's end token).
     - `pad_token_id`: the id that fills the left of shorter prompts in a batch and
       the positions after a row's end token. Default: the `pad_token_id` of
       the model's `generation_config.json`, else the config's `pad_token_id`,
@@ -126,7 +137,7 @@ def generate(
     max_new_tokens = count("max_new_tokens", max_new_tokens)
     mode = check_sampling(temperature, top_k, top_p, key, vocab)
     eos_token_id, pad_token_id = _generation_defaults(
-        model.config, eos_token_id, pad_token_id
+        model.config, eos_token_id, pad_token_id, vocab
     )
     ends = end_ids(eos_token_id, vocab)
     pad_id = (
@@ -161,14 +172,23 @@ def generate(
     return _joined(prompts, new, pad_id, single)
 
 
-def _generation_defaults(config: Any, eos_token_id: Any, pad_token_id: Any) -> tuple:
+def _generation_defaults(
+    config: Any, eos_token_id: Any, pad_token_id: Any, vocab: int
+) -> tuple:
     """`eos_token_id` and `pad_token_id`, each defaulting (where `None`) to the
-    model's `generation_config.json`'s, where it was loaded with one."""
+    model's `generation_config.json`'s, where it was loaded with one; ids there
+    outside the vocabulary are passed over, as the config's are for the pad."""
     generation = getattr(config, "generation_config", None) or {}
-    if eos_token_id is None:
-        eos_token_id = generation.get("eos_token_id")
-    if pad_token_id is None:
-        pad_token_id = generation.get("pad_token_id")
+
+    def within(value: Any) -> bool:
+        return isinstance(value, int) and 0 <= value < vocab
+
+    if eos_token_id is FROM_MODEL:
+        ends = generation.get("eos_token_id")
+        ends = ends if isinstance(ends, list) else [ends]
+        eos_token_id = [e for e in ends if within(e)] or None
+    if pad_token_id is None and within(generation.get("pad_token_id")):
+        pad_token_id = generation["pad_token_id"]
     return eos_token_id, pad_token_id
 
 

@@ -34,6 +34,7 @@ from ._checkpoint_files import (
     standard_tensors,
 )
 from ._config import WRITTEN_ANEW, read_json
+from ._layers import with_fields
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import assemble_layers, layer_arrays, layer_names, layer_shardings
 
@@ -122,11 +123,6 @@ class Pretrained(Module):
     ) -> Any:
         """The model of `directory`, with `config` (and the directory's
         `generation_config.json`, if any), in inference mode."""
-        generation = os.path.join(directory, GENERATION_CONFIG)
-        if os.path.isfile(generation):
-            config = dataclasses.replace(
-                config, generation_config=read_json(generation)
-            )
         tensors = checkpoint_tensors(directory)
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
         # The tensors that cannot be mapped are copied whatever the model: a
@@ -138,6 +134,14 @@ class Pretrained(Module):
             model = cls._load_into(
                 directory, config, dtype, mesh, rules, tensors, one_region
             )
+        generation = os.path.join(directory, GENERATION_CONFIG)
+        if os.path.isfile(generation):
+            # set on the loaded model: the abstract build, remembered per config,
+            # may carry another (configs are compared without it)
+            options = read_json(generation)  # less what describes the file
+            kept = {k: v for k, v in options.items() if k not in WRITTEN_ANEW}
+            config = dataclasses.replace(model.config, generation_config=kept)
+            model = with_fields(model, config=config)
         return inference_mode(model, True)
 
     @classmethod
@@ -251,8 +255,7 @@ class Pretrained(Module):
         _write_json(os.path.join(directory, "config.json"), options)
         generation = cast(Any, self).config.generation_config
         if generation is not None:
-            kept = {k: v for k, v in generation.items() if k not in WRITTEN_ANEW}
-            _write_json(os.path.join(directory, GENERATION_CONFIG), kept)
+            _write_json(os.path.join(directory, GENERATION_CONFIG), dict(generation))
 
 
 def _write_json(path: str, options: dict[str, Any]) -> None:
