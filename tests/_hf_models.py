@@ -141,14 +141,24 @@ def shared_model(kind, **options):
     return _LOADED[key]
 
 
+@functools.cache
 def generation_pair(kind):
     """`shared_model` of a GPT-2 or a Llama (grouped-query, untied) drawn wide
     enough (0.3) that greedy continuations are varied (with the default 0.02 they
-    quickly repeat one token): the models of the `generate` tests."""
+    quickly repeat one token): the models of the `generate` tests. The boxwood
+    model is given without the `generation_config.json` `transformers` wrote, whose
+    end token (2) would otherwise be `generate`'s default: the tests run to
+    `max_new_tokens` unless they pass an end token."""
+    import dataclasses
+
+    from boxwood.models._layers import with_fields
+
     options = dict(initializer_range=0.3)
     if kind == "llama":
         options.update(num_key_value_heads=2, tie_word_embeddings=False)
-    return shared_model(kind, **options)
+    model, reference = shared_model(kind, **options)
+    config = dataclasses.replace(model.config, generation_config=None)
+    return with_fields(model, config=config), reference
 
 
 def copy_checkpoint(source, destination):

@@ -1,11 +1,13 @@
 """Tiny causal language models built from scratch (random weights), one build per
 configuration and process (models are immutable), for the structural tests of
-`boxwood.models`: attention, stacked layers."""
+`boxwood.models`: attention, stacked layers. GPT-2 is switched to inference mode
+(its config's dropout rates are nonzero)."""
 
 import functools
 
 import jax
 
+import boxwood
 import boxwood.models as bm
 
 SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=64)
@@ -19,7 +21,7 @@ def gpt2(layers=2):
     config = bm.GPT2Config(
         vocab_size=97, n_positions=64, n_embd=32, n_layer=layers, n_head=4
     )
-    return bm.GPT2LMHeadModel(config, key=jax.random.key(0))
+    return boxwood.nn.inference_mode(bm.GPT2LMHeadModel(config, key=jax.random.key(0)))
 
 
 @functools.cache

@@ -25,7 +25,10 @@ CONFIG = bm.GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_he
 
 
 def _model(seed=0):
-    return bm.GPT2LMHeadModel(CONFIG, key=jax.random.key(seed))
+    # in inference mode, as `from_pretrained` returns the models compared with it
+    return boxwood.nn.inference_mode(
+        bm.GPT2LMHeadModel(CONFIG, key=jax.random.key(seed))
+    )
 
 
 def _header(path):

@@ -173,7 +173,7 @@ def test_a_call_with_concrete_ids_compiles_one_program_without_the_check(
     jax.jit(model)(ids)
     assert len(calls) == 1  # a traced call does not
     with ids_known_in_range():  # as `__call__` traces it
-        text = program.lower(model, ids).as_text()
+        text = program.lower(model, ids, None, None).as_text()
     assert not _has_callback(text)
     np.testing.assert_allclose(model(ids), jax.jit(model)(ids), rtol=1e-6, atol=1e-6)
     # concrete ids are still checked, eagerly, and a traced call still holds the

@@ -55,11 +55,11 @@ def test_config_fields_are_all_shown_architecture_first(gpt2_html):
 
 
 def test_ignored_options_are_shown_with_the_config():
-    config = bm.GPT2Config.from_dict({"n_embd": 16, "n_head": 4, "attn_pdrop": 0.25})
+    config = bm.GPT2Config.from_dict({"n_embd": 16, "n_head": 4, "n_ctx": 25})
     model = boxwood.filter_eval_shape(bm.GPT2LMHeadModel, config, key=jax.random.key(0))
     html = boxwood._display.module_html(model)
     assert (
-        'extra = <span class="bw-static">IgnoredOptions({&#x27;attn_pdrop&#x27;: 0.25})'
+        'extra = <span class="bw-static">IgnoredOptions({&#x27;n_ctx&#x27;: 25})'
         in html
     )
 

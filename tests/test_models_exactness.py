@@ -7,6 +7,7 @@ would_fail` shows that swapping the tanh GELU for the exact one (or back) moves 
 outputs by more than 5x the tolerance."""
 
 import jax
+import jax._src.random
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -164,6 +165,8 @@ def test_loading_builds_nothing_random(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(jax.random, "normal", counting)
+    # (`jax.nn.initializers.normal`, which the models draw with, calls it here)
+    monkeypatch.setattr(jax._src.random, "normal", counting)
     model = bm.GPT2LMHeadModel.from_pretrained(directory)
     # The recorder saw the (abstract) build run GPT-2's initialisers ...
     # wte, wpe, and c_attn, c_proj, c_fc, c_proj once for the stacked blocks

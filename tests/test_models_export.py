@@ -66,6 +66,7 @@ def _torch_out(kind, model, x):
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_boxwood_model_loads_in_transformers(kind, tmp_path):
+    # built in training mode: called here in inference, as `transformers`' `eval()`
     model = boxwood.nn.inference_mode(
         CLASSES[kind](CONFIGS[kind], key=jax.random.key(3))
     )
@@ -118,6 +119,7 @@ def test_a_failed_save_leaves_the_previous_files_whole(tmp_path, monkeypatch):
     from boxwood._checkpoint import _save_load  # where the weights file is written
 
     model = bm.GPT2LMHeadModel(CONFIGS["gpt2"], key=jax.random.key(0))
+    model = boxwood.nn.inference_mode(model)  # as loaded, for one compiled forward
     model.save_pretrained(tmp_path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     real = _save_load.write_arrays

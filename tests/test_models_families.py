@@ -154,7 +154,7 @@ def test_greedy_generate_matches_transformers(pair):
     for seed, length in [(0, 3), (1, 11)]:
         ids = token_ids(seed, (length,))
         with jax.default_matmul_precision("highest"):
-            out = bm.generate(model, jnp.asarray(ids), 24)
+            out = bm.generate(model, jnp.asarray(ids), 24, eos_token_id=None)
         with torch.no_grad():
             expected = reference.generate(
                 torch.tensor(ids)[None], max_new_tokens=24, do_sample=False,
@@ -361,7 +361,7 @@ for path, expected in zip(sys.argv[1::2], sys.argv[2::2]):
         error = np.abs(np.asarray(out) - logits).max() / np.abs(logits).max()
         assert error <= 2e-5, (path, error)
         np.testing.assert_array_equal(
-            np.asarray(bm.generate(model, batch[0, :7], 12)), expected["greedy"]
+            np.asarray(bm.generate(model, batch[0, :7], 12, eos_token_id=None)), expected["greedy"]
         )
     fsdp = bm.from_pretrained(path, mesh=mesh, rules="fsdp")
     assert fsdp.model.embed_tokens.weight.sharding.spec == P(None, "data"), path

@@ -145,7 +145,7 @@ def test_bucket_is_capped_by_the_position_table():
     config = bm.GPT2Config(
         vocab_size=31, n_positions=24, n_embd=16, n_layer=1, n_head=2
     )
-    model = bm.GPT2LMHeadModel(config, key=jax.random.key(0))
+    model = boxwood.nn.inference_mode(bm.GPT2LMHeadModel(config, key=jax.random.key(0)))
     ids = jnp.asarray(token_ids(8, (17,), vocab=31))  # bucket 32 > 24 positions
     out = bm.generate(model, ids, 7)
     # greedy by hand; a causal model's logits at a position do not depend on

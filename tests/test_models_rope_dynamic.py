@@ -148,7 +148,7 @@ def test_greedy_generate_matches_transformers(pair, prompt):
     """(b) A prompt shorter than the original length that grows past it; (c) one
     already longer (padded to a bucket of 32, whose padding must not count)."""
     ids = token_ids(3, (prompt,))
-    out = np.asarray(bm.generate(pair.model, jnp.asarray(ids), 24))
+    out = np.asarray(bm.generate(pair.model, jnp.asarray(ids), 24, eos_token_id=None))
     expected = _hf_generate(pair.fresh(), ids[None], 24)[0]
     np.testing.assert_array_equal(out, expected, err_msg=pair.kind)
     assert len(set(out[prompt:].tolist())) > 3
@@ -165,10 +165,16 @@ def test_ragged_batch_matches_transformers(llama):
     mask = np.zeros_like(batch)
     for row, p in enumerate(prompts):
         batch[row, width - len(p) :], mask[row, width - len(p) :] = p, 1
-    out = np.asarray(bm.generate(llama.model, [jnp.asarray(p) for p in prompts], 24))
+    out = np.asarray(
+        bm.generate(
+            llama.model, [jnp.asarray(p) for p in prompts], 24, eos_token_id=None
+        )
+    )
     expected = _hf_generate(llama.fresh(), batch, 24, mask)
     np.testing.assert_array_equal(out[:, width:], expected[:, width:])
-    alone = np.asarray(bm.generate(llama.model, jnp.asarray(prompts[0]), 24))
+    alone = np.asarray(
+        bm.generate(llama.model, jnp.asarray(prompts[0]), 24, eos_token_id=None)
+    )
     assert (alone[len(prompts[0]) :] != out[0, width:]).any()
 
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 import jax
 import jax.core
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._jit import filter_jit
 from .._tree import tree_at
@@ -18,21 +18,44 @@ from ._id_ranges import ids_known_in_range
 from ._layers import (
     Implementation,
     Step,
+    check_attention_mask,
     check_implementation,
     check_input_ids,
+    segment_ids,
     with_fields,
 )
 from ._pretrained import Pretrained
+from ._training import active, check_key, dropouts
 
 
 class CausalLM(Pretrained):
     """A causal language model. A subclass has the field `attention_implementation`
     and gives its body (`body()`: a module called as `body(ids, step, state) ->
     (hidden, state)`), where its blocks sit (`blocks(model)`), its output matrix
-    (`output_embedding()`) and its number of positions (`max_positions`)."""
+    (`output_embedding()`) and its number of positions (`max_positions`).
 
-    def __call__(self, input_ids: Int[Array, " seq"]) -> Float[Array, "seq vocab_size"]:
-        """**Arguments:** `input_ids`: token ids, shape `(seq,)`.
+    Its dropout layers (`boxwood.nn.Dropout`, rates from the config) are in
+    training mode in a model built from a config, as in `transformers` and
+    Equinox, and in inference mode in one from `from_pretrained`; switch with
+    `boxwood.nn.inference_mode(model, value)`. In training mode with a nonzero
+    rate, every call takes `key=`."""
+
+    def __call__(
+        self,
+        input_ids: Int[Array, " seq"],
+        attention_mask: Any = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "seq vocab_size"]:
+        """**Arguments:**
+
+        - `input_ids`: token ids, shape `(seq,)` (an array or a list of ints).
+        - `attention_mask`: optional, `(seq,)`: 1 for real tokens, 0 for padding
+          (left or right). Real tokens attend to real tokens only; positions
+          count from the first column, as in `transformers`' forward. The logits
+          at padding positions are not meaningful.
+        - `key`: a `jax.random` key for dropout; needed in training mode when
+          the config has a nonzero dropout rate. (Keyword only.)
 
         **Returns:** the next-token logits at every position, `(seq, vocab_size)`.
 
@@ -41,14 +64,26 @@ class CausalLM(Pretrained):
         JAX's persistent compilation cache can keep it; traced ids (under the
         caller's `jit`, `vmap`, ...) are checked inside the caller's program.
         """
-        if isinstance(input_ids, jax.core.Tracer):
-            return self.decode(input_ids, None, 0)[0]
+        if isinstance(input_ids, jax.core.Tracer) or isinstance(
+            attention_mask, jax.core.Tracer
+        ):
+            return self.decode(
+                input_ids, None, 0, attention_mask=attention_mask, key=key
+            )[0]
         model: Any = self
+        name = type(self).__name__
         input_ids = check_input_ids(
-            type(self).__name__, input_ids, model.max_positions, model.config.vocab_size
+            name, input_ids, model.max_positions, model.config.vocab_size
         )
+        if attention_mask is not None:
+            attention_mask = jnp.asarray(
+                check_attention_mask(name, attention_mask, jnp.shape(input_ids))
+            )
+        key = self._dropout_key(key)
         with ids_known_in_range():
-            return _logits_of_checked_ids(self, jnp.asarray(input_ids))
+            return _logits_of_checked_ids(
+                self, jnp.asarray(input_ids), attention_mask, key
+            )
 
     def decode(
         self,
@@ -57,6 +92,9 @@ class CausalLM(Pretrained):
         start: Any,
         pad: Any = None,
         extent: Any = None,
+        *,
+        attention_mask: Any = None,
+        key: PRNGKeyArray | None = None,
     ) -> tuple[Float[Array, "seq vocab_size"], State | None]:
         """Logits for `input_ids` at cache slots `start, start+1, ...`, reading and
         updating the key/value cache in `state` (from `init_cache`; `None`: no
@@ -73,17 +111,28 @@ class CausalLM(Pretrained):
         `dynamic` RoPE scaling, whose frequencies follow the call's sequence
         length: one more than the largest real position (`generate` gives the
         longest row's). `None`: this call's largest position + 1.
+
+        `attention_mask` (keyword only): as in `__call__`, for a call without a
+        cache (`state=None`); over a cache, left padding is `pad`. `key`
+        (keyword only): the dropout key, as in `__call__`.
         """
-        hidden, state = self._hidden(input_ids, state, start, pad, extent)
+        hidden, state = self._hidden(
+            input_ids, state, start, pad, extent, attention_mask, key
+        )
         model: Any = self  # a subclass: `output_embedding` is its own
         return hidden @ model.output_embedding().T, state
 
     def hidden_states(
-        self, input_ids: Int[Array, " seq"]
+        self,
+        input_ids: Int[Array, " seq"],
+        attention_mask: Any = None,
+        *,
+        key: PRNGKeyArray | None = None,
     ) -> Float[Array, "seq hidden_size"]:
         """The final (normalised) hidden states, before the output projection:
-        `model(ids) == model.hidden_states(ids) @ model.output_embedding().T`."""
-        return self._hidden(input_ids, None, 0, None)[0]
+        `model(ids) == model.hidden_states(ids) @ model.output_embedding().T`.
+        `attention_mask` and `key` as in `__call__`."""
+        return self._hidden(input_ids, None, 0, None, None, attention_mask, key)[0]
 
     def with_attention_implementation(self, implementation: Implementation) -> Any:
         """A copy whose attention uses `implementation`: `None` (boxwood's choice:
@@ -101,20 +150,50 @@ class CausalLM(Pretrained):
         blocks = cast(Any, self).blocks
         return tree_at(blocks, self, blocks(self).with_remat(remat))
 
+    def _dropout_key(self, key: Any, call: str = "model(input_ids, key=key)") -> Any:
+        """`key`, checked to be given where dropout is active; `None` where no
+        dropout is (so a call with a key and one without share one program)."""
+        check_key(self, key, call)
+        return key if any(active(d) for d in dropouts(self)) else None
+
     def _hidden(
-        self, input_ids: Any, state: Any, start: Any, pad: Any, extent: Any = None
+        self,
+        input_ids: Any,
+        state: Any,
+        start: Any,
+        pad: Any,
+        extent: Any = None,
+        attention_mask: Any = None,
+        key: Any = None,
     ) -> tuple:
         model: Any = self  # a subclass's fields and hooks
+        name = type(self).__name__
         input_ids = check_input_ids(
-            type(self).__name__, input_ids, model.max_positions, model.config.vocab_size
+            name, input_ids, model.max_positions, model.config.vocab_size
         )
+        segments = None
+        if attention_mask is not None:
+            if state is not None:
+                raise ValueError(
+                    f"{name}.decode: `attention_mask` applies to a call without a "
+                    "cache (`state=None`); over a cache, give the left padding of "
+                    "a row as `pad` (the number of its leading pad slots)."
+                )
+            mask = check_attention_mask(name, attention_mask, jnp.shape(input_ids))
+            segments = segment_ids(mask)
+        key = self._dropout_key(key)
         implementation = model.attention_implementation
-        step = Step(start, pad, state is not None, implementation, extent)
+        step = Step(
+            start, pad, state is not None, implementation, extent, segments, key
+        )
         return model.body()(input_ids, step, state)
 
 
 @filter_jit
-def _logits_of_checked_ids(model: CausalLM, input_ids: Array) -> Array:
-    """`model(input_ids)` for ids already checked: always traced within
-    `ids_known_in_range` (by `CausalLM.__call__`), so it attaches no check."""
-    return model.decode(input_ids, None, 0)[0]
+def _logits_of_checked_ids(
+    model: CausalLM, input_ids: Array, attention_mask: Any, key: Any
+) -> Array:
+    """`model(input_ids, attention_mask, key=key)` for inputs already checked:
+    always traced within `ids_known_in_range` (by `CausalLM.__call__`), so it
+    attaches no check."""
+    return model.decode(input_ids, None, 0, attention_mask=attention_mask, key=key)[0]

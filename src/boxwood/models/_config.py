@@ -56,6 +56,9 @@ WRITTEN_ANEW = frozenset(
     {"model_type", "architectures", "dtype", "torch_dtype", "transformers_version"}
 )
 
+# `ModelConfig`'s fields that are not options of `config.json`
+_NOT_OPTIONS = frozenset({"extra", "generation_config"})
+
 # `ModelConfig.REQUIRED` entries: option -> (predicate on its value, what is supported).
 Requirement = tuple[Callable[[Any], bool], str]
 
@@ -133,6 +136,13 @@ class ModelConfig:
     extra: IgnoredOptions | Mapping[str, Any] = dataclasses.field(
         default=IgnoredOptions(), kw_only=True
     )
+    # `generation_config.json` beside `config.json`, where there was one (kept as
+    # `IgnoredOptions`): `generate`'s default end and pad tokens, written back.
+    # Not compared: it changes no computation, so models that differ only in it
+    # have one structure and share compiled code.
+    generation_config: IgnoredOptions | Mapping[str, Any] | None = dataclasses.field(
+        default=None, kw_only=True, compare=False
+    )
 
     model_type: ClassVar[str] = ""
     architecture: ClassVar[str] = ""
@@ -196,13 +206,17 @@ class ModelConfig:
     @classmethod
     def _option_fields(cls) -> set[str]:
         """The options read into fields of their own."""
-        return {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return {f.name for f in dataclasses.fields(cls)} - _NOT_OPTIONS
 
     def __post_init__(self) -> None:
         extra = self.extra
         if not isinstance(extra, IgnoredOptions):
             extra = IgnoredOptions(extra)
             object.__setattr__(self, "extra", extra)
+        generation = self.generation_config
+        if generation is not None and not isinstance(generation, IgnoredOptions):
+            generation = IgnoredOptions(generation)
+            object.__setattr__(self, "generation_config", generation)
         for name in extra:
             self._check_ignorable(name, extra[name])
 
@@ -236,11 +250,37 @@ class ModelConfig:
         """The options as `transformers` writes them in `config.json`: the
         fields, then the kept options of `extra` that no field overrides."""
         out = dataclasses.asdict(self)
-        del out["extra"]
+        for name in _NOT_OPTIONS:
+            del out[name]
         out = {**dict(self.extra), **out}
         out["model_type"] = self.model_type
         out["architectures"] = [self.architecture]
         return out
+
+
+def check_rates(config: Any, names: tuple[str, ...], where: str) -> None:
+    """Each option of `names` (dropout rates) must be a number in `[0, 1]`."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            ok = False
+        else:
+            ok = 0 <= value <= 1
+        if not ok:
+            raise ConfigError(
+                f"{where}the option `{name}` = {value!r} is a dropout probability: "
+                "it must be a number in [0, 1]."
+            )
+
+
+def check_initializer_range(config: Any, where: str) -> None:
+    """`initializer_range`, a standard deviation, must be a number >= 0."""
+    value = config.initializer_range
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(
+            f"{where}the option `initializer_range` = {value!r} is the standard "
+            "deviation of the initial weights: it must be a number >= 0."
+        )
 
 
 def false_or_unset(value: Any) -> bool:

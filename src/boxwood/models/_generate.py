@@ -16,6 +16,7 @@ import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from .._jit import filter_jit
+from ..nn import inference_mode
 from ._generate_loop import Stream, decode_loop
 from ._layers import check_input_ids
 from ._sampling import (
@@ -33,6 +34,16 @@ MIN_BUCKET = 16
 _decode: Callable[..., Array] = filter_jit(decode_loop)  # (NumPy or JAX arrays)
 
 
+class _FromModel:
+    """`eos_token_id`'s default: the model's `generation_config.json`'s."""
+
+    def __repr__(self) -> str:
+        return "<the end tokens of the model's generation_config.json>"
+
+
+FROM_MODEL: Any = _FromModel()
+
+
 def bucket(length: int) -> int:
     """The padded length: the next power of two, at least `MIN_BUCKET`."""
     return max(MIN_BUCKET, 1 << (length - 1).bit_length())
@@ -47,7 +58,7 @@ def generate(
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    eos_token_id: int | list[int] | tuple[int, ...] | None = None,
+    eos_token_id: int | list[int] | tuple[int, ...] | None = FROM_MODEL,
     pad_token_id: int | None = None,
     callback: Callable[[Any], Any] | None = None,
     attention_mask: Any = None,
@@ -81,11 +92,16 @@ def generate(
       `top_p` apply to sampling only; greedy decoding ignores them.
     - `eos_token_id`: an end token id, or a sequence of them. A row that emits one
       keeps it and stops: its later positions hold `pad_token_id`, and the loop
-      ends early once every row has stopped. Default: no early stop (pass
-      `model.config.eos_token_id` to stop at the model's end token).
+      ends early once every row has stopped. `None`: no early stop. Default:
+      the `eos_token_id` of the model's `generation_config.json` (read by
+      `from_pretrained` where the directory has one, as `transformers`'
+      `generate` defaults to it), ids outside the vocabulary passed over;
+      without one, no early stop (pass `model.config.eos_token_id` to stop at
+      the model's end token).
     - `pad_token_id`: the id that fills the left of shorter prompts in a batch and
-      the positions after a row's end token. Default: the config's
-      `pad_token_id`, else its `eos_token_id` (the first), else `0`.
+      the positions after a row's end token. Default: the `pad_token_id` of
+      the model's `generation_config.json`, else the config's `pad_token_id`,
+      else its `eos_token_id` (the first), else `0`.
     - `callback`: called on the host with each new token as it is produced (a
       Python `int` for one prompt; for a batch, a NumPy `(batch,)` int32 array
       with `pad_token_id` in rows that have stopped), so a notebook can print as
@@ -112,6 +128,7 @@ def generate(
     at column `longest`, and its prompt ends there.
     """
     name = _causal_lm_name(model)
+    model = inference_mode(model, True)  # dropout off: generation is inference
     vocab = model.config.vocab_size
     prompts, single = (
         _prompts(name, input_ids, vocab)
@@ -120,6 +137,9 @@ def generate(
     )
     max_new_tokens = count("max_new_tokens", max_new_tokens)
     mode = check_sampling(temperature, top_k, top_p, key, vocab)
+    eos_token_id, pad_token_id = _generation_defaults(
+        model.config, eos_token_id, pad_token_id, vocab
+    )
     ends = end_ids(eos_token_id, vocab)
     pad_id = (
         default_pad_id(model.config, vocab)
@@ -158,6 +178,26 @@ def generate(
 def _unused_key() -> PRNGKeyArray:
     """The key greedy decoding passes (made once: making one runs on the device)."""
     return jax.random.key(0)
+
+
+def _generation_defaults(
+    config: Any, eos_token_id: Any, pad_token_id: Any, vocab: int
+) -> tuple:
+    """`eos_token_id` and `pad_token_id`, each defaulting (where `None`) to the
+    model's `generation_config.json`'s, where it was loaded with one; ids there
+    outside the vocabulary are passed over, as the config's are for the pad."""
+    generation = getattr(config, "generation_config", None) or {}
+
+    def within(value: Any) -> bool:
+        return isinstance(value, int) and 0 <= value < vocab
+
+    if eos_token_id is FROM_MODEL:
+        ends = generation.get("eos_token_id")
+        ends = ends if isinstance(ends, list) else [ends]
+        eos_token_id = [e for e in ends if within(e)] or None
+    if pad_token_id is None and within(generation.get("pad_token_id")):
+        pad_token_id = generation["pad_token_id"]
+    return eos_token_id, pad_token_id
 
 
 def _end_slots(ends: tuple[int, ...]) -> np.ndarray:
@@ -262,9 +302,9 @@ def _real_tokens(i: int, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def _prompt(name: str, ids: Any, vocab: int) -> np.ndarray:
     ids = np.asarray(ids)
-    check_input_ids(name, ids, None, vocab)
-    if np.shape(ids)[0] == 0:
+    if np.ndim(ids) == 1 and np.shape(ids)[0] == 0:
         raise ValueError("`generate`: `input_ids` is empty; give at least one token.")
+    check_input_ids(name, ids, None, vocab)
     return np.asarray(ids, np.int32)
 
 

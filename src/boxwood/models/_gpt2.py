@@ -4,6 +4,7 @@ query/key/value projection, tied output embedding."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 import jax
@@ -12,10 +13,17 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._init import split_keys
 from .._module import Module, field
-from ..nn import Embedding, LayerNorm, Stacked, State, StateIndex
+from ..nn import Dropout, Embedding, LayerNorm, Stacked, State, StateIndex
+from . import _training as training
 from ._causal_lm import CausalLM
 from ._checkpoint_files import FileLayout
-from ._config import ConfigError, ModelConfig, false_or_unset
+from ._config import (
+    ConfigError,
+    ModelConfig,
+    check_initializer_range,
+    check_rates,
+    false_or_unset,
+)
 from ._layers import (
     ACTIVATION_NAMES,
     Cache,
@@ -46,11 +54,15 @@ class GPT2Config(ModelConfig):
     layer_norm_epsilon: float = 1e-5
     scale_attn_weights: bool = True
     tie_word_embeddings: bool = True
+    initializer_range: float = 0.02
+    embd_pdrop: float = 0.1
+    attn_pdrop: float = 0.1
+    resid_pdrop: float = 0.1
 
     model_type: ClassVar[str] = "gpt2"
     architecture: ClassVar[str] = "GPT2LMHeadModel"
     IGNORED: ClassVar[frozenset[str]] = frozenset(
-        {"attn_pdrop", "embd_pdrop", "resid_pdrop", "n_ctx", "reorder_and_upcast_attn"}
+        {"n_ctx", "reorder_and_upcast_attn"}
         | {f"summary_{x}" for x in ("activation", "first_dropout", "type")}
         | {"summary_proj_to_labels", "summary_use_proj"}
     )
@@ -77,21 +89,31 @@ class GPT2Config(ModelConfig):
             )
         if self.n_embd % self.n_head:
             raise ConfigError(f"{where}`n_embd` must be divisible by `n_head`.")
+        check_rates(self, ("embd_pdrop", "attn_pdrop", "resid_pdrop"), where)
+        check_initializer_range(self, where)
 
 
 class Conv1D(Module):
     """GPT-2's projection layer: a dense layer whose weight is stored `(in_features,
     out_features)`, as the checkpoint stores it, so that loading and export copy it
-    as it is (no transpose of the 85M weights of GPT-2 small)."""
+    as it is (no transpose of the 85M weights of GPT-2 small). Initialised as
+    `transformers` does: weight `N(0, std)`, bias zeros."""
 
     weight: Float[Array, "in_features out_features"]
     bias: Float[Array, " out_features"]
 
     def __init__(
-        self, in_features: int, out_features: int, dtype: Any, *, key: PRNGKeyArray
+        self,
+        in_features: int,
+        out_features: int,
+        dtype: Any,
+        std: float = 0.02,
+        *,
+        key: PRNGKeyArray,
     ):
-        self.weight = 0.02 * jax.random.normal(key, (in_features, out_features), dtype)
-        self.bias = jnp.zeros((out_features,), dtype)
+        shape = (in_features, out_features)
+        self.weight = training.normal_array(key, shape, dtype, std)
+        self.bias = training.zeros(key, (out_features,), dtype)
 
     def __call__(
         self, x: Float[Array, "seq in_features"]
@@ -99,42 +121,65 @@ class Conv1D(Module):
         return x @ self.weight + self.bias[None, :]
 
 
+def _projection_std(config: GPT2Config) -> float:
+    """The standard deviation of the projections back into the residual stream
+    (`c_proj`): `initializer_range / sqrt(2 * n_layer)`, as `transformers` draws
+    them (two residual additions per block)."""
+    return config.initializer_range / math.sqrt(2 * config.n_layer)
+
+
 class GPT2Attention(Module):
-    """Causal self-attention with one fused `c_attn` projection (as GPT-2 stores it)."""
+    """Causal self-attention with one fused `c_attn` projection (as GPT-2 stores
+    it); dropout on the attention probabilities (`attn_dropout`, `attn_pdrop`) and
+    on the output (`resid_dropout`, `resid_pdrop`)."""
 
     c_attn: Conv1D
     c_proj: Conv1D
+    attn_dropout: Dropout
+    resid_dropout: Dropout
     num_heads: int = field(static=True)
 
     def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
         k1, k2 = split_keys(key, 2)
-        d = config.n_embd
-        self.c_attn = Conv1D(d, 3 * d, dtype, key=k1)
-        self.c_proj = Conv1D(d, d, dtype, key=k2)
+        d, std = config.n_embd, config.initializer_range
+        self.c_attn = Conv1D(d, 3 * d, dtype, std, key=k1)
+        self.c_proj = Conv1D(d, d, dtype, _projection_std(config), key=k2)
+        self.attn_dropout = Dropout(config.attn_pdrop)
+        self.resid_dropout = Dropout(config.resid_pdrop)
         self.num_heads = config.n_head
 
-    def __call__(self, x: Array, step: Step, cache: Cache, layer: Array) -> tuple:
+    def __call__(
+        self, x: Array, step: Step, cache: Cache, layer: Array, key: Any = None
+    ) -> tuple:
+        k_attn, k_out = training.split(key, 2)
         qkv = self.c_attn(x).reshape(x.shape[0], 3, self.num_heads, -1)
         q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
         k, v, cache = write_cache(cache, layer, k, v, step.start)
-        out = attend(q, k, v, step)
-        return self.c_proj(out.reshape(x.shape[0], -1)), cache
+        out = attend(q, k, v, step, dropout=self.attn_dropout, key=k_attn)
+        out = self.c_proj(out.reshape(x.shape[0], -1))
+        return training.drop(self.resid_dropout, out, k_out), cache
 
 
 class GPT2MLP(Module):
     c_fc: Conv1D
     c_proj: Conv1D
+    dropout: Dropout
     act: str = field(static=True)
 
     def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
         k1, k2 = split_keys(key, 2)
         inner = config.n_inner or 4 * config.n_embd
-        self.c_fc = Conv1D(config.n_embd, inner, dtype, key=k1)
-        self.c_proj = Conv1D(inner, config.n_embd, dtype, key=k2)
+        std = config.initializer_range
+        self.c_fc = Conv1D(config.n_embd, inner, dtype, std, key=k1)
+        self.c_proj = Conv1D(
+            inner, config.n_embd, dtype, _projection_std(config), key=k2
+        )
+        self.dropout = Dropout(config.resid_pdrop)
         self.act = config.activation_function
 
-    def __call__(self, x: Array) -> Array:
-        return self.c_proj(activation(self.act, self.c_fc(x)))
+    def __call__(self, x: Array, key: Any = None) -> Array:
+        out = self.c_proj(activation(self.act, self.c_fc(x)))
+        return training.drop(self.dropout, out, key)
 
 
 class GPT2Block(Module):
@@ -154,27 +199,31 @@ class GPT2Block(Module):
     def __call__(
         self, x: Array, step: Step, cache: Cache, layer: Array, window: Any = None
     ) -> tuple:
-        h, cache = self.attn(jax.vmap(self.ln_1)(x), step, cache, layer)
+        k_attn, k_mlp = training.split(training.layer_key(step.key, layer), 2)
+        h, cache = self.attn(jax.vmap(self.ln_1)(x), step, cache, layer, k_attn)
         x = x + h
-        return x + self.mlp(jax.vmap(self.ln_2)(x)), cache
+        return x + self.mlp(jax.vmap(self.ln_2)(x), k_mlp), cache
 
 
 class GPT2Model(Module):
     """GPT-2's body. The blocks are stored stacked (`h`, a `boxwood.nn.Stacked`:
     `h[i]` is block `i`) and applied in one `lax.scan`; the key/value cache of
-    all of them is one `State` entry (`cache`)."""
+    all of them is one `State` entry (`cache`). `drop` is the dropout on the
+    embeddings (`embd_pdrop`)."""
 
     wte: Embedding
     wpe: Embedding
+    drop: Dropout
     h: Stacked
     ln_f: LayerNorm
     cache: StateIndex
 
     def __init__(self, config: GPT2Config, dtype: Any, *, key: PRNGKeyArray):
         keys = split_keys(key, 3)
-        d = config.n_embd
-        self.wte = Embedding(config.vocab_size, d, dtype=dtype, key=keys[0])
-        self.wpe = Embedding(config.n_positions, d, dtype=dtype, key=keys[1])
+        d, std = config.n_embd, config.initializer_range
+        self.wte = training.embedding(config.vocab_size, d, dtype, std, key=keys[0])
+        self.wpe = training.embedding(config.n_positions, d, dtype, std, key=keys[1])
+        self.drop = Dropout(config.embd_pdrop)
         self.h = Stacked(
             lambda k: GPT2Block(config, dtype, key=k), config.n_layer, key=keys[2]
         )
@@ -184,6 +233,8 @@ class GPT2Model(Module):
     def __call__(self, input_ids: Array, step: Step, state: State | None) -> tuple:
         positions = step.positions(input_ids.shape[0])
         x = self.wte.weight[input_ids] + self.wpe.weight[positions]
+        # the layers' keys are `fold_in(step.key, layer)`; this one follows them
+        x = training.drop(self.drop, x, training.layer_key(step.key, len(self.h)))
         x, state = run_blocks(self.h, x, step, self.cache, state)
         return jax.vmap(self.ln_f)(x), state
 
@@ -234,6 +285,10 @@ class GPT2LMHeadModel(CausalLM):
         self.transformer = GPT2Model(config, dtype or jnp.float32, key=key)
         self.config = config
         self.attention_implementation = attention_implementation
+
+    @classmethod
+    def tied_tensors(cls, config: Any) -> dict[str, str]:
+        return {"lm_head.weight": "transformer.wte.weight"}
 
     def body(self) -> GPT2Model:
         return self.transformer

@@ -43,6 +43,12 @@ def ids_known_in_range() -> Iterator[None]:
         _KNOWN_IN_RANGE.reset(token)
 
 
+def known_in_range() -> bool:
+    """Whether this trace is within `ids_known_in_range()`: inputs checked
+    eagerly before tracing (ids, and masks) need no traced check."""
+    return _KNOWN_IN_RANGE.get()
+
+
 def check_ids_below(
     model: str,
     argument: str,

@@ -13,11 +13,12 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._errors import error_if
 from .._module._instance import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
 from ..nn._fused import fusable, fused_attention
 from ..nn._state import _make_index
-from ._id_ranges import check_ids_below
+from ._id_ranges import check_ids_below, known_in_range
 
 _ACTIVATIONS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),
@@ -44,9 +45,14 @@ def supported_activation(value: Any) -> bool:
 def check_input_ids(
     model: str, input_ids: Any, max_length: int | None, vocab_size: int | None = None
 ) -> Any:
-    """`input_ids` must be a 1-D integer array no longer than the position table,
-    of ids in `[0, vocab_size)`. Returns `input_ids`: under a trace the id check
-    is attached to the returned array (`boxwood.error_if`), so use it."""
+    """`input_ids` must be a 1-D integer array (or a list of ints), not empty, no
+    longer than the position table, of ids in `[0, vocab_size)`. Returns
+    `input_ids` (a list as a NumPy array): under a trace the id check is
+    attached to the returned array (`boxwood.error_if`), so use it."""
+    if isinstance(input_ids, list | tuple):
+        input_ids = np.asarray(input_ids)
+    if jnp.ndim(input_ids) == 1 and jnp.shape(input_ids)[0] == 0:
+        raise ValueError(f"{model}: `input_ids` is empty; give at least one token.")
     dtype = jnp.result_type(input_ids)
     if not jnp.issubdtype(dtype, jnp.integer):
         raise TypeError(
@@ -69,6 +75,50 @@ def check_input_ids(
     if vocab_size is None:
         return input_ids
     return _ids_in_vocabulary(model, input_ids, vocab_size)
+
+
+def check_attention_mask(model: str, attention_mask: Any, shape: tuple) -> Any:
+    """`attention_mask` (an array or lists) must have `input_ids`' `shape` and hold
+    only 1 (a real token) and 0 (padding), as booleans or numbers. Returns it
+    as an array: under a trace the value check is attached to it
+    (`boxwood.error_if`, left out inside `ids_known_in_range()`), so use it."""
+    if isinstance(attention_mask, list | tuple):
+        attention_mask = np.asarray(attention_mask)
+    dtype = jnp.result_type(attention_mask)
+    if not (
+        dtype == jnp.bool_
+        or jnp.issubdtype(dtype, jnp.integer)
+        or jnp.issubdtype(dtype, jnp.floating)
+    ):
+        raise TypeError(
+            f"{model}: `attention_mask` must be an array of 1 (real token) and 0 "
+            f"(padding), got dtype {dtype}."
+        )
+    if tuple(jnp.shape(attention_mask)) != tuple(shape):
+        raise ValueError(
+            f"{model}: `attention_mask` has shape {jnp.shape(attention_mask)}, but "
+            f"`input_ids` has shape {tuple(shape)}; give one entry per token (1 real, "
+            "0 padding)."
+        )
+    if dtype == jnp.bool_:
+        return attention_mask
+    rule = f"{model}: `attention_mask` must hold only 1 (a real token) and 0 (padding)"
+    if isinstance(attention_mask, jax.core.Tracer):
+        if known_in_range():
+            return attention_mask
+        bad = (attention_mask != 0) & (attention_mask != 1)
+        checked: Any = error_if(attention_mask, bad, f"{rule}; got another value.")
+        return checked
+    values = np.asarray(attention_mask)
+    where = np.flatnonzero((values != 0) & (values != 1))
+    if where.size:
+        first = int(where[0])
+        at = tuple(int(i) for i in np.unravel_index(first, values.shape))
+        raise ValueError(
+            f"{rule}; got {values.reshape(-1)[first].item()!r} at position "
+            f"{at[0] if len(at) == 1 else at}."
+        )
+    return attention_mask
 
 
 def _ids_in_vocabulary(model: str, input_ids: Any, vocab_size: int) -> Any:
@@ -117,14 +167,20 @@ class Step(NamedTuple):
     """What every layer of one call shares: the cache slot of the first new token
     (`start`), the number of leading slots that are left padding (`pad`, `None`:
     none), whether the keys come from a cache (`cached`), the attention
-    implementation, and the call's `extent` (one more than its largest real
-    position, which `dynamic` RoPE scaling reads; `None`: from the positions)."""
+    implementation, the call's `extent` (one more than its largest real
+    position, which `dynamic` RoPE scaling reads; `None`: from the positions),
+    the segment ids of the queries and of the keys (`segments`, `(q_seq,)` and
+    `(kv_seq,)` int32: a query attends only keys of its own segment; `None`: one
+    segment), and the dropout key (`key`, `None` without dropout: layer `i`'s
+    is `fold_in(key, i)`)."""
 
     start: Any
     pad: Any = None
     cached: bool = False
     implementation: Implementation = None
     extent: Any = None
+    segments: tuple[Array, Array] | None = None
+    key: Any = None
 
     def slots(self, seq: int) -> Array:
         """The cache slots of `seq` new tokens."""
@@ -137,11 +193,26 @@ class Step(NamedTuple):
         return slots if self.pad is None else jnp.maximum(slots - self.pad, 0)
 
 
+def segment_ids(attention_mask: Array) -> tuple[Array, Array]:
+    """The query and key segment ids of one sequence's `attention_mask` (1 real,
+    0 padding): real tokens attend to real tokens, padding to padding (so that
+    every query sees at least itself and its unused output stays finite)."""
+    ids = jnp.asarray(attention_mask).astype(jnp.int32)
+    return ids, ids
+
+
+def _same_segment(segments: tuple[Array, Array]) -> Array:
+    """`(q_seq, kv_seq)`: whether each query and key share a segment (for the
+    explicit weights; the fused call takes the segment ids themselves)."""
+    q, kv = segments
+    return q[:, None] == kv[None, :]
+
+
 def _visible(step: Step, q_seq: int, kv_seq: int, window: Any) -> Array:
     """`(q_seq, kv_seq)`: whether each new token may attend to each key slot:
-    slots up to its own, after `slot - window` (a sliding `window`), and none of
-    the padding. A pad token attends to itself alone, so that its (unused)
-    output stays finite."""
+    slots up to its own, after `slot - window` (a sliding `window`), none of
+    the left padding, and only keys of its own segment. A pad token attends to
+    itself alone, so that its (unused) output stays finite."""
     distance = step.slots(q_seq)[:, None] - jnp.arange(kv_seq)[None, :]
     allowed = distance >= 0
     if window is not None:
@@ -149,12 +220,18 @@ def _visible(step: Step, q_seq: int, kv_seq: int, window: Any) -> Array:
     if step.pad is not None:
         real = (jnp.arange(kv_seq) >= step.pad)[None, :]
         allowed = allowed & (real | (distance == 0))
+    if step.segments is not None:
+        allowed = allowed & _same_segment(step.segments)
     return allowed
 
 
-def _explicit(q: Array, k: Array, v: Array, mask: Array) -> Array:
+def _explicit(
+    q: Array, k: Array, v: Array, mask: Array, dropout: Any = None, key: Any = None
+) -> Array:
     """Grouped-query attention with the weights formed explicitly, in at least
-    float32 (for dtypes `jax.nn.dot_product_attention` would round)."""
+    float32 (for dtypes `jax.nn.dot_product_attention` would round, and for
+    dropout on the attention probabilities: `dropout`, a `boxwood.nn.Dropout`,
+    applied with `key`)."""
     seq, heads, dim = q.shape
     kv_heads = k.shape[1]
     wide = jnp.promote_types(q.dtype, jnp.float32)
@@ -162,6 +239,8 @@ def _explicit(q: Array, k: Array, v: Array, mask: Array) -> Array:
     logits = jnp.einsum("qhgd,khd->hgqk", grouped, k.astype(wide)) / math.sqrt(dim)
     logits = jnp.where(mask[None, None], logits, jnp.finfo(wide).min)
     weights = jax.nn.softmax(logits, axis=-1)
+    if dropout is not None:
+        weights = dropout(weights, key=key)
     out = jnp.einsum("hgqk,khd->qhgd", weights, v.astype(wide))
     return out.reshape(seq, heads, dim).astype(v.dtype)
 
@@ -172,6 +251,9 @@ def attend(
     v: Float[Array, "kv_seq kv_heads dim"],
     step: Step,
     window: Any = None,
+    *,
+    dropout: Any = None,
+    key: Any = None,
 ) -> Float[Array, "q_seq heads dim"]:
     """Causal attention of new tokens (at slots `step.slots`) to the keys at slots
     `0, 1, ...`, through `jax.nn.dot_product_attention`.
@@ -180,18 +262,28 @@ def attend(
     consecutive query heads; the keys are passed with their own head count (never
     repeated per query head). `window`: `None` (full attention), an int (a
     sliding window, static) or an int array (a window that is data, as a scanned
-    layer's). Without a cache, padding or a window that is data, the mask is
-    `is_causal` (and `local_window_size`), which lets cuDNN's flash attention be
-    chosen on a GPU (`nn._attention.fused_attention`); otherwise it is an explicit
-    boolean mask.
+    layer's). Without a cache, left padding or a window that is data, the mask
+    is `is_causal` (and `local_window_size`), with the padding of an
+    `attention_mask` as segment ids, which lets a fused kernel be chosen (cuDNN's
+    flash attention on a GPU, splash attention on a TPU: `nn._fused`);
+    otherwise it is an explicit boolean mask.
+
+    `dropout` (a `boxwood.nn.Dropout`, with `key`) drops attention
+    probabilities; only where it is active (training mode, `p > 0`) are the
+    weights formed explicitly, so inference keeps the fused call.
     """
     static_window = window is None or isinstance(window, int)
+    if dropout is not None and not dropout.inference and dropout.p > 0:
+        mask = _visible(step, q.shape[0], k.shape[0], window)
+        return _explicit(q, k, v, mask, dropout, key)
     if not (step.implementation is not None or fusable(q, k, v)):
         return _explicit(q, k, v, _visible(step, q.shape[0], k.shape[0], window))
-    mask, local = None, None
+    mask, local, segments = None, None, None
     causal = not step.cached and step.pad is None and static_window
     if causal:
         local = None if window is None else (window - 1, 0)
+        if step.segments is not None:  # padding: a kernel's segment ids
+            segments = (step.segments[0][None], step.segments[1][None])
     else:
         mask = _visible(step, q.shape[0], k.shape[0], window)[None, None]
     out = fused_attention(
@@ -202,6 +294,7 @@ def attend(
         is_causal=causal,
         local_window_size=local,
         implementation=step.implementation,
+        segment_ids=segments,
     )
     return out[0]
 

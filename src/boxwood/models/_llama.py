@@ -14,11 +14,18 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .. import _init
 from .._init import split_keys
 from .._module import Module, field
-from ..nn import Embedding, Linear, RMSNorm, Stacked, State, StateIndex
+from ..nn import Dropout, Embedding, Linear, RMSNorm, Stacked, State, StateIndex
+from . import _training as training
 from ._causal_lm import CausalLM
-from ._config import ConfigError, ModelConfig
+from ._config import (
+    ConfigError,
+    ModelConfig,
+    check_initializer_range,
+    check_rates,
+)
 from ._layers import (
     Cache,
     Implementation,
@@ -77,13 +84,13 @@ class LlamaConfig(ModelConfig):
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
     rope_scaling: Scaling | Mapping[str, Any] = None  # kept as `Scaling`
+    initializer_range: float = 0.02
+    attention_dropout: float = 0.0
 
     model_type: ClassVar[str] = "llama"
     architecture: ClassVar[str] = "LlamaForCausalLM"
     OTHER_TYPES: ClassVar[tuple[str, ...]] = ("mistral",)
-    IGNORED: ClassVar[frozenset[str]] = frozenset(
-        {"attention_dropout", "pretraining_tp"}
-    )
+    IGNORED: ClassVar[frozenset[str]] = frozenset({"pretraining_tp"})
     REQUIRED: ClassVar[dict] = {
         "sliding_window": (
             lambda v: v is None,
@@ -116,6 +123,8 @@ class LlamaConfig(ModelConfig):
                 f"{where}`num_attention_heads` ({self.num_attention_heads}) must be a "
                 f"multiple of `num_key_value_heads` ({self.kv_heads})."
             )
+        check_rates(self, ("attention_dropout",), where)
+        check_initializer_range(self, where)
 
     @property
     def kv_heads(self) -> int:
@@ -163,18 +172,20 @@ class LlamaAttention(Module):
     k_proj: Linear
     v_proj: Linear
     o_proj: Linear
+    attention_dropout: Dropout  # on the attention probabilities
     theta: float = field(static=True)  # the RoPE base
     rope_scaling: Scaling = field(static=True)  # `_rope_scaling.attention_scaling`
 
     def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
         kq, kk, kv, ko = split_keys(key, 4)
-        d, hd = config.hidden_size, config.dim
+        d, hd, std = config.hidden_size, config.dim, config.initializer_range
         qkv_bias, o_bias = config.projection_biases
         heads, kv_heads = config.num_attention_heads, config.kv_heads
-        self.q_proj = Linear(d, heads * hd, use_bias=qkv_bias, dtype=dtype, key=kq)
-        self.k_proj = Linear(d, kv_heads * hd, use_bias=qkv_bias, dtype=dtype, key=kk)
-        self.v_proj = Linear(d, kv_heads * hd, use_bias=qkv_bias, dtype=dtype, key=kv)
-        self.o_proj = Linear(heads * hd, d, use_bias=o_bias, dtype=dtype, key=ko)
+        self.q_proj = training.linear(d, heads * hd, qkv_bias, dtype, std, key=kq)
+        self.k_proj = training.linear(d, kv_heads * hd, qkv_bias, dtype, std, key=kk)
+        self.v_proj = training.linear(d, kv_heads * hd, qkv_bias, dtype, std, key=kv)
+        self.o_proj = training.linear(heads * hd, d, o_bias, dtype, std, key=ko)
+        self.attention_dropout = Dropout(config.attention_dropout)
         self.num_heads, self.kv_heads = heads, kv_heads
         self.theta = float(config.rope_theta)
         scaling = cast(Scaling, config.rope_scaling)  # normalised
@@ -193,7 +204,8 @@ class LlamaAttention(Module):
         )
         q, k = rope_at(q, positions, freqs), rope_at(k, positions, freqs)
         k, v, cache = write_cache(cache, layer, k, v, step.start)
-        out = attend(q, k, v, step, window)
+        key = training.layer_key(step.key, layer)
+        out = attend(q, k, v, step, window, dropout=self.attention_dropout, key=key)
         return jax.vmap(self.o_proj)(out.reshape(seq, -1)), cache
 
 
@@ -206,9 +218,10 @@ class LlamaMLP(Module):
     def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
         kg, ku, kd = split_keys(key, 3)
         d, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
-        self.gate_proj = Linear(d, inner, use_bias=bias, dtype=dtype, key=kg)
-        self.up_proj = Linear(d, inner, use_bias=bias, dtype=dtype, key=ku)
-        self.down_proj = Linear(inner, d, use_bias=bias, dtype=dtype, key=kd)
+        std = config.initializer_range
+        self.gate_proj = training.linear(d, inner, bias, dtype, std, key=kg)
+        self.up_proj = training.linear(d, inner, bias, dtype, std, key=ku)
+        self.down_proj = training.linear(inner, d, bias, dtype, std, key=kd)
         self.act = config.hidden_act
 
     def __call__(self, x: Array) -> Array:
@@ -225,7 +238,7 @@ class GemmaRMSNorm(Module):
     eps: float = field(static=True)
 
     def __init__(self, size: int, eps: float, dtype: Any):
-        self.weight = jnp.zeros((size,), dtype)
+        self.weight = _init.zeros((size,), dtype)
         self.eps = eps
 
     def __call__(self, x: Float[Array, " size"]) -> Float[Array, " size"]:
@@ -278,8 +291,13 @@ class LlamaModel(Module):
 
     def __init__(self, config: LlamaConfig, dtype: Any, *, key: PRNGKeyArray):
         keys = split_keys(key, 2)
-        self.embed_tokens = Embedding(
-            config.vocab_size, config.hidden_size, dtype=dtype, key=keys[0]
+        self.embed_tokens = training.embedding(
+            config.vocab_size,
+            config.hidden_size,
+            dtype,
+            config.initializer_range,
+            key=keys[0],
+            padding_row=config.pad_token_id,  # `transformers`' padding index
         )
         self.layers = Stacked(
             lambda k: LlamaDecoderLayer(config, dtype, key=k),
@@ -341,16 +359,23 @@ class LlamaForCausalLM(CausalLM):
         self.lm_head = (
             None
             if config.tie_word_embeddings
-            else Linear(
+            else training.linear(
                 config.hidden_size,
                 config.vocab_size,
-                use_bias=False,
-                dtype=dtype,
+                False,
+                dtype,
+                config.initializer_range,
                 key=k2,
             )
         )
         self.config = config
         self.attention_implementation = attention_implementation
+
+    @classmethod
+    def tied_tensors(cls, config: Any) -> dict[str, str]:
+        if not config.tie_word_embeddings:
+            return {}
+        return {"lm_head.weight": "model.embed_tokens.weight"}
 
     def body(self) -> LlamaModel:
         return self.model

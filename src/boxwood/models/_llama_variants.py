@@ -122,7 +122,9 @@ class Qwen2Config(LlamaConfig):
 
 
 def _tanh_gelu_or_unset(value: Any) -> bool:
-    return value in (None, "gelu_pytorch_tanh")
+    # `transformers` 5 builds Gemma's MLP from `hidden_act` alone; these values
+    # name the tanh GELU in every version (older ones read "gelu" as it too)
+    return value in (None, "gelu", "gelu_pytorch_tanh")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +153,8 @@ class GemmaConfig(LlamaConfig):
         "use_bidirectional_attention": (false_or_unset, "only causal attention"),
         "hidden_activation": (
             _tanh_gelu_or_unset,
-            "only `null` or 'gelu_pytorch_tanh' (`hidden_act` chooses the activation)",
+            "only `null`, 'gelu' or 'gelu_pytorch_tanh', each the tanh GELU as "
+            "`transformers` builds it (`hidden_act` chooses the activation)",
         ),
         "num_experts": (dense_only, "only dense models"),
     }

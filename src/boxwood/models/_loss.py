@@ -15,6 +15,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._errors import error_if
+from ._layers import check_attention_mask
 
 IGNORE_INDEX = -100  # `transformers`' (and PyTorch's) `ignore_index`
 
@@ -25,6 +26,8 @@ def causal_lm_loss(
     labels: Int[Array, "*batch seq"] | None = None,
     *,
     mask: Array | None = None,
+    attention_mask: Array | None = None,
+    key: Any = None,
     chunk_size: int = 1024,
 ) -> Float[Array, ""]:
     """The mean next-token cross entropy of a causal language model, computed
@@ -54,10 +57,18 @@ def causal_lm_loss(
     - `labels`: the tokens to predict, aligned with `input_ids` (same shape);
       `-100` marks a position to ignore. Defaults to `input_ids`.
     - `mask`: optional, the shape of `input_ids`; positions where it is false (or
-      0) are not predicted, like a label of `-100`. Pass a padding mask here
-      (padding goes on the right: these models attend to every earlier position).
+      0) are not predicted, like a label of `-100`. It changes only which
+      targets count, not what the model attends to.
+    - `attention_mask`: optional, the shape of `input_ids`: 1 for real tokens, 0
+      for padding (left or right), as a tokenizer returns it. The model attends
+      to real tokens only (`model(ids, attention_mask)`), and a position counts
+      only where both it and its target are real tokens: padding gets no loss,
+      and the mean is over the real targets.
+    - `key`: a `jax.random` key for dropout; needed when the model is in
+      training mode with a nonzero dropout rate (one key per row is split
+      from it).
     - `chunk_size`: the number of positions whose logits are computed at once.
-      (Keyword only, as is `mask`.)
+      (Keyword only, as are `mask`, `attention_mask` and `key`.)
 
     **Returns:** a float32 scalar (float64 for float64 models).
 
@@ -69,15 +80,66 @@ def causal_lm_loss(
     """
     _check_model(model)
     size = _check_chunk_size(chunk_size)
+    input_ids = _as_array(input_ids)
     ids = _check_input_ids(input_ids)
-    targets = _next_token_targets(ids, jnp.shape(input_ids), labels, mask)
-    hidden = jax.vmap(model.hidden_states)(ids)
+    shape = jnp.shape(input_ids)
+    attention = None
+    if attention_mask is not None:
+        if not isinstance(attention_mask, jax.core.Tracer):
+            check_attention_mask("`causal_lm_loss`", attention_mask, shape)
+        attention = _aligned("attention_mask", attention_mask, shape, ids)
+        real = attention.astype(bool)
+        previous = jnp.concatenate([jnp.zeros_like(real[:, :1]), real[:, :-1]], 1)
+        # the label at `j` is the target of `j - 1`: it counts where both are real
+        keep = real & previous
+        if mask is not None:
+            keep = keep & _aligned("mask", mask, shape, ids).astype(bool)
+        mask = keep.reshape(shape)
+    targets = _next_token_targets(ids, shape, labels, mask)
+    key = _dropout_key(model, key)
+    hidden = _hidden_states(model, ids, attention, key)
     weight = model.output_embedding()
     targets = _labels_in_vocabulary(targets.reshape(-1), weight.shape[0])
     total, count = _chunked_nll(
         weight, size, hidden.reshape(-1, hidden.shape[-1]), targets
     )
     return total / jnp.maximum(count, 1).astype(total.dtype)
+
+
+def _as_array(input_ids: Any) -> Any:
+    """`input_ids`, lists taken as arrays; empty sequences refused, as `generate`
+    and the models refuse them."""
+    if isinstance(input_ids, list | tuple):
+        input_ids = np.asarray(input_ids)
+    if jnp.ndim(input_ids) >= 1 and jnp.shape(input_ids)[-1] == 0:
+        raise ValueError(
+            "`causal_lm_loss`: `input_ids` is empty; give at least one token."
+        )
+    return input_ids
+
+
+def _dropout_key(model: Any, key: Any) -> Any:
+    """`key`, checked to be given where the model's dropout is active."""
+    check = getattr(model, "_dropout_key", None)
+    if check is None:
+        return key
+    return check(key, "causal_lm_loss(model, input_ids, key=key)")
+
+
+def _hidden_states(model: Any, ids: Array, attention: Any, key: Any) -> Array:
+    """`(batch, seq, hidden)`: the model's hidden states of each row, with its
+    attention mask and its own dropout key (split from `key`)."""
+    kwargs: dict[str, Any] = {}
+    if key is not None:
+        kwargs["key"] = jax.random.split(key, ids.shape[0])
+    if attention is not None:
+        kwargs["attention_mask"] = attention
+    names = tuple(kwargs)
+
+    def one(row: Array, *extra: Any) -> Array:
+        return model.hidden_states(row, **dict(zip(names, extra)))
+
+    return jax.vmap(one)(ids, *kwargs.values())
 
 
 def _check_model(model: Any) -> None:

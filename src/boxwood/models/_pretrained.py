@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -18,11 +19,11 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._caches import register_cache_clear
-from .._checkpoint import atomic_write, read_region, write_file
+from .._checkpoint import CheckpointError, atomic_write, read_region, write_file
 from .._eval_shape import filter_eval_shape
 from .._module import Module
 from .._tree import tree_at
-from ..nn import MultiheadAttention
+from ..nn import MultiheadAttention, inference_mode
 from ..nn._state import StateIndex, name_indices
 from ._checkpoint_files import (
     FileLayout,
@@ -32,9 +33,13 @@ from ._checkpoint_files import (
     renamed_tensors,
     standard_tensors,
 )
+from ._config import WRITTEN_ANEW, read_json
 from ._layers import check_implementation, with_fields
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import assemble_layers, layer_arrays, layer_names, layer_shardings
+
+# `transformers`' generation defaults, beside `config.json`
+GENERATION_CONFIG = "generation_config.json"
 
 
 class Pretrained(Module):
@@ -106,7 +111,9 @@ class Pretrained(Module):
           of a strategy of [`boxwood.models.sharding_rules`][]
           (`"tensor_parallel"`); default replicated. (Keyword only.)
 
-        **Returns:** the model.
+        **Returns:** the model, in inference mode (its dropout layers off, as
+        `transformers`' `from_pretrained` returns a model in `eval()` mode):
+        `boxwood.nn.inference_mode(model, False)` switches it to training.
         """
         directory = os.fspath(path)
         config = cls.config_class.from_file(config_path(directory))
@@ -116,6 +123,8 @@ class Pretrained(Module):
     def _load(
         cls, directory: str, config: Any, dtype: Any, mesh: Any, rules: Any
     ) -> Any:
+        """The model of `directory`, with `config` (and the directory's
+        `generation_config.json`, if any), in inference mode."""
         tensors = checkpoint_tensors(directory)
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
         # The tensors that cannot be mapped are copied whatever the model: a
@@ -124,9 +133,18 @@ class Pretrained(Module):
         one_region = mesh is None and _adopts_host_buffers()
         early = read_region(tensors.values(), dtype) if one_region else None
         with early or contextlib.nullcontext():
-            return cls._load_into(
+            model = cls._load_into(
                 directory, config, dtype, mesh, rules, tensors, one_region
             )
+        generation = os.path.join(directory, GENERATION_CONFIG)
+        if os.path.isfile(generation):
+            # set on the loaded model: the abstract build, remembered per config,
+            # may carry another (configs are compared without it)
+            options = read_json(generation)  # less what describes the file
+            kept = {k: v for k, v in options.items() if k not in WRITTEN_ANEW}
+            config = dataclasses.replace(model.config, generation_config=kept)
+            model = with_fields(model, config=config)
+        return inference_mode(model, True)
 
     @classmethod
     def _load_into(
@@ -142,6 +160,7 @@ class Pretrained(Module):
         abstract = abstract_model(cls, config, dtype)
         expected = {cls.checkpoint_name(name) for name in layer_names(abstract)}
         tensors = standard_tensors(tensors, expected, cls.LAYOUTS)
+        tensors = cls._without_tied_copies(config, tensors, directory)
         abstract = cls._without_absent_parts(abstract, tensors)
         if isinstance(rules, str):
             # `sharding_rules` checks the name itself
@@ -163,6 +182,38 @@ class Pretrained(Module):
             # one region of memory, unless `_load`'s serves them all already
             one_region=one_region,
         )
+
+    @classmethod
+    def tied_tensors(cls, config: Any) -> dict[str, str]:
+        """The tensors a file may hold that are copies of another (a tied output
+        embedding written out): `{name: name of the tensor it must equal}`, in
+        `save_pretrained`'s names."""
+        return {}
+
+    @classmethod
+    def _without_tied_copies(
+        cls, config: Any, tensors: dict[str, Any], directory: str
+    ) -> dict[str, Any]:
+        """`tensors` less the copies of `tied_tensors` it holds, after checking
+        each equals its original (`CheckpointError` naming both otherwise)."""
+        out = dict(tensors)
+        for copy_name, original in cls.tied_tensors(config).items():
+            if copy_name not in out or original not in out:
+                continue
+            a, b = out[copy_name], out[original]
+            same = tuple(a.shape) == tuple(b.shape) and np.array_equal(
+                a.read(), b.read()
+            )
+            if not same:
+                raise CheckpointError(
+                    f"the checkpoint in {directory}: `{copy_name}` differs from "
+                    f"`{original}`, but {cls.__name__} ties them (its output "
+                    "projection is the token embedding), so the file describes "
+                    f"another model; remove `{copy_name}` from the file, or set "
+                    "`tie_word_embeddings` to false where the class allows it."
+                )
+            del out[copy_name]
+        return out
 
     @classmethod
     def _without_absent_parts(cls, abstract: Any, tensors: dict[str, Any]) -> Any:
@@ -196,8 +247,9 @@ class Pretrained(Module):
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Write the model as `transformers`' `save_pretrained` does: `config.json`
         and `model.safetensors` in the directory `path` (created if needed), so
-        that `transformers`' `from_pretrained(path)` loads it. Each file is
-        replaced crash-safely (written aside, then renamed over the old one).
+        that `transformers`' `from_pretrained(path)` loads it, and
+        `generation_config.json` where the model was loaded with one. Each file
+        is replaced crash-safely (written aside, then renamed over the old one).
 
         **Arguments:** `path`: the directory.
         """
@@ -218,12 +270,20 @@ class Pretrained(Module):
         write_file(
             os.path.join(directory, "model.safetensors"), arrays, {"format": "pt"}
         )
-        text = json.dumps(options, indent=2, sort_keys=True).encode()
+        _write_json(os.path.join(directory, "config.json"), options)
+        generation = cast(Any, self).config.generation_config
+        if generation is not None:
+            _write_json(os.path.join(directory, GENERATION_CONFIG), dict(generation))
 
-        def write_config(f: BinaryIO) -> None:
-            f.write(text)
 
-        atomic_write(os.path.join(directory, "config.json"), write_config)
+def _write_json(path: str, options: dict[str, Any]) -> None:
+    """`options` as the JSON file `path`, replaced crash-safely."""
+    text = json.dumps(options, indent=2, sort_keys=True).encode()
+
+    def write(f: BinaryIO) -> None:
+        f.write(text)
+
+    atomic_write(path, write)
 
 
 # The abstract models built by `_load`, by (class, config, dtype), most recently
