@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from ._filters import is_array, is_inexact_array
-from ._jit._bound import as_pytree_function
+from ._module import as_pytree_function
 from ._module import field
 from ._partition import Slots, Wrapped
 from ._warnings import user_stacklevel

@@ -22,7 +22,7 @@ from typing import Any, cast
 import jax
 
 from ._filters import is_array, partition
-from ._jit._bound import BoundMethod
+from ._module import BoundMethod
 from ._module import Module
 
 _EMPTY = object()

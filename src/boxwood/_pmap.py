@@ -14,7 +14,7 @@ import numpy as np
 
 from ._filters import is_array
 from ._jit import _aot
-from ._jit._bound import as_pytree_function
+from ._module import as_pytree_function
 from ._module import field
 from ._partition import OutBox, Wrapped
 from ._vmap import UNMAPPED, if_array, named_axes, parameter_names, resolve_axes

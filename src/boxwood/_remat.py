@@ -9,7 +9,7 @@ from typing import Any
 import jax
 
 from ._filters import combine, is_array, partition
-from ._jit._bound import as_pytree_function
+from ._module import as_pytree_function
 from ._module import field
 from ._partition import OutBox, Wrapped, split_out
 

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 
 from ._filters import combine, is_array, partition
-from ._jit._bound import as_pytree_function
+from ._module import as_pytree_function
 from ._partition import OutBox, describe, keystr, split_out, static_equal
 
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ._filters import is_array
-from ._jit._bound import as_pytree_function
+from ._module import as_pytree_function
 from ._module import field
 from ._partition import OutBox, Wrapped, describe, keystr
 

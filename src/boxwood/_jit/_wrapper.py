@@ -16,9 +16,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .. import _flat_form
+from .._module import _flat_form
 from . import _aot, _convention
-from ._bound import as_pytree_function
+from .._module import as_pytree_function
 from ._diagnostics import restore_warnings
 from ._dispatch import Dispatch, prepare
 from ._options import JitOptions

@@ -13,7 +13,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._module._instance import set_fields
+from .._module import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
 from ..nn._fused import fusable, fused_attention
 from ..nn._state import _make_index

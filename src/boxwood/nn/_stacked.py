@@ -14,7 +14,7 @@ from jaxtyping import Array, PRNGKeyArray
 from .._filters import is_array
 from .._init import build_stacked
 from .._module import Module, field
-from .._module._instance import set_fields
+from .._module import set_fields
 from .._remat import filter_checkpoint
 from .._scan import filter_scan
 from .._vmap import filter_vmap

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from .._module import Module, field
-from .._module._instance import set_fields
+from .._module import set_fields
 from .._pretty import tree_pformat
 
 _Value = TypeVar("_Value")
