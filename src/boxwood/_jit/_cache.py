@@ -15,9 +15,9 @@ from typing import Any, cast
 import jax
 
 from .._filters import is_array
+from .._module import BoundMethod
 from .._module._static_key import needs_strict, strict
 from .._warnings import PerformanceWarning, user_stacklevel
-from .._module import BoundMethod
 from ._flat_cache import merge_leaves as merge
 from ._options import JitOptions
 from ._rebuild import compile_builder

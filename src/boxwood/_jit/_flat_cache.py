@@ -58,9 +58,8 @@ from typing import Any, cast
 import jax
 from jax._src.array import ArrayImpl
 
-from .._module import _flat_form
 from .._filters import is_array
-from .._module import Module
+from .._module import Module, _flat_form
 from .._module._register import MODULE_TYPES
 from .._module._static_key import strict
 

@@ -24,8 +24,7 @@ from typing import Any, Generic, TypeVar, cast
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
-from .._module import Module, field
-from .._module import set_fields
+from .._module import Module, field, set_fields
 from .._pretty import tree_pformat
 
 _Value = TypeVar("_Value")

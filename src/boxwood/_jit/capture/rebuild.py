@@ -16,8 +16,7 @@ from typing import Any
 
 import jax
 
-from ..._module import Module
-from ..._module import BoundMethod, bind_method
+from ..._module import BoundMethod, Module, bind_method
 from .reads import Reads, unwrap_jitted
 from .values import (
     METHOD,
