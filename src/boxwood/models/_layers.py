@@ -16,7 +16,7 @@ from jaxtyping import Array, Float
 from .._module import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
 from ..nn._fused import fusable, fused_attention
-from ..nn._state import _make_index
+from ..nn._state import make_index as _make_index
 from ._id_ranges import check_ids_below
 
 _ACTIVATIONS = {
