@@ -20,8 +20,10 @@ under `boxwood` (`_jit/capture` is in the group `_jit`).
   module: `_core.bind_method = ...`, `type.__setattr__(Module, ...)`,
   `setattr(other_module, ...)`.
 - `readme_mismatches`: for each package README, the files of the package it does
-  not name (as `` `name.py` `` or a path ending so) and the backticked `.py` names
-  of the package's own files it names that do not exist there.
+  not name (as `` `name.py` `` or a path ending so; `__init__.py`, the package's
+  interface, need not be named) and the backticked bare `.py` names it gives that
+  are no file of the package or its subfolders (another package's file is named
+  by its path, `_jit/_cache.py`).
 """
 
 from __future__ import annotations
@@ -255,6 +257,8 @@ def readme_mismatches(src: pathlib.Path = SRC) -> dict[str, list[str]]:
         problems = []
         own = sorted(p.name for p in folder.glob("*.py"))
         for name in own:
+            if name == "__init__.py":
+                continue
             if not any(n == name or n.endswith(f"/{where}/{name}") for n in named):
                 problems.append(f"not listed: {name}")
         for sub in sorted(p for p in folder.iterdir() if (p / "__init__.py").exists()):

@@ -11,8 +11,8 @@ import numpy as np
 
 from .._paths import dotted_path
 from .._tree import LeafProbe
+from ._jax_initializers import fast_call
 from ._keys import split_keys
-from ._known import fast_call
 from ._layer import Initializer
 from ._layout import drawn_shape, layout_at, to_stored
 
