@@ -13,7 +13,6 @@ import sys
 import jax
 import pytest
 
-import _compile_cache
 import boxwood
 from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
 
@@ -62,7 +61,6 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
         run_page(page)
         return
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
-    env.update(_compile_cache.variables())  # what other processes compiled, shared
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "tests"), *filter(None, [env.get("PYTHONPATH")])]
     )

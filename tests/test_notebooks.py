@@ -4,8 +4,6 @@ import pathlib
 
 import pytest
 
-import _compile_cache
-
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
@@ -29,9 +27,7 @@ def test_the_docs_list_every_notebook(listing):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path, monkeypatch):
-    for name, value in _compile_cache.variables().items():  # the kernel's, shared
-        monkeypatch.setenv(name, value)
+def test_notebook_runs(path):
     notebook = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3").execute(
         cwd=str(path.parent)
