@@ -29,6 +29,7 @@ under `boxwood` (`_jit/capture` is in the group `_jit`).
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 import re
 
@@ -112,6 +113,7 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+@functools.cache  # one parse of the tree per test run
 def _files(src: pathlib.Path) -> tuple[dict[str, pathlib.Path], list[_File]]:
     modules = _modules(src)
     return modules, [_File(m, p, modules) for m, p in modules.items()]
