@@ -16,7 +16,7 @@ import pytest
 import boxwood as bw
 from _precision import highest_matmul_precision  # noqa: F401
 from boxwood import _errors
-from boxwood._init import _known
+from boxwood._init import _jax_initializers
 
 TESTS = Path(__file__).parent
 
@@ -300,7 +300,7 @@ inits = jax.nn.initializers
 
 
 def test_scalar_factors_use_numpy_on_the_cpu():
-    assert _known._scalar_arithmetic() is (
+    assert _jax_initializers._scalar_arithmetic() is (
         np if jax.default_backend() == "cpu" else jnp
     )
 
@@ -313,9 +313,9 @@ def test_scalar_factors_use_numpy_on_the_cpu():
 def test_the_backend_arithmetic_factor_gives_the_direct_bits(monkeypatch, fn):
     # off the CPU the factor is computed with jax.numpy, as the direct call does:
     # on the CPU both routes give the direct call's bits
-    monkeypatch.setattr(_known, "_scalar_arithmetic", lambda: jnp)
+    monkeypatch.setattr(_jax_initializers, "_scalar_arithmetic", lambda: jnp)
     for shape in [(128, 32), (48, 12), (3, 3, 8, 16)]:
-        fast = _known.fast_call(fn, jr.key(3), shape, jnp.float32)
+        fast = _jax_initializers.fast_call(fn, jr.key(3), shape, jnp.float32)
         direct = fn(jr.key(3), shape, jnp.float32)
         assert np.asarray(fast).tobytes() == np.asarray(direct).tobytes()
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-from boxwood._module import _instance as _module
+from boxwood._module import _field_descriptors as _module
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-from boxwood._flat_form import FLAT
+from boxwood._module._flat_form import FLAT
 from boxwood._module._module import instance_dict
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)

@@ -11,7 +11,7 @@ from flax import nnx
 
 import boxwood.nn as nn
 from boxwood._init import _draw
-from boxwood._init._known import fast_call
+from boxwood._init._jax_initializers import fast_call
 
 inits = jax.nn.initializers
 INITS = {
@@ -278,9 +278,9 @@ def test_to_stored_keeps_a_committed_array_where_it_is():
 
 
 def test_orthogonal_takes_the_direct_call_where_the_host_qr_differs(monkeypatch):
-    from boxwood._init import _known
+    from boxwood._init import _jax_initializers
 
-    monkeypatch.setattr(_known, "_qr_matches_jax", lambda dtype: False)
+    monkeypatch.setattr(_jax_initializers, "_qr_matches_jax", lambda dtype: False)
     assert fast_call(inits.orthogonal(), jr.key(0), (8, 4), jnp.float32) is None
     # and an initialiser off the fast path compiles once per distinct shape (3 in
     # this MLP), not once per operation and leaf
@@ -292,9 +292,9 @@ def test_orthogonal_takes_the_direct_call_where_the_host_qr_differs(monkeypatch)
 
 
 def test_the_host_qr_check_compares_with_jax():
-    from boxwood._init import _known
+    from boxwood._init import _jax_initializers
 
-    assert _known._qr_matches_jax(np.dtype(np.float32)) == (
+    assert _jax_initializers._qr_matches_jax(np.dtype(np.float32)) == (
         jax.default_backend() == "cpu"
     )
 

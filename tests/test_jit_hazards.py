@@ -205,7 +205,7 @@ def test_what_rests_on_a_module_is_not_part_of_its_state():
     import copy
     import pickle
 
-    from boxwood._flat_form import HOLDERS
+    from boxwood._module._flat_form import HOLDERS
     from boxwood._module._slots import instance_dict
 
     inner = _lin()
@@ -224,7 +224,7 @@ def test_what_rests_on_a_module_is_not_part_of_its_state():
 
 
 def test_a_holder_list_does_not_grow_with_dead_holders():
-    from boxwood._flat_form import HOLDERS
+    from boxwood._module._flat_form import HOLDERS
     from boxwood._module._slots import instance_dict
 
     class Outer(bw.Module):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-from boxwood._flat_form import FLAT
+from boxwood._module._flat_form import FLAT
 from boxwood._module._slots import instance_dict
 
 

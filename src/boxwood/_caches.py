@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 # Functions that empty one cache each. Modules with a global cache add theirs here
-# with `register_cache_clear` at import time.
+# with `register_cache_clear` at import time (`_jit/_cache.py`: the compiled programs
+# of every `filter_jit` wrapper; `models/_pretrained.py`: parsed checkpoint files).
 _CLEARS: list[Callable[[], None]] = []
 
 
@@ -13,20 +14,6 @@ def register_cache_clear(clear: Callable[[], None]) -> Callable[[], None]:
     """Add `clear` to what [`boxwood.clear_caches`][] runs; returns `clear`."""
     _CLEARS.append(clear)
     return clear
-
-
-def _clear_jit_stores() -> None:
-    # The compiled programs of every live `filter_jit` wrapper (held by the wrapper;
-    # the registry of them is weak).
-    from ._jit import _cache
-
-    with _cache._STORES_LOCK:
-        stores = list(_cache._STORES.values())
-    for store in stores:
-        store.clear()
-
-
-register_cache_clear(_clear_jit_stores)
 
 
 def clear_caches() -> None:

@@ -22,7 +22,7 @@ class TreeAtReplaceError(ValueError, TypeError):
     `TypeError` as in Equinox, and a `ValueError` as boxwood first raised it."""
 
 
-class _Probe:
+class LeafProbe:
     """Stands in for one leaf while `where` is run, so leaves are found by identity
     even when the same object (an array, `None`, a small int) appears twice."""
 
@@ -67,7 +67,7 @@ def _probe(i: int, leaf: Any, none_is_leaf: bool, user_leaf) -> Any:
         return _NoneProbe(i)
     if _is_empty_tuple(leaf) and not (user_leaf is not None and user_leaf(leaf)):
         return _NoneProbe(i, "()")
-    return _Probe(i)
+    return LeafProbe(i)
 
 
 def _calls_none_a_leaf(is_leaf: Callable[[Any], bool]) -> bool:
@@ -190,7 +190,7 @@ def _rebuild(original: Any, probe: Any, new: dict, found: set[int]) -> Any:
     if fn is not None:
         found.add(id(probe))
         return fn(original)
-    if isinstance(probe, (_Probe, _NoneProbe)):
+    if isinstance(probe, (LeafProbe, _NoneProbe)):
         return original
     parts = _children(original)
     if parts is None:
@@ -209,7 +209,7 @@ def _as_nodes(chosen: Any, probe_tree: Any, leaf_pred) -> tuple[list, bool]:
     stack = [probe_tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, (_Probe, _NoneProbe)):
+        if isinstance(node, (LeafProbe, _NoneProbe)):
             continue
         parts = _children(node)
         if parts is not None:

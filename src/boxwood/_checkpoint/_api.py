@@ -20,7 +20,7 @@ from ._save_load import (
 _FORMATS = ("safetensors", "orbax", None)
 
 
-def _check_format(format: Any) -> None:
+def check_format(format: Any) -> None:
     if format not in _FORMATS:
         raise ValueError(
             f'`format` must be "safetensors", "orbax" or None (choose by the '
@@ -68,9 +68,9 @@ def save(
     >>> boxwood.read_metadata(path)
     {'step': 7}
     """
-    _check_format(format)
+    check_format(format)
     _background.wait_all()
-    if _wants_orbax(tree, format):
+    if wants_orbax(tree, format):
         from ._orbax import save_orbax
 
         return save_orbax(path, tree, metadata=metadata, blocking=blocking)
@@ -146,7 +146,7 @@ def load(
       - w: file has f32[3], model expects f32[4]
     ...
     """
-    _check_format(format)
+    check_format(format)
     _background.wait_all()
     if format == "orbax" or (format is None and os.path.isdir(path)):
         from ._orbax import load_orbax
@@ -172,7 +172,7 @@ def read_metadata(path: str | os.PathLike) -> dict:
     return decode_user_metadata(path, read_header(path))
 
 
-def _wants_orbax(tree: Any, format: str | None) -> bool:
+def wants_orbax(tree: Any, format: str | None) -> bool:
     if format is not None:
         return format == "orbax"
     import jax

@@ -10,7 +10,7 @@ import warnings
 from typing import Any
 
 from . import _background
-from ._api import _check_format, _wants_orbax, load, save_file
+from ._api import check_format, load, save_file, wants_orbax
 from ._error import CheckpointError
 from ._format import read_header
 from ._save_load import decode_user_metadata
@@ -66,7 +66,7 @@ class Checkpointer:
             isinstance(keep, bool) or not isinstance(keep, int) or keep < 1
         ):
             raise ValueError(f"`keep` must be a positive int or None, got {keep!r}.")
-        _check_format(format)
+        check_format(format)
         self.directory = pathlib.Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.keep = keep
@@ -122,7 +122,7 @@ class Checkpointer:
             raise ValueError(f"`step` must be a non-negative int, got {step!r}.")
         _background.wait_all()
         metadata = {**(metadata or {}), "step": step}
-        if _wants_orbax(tree, self.format):
+        if wants_orbax(tree, self.format):
             from ._orbax_step import save_step
 
             def then() -> None:

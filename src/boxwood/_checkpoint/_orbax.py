@@ -36,7 +36,8 @@ _MISSING = (
 )
 
 
-def _ocp() -> Any:
+def orbax_checkpoint() -> Any:
+    """The `orbax.checkpoint` module, imported on first use (an optional extra)."""
     try:
         import orbax.checkpoint as ocp
     except ImportError:
@@ -75,7 +76,7 @@ def save_orbax(
 ) -> _background.SaveHandle | None:
     """Save `tree` to the directory `path` with orbax (every process must call it),
     then call `then` (if given; in the background thread when not blocking)."""
-    ocp = _ocp()
+    ocp = orbax_checkpoint()
     leaves, flat = _flat(tree)
     meta = encode_metadata(leaves, metadata)
     args = ocp.args.Composite(
@@ -112,7 +113,7 @@ class _OrbaxTensor:
 
 
 def item_metadata(path: str) -> tuple[dict, dict]:
-    ocp = _ocp()
+    ocp = orbax_checkpoint()
     checkpointer = ocp.Checkpointer(_handler(ocp))
     try:
         state = checkpointer.metadata(path).item_metadata["state"].tree
@@ -143,7 +144,7 @@ def _target(plan: Plan) -> jax.ShapeDtypeStruct:
 
 
 def _restore(path: str, plans: list[Plan]) -> dict[str, Any]:
-    ocp = _ocp()
+    ocp = orbax_checkpoint()
     targets = {plan.leaf.name: _target(plan) for plan in plans}
     restore_args = ocp.checkpoint_utils.construct_restore_args(targets)
     args = ocp.args.Composite(

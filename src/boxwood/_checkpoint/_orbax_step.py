@@ -28,7 +28,7 @@ import jax
 
 from . import _background
 from ._atomic import fsync_path, fsync_tree
-from ._orbax import _ocp, save_orbax
+from ._orbax import orbax_checkpoint, save_orbax
 
 STAGING_SUFFIX = ".saving"
 _TRASH_INFIX = ".deleting-"
@@ -57,7 +57,7 @@ def primary() -> bool:
 
 def _barrier(name: str) -> None:
     if jax.process_count() > 1:
-        sync = _ocp().multihost.get_barrier_sync_fn()
+        sync = orbax_checkpoint().multihost.get_barrier_sync_fn()
         sync(key=f"boxwood-checkpointer-{name}", timeout_ms=_BARRIER_TIMEOUT_MS)
 
 

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._paths import dotted_path
-from .._tree import _Probe
+from .._tree import LeafProbe
+from ._jax_initializers import fast_call
 from ._keys import split_keys
-from ._known import fast_call
 from ._layer import Initializer
 from ._layout import drawn_shape, layout_at, to_stored
 
@@ -29,12 +29,12 @@ def _is_array(x: Any) -> bool:
 
 
 def _selected_by_where(where: Callable, treedef: Any, n: int) -> list[int]:
-    probes = treedef.unflatten([_Probe(i) for i in range(n)])
+    probes = treedef.unflatten([LeafProbe(i) for i in range(n)])
     chosen = where(probes)
     found = jax.tree_util.tree_leaves(chosen, is_leaf=lambda x: x is None)
     indices = []
     for i, node in enumerate(found):
-        if not isinstance(node, _Probe):
+        if not isinstance(node, LeafProbe):
             raise ValueError(
                 f"nn.init: `where` returned {node!r} (item {i}), which is not part of "
                 "the model; return the arrays (or sub-modules) to initialise, such "

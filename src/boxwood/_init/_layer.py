@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._known import call_initializer
+from ._jax_initializers import call_initializer
 from ._layout import drawn_shape, to_stored
 
 #: `(key, shape, dtype) -> array`, such as any `jax.nn.initializers` function.

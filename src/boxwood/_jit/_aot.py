@@ -3,17 +3,27 @@
 `Lowered` and `Compiled` follow JAX's stages but are called as `f` is: with the
 same arguments (modules, pytrees, Python objects), returning `f`'s output. JAX's
 own objects, which take the inner function's flat lists of arrays, stay available
-as `.flat` on both.
+as `.flat` on both. Both call their program through an `AotCall`: `JitCall` for
+`filter_jit`; `filter_pmap` brings its own (`boxwood/_transforms/_pmap.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .._errors import raise_as_boxwood_error
 from . import _convention
 from ._diagnostics import restore_warnings
+
+
+class AotCall(Protocol):
+    """What `Lowered` and `Compiled` need of the wrapper that lowered: its `name`,
+    and a call of the compiled program `flat` with the wrapper's arguments."""
+
+    name: str
+
+    def __call__(self, flat: Any, args: tuple, kwargs: dict) -> Any: ...
 
 
 class Lowered:
@@ -27,7 +37,7 @@ class Lowered:
       arguments' arrays.
     """
 
-    def __init__(self, flat: Any, call: _AotCall) -> None:
+    def __init__(self, flat: Any, call: AotCall) -> None:
         self.flat = flat
         self._call = call
 
@@ -55,7 +65,7 @@ class Compiled:
     its other attributes (`as_text()`, `cost_analysis()`, ...) are read from there.
     """
 
-    def __init__(self, flat: Any, call: _AotCall) -> None:
+    def __init__(self, flat: Any, call: AotCall) -> None:
         self.flat = flat
         self._call = call
 
@@ -71,7 +81,7 @@ class Compiled:
         return f"boxwood.Compiled({self._call.name})"
 
 
-class _AotCall:
+class JitCall:
     """Calls a JAX-compiled inner function with a call's arguments: picks their
     arrays as the wrapper's dispatch does and checks that the rest matches the
     lowering."""

@@ -14,10 +14,11 @@ from typing import Any, cast
 
 import jax
 
+from .._caches import register_cache_clear
 from .._filters import is_array
+from .._module import BoundMethod
 from .._module._static_key import needs_strict, strict
 from .._warnings import PerformanceWarning, user_stacklevel
-from ._bound import BoundMethod
 from ._flat_cache import merge_leaves as merge
 from ._options import JitOptions
 from ._rebuild import compile_builder
@@ -206,6 +207,18 @@ class Store:
 # function's compiled code dies with the last wrapper that uses it.
 _STORES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _STORES_LOCK = threading.Lock()
+
+
+@register_cache_clear
+def clear_stores() -> None:
+    """Empty the compiled programs of every live `filter_jit` wrapper (held by the
+    wrapper; the registry of them is weak): part of `boxwood.clear_caches`."""
+    with _STORES_LOCK:
+        stores = list(_STORES.values())
+    for store in stores:
+        store.clear()
+
+
 # call site -> (wraps of distinct function objects, weakref to the last function,
 # weakref to the code object that made the wraps), for the most recent
 # `_MAX_SITES` sites; a site is named by file, line and the code's name and first

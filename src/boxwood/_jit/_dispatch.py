@@ -29,7 +29,7 @@ _flatten = jax.tree_util.tree_flatten
 
 class Dispatch:
     """The slow path, the locked path and the counters of one wrapper of `fun`
-    (a pytree function: `_bound.as_pytree_function`) with `options`."""
+    (a pytree function: `_module.as_pytree_function`) with `options`."""
 
     def __init__(
         self, fun: Any, options: JitOptions, leading: _convention.Leading, name: str

@@ -17,7 +17,7 @@ For `filter_jit` (`remember=True`), the outermost modules of an output are built
 from their flat form alone (see `_flat_cache.py`): a model returned by one training
 step is passed to the next without being flattened again, and its nested modules
 (and those of the optimiser state) are built only if something reads them
-(`_module/_instance.py`'s `_Field`). A step then creates a handful of objects instead of one per
+(`_module/_field_descriptors.py`'s `_Field`). A step then creates a handful of objects instead of one per
 module of every copy of the model.
 """
 
@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 from .._filters import is_array
-from .._flat_form import FLAT
+from .._module._flat_form import FLAT
 from .._module._register import REBUILD_NAME
 from .._module._slots import set_dict
 from ._flat_cache import immutable, is_module_class, token_for

@@ -16,9 +16,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .. import _flat_form
+from .._module import _flat_form, as_pytree_function
 from . import _aot, _convention
-from ._bound import as_pytree_function
 from ._diagnostics import restore_warnings
 from ._dispatch import Dispatch, prepare
 from ._options import JitOptions
@@ -126,7 +125,7 @@ class JitWrapper:
         finally:
             restore_warnings()
             d.traces += d.store.pending.__dict__.pop("n", 0)
-        return _aot.Lowered(flat, _aot._AotCall(d, prefix, plan, plan.key_of(statics)))
+        return _aot.Lowered(flat, _aot.JitCall(d, prefix, plan, plan.key_of(statics)))
 
 
 class _Lowerer:

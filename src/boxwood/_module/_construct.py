@@ -30,13 +30,13 @@ from ._checks import (
     plural,
 )
 from ._register import REBUILD_NAME
+from ._slots import instance_dict
 
 # ids of the instances whose `__init__` is running; `__setattr__` only works for those.
 # (Set insertions and removals are atomic under the GIL, so this is thread-safe.)
 INITIALISING: set[int] = set()
 
 _new = object.__new__
-instance_dict: Any = None  # the `__dict__` slot's getter, once `Module` exists
 
 
 def rebuild(cls: Any, values: dict) -> Any:

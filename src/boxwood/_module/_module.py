@@ -10,12 +10,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from .. import _flat_form
+from . import _flat_form
 from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
 from ._construct import INITIALISING, construct, rebuild
 from ._field import converter_of, field, is_static, static_field
-from ._instance import install_fields
+from ._field_descriptors import install_fields
 from ._register import REBUILD_NAME, register
 from ._slots import Instance, instance_dict, set_dict
 from ._static_key import StaticKey
@@ -155,7 +155,7 @@ def _check_field_names(cls_name: str, fields: tuple) -> None:
 
 class _Method:
     """A method of a module class. Read on an instance it gives a `BoundMethod`
-    (`_bound.py`): a module whose child is the instance, so `model.method` is a
+    (below, `bind_method`): a module whose child is the instance, so `model.method` is a
     pytree with the model's leaves (as in Equinox). Read on the class it gives the
     plain function. A non-data descriptor: an instance dict entry of the same name
     wins."""
@@ -174,11 +174,6 @@ class _Method:
 
     def __getattr__(self, name: str) -> Any:  # `__name__`, `__isabstractmethod__`, ...
         return getattr(self.func, name)
-
-
-def bind_method(func: Callable, obj: Any) -> Any:
-    """`obj.func` as a `BoundMethod` module (replaced when `_bound.py` is imported)."""
-    return types.MethodType(func, obj)
 
 
 def _is_magic(name: str) -> bool:
@@ -225,7 +220,7 @@ class Module(Instance, metaclass=_ModuleMeta):
     _boxwood_static: ClassVar[tuple[str, ...]]
     _boxwood_data: ClassVar[tuple[str, ...]]
     # The flat form `(token, leaves)` that `filter_jit` may keep in an instance's
-    # dict (see `boxwood/_flat_form.py`); this class attribute is the default.
+    # dict (see `boxwood/_module/_flat_form.py`); this class attribute is the default.
     _boxwood_flat = None
 
     # `vars(module)`: a copy of the fields whose writes reach the module
@@ -294,3 +289,51 @@ class Module(Instance, metaclass=_ModuleMeta):
     # `_repr_html_` (notebooks) and `__treescope_repr__` are set on this class by
     # `boxwood/_display.py` when the package is imported: display depends on
     # modules, never the reverse.
+
+
+class BoundMethod(Module):
+    """`instance.func` as a pytree: `instance` is a child, `func` is static.
+
+    Reading a method on a module instance (`model.__call__`, `model.encode`) gives
+    one (see `_Method`): its leaves are the module's, so it can be passed to
+    `jax.jit`, `filter_jit`, `tree_leaves`, ... as the module itself can, and the
+    bound methods of two modules with the same structure share compiled code. It is
+    defined here, beside `Module`, because `Module`'s methods make it."""
+
+    _boxwood_plain_methods = True  # its own `__call__` stays a plain function
+
+    func: Callable = field(static=True)
+    instance: Any
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(self.instance, *args, **kwargs)
+
+    @property
+    def __self__(self) -> Any:
+        return self.instance
+
+    @property
+    def __func__(self) -> Callable:
+        return self.func
+
+    @property
+    def __wrapped__(self) -> Callable:
+        return self.func.__get__(self.instance, type(self.instance))
+
+    @property
+    def __name__(self) -> str:
+        return getattr(self.func, "__name__", type(self.func).__name__)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self.__wrapped__)
+
+
+_BOUND_KEY = StaticKey((BoundMethod, None))  # `_static_key.key` of any bound function
+
+
+def bind_method(func: Callable, obj: Any) -> BoundMethod:
+    """`obj.func` as a `BoundMethod`, built directly (no `__init__`, no checks)."""
+    bound = _new(BoundMethod)
+    set_dict(bound, {"func": func, "instance": obj, REBUILD_NAME: _BOUND_KEY})
+    return bound

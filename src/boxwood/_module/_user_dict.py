@@ -12,7 +12,7 @@ and costs no cache.
 Code written for plain objects also writes through `__dict__`
 (`module.__dict__["w"] = w`, `vars(module).update(...)`). Each write to the copy is
 made on the module too: during `__init__` straight into the instance dict, after
-construction as any write after construction (`_instance.write_after_construction`:
+construction as any write after construction (`_field_descriptors.write_after_construction`:
 the module's flat form and every flat form that rests on it are forgotten, and
 a static field keeps the static key current). The copy is a snapshot: it does not
 follow writes made to the module by other means after it was handed out.
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _flat_form
+from . import _flat_form
 from ._construct import INITIALISING
-from ._instance import DELETED, rekey, write_after_construction
+from ._field_descriptors import DELETED, rekey, write_after_construction
 from ._register import REBUILD_NAME
 from ._slots import instance_dict
 

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 
 from .._errors import error_if
 from .._filters import is_inexact_array
-from .._partition import Slots
 from .._pretty import tree_pformat
+from .._transforms import Slots
 
 
 class _Watch:

@@ -9,8 +9,8 @@ import jax
 import jax.core
 
 from .._filters import is_array
-from .._partition import Slots
 from .._pretty import array_summary, tree_pformat
+from .._transforms import Slots
 
 
 class _Shown:

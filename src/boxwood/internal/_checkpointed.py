@@ -53,8 +53,8 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from .._closure_convert import filter_closure_convert
 from .._filters import combine, is_array, partition
+from .._transforms import filter_closure_convert
 from .._unvmap import unvmap_any
 from . import _online_schedule
 from ._leaf_lists import is_zero, merge, pick, put, running

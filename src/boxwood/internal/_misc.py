@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import error_if
-from .._eval_shape import filter_eval_shape
 from .._filters import combine, is_array, partition
 from .._module import Module
+from .._transforms import filter_eval_shape
 
 
 def scan_trick(fn: Callable, intermediates: Sequence[Callable], init: Any) -> Any:

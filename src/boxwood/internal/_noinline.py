@@ -29,10 +29,13 @@ from jax.core import ShapedArray, Tracer
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from .._eval_shape import filter_eval_shape
 from .._filters import combine, is_array, partition
 from .._module import Module, field
-from .._partition import follow_wrapped_annotations, wrapped_qualname
+from .._transforms import (
+    filter_eval_shape,
+    follow_wrapped_annotations,
+    wrapped_qualname,
+)
 from ._finalise import primitive_finalisations
 from ._misc import cached_filter_eval_shape
 

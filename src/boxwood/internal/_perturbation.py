@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import Literal
 
-from .._jvp import filter_jvp
+from .._transforms import filter_jvp
 
 
 def _report(label: str, treedef: Any, flags: Sequence[bool], internal: bool) -> None:

@@ -14,10 +14,10 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import error_if
-from .._module._instance import set_fields
+from .._module import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
 from ..nn._fused import fusable, fused_attention
-from ..nn._state import _make_index
+from ..nn._state import make_index
 from ._id_ranges import check_ids_below, known_in_range
 
 _ACTIVATIONS = {
@@ -365,7 +365,7 @@ def init_cache(model: Any, length: int, shapes: dict[str, Any]) -> State:
     shape = (shapes["depth"], length, shapes["kv_heads"], shapes["head_dim"])
     zeros = jnp.zeros(shape, shapes["dtype"])
     indices = [
-        _make_index(x.marker, (zeros, zeros))
+        make_index(x.marker, (zeros, zeros))
         for x in jtu.tree_leaves(model, is_leaf=lambda x: isinstance(x, StateIndex))
         if isinstance(x, StateIndex)
     ]

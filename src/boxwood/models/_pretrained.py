@@ -20,8 +20,8 @@ import numpy as np
 
 from .._caches import register_cache_clear
 from .._checkpoint import CheckpointError, atomic_write, read_region, write_file
-from .._eval_shape import filter_eval_shape
 from .._module import Module
+from .._transforms import filter_eval_shape
 from .._tree import tree_at
 from ..nn import MultiheadAttention, inference_mode
 from ..nn._state import StateIndex, name_indices

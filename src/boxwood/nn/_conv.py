@@ -28,7 +28,7 @@ from ._conv_utils import (
     uniform,
 )
 
-_PaddingArg = str | int | Sequence[int] | Sequence[tuple[int, int]]
+PaddingArg = str | int | Sequence[int] | Sequence[tuple[int, int]]
 # jaxtyping shapes (module-level aliases keep linters from parsing them as code).
 ConvWeight = Float[Array, "out_channels in_per_group *kernel_size"]
 ConvBias = Float[Array, "out_channels *ones"]
@@ -36,7 +36,7 @@ ConvInput = Float[Array, "in_channels *spatial"]
 ConvOutput = Float[Array, "out_channels *new_spatial"]
 
 
-class _ConvBase(Module):
+class ConvBase(Module):
     """Fields and checks shared by `Conv` and `ConvTranspose`."""
 
     weight: ConvWeight
@@ -126,7 +126,7 @@ class _ConvBase(Module):
         return y if self.bias is None else y + self.bias.astype(y.dtype)
 
 
-class Conv(_ConvBase):
+class Conv(ConvBase):
     """General N-dimensional convolution (cross-correlation, as in PyTorch).
 
     Same signature as `equinox.nn.Conv`. `weight` has PyTorch's layout
@@ -141,7 +141,7 @@ class Conv(_ConvBase):
         out_channels: int,
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
-        padding: _PaddingArg = 0,
+        padding: PaddingArg = 0,
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         use_bias: bool = True,
@@ -235,7 +235,7 @@ class Conv1d(Conv):
         out_channels: int,
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
-        padding: _PaddingArg = 0,
+        padding: PaddingArg = 0,
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         use_bias: bool = True,
@@ -276,7 +276,7 @@ class Conv2d(Conv):
         out_channels: int,
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
-        padding: _PaddingArg = 0,
+        padding: PaddingArg = 0,
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         use_bias: bool = True,
@@ -318,7 +318,7 @@ class Conv3d(Conv):
         out_channels: int,
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
-        padding: _PaddingArg = 0,
+        padding: PaddingArg = 0,
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         use_bias: bool = True,

@@ -12,11 +12,11 @@ from jaxtyping import PRNGKeyArray
 from .._init import Initializer
 from .._module import field
 from ._checks import layer_name
-from ._conv import ConvInput, ConvOutput, _ConvBase, _PaddingArg
+from ._conv import ConvBase, ConvInput, ConvOutput, PaddingArg
 from ._conv_utils import as_tuple, same_padding
 
 
-class ConvTranspose(_ConvBase):
+class ConvTranspose(ConvBase):
     """General N-dimensional transposed convolution.
 
     Same signature as `equinox.nn.ConvTranspose`. `kernel_size`, `stride`,
@@ -53,7 +53,7 @@ class ConvTranspose(_ConvBase):
         out_channels: int,
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
-        padding: _PaddingArg = 0,
+        padding: PaddingArg = 0,
         output_padding: int | Sequence[int] = 0,
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
@@ -189,7 +189,7 @@ class ConvTranspose1d(ConvTranspose):
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
         output_padding: int | Sequence[int] = 0,
-        padding: _PaddingArg = 0,
+        padding: PaddingArg = 0,
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         use_bias: bool = True,
@@ -238,7 +238,7 @@ class ConvTranspose2d(ConvTranspose):
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
         output_padding: int | Sequence[int] = 0,
-        padding: _PaddingArg = 0,
+        padding: PaddingArg = 0,
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         use_bias: bool = True,
@@ -287,7 +287,7 @@ class ConvTranspose3d(ConvTranspose):
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
         output_padding: int | Sequence[int] = 0,
-        padding: _PaddingArg = 0,
+        padding: PaddingArg = 0,
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         use_bias: bool = True,

@@ -4,8 +4,7 @@ from typing import Any, TypeVar
 
 import jax
 
-from .._module import Module
-from .._module._instance import set_fields
+from .._module import Module, set_fields
 
 _T = TypeVar("_T")
 

@@ -13,11 +13,8 @@ from jaxtyping import Array, PRNGKeyArray
 
 from .._filters import is_array
 from .._init import build_stacked
-from .._module import Module, field
-from .._module._instance import set_fields
-from .._remat import filter_checkpoint
-from .._scan import filter_scan
-from .._vmap import filter_vmap
+from .._module import Module, field, set_fields
+from .._transforms import filter_checkpoint, filter_scan, filter_vmap
 
 # `jax.checkpoint_policies` that are policies themselves (the others make one).
 _POLICIES = (

@@ -24,8 +24,7 @@ from typing import Any, Generic, TypeVar, cast
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
-from .._module import Module, field
-from .._module._instance import set_fields
+from .._module import Module, field, set_fields
 from .._pretty import tree_pformat
 
 _Value = TypeVar("_Value")
@@ -124,7 +123,7 @@ def _is_index(x: Any) -> bool:
     return isinstance(x, StateIndex)
 
 
-def _make_index(marker: Any, init: Any) -> StateIndex:
+def make_index(marker: Any, init: Any) -> StateIndex:
     """A `StateIndex` with the given marker (fields set directly: modules are frozen)."""
     new = StateIndex(0)
     set_fields(new, marker=marker, init=init)
@@ -362,7 +361,7 @@ def delete_init_state(model: Any) -> Any:
     after collecting them into a `State`.
     """
     return jtu.tree_map(
-        lambda node: _make_index(node.marker, _DELETED) if _is_index(node) else node,
+        lambda node: make_index(node.marker, _DELETED) if _is_index(node) else node,
         model,
         is_leaf=_is_index,
     )
@@ -395,7 +394,7 @@ def make_with_state(make_model: Callable[..., _T]) -> Callable[..., tuple[_T, St
         # Fresh string keys, one per place: the indices of `built` are untouched.
         renamed = jtu.tree_map(
             lambda node: (
-                _make_index(next(paths), node.init) if _is_index(node) else node
+                make_index(next(paths), node.init) if _is_index(node) else node
             ),
             built,
             is_leaf=_is_index,

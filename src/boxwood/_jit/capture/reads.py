@@ -27,8 +27,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from ..._module import Module
-from ..._module._bound import BoundMethod
+from ..._module import BoundMethod, Module
 from .values import MISSING, closure_label, contents, is_input
 
 MAX_FUNCTIONS = 64  # functions scanned per wrapped function

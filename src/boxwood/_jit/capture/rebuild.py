@@ -16,8 +16,7 @@ from typing import Any
 
 import jax
 
-from ..._module import Module
-from ..._module._bound import BoundMethod, _bind
+from ..._module import BoundMethod, Module, bind_method
 from .reads import Reads, unwrap_jitted
 from .values import (
     METHOD,
@@ -252,7 +251,7 @@ class Rebuilder:
             return v if func is v.__func__ else types.MethodType(func, v.__self__)
         if typ is BoundMethod:
             func = self.value(v.func, depth + 1)
-            return v if func is v.func else _bind(func, v.instance)
+            return v if func is v.func else bind_method(func, v.instance)
         if typ in _CONTAINERS:
             items = list(v.items()) if typ is dict else list(enumerate(v))
             new = [(k, self.value(x, depth + 1)) for k, x in items]

@@ -8,8 +8,8 @@ from typing import Any
 import jax
 from jax.interpreters import ad
 
-from ._filters import is_array, is_inexact_array, is_inexact_array_like
-from ._partition import OutBox, Sieve
+from .._filters import is_array, is_inexact_array, is_inexact_array_like
+from ._split import OutBox, Sieve
 
 
 def _is_none(x: Any) -> bool:

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from ._filters import combine, is_array, is_inexact_array, partition
-from ._partition import OutBox, Slots, keystr, split_out
+from .._filters import combine, is_array, is_inexact_array, partition
+from ._split import OutBox, Slots, keystr, split_out
 
 
 def _is_zero(t: Any) -> bool:

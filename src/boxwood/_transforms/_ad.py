@@ -10,11 +10,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._filters import is_array, is_inexact_array
-from ._jit._bound import as_pytree_function
-from ._module import field
-from ._partition import Slots, Wrapped
-from ._warnings import user_stacklevel
+from .._filters import is_array, is_inexact_array
+from .._module import as_pytree_function, field
+from .._warnings import user_stacklevel
+from ._split import Slots
+from ._wrapped import Wrapped
 
 MSG_NO_GRADIENT = (
     "`{name}`: every gradient is None, because the first argument holds no "

@@ -1,4 +1,4 @@
-"""Helpers shared by the filtered transformations.
+"""Splitting into arrays and the rest: what every filtered transformation does.
 
 Every filtered transformation does the same three things: split its inputs into
 arrays (which the JAX transformation sees) and everything else (which is closed
@@ -11,19 +11,18 @@ The output side uses an `OutBox`: the transformed function is created afresh on
 every call, stores its non-array outputs in the box while it is traced, and the
 caller reads them back afterwards. (Creating the inner function per call also means
 JAX's tracing caches, keyed on the function object, can never hand back a trace made
-for other static values.)
+for other static values.) `keystr`, `describe` and `static_equal` name and compare
+the leaves that a transformation's error messages report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import jax
 
-from ._filters import is_array, partition
-from ._jit._bound import BoundMethod
-from ._module import Module
+from .._filters import is_array, partition
 
 _EMPTY = object()
 
@@ -131,81 +130,3 @@ def static_equal(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:
         return False
-
-
-def _named(fun: Callable) -> Callable:
-    """The function whose name and docstring a wrapper of `fun` shows."""
-    return fun.func if isinstance(fun, BoundMethod) else fun
-
-
-class _Annotations(dict):
-    """A wrapper class's own `__annotations__` (its fields', as the dataclass
-    machinery and `typing.get_type_hints` read them) that, read on an instance,
-    gives the annotations of the function it wraps."""
-
-    def __get__(self, instance: Any, owner: Any = None) -> Any:
-        if instance is None:
-            return self
-        return getattr(_named(instance.__wrapped__), "__annotations__", {})
-
-
-def follow_wrapped_annotations(cls: type) -> None:
-    """Make `instance.__annotations__` of the wrapper class `cls` (which has a
-    `__wrapped__`) the wrapped function's."""
-    own = cls.__dict__.get("__annotations__", {})
-    type.__setattr__(cls, "__annotations__", _Annotations(own))
-
-
-def wrapped_qualname(wrapper: Any) -> str:
-    target = _named(wrapper.__wrapped__)
-    return getattr(target, "__qualname__", type(target).__qualname__)
-
-
-class Wrapped(Module):
-    # Base class of the callables returned by the transformations.
-    #
-    # The wrapped function is a dynamic field, so a wrapped bound method of a module
-    # (e.g. `filter_grad(model.loss)`) is itself a pytree holding the module's arrays.
-    # `__wrapped__`, `__name__` and `__doc__` come from the wrapped function (what
-    # `functools.wraps` would copy) and survive flattening and unflattening.
-    # (No class docstrings here or in subclasses: `__doc__` is a property.)
-
-    fun: Callable
-
-    @property
-    def __wrapped__(self) -> Callable:
-        return self.fun
-
-    @property
-    def __name__(self) -> str:  # type: ignore[override]
-        target = _named(self.fun)
-        return getattr(target, "__name__", type(target).__name__)
-
-    @property
-    def __doc__(self) -> str | None:  # type: ignore[override]
-        return getattr(_named(self.fun), "__doc__", None)
-
-    def __getattr__(self, name: str) -> Any:
-        # `__qualname__` is not a class attribute of instances (a type's is a slot of
-        # `type`), so it comes here; a property would have to be a `str`.
-        if name == "__qualname__":
-            return wrapped_qualname(self)
-        raise AttributeError(
-            f"{type(self).__name__!r} object has no attribute {name!r}"
-        )
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.__doc__ = Wrapped.__dict__["__doc__"]  # a subclass docstring would hide it
-        follow_wrapped_annotations(cls)
-
-    def __get__(self, instance: Any, owner: Any = None) -> Any:
-        """Used as a method decorator, bind `instance` as the first argument."""
-        if instance is None:
-            return self
-        from ._partial import Partial
-
-        return Partial(cast(Callable, self), instance)  # subclasses are callable
-
-
-follow_wrapped_annotations(Wrapped)

@@ -8,10 +8,10 @@ from typing import Any
 
 import jax
 
-from ._filters import combine, is_array, partition
-from ._jit._bound import as_pytree_function
-from ._module import field
-from ._partition import OutBox, Wrapped, split_out
+from .._filters import combine, is_array, partition
+from .._module import as_pytree_function, field
+from ._split import OutBox, split_out
+from ._wrapped import Wrapped
 
 
 class _Checkpointed(Wrapped):

@@ -7,9 +7,9 @@ from typing import Any
 
 import jax
 
-from ._filters import is_array
-from ._jit._bound import as_pytree_function
-from ._partition import OutBox, Slots
+from .._filters import is_array
+from .._module import as_pytree_function
+from ._split import OutBox, Slots
 
 
 def is_struct(x: Any) -> bool:

@@ -6,18 +6,18 @@ import collections
 import functools
 import warnings
 from collections.abc import Callable, Hashable
-from typing import Any, cast
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._filters import is_array
-from ._jit import _aot
-from ._jit._bound import as_pytree_function
-from ._module import field
-from ._partition import OutBox, Wrapped
+from .._filters import is_array
+from .._jit import Lowered
+from .._module import as_pytree_function, field
+from ._split import OutBox
 from ._vmap import UNMAPPED, if_array, named_axes, parameter_names, resolve_axes
+from ._wrapped import Wrapped
 
 _EACH_ARRAY = if_array(0)  # the default axes: every array on its leading axis
 _CACHE_SIZE = 256  # compiled programs kept (least recently used dropped)
@@ -96,14 +96,13 @@ class _Pmapped(Wrapped):
             arrays = entry.pmapped(*self._inputs(entry, leaves, mapped))
         return self._output(entry, arrays)
 
-    def lower(self, *args: Any, **kwargs: Any) -> _aot.Lowered:
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Lower for these arguments without running: `.compile()` gives an object
         called with the same arguments as this function (see `filter_jit`'s
         `lower`); JAX's own stages are `.flat`."""
         entry, leaves, mapped = self._entry(args, kwargs)
         flat = entry.pmapped.lower(*self._inputs(entry, leaves, mapped))
-        # `Lowered` only calls it and reads `name`, as `_AotCall` has them
-        return _aot.Lowered(flat, cast(_aot._AotCall, _PmapAotCall(self, entry)))
+        return Lowered(flat, _PmapAotCall(self, entry))
 
     def _entry(self, args: tuple, kwargs: dict) -> tuple[_Entry, list, tuple]:
         if kwargs:

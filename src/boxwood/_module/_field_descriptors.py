@@ -4,7 +4,7 @@
 write reaches boxwood, also one that bypasses `Module.__setattr__`. A field read
 that finds nothing in the instance dict fills in a module built from its flat form
 alone, and a write after construction forgets the module's flat form, both through
-`boxwood/_flat_form.py`, the one owner of flat forms. The instance dict itself is
+`boxwood/_module/_flat_form.py`, the one owner of flat forms. The instance dict itself is
 reached through its slot (`_slots.py`).
 """
 
@@ -14,14 +14,11 @@ import dataclasses
 import inspect
 from typing import Any
 
-from .. import _flat_form
-from . import _construct, _static_key
+from . import _flat_form, _static_key
 from ._construct import INITIALISING
 from ._field import is_static
 from ._register import REBUILD_NAME
 from ._slots import instance_dict
-
-_construct.instance_dict = instance_dict
 
 
 class _Field:

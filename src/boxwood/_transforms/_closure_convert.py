@@ -9,10 +9,10 @@ from typing import Any
 import jax
 import jax.core
 
+from .._filters import is_array
+from .._module import Module, field
 from ._eval_shape import filter_eval_shape
-from ._filters import is_array
-from ._module import Module, field
-from ._partition import OutBox, static_equal
+from ._split import OutBox, static_equal
 
 
 def _is_struct(x: Any) -> bool:

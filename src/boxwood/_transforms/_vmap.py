@@ -11,10 +11,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._filters import is_array
-from ._jit._bound import as_pytree_function
-from ._module import field
-from ._partition import OutBox, Wrapped, describe, keystr
+from .._filters import is_array
+from .._module import as_pytree_function, field
+from ._split import OutBox, describe, keystr
+from ._wrapped import Wrapped
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,9 +7,9 @@ from typing import Any
 
 import jax
 
-from ._filters import combine, is_array, partition
-from ._jit._bound import as_pytree_function
-from ._partition import OutBox, describe, keystr, split_out, static_equal
+from .._filters import combine, is_array, partition
+from .._module import as_pytree_function
+from ._split import OutBox, describe, keystr, split_out, static_equal
 
 
 def _check_carry(init: Any, new: Any) -> None:

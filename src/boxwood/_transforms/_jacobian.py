@@ -7,10 +7,10 @@ from typing import Any
 
 import jax
 
-from ._filters import is_array, is_inexact_array
-from ._jit._bound import as_pytree_function
-from ._module import field
-from ._partition import OutBox, Slots, Wrapped
+from .._filters import is_array, is_inexact_array
+from .._module import as_pytree_function, field
+from ._split import OutBox, Slots
+from ._wrapped import Wrapped
 
 
 class _Jacobian(Wrapped):

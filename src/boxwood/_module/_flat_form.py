@@ -37,8 +37,8 @@ import threading
 import weakref
 from typing import Any
 
-from ._module._register import MODULE_TYPES
-from ._module._slots import instance_dict
+from ._register import MODULE_TYPES
+from ._slots import instance_dict
 
 FLAT = "_boxwood_flat"
 # A module's list of `(weak reference, is_module)` to what rests on it

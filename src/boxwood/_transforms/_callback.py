@@ -9,8 +9,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._filters import is_array
-from ._partition import Slots, describe, keystr, static_equal
+from .._filters import is_array
+from ._split import Slots, describe, keystr, static_equal
 
 
 def _is_struct(x: Any) -> bool:

@@ -7,9 +7,10 @@ from typing import Any
 
 import jax
 
+from .._module import as_pytree_function
 from ._eval_shape import is_struct
-from ._jit._bound import as_pytree_function
-from ._partition import OutBox, Slots, Wrapped, split_out
+from ._split import OutBox, Slots, split_out
+from ._wrapped import Wrapped
 
 
 class _MakeJaxpr(Wrapped):
