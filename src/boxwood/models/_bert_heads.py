@@ -14,11 +14,11 @@ from .._init import split_keys, zeros
 from .._module import Module, field
 from .._tree import tree_at
 from ..nn import Dropout, LayerNorm, Linear
-from ._bert import BertConfig, BertModel
+from . import _training as training
+from ._bert import CALL, BertConfig, BertModel
 from ._checkpoint_files import FileLayout
 from ._classification import classification_loss
 from ._config import ConfigError
-from ._encoder_training import check_key, linear, loaded_for_inference, split_or_none
 from ._layers import activation
 from ._pretrained import Pretrained
 
@@ -44,10 +44,6 @@ class BertHead(Pretrained):
     RENAMES: ClassVar[tuple[tuple[str, str], ...]] = BertModel.RENAMES
     LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (_OLD_NORMS,)
 
-    @classmethod
-    def _load(cls, *args: Any) -> Any:
-        return loaded_for_inference(super()._load(*args))
-
     def with_remat(self, remat: Any) -> Any:
         """A copy whose layers are rematerialised on the backward pass (see
         [`boxwood.models.BertModel`][]`.with_remat`)."""
@@ -57,8 +53,7 @@ class BertHead(Pretrained):
         self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any
     ) -> tuple[Array, Any]:
         """The body's last hidden state and the key left for the head."""
-        check_key(self, key, type(self).__name__)
-        k1, k2 = split_or_none(key, 2)
+        k1, k2 = training.split(training.dropout_key(self, key, CALL), 2)
         return self.bert(input_ids, attention_mask, token_type_ids, key=k1), k2
 
 
@@ -69,7 +64,7 @@ class BertPredictionHeadTransform(Module):
 
     def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
         d = config.hidden_size
-        self.dense = linear(config, d, d, dtype, key)
+        self.dense = training.linear(d, d, dtype, config.initializer_range, key=key)
         self.LayerNorm = LayerNorm(d, eps=config.layer_norm_eps, dtype=dtype)
         self.act = config.hidden_act
 
@@ -177,9 +172,7 @@ class BertForSequenceClassification(BertHead):
         dtype = dtype or jnp.float32
         self.bert = BertModel(config, dtype, key=k1)
         self.dropout = Dropout(config.classifier_rate)
-        self.classifier = linear(
-            config, config.hidden_size, config.num_labels, dtype, k2
-        )
+        self.classifier = _classifier(config, dtype, k2)
         self.config = config
 
     def __call__(
@@ -241,9 +234,7 @@ class BertForTokenClassification(BertHead):
         dtype = dtype or jnp.float32
         self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
         self.dropout = Dropout(config.classifier_rate)
-        self.classifier = linear(
-            config, config.hidden_size, config.num_labels, dtype, k2
-        )
+        self.classifier = _classifier(config, dtype, k2)
         self.config = config
 
     def __call__(
@@ -274,3 +265,10 @@ class BertForTokenClassification(BertHead):
             "single_label_classification",
             "BertForTokenClassification.loss",
         )
+
+
+def _classifier(config: BertConfig, dtype: Any, key: PRNGKeyArray) -> Linear:
+    """The classification heads' `classifier`: hidden size to `num_labels`."""
+    return training.linear(
+        config.hidden_size, config.num_labels, dtype, config.initializer_range, key=key
+    )
