@@ -269,9 +269,8 @@ class BertModel(Pretrained):
     )
     # `BertForMaskedLM` and `BertForTokenClassification` files have no pooler.
     OPTIONAL_PARTS: ClassVar[tuple[str, ...]] = ("pooler",)
-    DROPPED: ClassVar[str | None] = (
-        r"embeddings\.position_ids|cls\..*|classifier\..*|qa_outputs\..*"
-    )
+    DROPPED: ClassVar[str | None] = r"embeddings\.position_ids"
+    OTHER_HEADS: ClassVar[str | None] = r"cls\..*|classifier\..*|qa_outputs\..*"
 
     def __init__(
         self,

@@ -23,13 +23,29 @@ from ._layers import activation
 from ._pretrained import Pretrained
 
 # The `BertModel` renames hold under the heads' `bert.` prefix too.
-_OLD_NORMS = FileLayout(
-    "older files (`LayerNorm.gamma`/`beta`)",
-    (
-        (r"\.LayerNorm\.gamma$", ".LayerNorm.weight"),
-        (r"\.LayerNorm\.beta$", ".LayerNorm.bias"),
-    ),
+_NORMS = (
+    (r"\.LayerNorm\.gamma$", ".LayerNorm.weight"),
+    (r"\.LayerNorm\.beta$", ".LayerNorm.bias"),
 )
+_OLD_NORMS = FileLayout("older files (`LayerNorm.gamma`/`beta`)", _NORMS)
+# a `BertModel` file: the body alone, without the `bert.` prefix
+_BODY = FileLayout(
+    "`BertModel` (the body, without `bert.`)",
+    ((r"^(embeddings|encoder|pooler)\.", r"bert.\1."), *_NORMS),
+)
+
+# The parts of BERT's heads, as `save_pretrained` names them: each head class
+# draws its own anew where a file lacks them (`NEW_ON_LOAD`) and drops the
+# others' (`OTHER_HEADS`).
+_POOLER = r"bert\.pooler\..*"
+_PREDICTIONS = r"cls\.predictions\..*"  # the masked-LM head
+_NEXT_SENTENCE = r"cls\.seq_relationship\..*"  # `BertForPreTraining`'s other head
+_CLASSIFIER = r"classifier\..*"
+_QUESTION_ANSWERING = r"qa_outputs\..*"
+
+
+def _any(*patterns: str) -> str:
+    return "|".join(patterns)
 
 
 class BertHead(Pretrained):
@@ -42,7 +58,8 @@ class BertHead(Pretrained):
 
     config_class: ClassVar[type] = BertConfig
     RENAMES: ClassVar[tuple[tuple[str, str], ...]] = BertModel.RENAMES
-    LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (_OLD_NORMS,)
+    LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (_OLD_NORMS, _BODY)
+    DROPPED: ClassVar[str | None] = r"bert\.embeddings\.position_ids"
 
     def with_remat(self, remat: Any) -> Any:
         """A copy whose layers are rematerialised on the backward pass (see
@@ -102,9 +119,13 @@ class BertForMaskedLM(BertHead):
     cls: BertOnlyMLMHead
 
     ARCHITECTURE: ClassVar[str | None] = "BertForMaskedLM"
+    # the decoder is the word embedding table (and the head's `bias`): a copy
     DROPPED: ClassVar[str | None] = (
-        r"bert\.embeddings\.position_ids|bert\.pooler\..*"
-        r"|cls\.predictions\.decoder\..*|cls\.seq_relationship\..*"
+        r"bert\.embeddings\.position_ids|cls\.predictions\.decoder\..*"
+    )
+    NEW_ON_LOAD: ClassVar[str | None] = _PREDICTIONS
+    OTHER_HEADS: ClassVar[str | None] = _any(
+        _POOLER, _NEXT_SENTENCE, _CLASSIFIER, _QUESTION_ANSWERING
     )
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
@@ -162,7 +183,10 @@ class BertForSequenceClassification(BertHead):
     classifier: Linear
 
     ARCHITECTURE: ClassVar[str | None] = "BertForSequenceClassification"
-    DROPPED: ClassVar[str | None] = r"bert\.embeddings\.position_ids|cls\..*"
+    NEW_ON_LOAD: ClassVar[str | None] = _any(_CLASSIFIER, _POOLER)
+    OTHER_HEADS: ClassVar[str | None] = _any(
+        _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
+    )
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:** `config`, `dtype`, `key` as
@@ -222,8 +246,9 @@ class BertForTokenClassification(BertHead):
     classifier: Linear
 
     ARCHITECTURE: ClassVar[str | None] = "BertForTokenClassification"
-    DROPPED: ClassVar[str | None] = (
-        r"bert\.embeddings\.position_ids|bert\.pooler\..*|cls\..*"
+    NEW_ON_LOAD: ClassVar[str | None] = _CLASSIFIER
+    OTHER_HEADS: ClassVar[str | None] = _any(
+        _POOLER, _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
     )
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
