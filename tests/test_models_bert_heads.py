@@ -179,7 +179,9 @@ def test_label_options_read_and_written_back(tmp_path):
     assert "id2label" not in bm.BertConfig().to_dict()  # the default two labels
     with pytest.raises(bm.ConfigError, match="`problem_type` = 'ranking' is not one"):
         bm.BertConfig.from_dict({"problem_type": "ranking"})
-    with pytest.raises(bm.ConfigError, match="`classifier_dropout` = 1.5 is not a"):
+    with pytest.raises(
+        bm.ConfigError, match="`classifier_dropout` = 1.5 is a dropout probability"
+    ):
         bm.BertConfig.from_dict({"classifier_dropout": 1.5})
 
 

@@ -236,12 +236,21 @@ def test_loaded_models_are_in_inference_mode():
 
 def test_a_training_model_needs_a_key():
     model = bm.BertModel(bm.BertConfig(**SMALL), key=jax.random.key(0))
-    with pytest.raises(ValueError, match="BertModel: the model is in training mode"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"BertModel is in training mode .*`model\(input_ids, key=key\)`.*"
+        r"boxwood.nn.inference_mode",
+    ):
         model(jnp.arange(3, 8))
+    head = bm.BertForTokenClassification(bm.BertConfig(**SMALL), key=jax.random.key(0))
+    with pytest.raises(RuntimeError, match="BertForTokenClassification is in training"):
+        head(jnp.arange(3, 8))
     vit = bm.ViTForImageClassification(
         bm.ViTConfig(**VIT, **RATES), key=jax.random.key(0)
     )
-    with pytest.raises(ValueError, match="ViTForImageClassification: the model is in"):
+    with pytest.raises(
+        RuntimeError, match=r"ViTForImageClassification is in training mode .*pixel"
+    ):
         vit(jnp.zeros((3, 16, 16)))
     # without a dropout rate (ViT's default) no key is needed
     plain = bm.ViTForImageClassification(bm.ViTConfig(**VIT), key=jax.random.key(0))

@@ -14,6 +14,7 @@ from .._init import split_keys
 from .._module import Module, field
 from .._tree import tree_at
 from ..nn import Dropout, Embedding, LayerNorm, Linear, MultiheadAttention, Stacked
+from . import _training as training
 from ._checkpoint_files import FileLayout
 from ._classification import (
     DEFAULT_LABELS,
@@ -21,21 +22,20 @@ from ._classification import (
     read_labels,
     write_labels,
 )
-from ._config import ConfigError, ModelConfig, false_or_unset
-from ._encoder_training import (
-    check_key,
+from ._config import (
+    ConfigError,
+    ModelConfig,
+    check_initializer_range,
     check_rates,
-    layer_keys,
-    linear,
-    loaded_for_inference,
-    normal_init,
-    split_or_none,
-    zero_row,
-    zeros_init,
+    false_or_unset,
 )
 from ._id_ranges import check_ids_below
 from ._layers import activation, check_input_ids, supported_activation
 from ._pretrained import Pretrained
+
+# how BERT and its heads are called with a dropout key (named by the error
+# raised without one)
+CALL = "model(input_ids, key=key)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +93,8 @@ class BertConfig(ModelConfig):
             raise ConfigError(
                 f"{where}the option `hidden_act` = {self.hidden_act!r} is not supported."
             )
-        check_rates(self, where, self.DROPOUT_RATES)
+        check_rates(self, self.DROPOUT_RATES, where, unset=("classifier_dropout",))
+        check_initializer_range(self, where)
         check_problem_type(self.problem_type, self.num_labels, where)
 
     DROPOUT_RATES: ClassVar[tuple[str, ...]] = (
@@ -134,15 +135,12 @@ class BertEmbeddings(Module):
 
     def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
         k1, k2, k3 = split_keys(key, 3)
-        d = config.hidden_size
-        table = lambda n, k: Embedding(
-            n, d, dtype=dtype, weight_init=normal_init(config.initializer_range), key=k
+        d, std = config.hidden_size, config.initializer_range
+        table = lambda n, k, row=None: training.embedding(
+            n, d, dtype, std, key=k, padding_row=row
         )
         self.padding_idx = config.pad_token_id
-        words = table(config.vocab_size, k1)
-        self.word_embeddings = tree_at(
-            lambda e: e.weight, words, zero_row(words.weight, self.padding_idx)
-        )
+        self.word_embeddings = table(config.vocab_size, k1, self.padding_idx)
         self.position_embeddings = table(config.max_position_embeddings, k2)
         self.token_type_embeddings = table(config.type_vocab_size, k3)
         self.LayerNorm = LayerNorm(d, eps=config.layer_norm_eps, dtype=dtype)
@@ -175,14 +173,14 @@ class BertAttention(Module):
             config.num_attention_heads, d, use_query_bias=True, use_key_bias=True,
             use_value_bias=True, use_output_bias=True,
             dropout_p=config.attention_probs_dropout_prob, dtype=dtype,
-            weight_init=normal_init(config.initializer_range), bias_init=zeros_init,
-            key=key,
+            weight_init=training.normal(config.initializer_range),
+            bias_init=training.zeros, key=key,
         )  # fmt: skip
         self.LayerNorm = LayerNorm(d, eps=config.layer_norm_eps, dtype=dtype)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def __call__(self, x: Array, mask: Array, key: PRNGKeyArray | None) -> Array:
-        k1, k2 = split_or_none(key, 2)
+        k1, k2 = training.split(key, 2)
         h = self.dropout(self.attn(x, x, x, mask, key=k1), key=k2)
         return jax.vmap(self.LayerNorm)(x + h)
 
@@ -198,15 +196,16 @@ class BertLayer(Module):
     def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
         k1, k2, k3 = split_keys(key, 3)
         d, inner = config.hidden_size, config.intermediate_size
+        std = config.initializer_range
         self.attention = BertAttention(config, dtype, key=k1)
-        self.intermediate = linear(config, d, inner, dtype, k2)
-        self.output = linear(config, inner, d, dtype, k3)
+        self.intermediate = training.linear(d, inner, dtype, std, key=k2)
+        self.output = training.linear(inner, d, dtype, std, key=k3)
         self.output_norm = LayerNorm(d, eps=config.layer_norm_eps, dtype=dtype)
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.act = config.hidden_act
 
     def __call__(self, x: Array, mask: Array, key: PRNGKeyArray | None) -> Array:
-        k1, k2 = split_or_none(key, 2)
+        k1, k2 = training.split(key, 2)
         x = self.attention(x, mask, k1)
         h = activation(self.act, jax.vmap(self.intermediate)(x))
         h = self.dropout(jax.vmap(self.output)(h), key=k2)
@@ -225,8 +224,8 @@ class BertEncoder(Module):
         )
 
     def __call__(self, x: Array, mask: Array, key: PRNGKeyArray | None) -> Array:
-        step = lambda layer, h, k: (layer(h, mask, k), None)
-        return self.layer.scan(step, x, layer_keys(key, self.layer.depth))[0]
+        call = lambda layer, h, k: layer(h, mask, k)
+        return training.scan_layers(self.layer, call, x, key)
 
 
 class BertModel(Pretrained):
@@ -270,9 +269,8 @@ class BertModel(Pretrained):
     )
     # `BertForMaskedLM` and `BertForTokenClassification` files have no pooler.
     OPTIONAL_PARTS: ClassVar[tuple[str, ...]] = ("pooler",)
-    DROPPED: ClassVar[str | None] = (
-        r"embeddings\.position_ids|cls\..*|classifier\..*|qa_outputs\..*"
-    )
+    DROPPED: ClassVar[str | None] = r"embeddings\.position_ids"
+    OTHER_HEADS: ClassVar[str | None] = r"cls\..*|classifier\..*|qa_outputs\..*"
 
     def __init__(
         self,
@@ -302,13 +300,11 @@ class BertModel(Pretrained):
         dtype = dtype or jnp.float32
         self.embeddings = BertEmbeddings(config, dtype, key=k1)
         self.encoder = BertEncoder(config, dtype, key=k2)
-        d = config.hidden_size
-        self.pooler = linear(config, d, d, dtype, k3) if add_pooling_layer else None
+        d, std = config.hidden_size, config.initializer_range
+        self.pooler = (
+            training.linear(d, d, dtype, std, key=k3) if add_pooling_layer else None
+        )
         self.config = config
-
-    @classmethod
-    def _load(cls, *args: Any) -> Any:
-        return loaded_for_inference(super()._load(*args))
 
     def __call__(
         self,
@@ -330,7 +326,7 @@ class BertModel(Pretrained):
 
         **Returns:** the last hidden state, `(seq, hidden_size)`.
         """
-        check_key(self, key, type(self).__name__)
+        key = training.dropout_key(self, key, CALL)
         c = self.config
         input_ids = check_input_ids(
             "BertModel", input_ids, c.max_position_embeddings, c.vocab_size
@@ -343,7 +339,7 @@ class BertModel(Pretrained):
         )  # fmt: skip
         attention_mask = _checked_mask(attention_mask, seq)
         mask = attention_mask.astype(bool)  # the keys every token may attend to
-        k1, k2 = split_or_none(key, 2)
+        k1, k2 = training.split(key, 2)
         x = self.embeddings(input_ids, token_type_ids, k1)
         return self.encoder(x, mask, k2)
 

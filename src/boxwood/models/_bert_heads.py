@@ -14,22 +14,38 @@ from .._init import split_keys, zeros
 from .._module import Module, field
 from .._tree import tree_at
 from ..nn import Dropout, LayerNorm, Linear
-from ._bert import BertConfig, BertModel
+from . import _training as training
+from ._bert import CALL, BertConfig, BertModel
 from ._checkpoint_files import FileLayout
 from ._classification import classification_loss
 from ._config import ConfigError
-from ._encoder_training import check_key, linear, loaded_for_inference, split_or_none
 from ._layers import activation
 from ._pretrained import Pretrained
 
 # The `BertModel` renames hold under the heads' `bert.` prefix too.
-_OLD_NORMS = FileLayout(
-    "older files (`LayerNorm.gamma`/`beta`)",
-    (
-        (r"\.LayerNorm\.gamma$", ".LayerNorm.weight"),
-        (r"\.LayerNorm\.beta$", ".LayerNorm.bias"),
-    ),
+_NORMS = (
+    (r"\.LayerNorm\.gamma$", ".LayerNorm.weight"),
+    (r"\.LayerNorm\.beta$", ".LayerNorm.bias"),
 )
+_OLD_NORMS = FileLayout("older files (`LayerNorm.gamma`/`beta`)", _NORMS)
+# a `BertModel` file: the body alone, without the `bert.` prefix
+_BODY = FileLayout(
+    "`BertModel` (the body, without `bert.`)",
+    ((r"^(embeddings|encoder|pooler)\.", r"bert.\1."), *_NORMS),
+)
+
+# The parts of BERT's heads, as `save_pretrained` names them: each head class
+# draws its own anew where a file lacks them (`NEW_ON_LOAD`) and drops the
+# others' (`OTHER_HEADS`).
+_POOLER = r"bert\.pooler\..*"
+_PREDICTIONS = r"cls\.predictions\..*"  # the masked-LM head
+_NEXT_SENTENCE = r"cls\.seq_relationship\..*"  # `BertForPreTraining`'s other head
+_CLASSIFIER = r"classifier\..*"
+_QUESTION_ANSWERING = r"qa_outputs\..*"
+
+
+def _any(*patterns: str) -> str:
+    return "|".join(patterns)
 
 
 class BertHead(Pretrained):
@@ -42,11 +58,8 @@ class BertHead(Pretrained):
 
     config_class: ClassVar[type] = BertConfig
     RENAMES: ClassVar[tuple[tuple[str, str], ...]] = BertModel.RENAMES
-    LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (_OLD_NORMS,)
-
-    @classmethod
-    def _load(cls, *args: Any) -> Any:
-        return loaded_for_inference(super()._load(*args))
+    LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (_OLD_NORMS, _BODY)
+    DROPPED: ClassVar[str | None] = r"bert\.embeddings\.position_ids"
 
     def with_remat(self, remat: Any) -> Any:
         """A copy whose layers are rematerialised on the backward pass (see
@@ -57,8 +70,7 @@ class BertHead(Pretrained):
         self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any
     ) -> tuple[Array, Any]:
         """The body's last hidden state and the key left for the head."""
-        check_key(self, key, type(self).__name__)
-        k1, k2 = split_or_none(key, 2)
+        k1, k2 = training.split(training.dropout_key(self, key, CALL), 2)
         return self.bert(input_ids, attention_mask, token_type_ids, key=k1), k2
 
 
@@ -69,7 +81,7 @@ class BertPredictionHeadTransform(Module):
 
     def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
         d = config.hidden_size
-        self.dense = linear(config, d, d, dtype, key)
+        self.dense = training.linear(d, d, dtype, config.initializer_range, key=key)
         self.LayerNorm = LayerNorm(d, eps=config.layer_norm_eps, dtype=dtype)
         self.act = config.hidden_act
 
@@ -107,9 +119,13 @@ class BertForMaskedLM(BertHead):
     cls: BertOnlyMLMHead
 
     ARCHITECTURE: ClassVar[str | None] = "BertForMaskedLM"
+    # the decoder is the word embedding table (and the head's `bias`): a copy
     DROPPED: ClassVar[str | None] = (
-        r"bert\.embeddings\.position_ids|bert\.pooler\..*"
-        r"|cls\.predictions\.decoder\..*|cls\.seq_relationship\..*"
+        r"bert\.embeddings\.position_ids|cls\.predictions\.decoder\..*"
+    )
+    NEW_ON_LOAD: ClassVar[str | None] = _PREDICTIONS
+    OTHER_HEADS: ClassVar[str | None] = _any(
+        _POOLER, _NEXT_SENTENCE, _CLASSIFIER, _QUESTION_ANSWERING
     )
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
@@ -167,7 +183,10 @@ class BertForSequenceClassification(BertHead):
     classifier: Linear
 
     ARCHITECTURE: ClassVar[str | None] = "BertForSequenceClassification"
-    DROPPED: ClassVar[str | None] = r"bert\.embeddings\.position_ids|cls\..*"
+    NEW_ON_LOAD: ClassVar[str | None] = _any(_CLASSIFIER, _POOLER)
+    OTHER_HEADS: ClassVar[str | None] = _any(
+        _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
+    )
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:** `config`, `dtype`, `key` as
@@ -177,9 +196,7 @@ class BertForSequenceClassification(BertHead):
         dtype = dtype or jnp.float32
         self.bert = BertModel(config, dtype, key=k1)
         self.dropout = Dropout(config.classifier_rate)
-        self.classifier = linear(
-            config, config.hidden_size, config.num_labels, dtype, k2
-        )
+        self.classifier = _classifier(config, dtype, k2)
         self.config = config
 
     def __call__(
@@ -229,8 +246,9 @@ class BertForTokenClassification(BertHead):
     classifier: Linear
 
     ARCHITECTURE: ClassVar[str | None] = "BertForTokenClassification"
-    DROPPED: ClassVar[str | None] = (
-        r"bert\.embeddings\.position_ids|bert\.pooler\..*|cls\..*"
+    NEW_ON_LOAD: ClassVar[str | None] = _CLASSIFIER
+    OTHER_HEADS: ClassVar[str | None] = _any(
+        _POOLER, _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
     )
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
@@ -241,9 +259,7 @@ class BertForTokenClassification(BertHead):
         dtype = dtype or jnp.float32
         self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
         self.dropout = Dropout(config.classifier_rate)
-        self.classifier = linear(
-            config, config.hidden_size, config.num_labels, dtype, k2
-        )
+        self.classifier = _classifier(config, dtype, k2)
         self.config = config
 
     def __call__(
@@ -274,3 +290,10 @@ class BertForTokenClassification(BertHead):
             "single_label_classification",
             "BertForTokenClassification.loss",
         )
+
+
+def _classifier(config: BertConfig, dtype: Any, key: PRNGKeyArray) -> Linear:
+    """The classification heads' `classifier`: hidden size to `num_labels`."""
+    return training.linear(
+        config.hidden_size, config.num_labels, dtype, config.initializer_range, key=key
+    )

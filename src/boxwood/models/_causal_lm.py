@@ -25,7 +25,10 @@ from ._layers import (
     with_fields,
 )
 from ._pretrained import Pretrained
-from ._training import active, check_key, dropouts
+from ._training import dropout_key
+
+# how a causal LM is called with a dropout key (named by the missing-key error)
+_CALL = "model(input_ids, key=key)"
 
 
 class CausalLM(Pretrained):
@@ -79,7 +82,7 @@ class CausalLM(Pretrained):
             attention_mask = jnp.asarray(
                 check_attention_mask(name, attention_mask, jnp.shape(input_ids))
             )
-        key = self._dropout_key(key)
+        key = dropout_key(self, key, _CALL)
         with ids_known_in_range():
             return _logits_of_checked_ids(
                 self, jnp.asarray(input_ids), attention_mask, key
@@ -150,12 +153,6 @@ class CausalLM(Pretrained):
         blocks = cast(Any, self).blocks
         return tree_at(blocks, self, blocks(self).with_remat(remat))
 
-    def _dropout_key(self, key: Any, call: str = "model(input_ids, key=key)") -> Any:
-        """`key`, checked to be given where dropout is active; `None` where no
-        dropout is (so a call with a key and one without share one program)."""
-        check_key(self, key, call)
-        return key if any(active(d) for d in dropouts(self)) else None
-
     def _hidden(
         self,
         input_ids: Any,
@@ -181,7 +178,7 @@ class CausalLM(Pretrained):
                 )
             mask = check_attention_mask(name, attention_mask, jnp.shape(input_ids))
             segments = segment_ids(mask)
-        key = self._dropout_key(key)
+        key = dropout_key(self, key, _CALL)
         implementation = model.attention_implementation
         step = Step(
             start, pad, state is not None, implementation, extent, segments, key

@@ -1,6 +1,6 @@
 """Model configs: dataclasses read from (and written back to) Hugging Face's
 `config.json`, refusing every option they do not understand, and keeping those
-that do not change the computation (dropout, initialisation) to write them back."""
+that do not change the computation (bookkeeping, `use_cache`) to write them back."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ class ConfigError(ValueError):
 
 
 # Options of every `transformers` config that do not change what a model computes
-# in inference: bookkeeping, tokenisation, generation defaults, training-only
-# dropout and initialisation. They are kept in `ModelConfig.extra` and written
-# back, except those that describe the file rather than the model (`WRITTEN_ANEW`).
+# (bookkeeping, tokenisation, generation defaults; the options of training,
+# dropout rates and `initializer_range`, are fields of each config). They are
+# kept in `ModelConfig.extra` and written back, except those that describe the
+# file rather than the model (`WRITTEN_ANEW`).
 GENERIC_OPTIONS = frozenset(
     {
         "_name_or_path",
@@ -33,7 +34,6 @@ GENERIC_OPTIONS = frozenset(
         "sep_token_id",
         "decoder_start_token_id",
         "use_cache",
-        "initializer_range",
         "return_dict",
         "output_hidden_states",
         "output_attentions",
@@ -65,7 +65,7 @@ Requirement = tuple[Callable[[Any], bool], str]
 
 class IgnoredOptions(Mapping[str, Any]):
     """Options of a `config.json` that boxwood reads but that do not change what a
-    model computes (dropout rates, `initializer_range`, `use_cache`, ...), kept so
+    model computes (`use_cache`, bookkeeping, ...), kept so
     that `save_pretrained` writes them back: `config.extra`.
 
     Immutable and hashable, as a config is a static field of its model: each value
@@ -117,7 +117,7 @@ class ModelConfig:
 
     A subclass lists the options it understands as dataclass fields (with
     `transformers`' defaults), `IGNORED` for options that do not matter in inference
-    (dropout rates), `REQUIRED` for options whose other values it cannot compute, and
+    (bookkeeping), `REQUIRED` for options whose other values it cannot compute, and
     `ALIASES` for older spellings of an option.
 
     The ignored options of a `config.json` (and the accepted values of `REQUIRED`
@@ -239,8 +239,8 @@ class ModelConfig:
             raise ConfigError(
                 f"`extra` holds the option `{name}`, which "
                 f"boxwood.models.{cls.architecture} does not know; `extra` keeps only "
-                "options that do not change the model (dropout rates, "
-                "`initializer_range`, ...)."
+                "options that do not change the model (`use_cache`, "
+                "bookkeeping, ...)."
             )
 
     def validate(self, where: str) -> None:
@@ -258,10 +258,15 @@ class ModelConfig:
         return out
 
 
-def check_rates(config: Any, names: tuple[str, ...], where: str) -> None:
-    """Each option of `names` (dropout rates) must be a number in `[0, 1]`."""
+def check_rates(
+    config: Any, names: tuple[str, ...], where: str, unset: tuple[str, ...] = ()
+) -> None:
+    """Each option of `names` (dropout rates) must be a number in `[0, 1]`; those
+    of `unset` may also be `None` (a rate that falls back on another)."""
     for name in names:
         value = getattr(config, name)
+        if value is None and name in unset:
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             ok = False
         else:

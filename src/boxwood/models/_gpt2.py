@@ -112,7 +112,7 @@ class Conv1D(Module):
         key: PRNGKeyArray,
     ):
         shape = (in_features, out_features)
-        self.weight = training.normal_array(key, shape, dtype, std)
+        self.weight = training.draw(training.normal(std), key, shape, dtype)
         self.bias = training.zeros(key, (out_features,), dtype)
 
     def __call__(
@@ -157,7 +157,7 @@ class GPT2Attention(Module):
         k, v, cache = write_cache(cache, layer, k, v, step.start)
         out = attend(q, k, v, step, dropout=self.attn_dropout, key=k_attn)
         out = self.c_proj(out.reshape(x.shape[0], -1))
-        return training.drop(self.resid_dropout, out, k_out), cache
+        return self.resid_dropout(out, key=k_out), cache
 
 
 class GPT2MLP(Module):
@@ -179,7 +179,7 @@ class GPT2MLP(Module):
 
     def __call__(self, x: Array, key: Any = None) -> Array:
         out = self.c_proj(activation(self.act, self.c_fc(x)))
-        return training.drop(self.dropout, out, key)
+        return self.dropout(out, key=key)
 
 
 class GPT2Block(Module):
@@ -234,7 +234,7 @@ class GPT2Model(Module):
         positions = step.positions(input_ids.shape[0])
         x = self.wte.weight[input_ids] + self.wpe.weight[positions]
         # the layers' keys are `fold_in(step.key, layer)`; this one follows them
-        x = training.drop(self.drop, x, training.layer_key(step.key, len(self.h)))
+        x = self.drop(x, key=training.layer_key(step.key, len(self.h)))
         x, state = run_blocks(self.h, x, step, self.cache, state)
         return jax.vmap(self.ln_f)(x), state
 

@@ -181,10 +181,14 @@ class LlamaAttention(Module):
         d, hd, std = config.hidden_size, config.dim, config.initializer_range
         qkv_bias, o_bias = config.projection_biases
         heads, kv_heads = config.num_attention_heads, config.kv_heads
-        self.q_proj = training.linear(d, heads * hd, qkv_bias, dtype, std, key=kq)
-        self.k_proj = training.linear(d, kv_heads * hd, qkv_bias, dtype, std, key=kk)
-        self.v_proj = training.linear(d, kv_heads * hd, qkv_bias, dtype, std, key=kv)
-        self.o_proj = training.linear(heads * hd, d, o_bias, dtype, std, key=ko)
+        self.q_proj = training.linear(d, heads * hd, dtype, std, key=kq, bias=qkv_bias)
+        self.k_proj = training.linear(
+            d, kv_heads * hd, dtype, std, key=kk, bias=qkv_bias
+        )
+        self.v_proj = training.linear(
+            d, kv_heads * hd, dtype, std, key=kv, bias=qkv_bias
+        )
+        self.o_proj = training.linear(heads * hd, d, dtype, std, key=ko, bias=o_bias)
         self.attention_dropout = Dropout(config.attention_dropout)
         self.num_heads, self.kv_heads = heads, kv_heads
         self.theta = float(config.rope_theta)
@@ -219,9 +223,9 @@ class LlamaMLP(Module):
         kg, ku, kd = split_keys(key, 3)
         d, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
         std = config.initializer_range
-        self.gate_proj = training.linear(d, inner, bias, dtype, std, key=kg)
-        self.up_proj = training.linear(d, inner, bias, dtype, std, key=ku)
-        self.down_proj = training.linear(inner, d, bias, dtype, std, key=kd)
+        self.gate_proj = training.linear(d, inner, dtype, std, key=kg, bias=bias)
+        self.up_proj = training.linear(d, inner, dtype, std, key=ku, bias=bias)
+        self.down_proj = training.linear(inner, d, dtype, std, key=kd, bias=bias)
         self.act = config.hidden_act
 
     def __call__(self, x: Array) -> Array:
@@ -362,10 +366,10 @@ class LlamaForCausalLM(CausalLM):
             else training.linear(
                 config.hidden_size,
                 config.vocab_size,
-                False,
                 dtype,
                 config.initializer_range,
                 key=k2,
+                bias=False,
             )
         )
         self.config = config

@@ -16,6 +16,8 @@ from jaxtyping import Array, Float, Int
 
 from .._errors import error_if
 from ._layers import check_attention_mask
+from ._pretrained import Pretrained
+from ._training import dropout_key
 
 IGNORE_INDEX = -100  # `transformers`' (and PyTorch's) `ignore_index`
 
@@ -119,11 +121,11 @@ def _as_array(input_ids: Any) -> Any:
 
 
 def _dropout_key(model: Any, key: Any) -> Any:
-    """`key`, checked to be given where the model's dropout is active."""
-    check = getattr(model, "_dropout_key", None)
-    if check is None:
+    """`key`, checked to be given where the dropout of a model of
+    `boxwood.models` is active (another model's `key` is passed as it is)."""
+    if not isinstance(model, Pretrained):
         return key
-    return check(key, "causal_lm_loss(model, input_ids, key=key)")
+    return dropout_key(model, key, "causal_lm_loss(model, input_ids, key=key)")
 
 
 def _hidden_states(model: Any, ids: Array, attention: Any, key: Any) -> Array:

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import threading
+import warnings
 from collections import OrderedDict
 from typing import Any, BinaryIO, ClassVar, cast
 
@@ -23,6 +24,7 @@ from .._checkpoint import CheckpointError, atomic_write, read_region, write_file
 from .._module import Module
 from .._transforms import filter_eval_shape
 from .._tree import tree_at
+from .._warnings import user_stacklevel
 from ..nn import MultiheadAttention, inference_mode
 from ..nn._state import StateIndex, name_indices
 from ._checkpoint_files import (
@@ -35,8 +37,14 @@ from ._checkpoint_files import (
 )
 from ._config import WRITTEN_ANEW, read_json
 from ._layers import check_implementation, with_fields
+from ._new_parameters import drawn, matching, new_parameters_message
 from ._sharding_rules import Strategy, sharding_rules
-from ._stacking import assemble_layers, layer_arrays, layer_names, layer_shardings
+from ._stacking import (
+    assemble_layers,
+    layer_arrays,
+    layer_names,
+    layer_shardings,
+)
 
 # `transformers`' generation defaults, beside `config.json`
 GENERATION_CONFIG = "generation_config.json"
@@ -53,6 +61,14 @@ class Pretrained(Module):
     the file's names best is used), and which of its attributes a file may lack
     entirely (`OPTIONAL_PARTS`: the model then loads with that attribute `None`).
     `export_array` gives an array the file's shape where a layer's differs.
+
+    A class with a task head says which of its parameters are the head's own
+    (`NEW_ON_LOAD`, a pattern over `save_pretrained` names): a file that lacks
+    them (a body's, or another head's) loads with them drawn anew, as a fresh
+    build draws them, and a `UserWarning` listing them; any other missing tensor
+    is still an error. `OTHER_HEADS` (a pattern too) names the parameters of
+    other classes' heads a file may hold: they are dropped, and listed in that
+    warning where there is one.
     """
 
     config_class: ClassVar[type] = type(None)
@@ -60,6 +76,8 @@ class Pretrained(Module):
     DROPPED: ClassVar[str | None] = None
     LAYOUTS: ClassVar[tuple[FileLayout, ...]] = ()
     OPTIONAL_PARTS: ClassVar[tuple[str, ...]] = ()
+    NEW_ON_LOAD: ClassVar[str | None] = None
+    OTHER_HEADS: ClassVar[str | None] = None
     # `save_pretrained`'s `architectures` entry, where not the config's own
     ARCHITECTURE: ClassVar[str | None] = None
 
@@ -84,6 +102,7 @@ class Pretrained(Module):
         dtype: Any = None,
         mesh: Any = None,
         rules: Any = None,
+        key: Any = None,
     ) -> Any:
         """Load a model from a local directory written by `save_pretrained`, or
         downloaded from the Hub in one of the class's published layouts
@@ -110,6 +129,13 @@ class Pretrained(Module):
         - `rules`: sharding rules as [`boxwood.shard`][] takes them, or the name
           of a strategy of [`boxwood.models.sharding_rules`][]
           (`"tensor_parallel"`); default replicated. (Keyword only.)
+        - `key`: a `jax.random` key for the parameters of the class's task head
+          that the file lacks (loading `BertForSequenceClassification` from a
+          `BertModel` or `BertForMaskedLM` file): they are drawn as
+          `cls(config, key=key)` draws them (from `initializer_range`), with a
+          `UserWarning` listing them. Default `jax.random.key(0)`, so such a
+          load is reproducible. Unused where the file holds every parameter.
+          (Keyword only.)
 
         **Returns:** the model, in inference mode (its dropout layers off, as
         `transformers`' `from_pretrained` returns a model in `eval()` mode):
@@ -117,11 +143,17 @@ class Pretrained(Module):
         """
         directory = os.fspath(path)
         config = cls.config_class.from_file(config_path(directory))
-        return cls._load(directory, config, dtype, mesh, rules)
+        return cls._load(directory, config, dtype, mesh, rules, key)
 
     @classmethod
     def _load(
-        cls, directory: str, config: Any, dtype: Any, mesh: Any, rules: Any
+        cls,
+        directory: str,
+        config: Any,
+        dtype: Any,
+        mesh: Any,
+        rules: Any,
+        key: Any = None,
     ) -> Any:
         """The model of `directory`, with `config` (and the directory's
         `generation_config.json`, if any), in inference mode."""
@@ -134,7 +166,7 @@ class Pretrained(Module):
         early = read_region(tensors.values(), dtype) if one_region else None
         with early or contextlib.nullcontext():
             model = cls._load_into(
-                directory, config, dtype, mesh, rules, tensors, one_region
+                directory, config, dtype, mesh, rules, tensors, one_region, key
             )
         generation = os.path.join(directory, GENERATION_CONFIG)
         if os.path.isfile(generation):
@@ -156,6 +188,7 @@ class Pretrained(Module):
         rules: Any,
         tensors: dict[str, Any],
         one_region: bool,
+        key: Any = None,
     ) -> Any:
         abstract = abstract_model(cls, config, dtype)
         expected = {cls.checkpoint_name(name) for name in layer_names(abstract)}
@@ -170,8 +203,15 @@ class Pretrained(Module):
                 abstract, layer_shardings(abstract, mesh, rules or ())
             )
         names = {cls.checkpoint_name(name): name for name in layer_names(abstract)}
-        tensors = renamed_tensors(tensors, names, cls.DROPPED)
-        return assemble_layers(
+        new = matching(cls.NEW_ON_LOAD, [n for n in names if n not in tensors])
+        unused = matching(cls.OTHER_HEADS, [n for n in tensors if n not in names])
+        dropped = "|".join(f"(?:{p})" for p in (cls.DROPPED, cls.OTHER_HEADS) if p)
+        tensors = renamed_tensors(tensors, names, dropped or None)
+        if new:
+            which = (cls, _config_key(config), jnp.dtype(dtype))
+            own = [names[n] for n in new]
+            tensors.update(drawn(cls, config, dtype, key, abstract, own, which))
+        model = assemble_layers(
             abstract,
             tensors,
             cast=dtype,
@@ -182,6 +222,10 @@ class Pretrained(Module):
             # one region of memory, unless `_load`'s serves them all already
             one_region=one_region,
         )
+        if new:
+            message = new_parameters_message(cls, directory, new, unused)
+            warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
+        return model
 
     @classmethod
     def tied_tensors(cls, config: Any) -> dict[str, str]:

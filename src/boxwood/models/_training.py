@@ -1,11 +1,13 @@
-"""What training needs of the models: initialisers as `transformers` draws a
-freshly built model (normal draws of standard deviation `initializer_range`, zero
-biases, a zeroed padding row), on boxwood's fast initialisation path; and
-dropout (each model's `boxwood.nn.Dropout` layers, the check that a model in
-training mode is given a key, and the keys of the layers)."""
+"""What training needs of the models, one mechanism for every family: the
+initialisers `transformers` draws a freshly built model with (`N(0,
+initializer_range)` weights, zero biases, a zeroed padding row, ViT's
+truncated draws), on boxwood's fast initialisation path; and dropout's keys
+(the check that a model in training mode is given one, and the keys of its
+parts and layers)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -15,34 +17,62 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .. import _init
-from ..nn import Dropout, Embedding, Linear
+from .._init import Initializer
+from ..nn import Dropout, Embedding, Linear, Stacked
 
-
-def normal(std: float) -> Any:
-    """The initialiser `N(0, std)`: `jax.nn.initializers.normal`, which the fast
-    path draws without a compile per shape."""
-    return jax.nn.initializers.normal(float(std))
+# Initialisation
 
 
 def zeros(key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-    """The zero initialiser, made on the host (no compile); under an abstract
-    build (`filter_eval_shape`) a traced zero array."""
+    """The zero initialiser (biases), made on the host (no compile); under an
+    abstract build (`filter_eval_shape`) a traced zero array."""
     if isinstance(key, jax.core.Tracer):
         return jnp.zeros(shape, dtype)
     return _init.zeros(shape, dtype)
 
 
-def normal_array(key: Any, shape: tuple[int, ...], dtype: Any, std: float) -> Any:
-    """An array of `N(0, std)` draws of `shape`, as drawn: for layers that store
-    JAX's `(in, out)` layout themselves (GPT-2's `Conv1D`)."""
-    return _init.init_param(normal(std), lambda: None, key, shape, dtype, "", "")
+def normal(std: float) -> Initializer:
+    """The initialiser `N(0, std)` (`std`: the config's `initializer_range`):
+    `jax.nn.initializers.normal`, which boxwood's layers draw on their fast path
+    without a compile per shape; zeros for `std == 0`."""
+    return jax.nn.initializers.normal(float(std)) if std > 0 else zeros
+
+
+def truncated(std: float) -> Initializer:
+    """`N(0, std)` cut off at -2 and 2 (absolute bounds, not standard
+    deviations: for a small `std`, a plain normal), as `transformers` draws
+    ViT's class token and position embeddings; zeros for `std == 0`."""
+    if std <= 0:
+        return zeros
+    return jax.nn.initializers.truncated_normal(std, lower=-2 / std, upper=2 / std)
+
+
+def draw(init: Initializer, key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """`init(key, shape, dtype)` on the layers' fast path, for an array that is
+    no `boxwood.nn` layer's parameter (ViT's class token, GPT-2's `Conv1D`
+    weight, stored in the file's `(in, out)` layout)."""
+    return _init.init_param(init, lambda: None, key, shape, dtype, "init", "draw")
+
+
+def zero_row(table: Any, row: int | None) -> Any:
+    """`table` with row `row` zeroed (an embedding's padding row, as
+    `torch.nn.Embedding(padding_idx=row)` starts it); `table` itself where `row`
+    is `None` or outside it. On the host when concrete (no compile for the
+    scatter)."""
+    if row is None or not 0 <= row < table.shape[0]:
+        return table
+    if isinstance(table, jax.core.Tracer):
+        return table.at[row].set(0)
+    host = np.array(table)  # a copy
+    host[row] = 0
+    return jax.device_put(host)
 
 
 def linear(
-    n_in: int, n_out: int, bias: bool, dtype: Any, std: float, *, key: Any
+    n_in: int, n_out: int, dtype: Any, std: float, *, key: Any, bias: bool = True
 ) -> Linear:
     """A `Linear` layer as `transformers` initialises one: weight `N(0, std)`,
-    bias zeros."""
+    bias (if any) zeros."""
     return Linear(
         n_in,
         n_out,
@@ -57,21 +87,17 @@ def linear(
 def embedding(
     n: int, size: int, dtype: Any, std: float, *, key: Any, padding_row: Any = None
 ) -> Embedding:
-    """An `Embedding` as `transformers` initialises one: `N(0, std)`, with the row
-    `padding_row` (the config's `pad_token_id`, where the model's embedding has
-    a padding index) zeroed."""
+    """An `Embedding` as `transformers` initialises one: `N(0, std)`, with the
+    row `padding_row` (the config's `pad_token_id`, where the model's embedding
+    has a padding index) zeroed."""
 
-    def draw(k: Any, shape: tuple[int, ...], dt: Any) -> Any:
-        table = _init.init_param(normal(std), lambda: None, k, shape, dt, "", "")
-        if padding_row is None or not 0 <= padding_row < shape[0]:
-            return table
-        if isinstance(table, jax.core.Tracer):
-            return table.at[padding_row].set(0)
-        host = np.array(table)  # a copy: no compile for the scatter
-        host[padding_row] = 0
-        return jax.device_put(host)
+    def table(k: Any, shape: tuple[int, ...], dt: Any) -> Any:
+        return zero_row(draw(normal(std), k, shape, dt), padding_row)
 
-    return Embedding(n, size, dtype=dtype, weight_init=draw, key=key)
+    return Embedding(n, size, dtype=dtype, weight_init=table, key=key)
+
+
+# Dropout
 
 
 def dropouts(tree: Any) -> list[Dropout]:
@@ -88,36 +114,48 @@ def active(dropout: Dropout) -> bool:
     return not dropout.inference and dropout.p > 0
 
 
-def check_key(model: Any, key: Any, call: str) -> None:
-    """A model in training mode with a nonzero dropout rate needs `key`: raise
-    the error that says so, naming the rates and both fixes."""
-    if key is not None:
-        return
+def dropout_key(model: Any, key: Any, call: str) -> Any:
+    """`key` for a call of `model`, checked: a model whose dropout is active (in
+    training mode, a rate above 0) needs one, and raises the `RuntimeError`
+    `boxwood.nn.Dropout` raises without one, naming the model, `call` (how to
+    pass `key=`) and `boxwood.nn.inference_mode`. `None` where no dropout is
+    active, so that a call with a key and one without share one program."""
     rates = sorted({d.p for d in dropouts(model) if active(d)})
-    if rates:
-        name = type(model).__name__
+    if not rates:
+        return None
+    if key is None:
         raise RuntimeError(
-            f"{name} is in training mode (`inference=False`) with dropout (rates "
-            f"{', '.join(f'{p:g}' for p in rates)} from its config) and needs a "
-            f"random key: call it as `{call}`. To switch dropout off, switch the "
-            "model to inference with `model = boxwood.nn.inference_mode(model)` "
-            "(`from_pretrained` returns a model in inference mode)."
+            f"{type(model).__name__} is in training mode (`inference=False`) with "
+            f"dropout (rates {', '.join(f'{p:g}' for p in rates)} from its config) "
+            f"and needs a random key: call it as `{call}` (a new key each step). "
+            "To switch dropout off, switch the model to inference with "
+            "`model = boxwood.nn.inference_mode(model)` (`from_pretrained` "
+            "returns a model in inference mode)."
         )
-
-
-def layer_key(key: Any, layer: Any) -> Any:
-    """Layer `layer`'s key (a traced index, inside the scan over blocks), or
-    `None` without a key."""
-    return None if key is None else jax.random.fold_in(key, layer)
+    return key
 
 
 def split(key: Any, n: int) -> tuple[Any, ...]:
-    """`n` keys from `key`, or `n` times `None`."""
+    """`n` keys from `key`, or `n` times `None` without one."""
     if key is None:
         return (None,) * n
     return tuple(jax.random.split(key, n))
 
 
-def drop(dropout: Dropout, x: Any, key: Any) -> Any:
-    """`dropout(x, key=key)`, where an inactive dropout needs no key."""
-    return dropout(x, key=key) if active(dropout) else x
+def layer_key(key: Any, layer: Any) -> Any:
+    """Layer `layer`'s key (`layer` may be a traced index, inside the scan over
+    the layers), or `None` without a key."""
+    return None if key is None else jax.random.fold_in(key, layer)
+
+
+def scan_layers(
+    layers: Stacked, call: Callable[[Any, Any, Any], Any], x: Any, key: Any
+) -> Any:
+    """`x` through the stacked `layers` in one scan, layer `i` called as
+    `call(layer, x, layer_key(key, i))`."""
+
+    def step(layer: Any, h: Any, i: Any) -> tuple[Any, None]:
+        return call(layer, h, layer_key(key, i)), None
+
+    index = jnp.arange(layers.depth, dtype=jnp.int32)
+    return layers.scan(step, x, index)[0]

@@ -15,6 +15,7 @@ from .._init import split_keys
 from .._module import Module, field
 from .._tree import tree_at
 from ..nn import Conv2d, Dropout, LayerNorm, Linear, MultiheadAttention, Stacked
+from . import _training as training
 from ._classification import (
     DEFAULT_LABELS,
     check_problem_type,
@@ -22,17 +23,11 @@ from ._classification import (
     read_labels,
     write_labels,
 )
-from ._config import ConfigError, ModelConfig
-from ._encoder_training import (
-    check_key,
+from ._config import (
+    ConfigError,
+    ModelConfig,
+    check_initializer_range,
     check_rates,
-    draw,
-    linear,
-    loaded_for_inference,
-    normal_init,
-    split_or_none,
-    truncated_init,
-    zeros_init,
 )
 from ._layers import activation, supported_activation
 from ._pretrained import Pretrained
@@ -84,7 +79,8 @@ class ViTConfig(ModelConfig):
         if self.image_size % self.patch_size:
             raise ConfigError(f"{where}`image_size` must be divisible by `patch_size`.")
         rates = ("hidden_dropout_prob", "attention_probs_dropout_prob")
-        check_rates(self, where, rates)
+        check_rates(self, rates, where)
+        check_initializer_range(self, where)
         check_problem_type(self.problem_type, self.num_labels, where)
 
     @property
@@ -110,13 +106,13 @@ class ViTEmbeddings(Module):
         k1, k2, k3 = split_keys(key, 3)
         d, p, r = config.hidden_size, config.patch_size, config.initializer_range
         patches = (config.image_size // p) ** 2
-        self.cls_token = draw(truncated_init(r), k1, (1, 1, d), dtype)
-        self.position_embeddings = draw(
-            truncated_init(r), k2, (1, patches + 1, d), dtype
+        self.cls_token = training.draw(training.truncated(r), k1, (1, 1, d), dtype)
+        self.position_embeddings = training.draw(
+            training.truncated(r), k2, (1, patches + 1, d), dtype
         )
         self.patch_embeddings = Conv2d(
             config.num_channels, d, p, stride=p, dtype=dtype,
-            weight_init=normal_init(r), bias_init=zeros_init, key=k3,
+            weight_init=training.normal(r), bias_init=training.zeros, key=k3,
         )  # fmt: skip
         self.dropout = Dropout(config.hidden_dropout_prob)
 
@@ -139,22 +135,22 @@ class ViTLayer(Module):
     def __init__(self, config: ViTConfig, dtype: Any, *, key: PRNGKeyArray):
         k1, k2, k3 = split_keys(key, 3)
         d, b, eps = config.hidden_size, config.qkv_bias, config.layer_norm_eps
+        std, inner = config.initializer_range, config.intermediate_size
         self.layernorm_before = LayerNorm(d, eps=eps, dtype=dtype)
         self.attention = MultiheadAttention(
             config.num_attention_heads, d, use_query_bias=b, use_key_bias=b,
             use_value_bias=b, use_output_bias=True,
             dropout_p=config.attention_probs_dropout_prob, dtype=dtype,
-            weight_init=normal_init(config.initializer_range), bias_init=zeros_init,
-            key=k1,
+            weight_init=training.normal(std), bias_init=training.zeros, key=k1,
         )  # fmt: skip
         self.layernorm_after = LayerNorm(d, eps=eps, dtype=dtype)
-        self.intermediate = linear(config, d, config.intermediate_size, dtype, k2)
-        self.output = linear(config, config.intermediate_size, d, dtype, k3)
+        self.intermediate = training.linear(d, inner, dtype, std, key=k2)
+        self.output = training.linear(inner, d, dtype, std, key=k3)
         self.dropout = Dropout(config.hidden_dropout_prob)  # both outputs'
         self.act = config.hidden_act
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
-        k1, k2, k3 = split_or_none(key, 3)
+        k1, k2, k3 = training.split(key, 3)
         h = jax.vmap(self.layernorm_before)(x)
         x = x + self.dropout(self.attention(h, h, h, key=k1), key=k2)
         h = activation(
@@ -230,14 +226,14 @@ class ViTForImageClassification(Pretrained):
         k1, k2 = split_keys(key, 2)
         dtype = dtype or jnp.float32
         self.vit = ViTModel(config, dtype, key=k1)
-        self.classifier = linear(
-            config, config.hidden_size, config.num_labels, dtype, k2
+        self.classifier = training.linear(
+            config.hidden_size,
+            config.num_labels,
+            dtype,
+            config.initializer_range,
+            key=k2,
         )
         self.config = config
-
-    @classmethod
-    def _load(cls, *args: Any) -> Any:
-        return loaded_for_inference(super()._load(*args))
 
     def __call__(
         self, pixel_values: Float[Array, "3 H W"], *, key: PRNGKeyArray | None = None
@@ -252,10 +248,11 @@ class ViTForImageClassification(Pretrained):
         **Returns:** the class logits, `(num_labels,)`.
         """
         self._check(pixel_values)
-        check_key(self, key, "ViTForImageClassification")
-        k1, k2 = split_or_none(key, 2)
+        key = training.dropout_key(self, key, "model(pixel_values, key=key)")
+        k1, k2 = training.split(key, 2)
         x = self.vit.embeddings(pixel_values, k1)
-        x = self.vit.encoder.layer(x, key=k2)
+        call = lambda layer, h, k: layer(h, key=k)
+        x = training.scan_layers(self.vit.encoder.layer, call, x, k2)
         return self.classifier(self.vit.layernorm(x[0]))
 
     def loss(
