@@ -223,6 +223,10 @@ def test_block_sizes():
     assert [_splash.block_size(n) for n in (128, 256, 384, 512, 640, 1024, 1536)] == [
         128, 256, 384, 512, 128, 512, 512,
     ]  # fmt: skip
+    # from 2048 tokens on, 1024 where it divides
+    assert [_splash.block_size(n) for n in (2048, 2560, 3072, 4096)] == [
+        1024, 512, 1024, 1024,
+    ]  # fmt: skip
     assert [_splash.padded_length(n) for n in (1, 128, 129, 197)] == [
         128,
         128,
