@@ -10,9 +10,9 @@ from jax.extend.random import threefry2x32_p
 
 import boxwood
 import boxwood.nn as nn
+from _precision import on_cpu, tolerance
 from boxwood import _init
 from boxwood._init import _draw, _keys
-from _precision import on_cpu, tolerance
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
 SHAPES = [

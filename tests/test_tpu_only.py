@@ -96,9 +96,7 @@ def test_none_chooses_splash_for_a_training_step(attn_pdrop, splash):
     floats, static = bw.partition(model, bw.is_inexact_array)
 
     def loss(floats):
-        return bm.causal_lm_loss(
-            bw.combine(floats, static), ids, key=jax.random.key(1)
-        )
+        return bm.causal_lm_loss(bw.combine(floats, static), ids, key=jax.random.key(1))
 
     calls = _pallas_calls(jax.value_and_grad(loss), floats)
     assert (calls > 0) == splash, calls
