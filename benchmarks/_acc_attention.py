@@ -3,7 +3,7 @@ calls (pure JAX, Flax NNX, Equinox), so that they run the same kernel as boxwood
 
 - `"xla"`: `jax.nn.dot_product_attention(..., is_causal=True, implementation="xla")`;
 - `"splash"`: Pallas splash attention (`jax.experimental.pallas.ops.tpu.
-  splash_attention`), causal, 512-square blocks (the sequence length where it is
+  splash_attention`), causal, 512-square blocks (1024 from 2048 tokens on, as boxwood chooses; the sequence length where it is
   shorter, a multiple of 128) with the fused backward kernel, multi-head for GPT-2 and multi-query per key/value head for grouped
   queries. Off a TPU it runs in Pallas' interpret mode (slow: for checking only).
 
@@ -35,6 +35,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, kind: str) -> jax.Array:
 
 
 def _block(seq: int) -> int:
+    # as boxwood chooses: 1024 from 2048 tokens on, else 512 (or the length)
+    if seq >= 2048 and seq % 1024 == 0:
+        return 1024
     return min(SPLASH_BLOCK, seq)
 
 

@@ -17,8 +17,8 @@
 # TPU_RUN_CURVE_S (75); the suite gets what is left. TPU_RUN_PHASES (default
 # "bench,curve,tests"; e.g. "tests" to give the suite the whole run),
 # TPU_RUN_BENCH_ARGS (more options for accelerator.py, e.g. "--attention xla"),
-# TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, then all of
-# tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
+# TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, tests/test_tpu_only.py
+# at their head, then all of tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
 # for the tests that compare with `transformers` PyTorch).
 #
 # equinox and beartype are not in the machine's index: their wheels travel in the
@@ -110,7 +110,7 @@ if phase tests; then
   else
     # pytest would run a file named before its folder in the folder's order: the
     # rest of the files are listed one by one, after the TPU-relevant ones.
-    TESTS=(tests/test_backend_portability.py tests/test_cast_floating.py tests/test_nn_attention*.py
+    TESTS=(tests/test_tpu_only.py tests/test_backend_portability.py tests/test_cast_floating.py tests/test_nn_attention*.py
       tests/test_attention*.py tests/test_models_*.py)
     for f in tests/test_*.py; do
       [[ " ${TESTS[*]} " == *" $f "* ]] || TESTS+=("$f")

@@ -60,7 +60,12 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
     if n == 1:
         run_page(page)
         return
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
+    # n simulated CPU devices, whatever this process's backend
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
+        JAX_PLATFORMS="cpu",
+    )
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "tests"), *filter(None, [env.get("PYTHONPATH")])]
     )

@@ -10,6 +10,7 @@ from jax.extend.random import threefry2x32_p
 
 import boxwood
 import boxwood.nn as nn
+from _precision import on_cpu, tolerance
 from boxwood import _init
 from boxwood._init import _draw, _keys
 
@@ -57,9 +58,23 @@ def test_draws_bit_identical(dist, dtype, k):
     key = KEYS[k]()
     for shape in SHAPES[k :: len(KEYS)]:
         fast = _fast(dist, key, shape, dtype)
-        assert _bits(fast) == _bits(_direct(dist, key, shape, dtype)), shape
+        direct = _direct(dist, key, shape, dtype)
+        if on_cpu() or (dist, dtype) != ("truncated_normal", jnp.float16):
+            assert _bits(fast) == _bits(direct), shape
+        else:
+            # The same random bits, but `jax.random.truncated_normal`'s float16
+            # arithmetic (`erf_inv`, scaling, clipping) runs in two programs that
+            # XLA fuses differently: a TPU rounds some draws to the neighbouring
+            # float16 (one ulp, seen on a v5e).
+            assert _bits(fast)[:2] == _bits(direct)[:2], shape
+            np.testing.assert_array_max_ulp(
+                np.asarray(fast), np.asarray(direct), maxulp=1
+            )
 
 
+@pytest.mark.skipif(
+    jax.default_backend() == "tpu", reason="a TPU has no float64 (it does not compile)"
+)
 def test_float64_bit_identical():
     with jax.enable_x64(True):
         key = jr.key(3)
@@ -303,7 +318,8 @@ def test_weight_and_bias_init_keywords(getkey):
     attn = nn.MultiheadAttention(2, 4, use_query_bias=True, weight_init=ortho,
                                  bias_init=ones, key=getkey())  # fmt: skip
     w = attn.query_proj.weight
-    assert jnp.allclose(w @ w.T, jnp.eye(4), atol=1e-5)
+    # (a TPU's QR and product are float32 to a few ulps, not to the CPU's one)
+    assert jnp.allclose(w @ w.T, jnp.eye(4), atol=tolerance(cpu=1e-5, accelerator=1e-4))
     assert (attn.query_proj.bias == 1).all()
 
 

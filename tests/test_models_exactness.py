@@ -1,5 +1,6 @@
 """`boxwood.models` computes what PyTorch `transformers` computes, on tiny random
-checkpoints written by `save_pretrained` (float32: max abs difference <= 1e-4).
+checkpoints written by `save_pretrained` (float32: max abs difference <= 1e-4 on
+the CPU, 3e-4 on an accelerator).
 
 The float32 checkpoints are drawn wide (`WIDE`: `initializer_range=0.4`, logits of
 a few units), so activations leave their linear regime: `test_a_wrong_activation_
@@ -16,13 +17,19 @@ import pytest
 import boxwood
 import boxwood.models as bm
 from _hf_models import WIDE, save_tiny, shared_model, shared_tiny, token_ids, torch
-from _precision import highest_matmul_precision  # noqa: F401
+from _precision import highest_matmul_precision, tolerance  # noqa: F401
 
 # float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
 
 
 TOL = 1e-4
+# On a TPU, even at `highest` precision, logits of a few units are off by up to
+# 1.5e-4 (its float32 products and transcendentals are a few ulps off); the CPU
+# keeps `TOL`. A swapped GELU moves them by 8.5e-4 or more (measured on the CPU:
+# `test_a_wrong_activation_would_fail` asks for more than 5x `TOL`), still well
+# outside the accelerator's figure.
+LOGITS_TOL = tolerance(cpu=TOL, accelerator=3e-4)
 
 
 # Compiled once per model structure and input shape, for every test of the module
@@ -49,9 +56,9 @@ def test_causal_lm_matches_pytorch(kind):
     ids = token_ids(1, (3, 17))
     out = _batched(model, jnp.asarray(ids))
     assert out.shape == (3, 17, 97) and out.dtype == jnp.float32
-    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
+    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= LOGITS_TOL
     single = _single(model, jnp.asarray(ids[0, :5]))
-    assert np.abs(np.asarray(single) - np.asarray(out[0, :5])).max() <= TOL
+    assert np.abs(np.asarray(single) - np.asarray(out[0, :5])).max() <= LOGITS_TOL
 
 
 def test_llama_grouped_query_untied_rope_theta(tmp_path):
@@ -66,7 +73,7 @@ def test_llama_grouped_query_untied_rope_theta(tmp_path):
     assert model.model.layers[0].self_attn.k_proj.weight.shape == (16, 32)
     ids = token_ids(2, (2, 23))
     out = _batched(model, jnp.asarray(ids))
-    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
+    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= LOGITS_TOL
 
 
 def test_llama_tied_embeddings(tmp_path):
@@ -75,7 +82,7 @@ def test_llama_tied_embeddings(tmp_path):
     assert model.lm_head is None
     ids = token_ids(3, (1, 9))
     out = _batched(model, jnp.asarray(ids))
-    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
+    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= LOGITS_TOL
 
 
 def test_bert_padded_batch_with_mask():
@@ -95,15 +102,15 @@ def test_bert_padded_batch_with_mask():
             token_type_ids=torch.tensor(types),
         ).last_hidden_state.numpy()
     assert out.shape == (3, 12, 32)
-    assert np.abs(np.asarray(out) - expected).max() <= TOL
+    assert np.abs(np.asarray(out) - expected).max() <= LOGITS_TOL
     # The real tokens of a padded sequence do not see the padding.
     alone = _single(model, jnp.asarray(ids[2, :3]), None, jnp.asarray(types[2, :3]))
-    assert np.abs(np.asarray(alone) - np.asarray(out[2, :3])).max() <= TOL
+    assert np.abs(np.asarray(alone) - np.asarray(out[2, :3])).max() <= LOGITS_TOL
     # Defaults: no padding, one segment.
     plain = _single(model, jnp.asarray(ids[0]))
     with torch.no_grad():
         expected = reference(torch.tensor(ids[:1])).last_hidden_state.numpy()[0]
-    assert np.abs(np.asarray(plain) - expected).max() <= TOL
+    assert np.abs(np.asarray(plain) - expected).max() <= LOGITS_TOL
 
 
 def test_vit_matches_pytorch():
@@ -114,7 +121,7 @@ def test_vit_matches_pytorch():
     with torch.no_grad():
         expected = reference(torch.tensor(pixels)).logits.numpy()
     assert out.shape == (3, 5)
-    assert np.abs(np.asarray(out) - expected).max() <= TOL
+    assert np.abs(np.asarray(out) - expected).max() <= LOGITS_TOL
     assert model.config.labels == tuple(f"LABEL_{i}" for i in range(5))
 
 
@@ -151,7 +158,7 @@ def test_sharded_checkpoint(tmp_path):
     model = bm.from_pretrained(tmp_path)
     ids = token_ids(7, (3, 17))  # the shape of `test_causal_lm_matches_pytorch`
     out = _batched(model, jnp.asarray(ids))
-    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= TOL
+    assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= LOGITS_TOL
 
 
 def test_loading_builds_nothing_random(monkeypatch):
@@ -199,7 +206,7 @@ def test_a_wrong_activation_would_fail(kind, name, wrong, monkeypatch):
         out = reference(torch.tensor(ids))
     expected = (out.last_hidden_state if kind == "bert" else out.logits).numpy()
     right = _batched(model, jnp.asarray(ids))
-    assert np.abs(np.asarray(right) - expected).max() <= TOL
+    assert np.abs(np.asarray(right) - expected).max() <= LOGITS_TOL
     monkeypatch.setitem(_layers._ACTIVATIONS, name, wrong)
     # a fresh compile (`_batched` would reuse the code traced before the swap)
     swapped = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))

@@ -5,6 +5,7 @@ import pytest
 
 import boxwood
 import boxwood.nn as nn
+from _precision import tolerance
 
 
 @pytest.fixture
@@ -56,11 +57,16 @@ def test_weight_norm_axes(getkey, normal):
     assert nn.WeightNorm(layer, axis=-1).axis == 2
     whole = nn.WeightNorm(layer, axis=None)
     assert whole.g.shape == (1, 1, 1)
+    # (a TPU sums the 24 squares in another order and its einsum in bfloat16 pieces)
     np.testing.assert_allclose(
-        whole.g.reshape(()), jnp.linalg.norm(layer.weight.ravel()), rtol=1e-6
+        whole.g.reshape(()),
+        jnp.linalg.norm(layer.weight.ravel()),
+        rtol=tolerance(cpu=1e-6, accelerator=1e-5),
     )
     x = normal(3, 4)
-    np.testing.assert_allclose(whole(x), layer(x), atol=1e-5)
+    np.testing.assert_allclose(
+        whole(x), layer(x), atol=tolerance(cpu=1e-5, accelerator=1e-4)
+    )
 
 
 def test_weight_norm_bf16_and_jit(getkey):
@@ -146,7 +152,12 @@ def test_spectral_norm_power_iterations_converge_from_a_stale_state(getkey, norm
     for _ in range(100):
         _, state = step(sn, x, state)
     expected = new_weight / top_singular_value(new_weight)
-    np.testing.assert_allclose(effective_matrix(sn, state, x), expected, atol=1e-3)
+    # (on a TPU the SVD of the reference and the iterations are each a few ulps off)
+    np.testing.assert_allclose(
+        effective_matrix(sn, state, x),
+        expected,
+        atol=tolerance(cpu=1e-3, accelerator=3e-3),
+    )
 
 
 def test_spectral_norm_inference_mode_keeps_state(getkey, normal):

@@ -336,11 +336,21 @@ def run_blocks(
     state: State | None,
     windows: tuple[int | None, ...] | None = None,
 ) -> tuple[Array, State | None]:
-    """`x` through the stacked `blocks` in one scan, each called as
+    """`x` through the stacked `blocks`, each called as
     `block(x, step, cache, layer, window) -> (x, cache)`; the key/value cache of
-    every layer is `state`'s entry `index` (or `None`), carried through."""
+    every layer is `state`'s entry `index` (or `None`), carried through.
+
+    In one scan (compile time flat in depth), except for one new token over a
+    cache (a generation step): there the layers run one after the other with
+    static indices, so that each layer's weights and cache are read in place
+    from the stacks, where a scan would copy them out every step."""
     shared, per_layer = layer_windows(windows or (None,) * len(blocks))
     cache = None if state is None else state.get(index)
+    if state is not None and x.shape[0] == 1:
+        for i in range(len(blocks)):
+            window = shared if per_layer is None else per_layer[i]
+            x, cache = blocks[i](x, step, cache, i, window)
+        return x, state.set(index, cache)
 
     def body(block: Any, carry: tuple, inputs: tuple) -> tuple:
         h, kv = carry

@@ -1,0 +1,67 @@
+"""A generation step (one new token over the key/value cache) runs the stacked
+layers one after the other with static indices: its program holds no loop over
+the layers and reads each layer's weights and cache with static slices, while a
+prompt (several tokens) and training keep the one scan. The step computes what
+the full forward pass computes at that position."""
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood as bw
+import boxwood.models as bm
+from _jaxprs import all_equations
+
+LLAMA = dict(
+    vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+)  # fmt: skip
+MODELS = {
+    "gpt2": lambda: bm.GPT2LMHeadModel(
+        bm.GPT2Config(n_layer=3, n_embd=32, n_head=2, vocab_size=64, n_positions=32),
+        key=jax.random.key(0),
+    ),
+    "llama": lambda: bm.LlamaForCausalLM(
+        bm.LlamaConfig(**LLAMA), key=jax.random.key(1)
+    ),
+    # a window on the last layer only: the windows are per-layer data
+    "qwen2 windows": lambda: bm.Qwen2ForCausalLM(
+        bm.Qwen2Config(
+            **LLAMA, use_sliding_window=True, sliding_window=3, max_window_layers=2
+        ),
+        key=jax.random.key(2),
+    ),
+}
+
+
+def _primitives(fn, *args):
+    jaxpr = jax.make_jaxpr(fn)(*args)
+    return collections.Counter(e.primitive.name for e in all_equations(jaxpr.jaxpr))
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_one_token_step_is_unrolled_and_matches_the_forward_pass(kind):
+    model = bw.nn.inference_mode(MODELS[kind]())
+    ids = jnp.asarray([5, 9, 2, 7, 11, 3], jnp.int32)
+    decode = bw.filter_jit(lambda m, ids, s, start: m.decode(ids, s, start))
+
+    step = _primitives(
+        lambda m, s: m.decode(ids[5:], s, jnp.int32(5)), model, model.init_cache(8)
+    )
+    assert not {"scan", "while"} & set(step), step
+    # weights and cache rows are static slices: no dynamic slice at all
+    assert step["dynamic_slice"] == 0, step
+    prompt = _primitives(
+        lambda m, s: m.decode(ids[:5], s, jnp.int32(0)), model, model.init_cache(8)
+    )
+    assert prompt["scan"] == 1, prompt
+
+    _, state = decode(model, ids[:5], model.init_cache(8), jnp.int32(0))
+    stepped, _ = decode(model, ids[5:], state, jnp.int32(5))
+    full = bw.filter_jit(lambda m, ids: m(ids))(model, ids)
+    np.testing.assert_allclose(
+        np.asarray(stepped[0]), np.asarray(full[5]), rtol=1e-5, atol=1e-5
+    )
