@@ -151,7 +151,7 @@ def generation_pair(kind):
     `max_new_tokens` unless they pass an end token."""
     import dataclasses
 
-    from boxwood.models._layers import with_fields
+    from boxwood.models._blocks import with_fields
 
     options = dict(initializer_range=0.3)
     if kind == "llama":

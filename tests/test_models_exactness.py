@@ -198,7 +198,7 @@ def _exact_gelu(x):
 def test_a_wrong_activation_would_fail(kind, name, wrong, monkeypatch):
     """With the checkpoint's GELU swapped for the other form, boxwood's outputs
     are off by more than 5x `TOL`: the exactness tests above would catch it."""
-    from boxwood.models import _layers
+    from boxwood.models import _blocks
 
     model, reference = shared_model(kind, **WIDE)
     ids = token_ids(1, (3, 17))
@@ -207,7 +207,7 @@ def test_a_wrong_activation_would_fail(kind, name, wrong, monkeypatch):
     expected = (out.last_hidden_state if kind == "bert" else out.logits).numpy()
     right = _batched(model, jnp.asarray(ids))
     assert np.abs(np.asarray(right) - expected).max() <= LOGITS_TOL
-    monkeypatch.setitem(_layers._ACTIVATIONS, name, wrong)
+    monkeypatch.setitem(_blocks._ACTIVATIONS, name, wrong)
     # a fresh compile (`_batched` would reuse the code traced before the swap)
     swapped = boxwood.filter_jit(jax.vmap(model))(jnp.asarray(ids))
     assert np.abs(np.asarray(swapped) - expected).max() > 5 * TOL

@@ -15,6 +15,7 @@ from .._module import Module, field
 from .._tree import tree_at
 from ..nn import Dropout, Embedding, LayerNorm, Linear, MultiheadAttention, Stacked
 from . import _training as training
+from ._blocks import activation, supported_activation
 from ._checkpoint_files import FileLayout
 from ._classification import (
     DEFAULT_LABELS,
@@ -30,7 +31,7 @@ from ._config import (
     false_or_unset,
 )
 from ._id_ranges import check_ids_below
-from ._layers import activation, check_input_ids, supported_activation
+from ._inputs import check_input_ids
 from ._pretrained import Pretrained
 
 # how BERT and its heads are called with a dropout key (named by the error

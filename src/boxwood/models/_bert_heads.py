@@ -16,10 +16,10 @@ from .._tree import tree_at
 from ..nn import Dropout, LayerNorm, Linear
 from . import _training as training
 from ._bert import CALL, BertConfig, BertModel
+from ._blocks import activation
 from ._checkpoint_files import FileLayout
 from ._classification import classification_loss
 from ._config import ConfigError
-from ._layers import activation
 from ._pretrained import Pretrained
 
 # The `BertModel` renames hold under the heads' `bert.` prefix too.

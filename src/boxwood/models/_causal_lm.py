@@ -14,16 +14,10 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._jit import filter_jit
 from .._tree import tree_at
 from ..nn import State
+from ._attention import Implementation, Step, check_implementation, segment_ids
+from ._blocks import with_fields
 from ._id_ranges import ids_known_in_range
-from ._layers import (
-    Implementation,
-    Step,
-    check_attention_mask,
-    check_implementation,
-    check_input_ids,
-    segment_ids,
-    with_fields,
-)
+from ._inputs import check_attention_mask, check_input_ids
 from ._pretrained import Pretrained
 from ._training import dropout_key
 

@@ -18,7 +18,7 @@ from jaxtyping import Array, Int, PRNGKeyArray
 from .._jit import filter_jit
 from ..nn import inference_mode
 from ._generate_loop import Stream, decode_loop
-from ._layers import check_input_ids
+from ._inputs import check_input_ids
 from ._sampling import (
     check_sampling,
     count,

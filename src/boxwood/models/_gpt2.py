@@ -15,6 +15,16 @@ from .._init import split_keys
 from .._module import Module, field
 from ..nn import Dropout, Embedding, LayerNorm, Stacked, State, StateIndex
 from . import _training as training
+from ._attention import Implementation, Step, attend, check_implementation
+from ._blocks import (
+    ACTIVATION_NAMES,
+    Cache,
+    activation,
+    empty_cache_index,
+    init_cache,
+    run_blocks,
+    write_cache,
+)
 from ._causal_lm import CausalLM
 from ._checkpoint_files import FileLayout
 from ._config import (
@@ -23,19 +33,6 @@ from ._config import (
     check_initializer_range,
     check_rates,
     false_or_unset,
-)
-from ._layers import (
-    ACTIVATION_NAMES,
-    Cache,
-    Implementation,
-    Step,
-    activation,
-    attend,
-    check_implementation,
-    empty_cache_index,
-    init_cache,
-    run_blocks,
-    write_cache,
 )
 
 

@@ -19,26 +19,23 @@ from .._init import split_keys
 from .._module import Module, field
 from ..nn import Dropout, Embedding, Linear, RMSNorm, Stacked, State, StateIndex
 from . import _training as training
-from ._causal_lm import CausalLM
-from ._config import (
-    ConfigError,
-    ModelConfig,
-    check_initializer_range,
-    check_rates,
-)
-from ._layers import (
+from ._attention import Implementation, Step, attend, check_implementation
+from ._blocks import (
     Cache,
-    Implementation,
-    Step,
     activation,
-    attend,
-    check_implementation,
     empty_cache_index,
     init_cache,
     rope_at,
     run_blocks,
     supported_activation,
     write_cache,
+)
+from ._causal_lm import CausalLM
+from ._config import (
+    ConfigError,
+    ModelConfig,
+    check_initializer_range,
+    check_rates,
 )
 from ._rope_scaling import (
     Scaling,
@@ -163,7 +160,7 @@ class LlamaConfig(ModelConfig):
 
 class LlamaAttention(Module):
     """Grouped-query self-attention with rotary positions, over a key/value cache
-    (see `_layers.write_cache` and `_layers.attend`). Each head count sits
+    (see `_blocks.write_cache` and `_attention.attend`). Each head count sits
     with the projections it splits; the parameters keep `transformers`' names and order."""
 
     num_heads: int = field(static=True)

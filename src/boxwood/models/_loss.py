@@ -15,7 +15,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._errors import error_if
-from ._layers import check_attention_mask
+from ._inputs import check_attention_mask
 from ._pretrained import Pretrained
 from ._training import dropout_key
 

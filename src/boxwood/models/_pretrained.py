@@ -27,6 +27,8 @@ from .._tree import tree_at
 from .._warnings import user_stacklevel
 from ..nn import MultiheadAttention, inference_mode
 from ..nn._state import StateIndex, name_indices
+from ._attention import check_implementation
+from ._blocks import with_fields
 from ._checkpoint_files import (
     FileLayout,
     checkpoint_tensors,
@@ -36,7 +38,6 @@ from ._checkpoint_files import (
     standard_tensors,
 )
 from ._config import WRITTEN_ANEW, read_json
-from ._layers import check_implementation, with_fields
 from ._new_parameters import drawn, matching, new_parameters_message
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import (

@@ -16,6 +16,7 @@ from .._module import Module, field
 from .._tree import tree_at
 from ..nn import Conv2d, Dropout, LayerNorm, Linear, MultiheadAttention, Stacked
 from . import _training as training
+from ._blocks import activation, supported_activation
 from ._classification import (
     DEFAULT_LABELS,
     check_problem_type,
@@ -29,7 +30,6 @@ from ._config import (
     check_initializer_range,
     check_rates,
 )
-from ._layers import activation, supported_activation
 from ._pretrained import Pretrained
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._module import Module
-from ._misc import resolve_dtype
+from ._defaults import resolve_dtype
 
 
 class PReLU(Module):

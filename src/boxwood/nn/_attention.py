@@ -17,9 +17,9 @@ from .._module import Module, field
 from .._warnings import user_stacklevel
 from ._checks import check_input, layer_name
 from ._dropout import Dropout, resolve_deterministic
-from ._fused import Implementation, fusable, fused_attention
+from ._attention_kernels import Implementation, fusable, fused_attention
 from ._linear import Linear
-from ._misc import compute_dtype
+from ._defaults import compute_dtype
 
 _warned_float_mask: list[bool] = []
 

@@ -16,7 +16,7 @@ from .._init import ones, scalar, zeros
 from .._module import field
 from .._warnings import user_stacklevel
 from ._checks import check_input, layer_name
-from ._misc import resolve_dtype
+from ._defaults import resolve_dtype
 from ._state import State, StateIndex
 from ._stateful import StatefulLayer
 

@@ -189,7 +189,7 @@ def uniform(key: Any, shape: tuple[int, ...], dtype: Any, bound: float) -> jax.A
     """Samples from `U(-bound, bound)` (complex: real and imaginary parts drawn
     independently)."""
     if jnp.issubdtype(dtype, jnp.complexfloating):
-        from ._misc import uniform_init
+        from ._defaults import uniform_init
 
         return uniform_init(key, shape, dtype, bound)
     return fast_uniform(key, shape, dtype, -bound, bound)

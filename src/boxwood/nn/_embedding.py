@@ -10,7 +10,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 from .._init import Initializer, check_initializer, init_param, normal
 from .._module import Module, field
 from ._checks import layer_name
-from ._misc import resolve_dtype
+from ._defaults import resolve_dtype
 
 _MSG_ARGS = (
     "Embedding: pass either `Embedding(num_embeddings, embedding_size, key=key)` or "

@@ -13,7 +13,7 @@ from .._module import Module, field
 from ._callables import call_per_neuron, copy_per_neuron, store_callable
 from ._checks import check_input, layer_name
 from ._linear import Linear
-from ._misc import resolve_dtype
+from ._defaults import resolve_dtype
 
 
 def _identity(x: Any) -> Any:

@@ -17,7 +17,7 @@ from .._module import Module, field
 from .._shape import as_shape
 from .._warnings import user_stacklevel
 from ._checks import check_input, layer_name
-from ._misc import compute_dtype, resolve_dtype
+from ._defaults import compute_dtype, resolve_dtype
 
 # (An alias: the string `"channels *spatial"` inside an annotation would be read by
 # linters as the Python expression `channels * spatial`.)

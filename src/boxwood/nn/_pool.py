@@ -20,7 +20,7 @@ from ._conv_utils import (
     parse_padding,
     spatial_names,
 )
-from ._misc import default_floating_dtype
+from ._defaults import default_floating_dtype
 
 # jaxtyping shapes (module-level aliases keep linters from parsing them as code).
 PoolInput = Shaped[Array, "channels *spatial"]

@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .._init import split_keys
 from .._module import Module, field
 from ._checks import check_input, layer_name
-from ._misc import resolve_dtype, uniform_bound, uniform_init
+from ._defaults import resolve_dtype, uniform_bound, uniform_init
 
 
 def _check_step(cell: Any, x: Any, h: Any, what: str = "hidden") -> None:

@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._module import Module, field
 from ._checks import check_input, layer_name
-from ._misc import resolve_dtype
+from ._defaults import resolve_dtype
 
 
 def _cos_sin(seq_len: int, size: int, theta: float, dtype: Any) -> tuple[Array, Array]:
