@@ -89,6 +89,14 @@ EXPECTED = {
         "transformer.h.layers.attn.c_attn.weight",
         "stacked: (2, 64, 192)  block 0: (64, 192)",
     ],
+    "training.ipynb": [
+        "(ln 256 = 5.55)",
+        "first loss within 0.05 of ln 256: True",
+        "held-out loss below 2.7 after 300 steps: True",
+        "training step: CacheInfo(hits=299, misses=1, traces=1, size=1)",
+        "evaluation:    CacheInfo(hits=5, misses=1, traces=1, size=1)",
+        "test accuracy above 80%: True",
+    ],
     "stateful_batchnorm.ipynb": [
         "running mean starts at [0. 0. 0. 0.]",
         "one example alone equals it inside a batch: True",

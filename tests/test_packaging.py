@@ -53,6 +53,7 @@ def test_sdist_carries_tests_notebooks_docs_and_license(sdist_names):
         "NOTICE",
         "pyproject.toml",
         "src/boxwood/data/digits.csv.gz",
+        "src/boxwood/data/python_reference.txt.gz",
     ):
         assert name in sdist_names
     assert not [n for n in sdist_names if n.endswith((".so", ".pyc"))]
@@ -65,6 +66,7 @@ def test_license_is_an_spdx_string_and_the_data_is_credited():
     assert "Apache License" in (ROOT / "LICENSE").read_text()
     notice = (ROOT / "NOTICE").read_text()
     assert "CC BY 4.0" in notice and "Alpaydin" in notice
+    assert "Python Software Foundation License" in notice
     # the API's origin is named, and the implementation said to be boxwood's own
     assert "follows" in notice and "Equinox" in notice
     assert "contains no Equinox code" in notice

@@ -31,3 +31,23 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     )
     images = (table[:, :64] / 16.0).astype(np.float32).reshape(-1, 8, 8)
     return images, table[:, 64].astype(np.int32)
+
+
+def load_text() -> str:
+    """About 185,000 characters of English prose: 676 paragraphs of the Python
+    Language Reference, as CPython ships it (`pydoc_data.topics`), in ASCII,
+    paragraphs separated by a blank line.
+
+    Provenance and licence (Python Software Foundation License): see
+    `python_reference_DESCR.rst` beside this file and the project's NOTICE. A
+    small corpus for training a language model from scratch
+    (docs/training.md); read as bytes it needs no tokenizer:
+    `np.frombuffer(load_text().encode(), np.uint8)` is one token per character,
+    from a vocabulary of 256.
+
+    >>> text = load_text()
+    >>> len(text) > 180_000, text.isascii(), text[:17]
+    (True, True, 'Assert statements')
+    """
+    raw = resources.files(__name__).joinpath("python_reference.txt.gz").read_bytes()
+    return gzip.decompress(raw).decode("ascii")
