@@ -15,11 +15,11 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 from .._init import Initializer, split_keys
 from .._module import Module, field
 from .._warnings import user_stacklevel
-from ._checks import check_input, layer_name
-from ._dropout import Dropout, resolve_deterministic
 from ._attention_kernels import Implementation, fusable, fused_attention
-from ._linear import Linear
+from ._checks import check_input, layer_name
 from ._defaults import compute_dtype
+from ._dropout import Dropout, resolve_deterministic
+from ._linear import Linear
 
 _warned_float_mask: list[bool] = []
 

@@ -12,8 +12,8 @@ from .._init import split_keys
 from .._module import Module, field
 from ._callables import call_per_neuron, copy_per_neuron, store_callable
 from ._checks import check_input, layer_name
-from ._linear import Linear
 from ._defaults import resolve_dtype
+from ._linear import Linear
 
 
 def _identity(x: Any) -> Any:
