@@ -16,6 +16,7 @@ import pytest
 
 import boxwood
 import boxwood.nn as nn
+from _child_flags import xla_flags_with_devices
 
 ocp = pytest.importorskip("orbax.checkpoint")
 
@@ -132,7 +133,7 @@ def _run_two_processes(worker: str, directory: str) -> None:
     port = _free_port()
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "XLA_FLAGS": xla_flags_with_devices(4),
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": os.pathsep.join(sys.path),
     }

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+from _child_flags import xla_flags_with_devices
+
 SCRIPT = r"""
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -63,7 +65,7 @@ print("SHARDED-OK")
 def test_sharded_load_on_eight_devices(tmp_path):
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "XLA_FLAGS": xla_flags_with_devices(8),
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": os.pathsep.join(sys.path),
     }

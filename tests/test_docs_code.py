@@ -14,6 +14,7 @@ import jax
 import pytest
 
 import boxwood
+from _child_flags import xla_flags_with_devices
 from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
 
 RUNNABLE = [p for p in PAGES if any(not b.skip_reason for b in blocks(p))]
@@ -63,7 +64,7 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
     # n simulated CPU devices, whatever this process's backend
     env = dict(
         os.environ,
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
+        XLA_FLAGS=xla_flags_with_devices(n),
         JAX_PLATFORMS="cpu",
     )
     env["PYTHONPATH"] = os.pathsep.join(

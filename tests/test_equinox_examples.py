@@ -1,6 +1,7 @@
 """The core of two of Equinox's documented examples (stateful layers; freezing a
-layer), run as Equinox code in a subprocess twice: once with real Equinox, once with
-`equinox` pointing at boxwood. The printed numbers must agree."""
+layer), run as Equinox code twice in one subprocess: first with `equinox` pointing at
+boxwood (real Equinox not yet imported), then with real Equinox. The numbers must
+agree."""
 
 import json
 import os
@@ -133,22 +134,41 @@ print(json.dumps(results))
 """
 
 
-def _run(prefix: str) -> dict:
+# Runs EXAMPLE (argv[1]) with `equinox` pointing at boxwood, then with real Equinox.
+CHILD = (
+    """
+import json, sys
+
+def run(expected_name):
+    import equinox
+    assert equinox.__name__ == expected_name, equinox.__name__
+    namespace = {"__name__": "__example__"}
+    exec(compile(sys.argv[1], "<example>", "exec"), namespace)
+    return namespace["results"]
+"""
+    + ALIAS
+    + """
+ours = run("boxwood")
+for name in [n for n in sys.modules if n == "equinox" or n.startswith("equinox.")]:
+    del sys.modules[name]
+theirs = run("equinox")
+print(json.dumps({"ours": ours, "theirs": theirs}))
+"""
+)
+
+
+def test_examples_give_equinox_numbers():
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-c", prefix + EXAMPLE],
+        [sys.executable, "-c", CHILD, EXAMPLE],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def test_examples_give_equinox_numbers():
-    theirs = _run("import equinox\nassert equinox.__name__ == 'equinox'\n")
-    ours = _run(ALIAS + "import equinox\nassert equinox.__name__ == 'boxwood'\n")
+    both = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours, theirs = both["ours"], both["theirs"]
     assert ours.keys() == theirs.keys()
     for name in ("ema", "batch"):
         np.testing.assert_allclose(ours[name], theirs[name], atol=1e-5, err_msg=name)

@@ -17,15 +17,15 @@ import pytest
 import boxwood
 import boxwood.models as bm
 import boxwood.models._generate as generate_module
-from _hf_models import save_tiny, token_ids
+from _hf_models import shared_tiny, token_ids
 from boxwood.models._id_ranges import check_ids_below, ids_known_in_range
 
+FAMILIES = ["gpt2", "llama"]
 
-@pytest.fixture(scope="module", params=["gpt2", "llama"])
-def saved(request, tmp_path_factory):
-    directory = tmp_path_factory.mktemp(request.param)
-    save_tiny(request.param, directory)
-    return directory
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def saved(request):
+    return shared_tiny(request.param)[0]
 
 
 def _has_callback(lowered_text):
@@ -38,19 +38,24 @@ def _has_callback(lowered_text):
 _PROGRAM = generate_module._decode  # the compiled loop, before any spy
 
 
+class _Called(Exception):
+    """Raised by the spy in place of compiling and running the loop."""
+
+
 def _generate_program_text(monkeypatch, model, prompts, **kwargs):
-    """The lowered text of the program that `generate(model, prompts, 3)` runs."""
+    """The lowered text of the program that `generate(model, prompts, 3)` runs
+    (its arguments caught on the way in; the loop itself is not run)."""
     calls = []
-    program = _PROGRAM
 
     def spy(*args):
         calls.append(args)
-        return program(*args)
+        raise _Called
 
     monkeypatch.setattr(generate_module, "_decode", spy)
-    bm.generate(model, prompts, 3, **kwargs)
+    with pytest.raises(_Called):
+        bm.generate(model, prompts, 3, **kwargs)
     (args,) = calls
-    return program.lower(*args).as_text()
+    return _PROGRAM.lower(*args).as_text()
 
 
 def test_generate_program_holds_no_callback(saved, monkeypatch):
@@ -123,34 +128,43 @@ for name in ("jax._src.compiler", "jax._src.compilation_cache"):
     logger.propagate = False
 import jax.numpy as jnp
 import boxwood.models as bm
-model = bm.from_pretrained(sys.argv[2])
-out = bm.generate(model, jnp.asarray([5, 6, 7, 8, 9]), 3)
-log = [m for m in messages if "decode_loop" in m]
-print(json.dumps({"tokens": out.tolist(), "log": log}))
+results = []
+for path in sys.argv[2:]:  # one checkpoint after another, each with its own log
+    messages.clear()
+    model = bm.from_pretrained(path)
+    out = bm.generate(model, jnp.asarray([5, 6, 7, 8, 9]), 3)
+    log = [m for m in messages if "decode_loop" in m]
+    results.append({"tokens": out.tolist(), "log": log})
+print(json.dumps(results))
 """
 
 
-def _run_child(cache, saved):
+def _run_child(cache, paths):
     env = {k: v for k, v in os.environ.items() if k != "BOXWOOD_ON_ERROR"}
     env["JAX_PLATFORMS"] = "cpu"
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(cache), str(saved)],
+        [sys.executable, "-c", _CHILD, str(cache), *map(str, paths)],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_second_process_reads_generate_from_the_cache(saved, tmp_path):
+def test_second_process_reads_generate_from_the_cache(tmp_path):
+    """Every family's loop, written by one process, is read by the next."""
     cache = tmp_path / "cache"
-    first = _run_child(cache, saved)
-    assert any(m.startswith("Writing jit_decode_loop") for m in first["log"]), first
-    assert not any("host callbacks" in m for m in first["log"]), first
-    second = _run_child(cache, saved)
-    assert second["tokens"] == first["tokens"]
-    hits = [m for m in second["log"] if "cache hit for 'jit_decode_loop'" in m]
-    assert hits and not any("MISS" in m for m in second["log"]), second
-    assert np.shape(second["tokens"]) == (8,)
+    paths = [shared_tiny(kind)[0] for kind in FAMILIES]
+    firsts = _run_child(cache, paths)
+    seconds = _run_child(cache, paths)
+    assert len(firsts) == len(seconds) == len(FAMILIES)
+    for first, second in zip(firsts, seconds, strict=True):
+        log = first["log"]
+        assert any(m.startswith("Writing jit_decode_loop") for m in log), first
+        assert not any("host callbacks" in m for m in log), first
+        assert second["tokens"] == first["tokens"]
+        hits = [m for m in second["log"] if "cache hit for 'jit_decode_loop'" in m]
+        assert hits and not any("MISS" in m for m in second["log"]), second
+        assert np.shape(second["tokens"]) == (8,)
 
 
 def test_a_call_with_concrete_ids_compiles_one_program_without_the_check(

@@ -18,6 +18,7 @@ from jax.sharding import AbstractMesh
 
 import boxwood
 import boxwood.models as bm
+from _child_flags import xla_flags_with_devices
 from _hf_models import (
     TOKENS,
     copy_checkpoint,
@@ -396,7 +397,7 @@ def test_sharded_load_and_generate_on_8_devices(tmp_path):
         arguments += [str(directory), str(expected)]
     env = dict(
         os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        XLA_FLAGS=xla_flags_with_devices(8),
         JAX_PLATFORMS="cpu",
     )
     out = subprocess.run(

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import boxwood.models as bm
+from _child_flags import xla_flags_with_devices
 from _hf_models import generation_pair, shared_tiny, token_ids, torch
 from _precision import highest_matmul_precision  # noqa: F401
 from boxwood.models._generate import _decode
@@ -300,7 +301,7 @@ def test_sharded_batch_with_callback_on_8_devices():
     directory, _ = shared_tiny("gpt2")
     env = dict(
         os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        XLA_FLAGS=xla_flags_with_devices(8),
         JAX_PLATFORMS="cpu",
     )
     out = subprocess.run(

@@ -14,6 +14,7 @@ from jax.sharding import AbstractMesh, PartitionSpec
 
 import boxwood
 import boxwood.models as bm
+from _child_flags import xla_flags_with_devices
 from _hf_models import WIDE, shared_tiny, torch
 
 SCRIPT = r"""
@@ -111,7 +112,7 @@ def sharded_run(tmp_path_factory):
         arguments += [kind, str(directory), str(expected)]
     env = dict(
         os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        XLA_FLAGS=xla_flags_with_devices(8),
         JAX_PLATFORMS="cpu",
     )
     return subprocess.run(

@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 import boxwood
 import boxwood.models as bm
+from _child_flags import xla_flags_with_devices
 from boxwood import Module, field
 from boxwood.models import _pretrained, _stacking
 from boxwood.models._config import ModelConfig
@@ -374,7 +375,7 @@ print("STACKED-SHARDED-OK")
 def test_stacked_leaves_load_sharded_on_8_devices(tmp_path):
     env = dict(
         os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        XLA_FLAGS=xla_flags_with_devices(8),
         JAX_PLATFORMS="cpu",
     )
     out = subprocess.run(

@@ -13,6 +13,7 @@ import pytest
 
 import boxwood as bw
 import boxwood.internal as bwi
+from _child_flags import xla_flags_with_devices
 
 
 def _body(x):
@@ -177,7 +178,7 @@ print("ok", len(jax.devices()))
 def test_program_over_several_devices():
     env = dict(
         os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        XLA_FLAGS=xla_flags_with_devices(2),
         JAX_PLATFORMS="cpu",  # simulated devices, whatever this process's backend
     )
     done = subprocess.run(

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 import boxwood as bw
+from _child_flags import xla_flags_with_devices
 
 
 def test_filter_pmap_single_device_static_and_cache():
@@ -78,7 +79,7 @@ def test_filter_pmap_eight_devices():
         print("ok")
         """
     )
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = dict(os.environ, XLA_FLAGS=xla_flags_with_devices(8))
     env["JAX_PLATFORMS"] = "cpu"
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True
