@@ -1,8 +1,10 @@
 """Tests that only a GPU can run (they skip elsewhere; the README names them):
 cuDNN's fused attention against XLA's, and a failed `error_if` check raised by
-the call itself where dispatch is asynchronous. Run them with
-`bash benchmarks/gpu_run.sh` (the suite's GPU run) or
-`python -m pytest tests/test_gpu_only.py` on a machine whose JAX sees a GPU."""
+the call itself where dispatch is asynchronous (the suite sets
+`BOXWOOD_SYNC_CHECKS=1` off the CPU, tests/conftest.py; without it the failure
+raises at the function's next call). Run them with
+`python -m pytest tests/test_gpu_only.py` on a machine whose JAX sees a GPU
+(`python benchmarks/accelerator.py` benchmarks any backend)."""
 
 import jax
 import jax.numpy as jnp
