@@ -14,10 +14,12 @@ import jax
 import pytest
 
 import boxwood
-from _child_flags import xla_flags_with_devices
+from _child_flags import xla_flags_at_default_level, xla_flags_with_devices
 from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
 
 RUNNABLE = [p for p in PAGES if any(not b.skip_reason for b in blocks(p))]
+# Pages whose time goes to running programs (training runs), not compiling them.
+TRAINING_RUNS = {"training.md"}
 
 
 def _run(block: Block, namespace: dict) -> None:
@@ -58,15 +60,19 @@ def run_page(page: pathlib.Path) -> None:
 def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a scratch folder for the files examples write
     n = devices(page)
-    if n == 1:
+    if page.name in TRAINING_RUNS:
+        # hundreds of steps: XLA's default code generation, in a child process
+        env = dict(os.environ, XLA_FLAGS=xla_flags_at_default_level())
+    elif n == 1:
         run_page(page)
         return
-    # n simulated CPU devices, whatever this process's backend
-    env = dict(
-        os.environ,
-        XLA_FLAGS=xla_flags_with_devices(n),
-        JAX_PLATFORMS="cpu",
-    )
+    else:
+        # n simulated CPU devices, whatever this process's backend
+        env = dict(
+            os.environ,
+            XLA_FLAGS=xla_flags_with_devices(n),
+            JAX_PLATFORMS="cpu",
+        )
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "tests"), *filter(None, [env.get("PYTHONPATH")])]
     )

@@ -4,6 +4,8 @@ import pathlib
 
 import pytest
 
+from _child_flags import xla_flags_at_default_level
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
@@ -27,7 +29,10 @@ def test_the_docs_list_every_notebook(listing):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path):
+def test_notebook_runs(path, monkeypatch):
+    if path.name == "training.ipynb":
+        # hundreds of training steps: the kernel compiles at XLA's default level
+        monkeypatch.setenv("XLA_FLAGS", xla_flags_at_default_level())
     notebook = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3").execute(
         cwd=str(path.parent)
