@@ -35,5 +35,6 @@ from ._save_load import read_region as read_region
 from ._save_load import read_tensors as read_tensors
 from ._save_load import stacked_view as stacked_view
 from ._save_load import write_file as write_file
+from ._state_dict import ArrayTensor as ArrayTensor
 from ._state_dict import load_state_dict as load_state_dict
 from ._state_dict import state_dict as state_dict

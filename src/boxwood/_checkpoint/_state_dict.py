@@ -53,7 +53,10 @@ def _to_numpy(name: str, value: Any) -> np.ndarray:
 
 
 @dataclass
-class _ArrayTensor:
+class ArrayTensor:
+    """An in-memory array presented as a checkpoint tensor (as `assemble` reads
+    one)."""
+
     array: np.ndarray
 
     @property
@@ -71,7 +74,7 @@ class _ArrayTensor:
 def _renamed(
     incoming: Mapping[str, Any],
     key_map: Mapping[str, str] | Callable[[str], str | None] | None,
-) -> dict[str, _ArrayTensor | FileTensor]:
+) -> dict[str, ArrayTensor | FileTensor]:
     if key_map is None:
         rename: Callable[[str], str | None] = lambda k: k
     elif callable(key_map):
@@ -83,7 +86,7 @@ def _renamed(
             "`key_map` must be a dict (incoming name -> boxwood name) or a function "
             f"of the incoming name, got {type(key_map).__name__}."
         )
-    out: dict[str, _ArrayTensor | FileTensor] = {}
+    out: dict[str, ArrayTensor | FileTensor] = {}
     origin: dict[str, str] = {}
     for key, value in incoming.items():
         new = rename(key)
@@ -103,7 +106,7 @@ def _renamed(
         out[new] = (
             value
             if isinstance(value, FileTensor)
-            else _ArrayTensor(_to_numpy(key, value))
+            else ArrayTensor(_to_numpy(key, value))
         )
     return out
 

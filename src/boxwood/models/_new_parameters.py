@@ -14,6 +14,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._caches import register_cache_clear
+from .._checkpoint import ArrayTensor
 from .._paths import dotted_path
 from ._stacking import layer_slots
 
@@ -31,25 +32,6 @@ def matching(pattern: str | None, names: list[str]) -> list[str]:
     return sorted(n for n in names if re.fullmatch(pattern, n))
 
 
-class _Drawn:
-    """A parameter drawn anew, presented as a checkpoint tensor (as the
-    loader reads one)."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = array
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.array.shape)
-
-    def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray:
-        return self.array if index is None else self.array[index]
-
-
 def drawn(
     cls: type,
     config: Any,
@@ -58,7 +40,7 @@ def drawn(
     abstract: Any,
     names: list[str],
     which: Any,
-) -> dict[str, _Drawn]:
+) -> dict[str, ArrayTensor]:
     """The parameters `names` (boxwood's names) as `cls(config, dtype, key=key)`
     draws them (`key` default `jax.random.key(0)`). The build is compiled (once
     per class, config, dtype and names), so that only these parameters are
@@ -83,7 +65,7 @@ def drawn(
             while len(_PROGRAMS) > _KEPT:
                 _PROGRAMS.popitem(last=False)
     arrays = program(jax.random.key(0) if key is None else key)
-    return {n: _Drawn(np.asarray(a)) for n, a in zip(names, arrays)}
+    return {n: ArrayTensor(np.asarray(a)) for n, a in zip(names, arrays)}
 
 
 def new_parameters_message(
