@@ -123,6 +123,8 @@ def _plan(args: argparse.Namespace) -> list[tuple[str, str, list[dict], dict]]:
          [train("boxwood", "gpt2", "first")], nan),
         ("cache", "boxwood, first step from the persistent cache",
          [train("boxwood", "gpt2", "first", mode="cache")], nan),
+        ("cache", "pure JAX, first step (fills the cache)",
+         [train("jax", "gpt2", "first")], {}),
         ("cache", "pure JAX, first step from the persistent cache",
          [train("jax", "gpt2", "first", mode="cache")], {}),
     ]  # fmt: skip
