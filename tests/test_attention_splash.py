@@ -90,6 +90,35 @@ def test_fused_attention_splash_matches_xla(case):
     )
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_kernel_products_under_highest_precision(dtype):
+    """Mosaic cannot compile a product of bfloat16 operands at float32-contract
+    precision: under `jax_default_matmul_precision="highest"` the kernel's
+    products (forward and gradient) of bfloat16 heads are traced at the default,
+    while float32 heads keep `highest`."""
+    heads = _heads((1, 256, 2, 64), dtype=dtype)
+
+    def loss(*heads):
+        out = _attention_kernels.fused_attention(
+            *heads, is_causal=True, implementation="splash"
+        )
+        return out.astype(jnp.float32).sum()
+
+    with jax.default_matmul_precision("highest"):
+        jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(*heads)
+    kernels = [e for e in all_equations(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+    precisions = {
+        e.params["precision"]
+        for call in kernels
+        for e in all_equations(call.params["jaxpr"])
+        if e.primitive.name == "dot_general"
+    }
+    assert len(kernels) == 2  # the forward kernel and the fused gradient one
+    highest = (jax.lax.Precision.HIGHEST,) * 2
+    default = (jax.lax.Precision.DEFAULT,) * 2
+    assert precisions == ({highest} if dtype == jnp.float32 else {default})
+
+
 def test_segment_ids_mask_xla_attention():
     """Through XLA's attention a query attends only to keys of its own segment."""
     q, k, v = _heads((1, 6, 1, 8))

@@ -207,3 +207,19 @@ def test_generate_runs_in_inference():
     out = bm.generate(model, IDS[:4], 3)
     same = bm.generate(boxwood.nn.inference_mode(model), IDS[:4], 3)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(same))
+
+
+def test_attention_dropout_on_bfloat16_weights_under_strict_promotion():
+    """Active attention dropout forms the weights in float32 from bfloat16 heads;
+    that widening is explicit, so it holds under the suite's strict promotion, and
+    the gradient comes back in the parameters' bfloat16."""
+    model = boxwood.cast_floating(_gpt2(), jnp.bfloat16)
+    floats, static = boxwood.partition(model, boxwood.is_inexact_array)
+
+    def loss(floats):
+        model = boxwood.combine(floats, static)
+        return bm.causal_lm_loss(model, IDS[None], key=jax.random.key(1))
+
+    value, grads = jax.jit(jax.value_and_grad(loss))(floats)
+    assert np.isfinite(float(value))
+    assert {x.dtype for x in jax.tree.leaves(grads)} == {jnp.dtype(jnp.bfloat16)}

@@ -69,11 +69,31 @@ def test_compiled_splash_kernel_matches_xla_in_bfloat16(shape, kv_heads):
     # bfloat16 outputs of about unit size: a few of their ulps (0.0156 measured)
     assert np.abs(out - want).max() <= 0.04
     _, grads = _value_and_grads(attention("splash"), *heads)
-    _, want_grads = _value_and_grads(attention("xla"), *heads)
+    # the reference: JAX's XLA attention, whose bfloat16 gradient mixes float32 and
+    # bfloat16 operands that the suite's strict promotion refuses
+    with jax.numpy_dtype_promotion("standard"):
+        _, want_grads = _value_and_grads(attention("xla"), *heads)
     for name, g, w in zip("qkv", grads, want_grads, strict=True):
         g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
         error = np.abs(g - w).max() / np.abs(w).max()
         assert error <= 2e-2, (name, error)
+
+
+def test_compiled_splash_kernel_in_float32_at_highest_precision():
+    """Float32 heads keep the program's precision inside the kernel (the suite runs
+    at `highest` here); bfloat16 ones (above) are traced at the default."""
+    heads = tuple(h.astype(jnp.float32) for h in _heads((2, 512, 4, 64), 4))
+
+    def attention(impl):
+        return jax.jit(
+            lambda q, k, v: _attention_kernels.fused_attention(
+                q, k, v, is_causal=True, implementation=impl
+            )
+        )
+
+    out = np.asarray(attention("splash")(*heads))
+    want = np.asarray(attention("xla")(*heads))
+    assert np.abs(out - want).max() <= 1e-3
 
 
 def _small_gpt2(attn_pdrop):
@@ -122,7 +142,10 @@ def _step_gib(model, batch, seq):
         return optax.apply_updates(params, updates), state, value
 
     ids = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
-    lowered = jax.jit(step, donate_argnums=(1, 2)).lower(ids, params, state)
+    # optax's bias correction raises a Python float to the int32 step count, which
+    # the suite's strict promotion refuses
+    with jax.numpy_dtype_promotion("standard"):
+        lowered = jax.jit(step, donate_argnums=(1, 2)).lower(ids, params, state)
     assert "tpu_custom_call" in lowered.as_text()  # splash, by boxwood's choice
     m = lowered.compile().memory_analysis()
     used = m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes

@@ -103,7 +103,7 @@ def _explicit(
     applied with `key`)."""
     seq, heads, dim = q.shape
     kv_heads = k.shape[1]
-    wide = jnp.promote_types(q.dtype, jnp.float32)
+    wide = q.dtype if jnp.finfo(q.dtype).bits > 32 else jnp.dtype(jnp.float32)
     grouped = q.reshape(seq, kv_heads, heads // kv_heads, dim).astype(wide)
     logits = jnp.einsum("qhgd,khd->hgqk", grouped, k.astype(wide)) / math.sqrt(dim)
     logits = jnp.where(mask[None, None], logits, jnp.finfo(wide).min)

@@ -15,6 +15,7 @@ axes. Off a TPU the kernel runs in Pallas's interpret mode (slow: for tests).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -108,7 +109,7 @@ def splash_attention(
     config = (is_causal, local_window_size, interpret)
     ids = () if segment_ids is None else tuple(segment_ids)
     if current_mesh(q) is None:
-        return _kernel_call(config, q, k, ids)(q, k, v)
+        return _unsharded(config, len(ids))(q, k, v, *ids)
     return _attention(config)(q, k, v, *ids)
 
 
@@ -146,6 +147,32 @@ def _attention(config: Config) -> Callable[..., Array]:
     return attention
 
 
+@functools.cache
+def _unsharded(config: Config, n_ids: int) -> Callable[..., Array]:
+    """The differentiable attention without a mesh, taking `(q, k, v)` and
+    `n_ids` segment-id arrays: the kernel's own forward and backward passes (its
+    residuals saved, nothing recomputed), each traced at `_kernel_precision`."""
+
+    def kernel(q: Array, k: Array, v: Array, ids: tuple[Array, ...]) -> Array:
+        return _kernel_call(config, q, k, ids)(q, k, v)
+
+    @jax.custom_vjp
+    def attention(q: Array, k: Array, v: Array, *ids: Array) -> Array:
+        with _kernel_precision(q.dtype):
+            return kernel(q, k, v, ids)
+
+    def attention_fwd(q: Array, k: Array, v: Array, *ids: Array) -> tuple:
+        with _kernel_precision(q.dtype):
+            return jax.vjp(lambda q, k, v: kernel(q, k, v, ids), q, k, v)
+
+    def attention_bwd(pullback: Any, grad: Array) -> tuple:
+        with _kernel_precision(grad.dtype):  # the output's dtype: the heads'
+            return tuple(pullback(grad)) + (None,) * n_ids
+
+    attention.defvjp(attention_fwd, attention_bwd)
+    return attention
+
+
 def _folded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """`fn` of arrays with a leading batch axis, under which a `jax.vmap` folds
     its axis into that batch axis (the unbatched arrays broadcast)."""
@@ -165,17 +192,30 @@ def _folded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _local_forward(config: Config, q: Array, k: Array, v: Array, *ids: Array) -> Array:
-    kernel = _kernel_call(config, q, k, ids)
-    return kernel(q, k, v)
+    with _kernel_precision(q.dtype):
+        kernel = _kernel_call(config, q, k, ids)
+        return kernel(q, k, v)
 
 
 def _local_backward(
     config: Config, q: Array, k: Array, v: Array, *rest: Array
 ) -> tuple[Array, Array, Array]:
     *ids, grad = rest
-    kernel = _kernel_call(config, q, k, tuple(ids))
-    _, pullback = jax.vjp(kernel, q, k, v)
-    return pullback(grad)
+    with _kernel_precision(q.dtype):
+        kernel = _kernel_call(config, q, k, tuple(ids))
+        _, pullback = jax.vjp(kernel, q, k, v)
+        return pullback(grad)
+
+
+def _kernel_precision(dtype: Any) -> contextlib.AbstractContextManager:
+    """The matrix-product precision the kernel is traced at. Its products of
+    bfloat16 heads take the default: Mosaic has no float32-contract product of
+    bfloat16 operands, so a `jax_default_matmul_precision` of `"highest"` (set
+    for float32 numerics elsewhere in a program) would otherwise stop the kernel
+    compiling. Float32 heads keep the precision the program set."""
+    if jnp.dtype(dtype) == jnp.float32:
+        return contextlib.nullcontext()
+    return jax.default_matmul_precision("default")
 
 
 def _kernel_call(
