@@ -106,7 +106,9 @@ def test_kernel_products_under_highest_precision(dtype):
 
     with jax.default_matmul_precision("highest"):
         jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(*heads)
-    kernels = [e for e in all_equations(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+    kernels = [
+        e for e in all_equations(jaxpr.jaxpr) if e.primitive.name == "pallas_call"
+    ]
     precisions = {
         e.params["precision"]
         for call in kernels

@@ -14,12 +14,17 @@ import jax
 import pytest
 
 import boxwood
-from _child_flags import xla_flags_at_default_level, xla_flags_with_devices
+from _child_flags import xla_flags_with_devices
 from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
+from _notebook_pages import RUN_AS_NOTEBOOK, check
 
-RUNNABLE = [p for p in PAGES if any(not b.skip_reason for b in blocks(p))]
-# Pages whose time goes to running programs (training runs), not compiling them.
-TRAINING_RUNS = {"training.md"}
+# Pages run as their notebooks (tests/_notebook_pages.py) are checked against them
+# here and run in tests/test_notebooks.py.
+RUNNABLE = [
+    p
+    for p in PAGES
+    if any(not b.skip_reason for b in blocks(p)) and p.name not in RUN_AS_NOTEBOOK
+]
 
 
 def _run(block: Block, namespace: dict) -> None:
@@ -60,19 +65,11 @@ def run_page(page: pathlib.Path) -> None:
 def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a scratch folder for the files examples write
     n = devices(page)
-    if page.name in TRAINING_RUNS:
-        # hundreds of steps: XLA's default code generation, in a child process
-        env = dict(os.environ, XLA_FLAGS=xla_flags_at_default_level())
-    elif n == 1:
+    if n == 1:
         run_page(page)
         return
-    else:
-        # n simulated CPU devices, whatever this process's backend
-        env = dict(
-            os.environ,
-            XLA_FLAGS=xla_flags_with_devices(n),
-            JAX_PLATFORMS="cpu",
-        )
+    # n simulated CPU devices, whatever this process's backend
+    env = dict(os.environ, XLA_FLAGS=xla_flags_with_devices(n), JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "tests"), *filter(None, [env.get("PYTHONPATH")])]
     )
@@ -81,6 +78,41 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
         [sys.executable, "-c", code], capture_output=True, text=True, env=env
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", sorted(RUN_AS_NOTEBOOK))
+def test_a_page_run_as_a_notebook_is_its_code_cells(name):
+    """The notebook holds the page's blocks verbatim, in order (its run, with the
+    doctests' results, is checked in tests/test_notebooks.py)."""
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read(ROOT / "notebooks" / RUN_AS_NOTEBOOK[name], as_version=4)
+    check(ROOT / "docs" / name, notebook, results=False)
+
+
+def test_a_page_block_missing_from_its_notebook_is_named(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nx = 1\n```\n\n```python\ny = x\n```\n\n```pycon\n>>> y\n1\n```\n"
+    )
+    cell = nbformat.v4.new_code_cell
+    notebook = nbformat.v4.new_notebook(
+        cells=[cell("x = 1"), cell("plot()"), cell("y = x"), cell("y")]
+    )
+    check(page, notebook, results=False)
+    notebook.cells[3].outputs = [
+        nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)
+    ]
+    with pytest.raises(
+        AssertionError, match=r"the cell 'y' gave '2', the page says '1'"
+    ):
+        check(page, notebook, results=True)
+    notebook.cells[2].source = "y = x + 0"
+    with pytest.raises(AssertionError, match=r"is the block starting 'y = x' verbatim"):
+        check(page, notebook, results=False)
+    swapped = nbformat.v4.new_notebook(cells=[cell("y = x"), cell("x = 1"), cell("y")])
+    with pytest.raises(AssertionError, match=r"starting 'y = x' verbatim"):
+        check(page, swapped, results=False)
 
 
 def test_skipped_blocks_say_why_and_are_few():
