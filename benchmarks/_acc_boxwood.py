@@ -1,6 +1,7 @@
 """boxwood's side of `benchmarks/accelerator.py` (and `train_curve.py`), run
 inside a fresh process: the models built as docs/models.md shows
-(`boxwood.cast_floating` to bfloat16, `with_remat`, `with_attention_implementation`,
+(`boxwood.cast_floating` to bfloat16, `with_remat`, `with_unroll`,
+`with_attention_implementation`,
 `boxwood.models.causal_lm_loss`, a `filter_jit` step with optax AdamW and donated
 model and optimiser state), and greedy generation with `boxwood.models.generate`."""
 
@@ -68,9 +69,21 @@ def build(case_name: str, options: dict, key: int = 0) -> Any:
     return bm.LlamaForCausalLM(bm.LlamaConfig(**options), key=jax.random.key(key))
 
 
-def prepared(case_name: str, options: dict, kind: str, remat: str, dtype: Any) -> Any:
+def prepared(
+    case_name: str,
+    options: dict,
+    kind: str,
+    remat: str,
+    dtype: Any,
+    unroll: int | bool = 1,
+) -> Any:
+    """The model of a step: `dtype`, `remat`, attention `kind`, and its blocks
+    looped over as `unroll` says (`1`: scanned; `True`: unrolled, no scan)."""
     model = bw.cast_floating(build(case_name, options), dtype)
-    return with_attention(model.with_remat(remat_argument(remat)), kind)
+    model = model.with_remat(remat_argument(remat))
+    if unroll != 1:  # the default program stays the one measured before
+        model = model.with_unroll(unroll)
+    return with_attention(model, kind)
 
 
 def step_function(optimiser: Any) -> Any:
@@ -84,10 +97,12 @@ def step_function(optimiser: Any) -> Any:
     return step
 
 
-def trainer(case: TrainCase, kind: str, remat: str, ids: jax.Array) -> tuple:
+def trainer(
+    case: TrainCase, kind: str, remat: str, ids: jax.Array, unroll: int | bool = 1
+) -> tuple:
     """`(run, info)`: `run(n)` takes `n` training steps and returns the last loss
-    (ready)."""
-    model = prepared(case.name, case.options, kind, remat, jnp.bfloat16)
+    (ready); `unroll` as `prepared` takes it."""
+    model = prepared(case.name, case.options, kind, remat, jnp.bfloat16, unroll)
     optimiser = optax.adamw(**OPTIMISER)
     state = optimiser.init(bw.filter(model, bw.is_inexact_array))
     step = step_function(optimiser)

@@ -20,8 +20,14 @@ DEVICE = "the device"
 MEMORY = "memory of a training step (compiled.memory_analysis)"
 
 # Result columns, in the table's order; `bound` holds the device's limit.
-CONTENDERS = ("boxwood", "pure JAX", "Flax NNX", "Equinox", "bound")
-LIBS = {"boxwood": "boxwood", "jax": "pure JAX", "nnx": "Flax NNX", "eqx": "Equinox"}
+CONTENDERS = (
+    "boxwood", "boxwood, unrolled", "pure JAX", "Flax NNX", "Equinox", "bound"
+)  # fmt: skip
+LIBS = {"boxwood": "boxwood", "boxwood_unrolled": "boxwood, unrolled",
+        "jax": "pure JAX", "nnx": "Flax NNX", "eqx": "Equinox"}  # fmt: skip
+# boxwood's contenders: each `lib` and the `with_unroll` setting of its blocks
+# (1: scanned one block at a time; True: a Python loop, no scan)
+BOXWOOD_UNROLL = {"boxwood": 1, "boxwood_unrolled": True}
 
 
 @dataclasses.dataclass(frozen=True)

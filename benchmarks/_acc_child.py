@@ -5,7 +5,8 @@ process stopped at its time limit still gives what it finished).
     python benchmarks/_acc_child.py '{"tasks": [...], "quick": true, ...}'
 
 Spec keys: `tasks` (each a dict with `task`: `env`, `device`, `train`, `first`,
-`generate` or `memory`; `lib`: `boxwood`, `jax`, `nnx` or `eqx`; `case`: `gpt2`
+`generate` or `memory`; `lib`: `boxwood`, `boxwood_unrolled` (training only:
+the blocks unrolled, `with_unroll(True)`), `jax`, `nnx` or `eqx`; `case`: `gpt2`
 or `llama`), `quick`, `reps`, `target_s` (seconds per timed repetition),
 `attention` (`xla` or `splash`), `remat` (`none`, `full` or a
 `jax.checkpoint_policies` name), `policies` (the remat policies of the memory
@@ -109,10 +110,11 @@ def _trainer(spec: dict, lib: str, case: cases.TrainCase) -> tuple:
     import jax.numpy as jnp
 
     kind, remat, ids = spec["attention"], spec["remat"], _ids(case)
-    if lib == "boxwood":
+    if lib in cases.BOXWOOD_UNROLL:
         import _acc_boxwood
 
-        return _acc_boxwood.trainer(case, kind, remat, ids)
+        unroll = cases.BOXWOOD_UNROLL[lib]
+        return _acc_boxwood.trainer(case, kind, remat, ids, unroll)
     if lib == "jax":
         import optax
 

@@ -1,11 +1,14 @@
 """The output of `benchmarks/accelerator.py`: derived rows (MFU against the
 measured matmul peak, the tokens/s a step would reach at that peak, generated
 tokens compared) and the markdown tables, one line per (case, metric) with the
-contenders side by side and boxwood's figure over its pure-JAX peer's."""
+contenders side by side and boxwood's figure over its pure-JAX peer's; the
+unrolled boxwood step's rows say their figure over the scanned step's."""
 
 from __future__ import annotations
 
-from _acc_cases import CONTENDERS, DEVICE, GENERATE, MEMORY, TRAIN
+from _acc_cases import CONTENDERS, DEVICE, GENERATE, LIBS, MEMORY, TRAIN
+
+UNROLLED = LIBS["boxwood_unrolled"]
 
 FIGURES = (DEVICE, TRAIN, GENERATE, MEMORY)
 METRICS = (
@@ -67,10 +70,24 @@ def _compare_tokens(rows: list[dict]) -> None:
             )
 
 
+def _compare_unrolled(rows: list[dict]) -> None:
+    """Note, on the unrolled boxwood step's rows, their figure over boxwood's
+    scanned step's (the same case and metric)."""
+    scanned = {(r["case"], r["metric"]): r["value"] for r in rows
+               if r["figure"] == TRAIN and r["contender"] == "boxwood"}  # fmt: skip
+    for r in rows:
+        base = scanned.get((r["case"], r["metric"]))
+        if r["contender"] != UNROLLED or not base or not r["value"]:
+            continue
+        ratio = f"{r['value'] / base:.2f}x the scanned step's"
+        r["note"] = f"{ratio}; {r['note']}" if r.get("note") else ratio
+
+
 def finish(rows: list[dict], meta: dict) -> list[dict]:
     peak = _peak(rows, meta)
     rows = rows + _derived(rows, peak)
     _compare_tokens(rows)
+    _compare_unrolled(rows)
     return rows
 
 
@@ -114,7 +131,9 @@ def _header(meta: dict) -> list[str]:
         f"per contender; load average at the start {meta['load_average_start']}; "
         f"wall {meta['wall_s']} s",
         "- ratio: boxwood's figure over pure JAX's (tokens/s: above 1 is faster; "
-        "times and bytes: below 1 is better)",
+        "times and bytes: below 1 is better); the column 'boxwood, unrolled' is "
+        "boxwood's step with `with_unroll(True)` (no scan over the blocks), its "
+        "notes its figure over the scanned step's",
     ]
     return lines + [f"- {name} failed: `{err.splitlines()[-1][:200]}`"
                     for name, err in meta["errors"].items()]  # fmt: skip

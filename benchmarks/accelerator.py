@@ -10,8 +10,10 @@ Equinox, all calling the same attention kernel.
 Figures, in order of priority: the device's bf16 matmul peak and memory
 bandwidth; training steps of GPT-2-small (16 x 1024) and a Llama-style 852M model
 (4 x 2048): step time, tokens/s, MFU against the measured peak, the first step
-(compile included); greedy generation (GPT-2-small, 128 tokens after 32, batch 1
-and 32) beside the bandwidth ceiling; the first step in a fresh process from JAX's
+(compile included), and GPT-2's boxwood step with its blocks unrolled
+(`with_unroll(True)`: no scan; group `unrolled`) in a column of its own; greedy
+generation (GPT-2-small, 128 tokens after 32, batch 1 and 32) beside the
+bandwidth ceiling; the first step in a fresh process from JAX's
 persistent compilation cache; `compiled.memory_analysis()` of a step per remat
 policy. Every contender runs in its own fresh process (`_acc_child.py`), one at a
 time, each with its own time limit, so that a hang loses only its own figures.
@@ -37,7 +39,9 @@ sys.path.insert(0, str(HERE))
 from _acc_report import finish, markdown  # noqa: E402
 
 CHILD = str(HERE / "_acc_child.py")
-GROUPS = ("device", "gpt2", "llama", "generate", "ecosystem", "cache", "memory")
+GROUPS = (
+    "device", "gpt2", "unrolled", "llama", "generate", "ecosystem", "cache", "memory"
+)  # fmt: skip
 POLICIES = ("none", "dots_with_no_batch_dims_saveable", "full")
 
 
@@ -113,6 +117,8 @@ def _plan(args: argparse.Namespace) -> list[tuple[str, str, list[dict], dict]]:
          [{"task": "env"}, {"task": "device"}], {}),
         ("gpt2", "boxwood, GPT-2 training", [train("boxwood", "gpt2")], {}),
         ("gpt2", "pure JAX, GPT-2 training", [train("jax", "gpt2")], {}),
+        ("unrolled", "boxwood, GPT-2 training, blocks unrolled (with_unroll(True))",
+         [train("boxwood_unrolled", "gpt2")], {}),
         ("llama", "boxwood, Llama training", [train("boxwood", "llama")], {}),
         ("llama", "pure JAX, Llama training", [train("jax", "llama")], {}),
         ("generate", "boxwood, generation", [{"task": "generate", "lib": "boxwood"}], {}),

@@ -16,6 +16,7 @@ from ._make_jaxpr import filter_make_jaxpr as filter_make_jaxpr
 from ._pmap import filter_pmap as filter_pmap
 from ._remat import filter_checkpoint as filter_checkpoint
 from ._scan import filter_scan as filter_scan
+from ._scan import unrolled_scan as unrolled_scan
 from ._split import Slots as Slots
 from ._vmap import filter_vmap as filter_vmap
 from ._vmap import if_array as if_array

@@ -1,4 +1,5 @@
-"""`filter_scan`: `jax.lax.scan` over pytrees that may hold non-arrays."""
+"""`filter_scan`: `jax.lax.scan` over pytrees that may hold non-arrays;
+`unrolled_scan`: the same steps traced one after the other, without a scan."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from .._filters import combine, is_array, partition
 from .._module import as_pytree_function
@@ -124,3 +126,30 @@ def filter_scan(
         step, init_arrays, xs_arrays, length=length, reverse=reverse, unroll=unroll
     )
     return combine(carry_arrays, init_static), combine(ys_arrays, box.get())
+
+
+def unrolled_scan(
+    fun: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, length: int
+) -> tuple[Any, Any]:
+    """[`boxwood.filter_scan`][]`(fun, init, xs, length)` traced as a Python loop:
+    the program holds `length` copies of the step and no `scan` (so its compile
+    time grows with `length`, and the compiler may schedule across steps).
+
+    Each array of `xs` is taken apart once (`unstack`, whose gradient is one
+    `stack`), each step reading its slices at static positions; the arrays of
+    the `y`s are stacked, their other leaves are the first step's. The carry is
+    checked as `filter_scan` checks it. `length` is a positive int.
+    """
+    _check_xs(xs, length)
+    xs_arrays, xs_static = partition(xs, is_array)
+    leaves, treedef = jax.tree_util.tree_flatten(xs_arrays)
+    slices = [jnp.unstack(leaf) for leaf in leaves]
+    carry, ys = init, []
+    for i in range(length):
+        x = combine(treedef.unflatten([s[i] for s in slices]), xs_static)
+        carry, y = _as_pair(fun(carry, x))
+        _check_carry(init, carry)
+        ys.append(y)
+    arrays = [partition(y, is_array)[0] for y in ys]
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *arrays)
+    return carry, combine(stacked, partition(ys[0], is_array)[1])

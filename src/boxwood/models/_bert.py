@@ -352,6 +352,14 @@ class BertModel(Pretrained):
             lambda m: m.encoder.layer, self, self.encoder.layer.with_remat(remat)
         )
 
+    def with_unroll(self, unroll: int | bool) -> Any:
+        """A copy whose layers are looped over as `unroll` says: `1` (a scan, one
+        layer at a time), an int `n` (`n` per iteration) or `True` (no scan; see
+        [`boxwood.nn.Stacked`][])."""
+        return tree_at(
+            lambda m: m.encoder.layer, self, self.encoder.layer.with_unroll(unroll)
+        )
+
     def pooled(
         self, hidden: Float[Array, "seq hidden_size"]
     ) -> Float[Array, " hidden_size"]:

@@ -51,7 +51,7 @@ def _any(*patterns: str) -> str:
 class BertHead(Pretrained):
     """What the heads share: the `bert` body (a [`boxwood.models.BertModel`][],
     with or without its pooler), loading and export under the file's names, the
-    inference mode of a loaded model, `with_remat`."""
+    inference mode of a loaded model, `with_remat`, `with_unroll`."""
 
     bert: BertModel
     config: BertConfig = field(static=True)
@@ -65,6 +65,11 @@ class BertHead(Pretrained):
         """A copy whose layers are rematerialised on the backward pass (see
         [`boxwood.models.BertModel`][]`.with_remat`)."""
         return tree_at(lambda m: m.bert, self, self.bert.with_remat(remat))
+
+    def with_unroll(self, unroll: int | bool) -> Any:
+        """A copy whose layers are looped over as `unroll` says (see
+        [`boxwood.models.BertModel`][]`.with_unroll`)."""
+        return tree_at(lambda m: m.bert, self, self.bert.with_unroll(unroll))
 
     def _hidden(
         self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any

@@ -147,6 +147,16 @@ class CausalLM(Pretrained):
         blocks = cast(Any, self).blocks
         return tree_at(blocks, self, blocks(self).with_remat(remat))
 
+    def with_unroll(self, unroll: int | bool) -> Any:
+        """A copy whose blocks are looped over as `unroll` says: `1` (the default)
+        scans them one at a time, so compile time is flat in depth; an int `n`
+        unrolls `n` blocks per iteration of the scan; `True` applies them one
+        after the other with no scan (compile time grows with depth; see
+        [`boxwood.nn.Stacked`][] and docs/models.md). The arrays and checkpoints
+        are unchanged; a one-token decode step runs unrolled either way."""
+        blocks = cast(Any, self).blocks
+        return tree_at(blocks, self, blocks(self).with_unroll(unroll))
+
     def _hidden(
         self,
         input_ids: Any,

@@ -277,6 +277,16 @@ class ViTForImageClassification(Pretrained):
             self.vit.encoder.layer.with_remat(remat),
         )
 
+    def with_unroll(self, unroll: int | bool) -> Any:
+        """A copy whose layers are looped over as `unroll` says: `1` (a scan, one
+        layer at a time), an int `n` (`n` per iteration) or `True` (no scan; see
+        [`boxwood.nn.Stacked`][])."""
+        return tree_at(
+            lambda m: m.vit.encoder.layer,
+            self,
+            self.vit.encoder.layer.with_unroll(unroll),
+        )
+
     def _check(self, pixel_values: Any) -> None:
         c = self.config
         want = (c.num_channels, c.image_size, c.image_size)

@@ -14,7 +14,7 @@ from jaxtyping import Array, PRNGKeyArray
 from .._filters import is_array
 from .._init import build_stacked
 from .._module import Module, field, set_fields
-from .._transforms import filter_checkpoint, filter_scan, filter_vmap
+from .._transforms import filter_checkpoint, filter_scan, filter_vmap, unrolled_scan
 
 # `jax.checkpoint_policies` that are policies themselves (the others make one).
 _POLICIES = (
@@ -45,6 +45,26 @@ def _check_remat(remat: Any) -> Any:
     )
 
 
+def _check_unroll(unroll: Any) -> int | bool:
+    """`unroll` as stored: `True` (a Python loop over the layers) or a positive
+    int, the layers per iteration of the scan (`False` is `1`)."""
+    if unroll is True:
+        return True
+    if unroll is False:
+        return 1
+    try:
+        n = operator.index(unroll)
+    except TypeError:
+        n = 0
+    if n >= 1:
+        return n
+    raise ValueError(
+        f"Stacked: `unroll` must be a positive int (the layers per iteration of the "
+        f"scan; 1, the default, scans one layer at a time), True (unroll all the "
+        f"layers: no scan) or False (the same as 1); got {unroll!r}."
+    )
+
+
 class Stacked(Module):
     """A stack of `depth` layers of the same structure, applied in order.
 
@@ -54,6 +74,10 @@ class Stacked(Module):
     built one by one on boxwood's fast initialisation path and stacked (far fewer
     compiles; `filter_vmap` itself where that does not apply). They are applied
     with [`boxwood.filter_scan`][]: the model compiles once however deep it is.
+    `unroll` trades that for a program that holds every layer (the compiler may
+    then schedule across layers, and reads each layer's weights at static
+    positions): `unroll=True` applies the layers in a Python loop, `unroll=n`
+    unrolls `n` layers per iteration of the scan.
 
     ```python
     blocks = boxwood.nn.Stacked(lambda k: Block(64, key=k), depth=12, key=key)
@@ -69,6 +93,7 @@ class Stacked(Module):
     layers: Any
     depth: int = field(static=True)
     remat: Any = field(static=True)
+    unroll: int | bool = field(static=True)
 
     def __init__(
         self,
@@ -77,6 +102,7 @@ class Stacked(Module):
         *,
         key: PRNGKeyArray,
         remat: bool = False,
+        unroll: int | bool = 1,
     ):
         """**Arguments:**
 
@@ -89,6 +115,13 @@ class Stacked(Module):
           `None` (no), `True` or `"full"` (recompute everything), or a
           `jax.checkpoint_policies` name such as `"dots_saveable"` (keep what it
           saves), or such a policy function. (Keyword only.)
+        - `unroll`: how the layers are looped over: `1` (the default; `False` is the
+          same) scans one layer per iteration, so compile time does not grow with
+          `depth`; an int `n > 1` is `jax.lax.scan`'s `unroll=n` (`n` layers per
+          iteration, unrolled when the scan is compiled); `True` applies the layers
+          one after the other in a Python loop, each (rematerialised as `remat`
+          says) in the traced program, with no scan: compile time grows with
+          `depth`. The results are the same. (Keyword only.)
         """
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"Stacked: `depth` must be a positive int, got {depth!r}.")
@@ -98,6 +131,7 @@ class Stacked(Module):
         self.layers = built[0]
         self.depth = depth
         self.remat = _check_remat(remat)
+        self.unroll = _check_unroll(unroll)
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """**Arguments:**
@@ -122,8 +156,9 @@ class Stacked(Module):
     def scan(
         self, fn: Callable[[Any, Any, Any], tuple[Any, Any]], carry: Any, xs: Any = None
     ) -> tuple[Any, Any]:
-        """Apply the layers in order with [`boxwood.filter_scan`][], each step
-        `carry, y = fn(layer, carry, x)` (checkpointed as `remat` says).
+        """Apply the layers in order with [`boxwood.filter_scan`][] (unrolled as
+        `unroll` says), each step `carry, y = fn(layer, carry, x)` (checkpointed
+        as `remat` says, each layer on its own).
 
         **Arguments:**
 
@@ -145,12 +180,24 @@ class Stacked(Module):
             if isinstance(policy, str):
                 policy = getattr(jax.checkpoint_policies, policy)
             step = filter_checkpoint(step, policy=None if policy is True else policy)
-        return filter_scan(step, carry, (self.layers, xs), length=self.depth)
+        if self.unroll is True:
+            return unrolled_scan(step, carry, (self.layers, xs), self.depth)
+        return filter_scan(
+            step, carry, (self.layers, xs), length=self.depth, unroll=self.unroll
+        )
 
     def with_remat(self, remat: Any) -> Stacked:
         """A copy with another `remat` setting (as in `__init__`)."""
+        return self._with(remat=_check_remat(remat))
+
+    def with_unroll(self, unroll: int | bool) -> Stacked:
+        """A copy with another `unroll` setting (as in `__init__`); the arrays are
+        shared, checkpoints (`state_dict` keys) unchanged."""
+        return self._with(unroll=_check_unroll(unroll))
+
+    def _with(self, **fields: Any) -> Stacked:
         new = jtu.tree_map(lambda a: a, self)  # a fresh instance, seen by nobody
-        set_fields(new, remat=_check_remat(remat))
+        set_fields(new, **fields)
         return new
 
     def __len__(self) -> int:
