@@ -14,7 +14,11 @@ import jax
 import pytest
 
 import boxwood
-from _child_flags import xla_flags_at_default_level, xla_flags_with_devices
+from _child_flags import (
+    child_env,
+    xla_flags_at_default_level,
+    xla_flags_with_devices,
+)
 from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
 
 RUNNABLE = [p for p in PAGES if any(not b.skip_reason for b in blocks(p))]
@@ -62,17 +66,13 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
     n = devices(page)
     if page.name in TRAINING_RUNS:
         # hundreds of steps: XLA's default code generation, in a child process
-        env = dict(os.environ, XLA_FLAGS=xla_flags_at_default_level())
+        env = child_env(XLA_FLAGS=xla_flags_at_default_level())
     elif n == 1:
         run_page(page)
         return
     else:
         # n simulated CPU devices, whatever this process's backend
-        env = dict(
-            os.environ,
-            XLA_FLAGS=xla_flags_with_devices(n),
-            JAX_PLATFORMS="cpu",
-        )
+        env = child_env(XLA_FLAGS=xla_flags_with_devices(n))
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "tests"), *filter(None, [env.get("PYTHONPATH")])]
     )

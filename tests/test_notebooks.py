@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from _child_flags import xla_flags_at_default_level
+from _child_flags import child_env, xla_flags_at_default_level
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -29,13 +29,14 @@ def test_the_docs_list_every_notebook(listing):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path, monkeypatch):
+def test_notebook_runs(path):
+    env = child_env()  # the kernel is a child process
     if path.name == "training.ipynb":
         # hundreds of training steps: the kernel compiles at XLA's default level
-        monkeypatch.setenv("XLA_FLAGS", xla_flags_at_default_level())
+        env["XLA_FLAGS"] = xla_flags_at_default_level()
     notebook = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3").execute(
-        cwd=str(path.parent)
+        cwd=str(path.parent), env=env
     )
     outputs = [
         o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs
