@@ -21,6 +21,7 @@ from ._classification import (
     DEFAULT_LABELS,
     check_problem_type,
     classification_loss,
+    classifier_layer,
     read_labels,
     write_labels,
 )
@@ -226,13 +227,7 @@ class ViTForImageClassification(Pretrained):
         k1, k2 = split_keys(key, 2)
         dtype = dtype or jnp.float32
         self.vit = ViTModel(config, dtype, key=k1)
-        self.classifier = training.linear(
-            config.hidden_size,
-            config.num_labels,
-            dtype,
-            config.initializer_range,
-            key=k2,
-        )
+        self.classifier = classifier_layer(config, dtype, k2)
         self.config = config
 
     def __call__(
