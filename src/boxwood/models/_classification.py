@@ -28,6 +28,11 @@ PROBLEM_TYPES = (
 IGNORE_INDEX = -100
 
 
+#: What `read_labels` reads besides `id2label` and `label2id` (options of every
+#: `config.json`).
+LABEL_OPTIONS = frozenset({"num_labels"})
+
+
 def default_labels(count: int) -> tuple[str, ...]:
     """`transformers`' names of `count` unnamed labels."""
     return tuple(f"LABEL_{i}" for i in range(count))

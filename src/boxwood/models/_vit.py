@@ -19,6 +19,7 @@ from . import _training as training
 from ._blocks import activation, supported_activation
 from ._classification import (
     DEFAULT_LABELS,
+    LABEL_OPTIONS,
     check_problem_type,
     classification_loss,
     classifier_layer,
@@ -66,6 +67,8 @@ class ViTConfig(ModelConfig):
     IGNORED: ClassVar[frozenset[str]] = frozenset(
         {"encoder_stride", "pooler_act", "pooler_output_size"}
     )
+
+    READ_OPTIONS: ClassVar[frozenset[str]] = LABEL_OPTIONS
 
     @classmethod
     def from_dict(cls, options: Any, source: str = "") -> ViTConfig:
@@ -209,6 +212,9 @@ class ViTForImageClassification(Pretrained):
         (r"\.output\.(weight|bias)$", r".output.dense.\1"),
         (r"\.patch_embeddings\.", ".patch_embeddings.projection."),
     )
+    # the head: drawn anew where a file lacks it or holds it for other labels
+    # (`from_pretrained(..., num_labels=, ignore_mismatched_sizes=True)`)
+    NEW_ON_LOAD: ClassVar[str | None] = r"classifier\..*"
 
     def __init__(self, config: ViTConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:**
