@@ -120,30 +120,18 @@ def trainer(
 
 
 def abstract_step(case: TrainCase, kind: str, remat: str) -> tuple:
-    """`(jitted, args)`: the training step as `jax.jit` of the same computation
-    over abstract arrays (`jax.ShapeDtypeStruct`), to compile without allocating
-    (`filter_jit(...).lower` takes concrete arrays only)."""
-
-    def is_array(x: Any) -> bool:
-        return isinstance(x, (jax.Array, jax.ShapeDtypeStruct))
-
-    model = bw.filter_eval_shape(
-        lambda: prepared(case.name, case.options, kind, remat, jnp.bfloat16)
-    )
-    params, static = bw.partition(model, is_array)
+    """`(step, args)`: the training step of `trainer` with its arguments as abstract
+    arrays (`jax.ShapeDtypeStruct`, from `filter_eval_shape`), to compile without
+    allocating (`step.lower(*args).compile()`)."""
     optimiser = optax.adamw(**OPTIMISER)
-    state = jax.eval_shape(optimiser.init, params)
 
-    def step(ids: jax.Array, params: Any, state: Any) -> tuple:
-        def loss(p: Any) -> jax.Array:
-            return bm.causal_lm_loss(bw.combine(p, static), ids)
+    def model_and_state() -> tuple:
+        model = prepared(case.name, case.options, kind, remat, jnp.bfloat16)
+        return model, optimiser.init(bw.filter(model, bw.is_inexact_array))
 
-        value, grads = jax.value_and_grad(loss)(params)
-        updates, state = optimiser.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, value
-
+    model, state = bw.filter_eval_shape(model_and_state)
     ids = jax.ShapeDtypeStruct((case.batch, case.seq), jnp.int32)
-    return jax.jit(step, donate_argnums=(1, 2)), (ids, params, state)
+    return step_function(optimiser), (ids, model, state)
 
 
 def generation_model(options: dict) -> Any:

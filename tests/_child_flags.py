@@ -1,6 +1,25 @@
-"""`XLA_FLAGS` for a child process with simulated CPU devices."""
+"""The environment of a child Python process that a test starts: `child_env`, and
+the `XLA_FLAGS` for it."""
 
 import os
+
+
+def child_env(**overrides: str | None) -> dict[str, str]:
+    """This process's environment for a child process, with `JAX_PLATFORMS=cpu` and
+    `overrides` (a value of `None` removes that variable).
+
+    The child runs on the CPU whatever this process's backend: an accelerator this
+    process has opened is held by it (a TPU chip opens in one process at a time),
+    so a child reaching for it would fail. Every test child gets its environment
+    here (tests/test_child_processes.py checks it); one that needs this process's
+    backend would set `JAX_PLATFORMS` itself and say why."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
 
 
 def xla_flags_with_devices(n: int) -> str:

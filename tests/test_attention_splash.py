@@ -18,6 +18,7 @@ import pytest
 
 import boxwood as bw
 import boxwood.models as bm
+from _child_flags import child_env
 from _jaxprs import all_equations
 from boxwood.nn import _attention, _attention_kernels, _splash
 
@@ -457,7 +458,7 @@ print("SPLASH-SHARDED-OK")
 def test_a_sharded_model_runs_splash_inside_shard_map():
     here = os.path.dirname(__file__)
     # simulated CPU devices whatever this process's backend (a chip is held here)
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = child_env()
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (here, env.get("PYTHONPATH", "")) if p
     )

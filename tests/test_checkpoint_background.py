@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import boxwood
+from _child_flags import child_env
 from boxwood._checkpoint import _background
 
 
@@ -64,7 +65,7 @@ def test_process_exit_waits_for_background_save(tmp_path):
         import jax.numpy as jnp, boxwood
         boxwood.save({str(path)!r}, {{"x": jnp.ones(2_000_000)}}, blocking=False)
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = child_env(PYTHONPATH=os.pathsep.join(sys.path))
     subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], check=True, env=env, timeout=120
     )

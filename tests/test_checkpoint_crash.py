@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+from _child_flags import child_env
+
 HARNESS = r"""
 import os, signal, sys, time, warnings
 import numpy as np
@@ -63,11 +65,7 @@ assert left_tmp > 0
 def test_sigkill_during_save_never_corrupts_the_target(tmp_path, mode):
     (tmp_path / "run").mkdir()
     target = tmp_path / "run" / "ckpt.safetensors"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(sys.path),
-        "JAX_PLATFORMS": "cpu",
-    }
+    env = child_env(PYTHONPATH=os.pathsep.join(sys.path))
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(HARNESS), str(target), mode, "30"],
         env=env,

@@ -16,7 +16,7 @@ import pytest
 
 import boxwood
 import boxwood.nn as nn
-from _child_flags import xla_flags_with_devices
+from _child_flags import child_env, xla_flags_with_devices
 
 ocp = pytest.importorskip("orbax.checkpoint")
 
@@ -131,12 +131,9 @@ def _run_two_processes(worker: str, directory: str) -> None:
     """Run `worker` as processes 0 and 1 of a 2-process JAX job on localhost (4 CPU
     devices each); both are always reaped, even after a timeout or a failure."""
     port = _free_port()
-    env = {
-        **os.environ,
-        "XLA_FLAGS": xla_flags_with_devices(4),
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": os.pathsep.join(sys.path),
-    }
+    env = child_env(
+        XLA_FLAGS=xla_flags_with_devices(4), PYTHONPATH=os.pathsep.join(sys.path)
+    )
     procs = [
         subprocess.Popen(
             [
@@ -288,11 +285,7 @@ def test_sigkill_during_checkpointer_orbax_save(tmp_path):
     ckpt = boxwood.Checkpointer(directory, keep=2, format="orbax")
     like = {"w": jnp.zeros(200_000), "b": jnp.zeros(3)}
     ckpt.save(0, like)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(sys.path),
-        "JAX_PLATFORMS": "cpu",
-    }
+    env = child_env(PYTHONPATH=os.pathsep.join(sys.path))
     left = 0
     for delay in (0.1, 0.4, 0.7, 1.3):
         proc = subprocess.Popen(

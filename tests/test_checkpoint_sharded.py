@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from _child_flags import xla_flags_with_devices
+from _child_flags import child_env, xla_flags_with_devices
 
 SCRIPT = r"""
 import jax, jax.numpy as jnp, numpy as np
@@ -63,12 +63,9 @@ print("SHARDED-OK")
 
 
 def test_sharded_load_on_eight_devices(tmp_path):
-    env = {
-        **os.environ,
-        "XLA_FLAGS": xla_flags_with_devices(8),
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": os.pathsep.join(sys.path),
-    }
+    env = child_env(
+        XLA_FLAGS=xla_flags_with_devices(8), PYTHONPATH=os.pathsep.join(sys.path)
+    )
     code = SCRIPT.replace("PATH", repr(str(tmp_path / "model.safetensors")))
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

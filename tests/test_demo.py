@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from _child_flags import child_env
 from boxwood.data import load_digits, load_mnist, read_idx
 from boxwood.demo import main
 
@@ -147,12 +148,12 @@ def test_help_works_and_a_missing_optax_is_one_clear_line():
     env_run = [sys.executable, "-c"]
     shown = subprocess.run(
         [*env_run, BLOCK_OPTAX + "from boxwood.demo import main; main(['--help'])"],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True, text=True, cwd=ROOT, env=child_env(),
     )  # fmt: skip
     assert shown.returncode == 0 and "--batch-size" in shown.stdout
     failed = subprocess.run(
         [*env_run, BLOCK_OPTAX + "from boxwood.demo import main; main(['--epochs', '1'])"],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True, text=True, cwd=ROOT, env=child_env(),
     )  # fmt: skip
     assert failed.returncode == 2
     assert failed.stderr.strip() == (

@@ -14,7 +14,7 @@ import jax
 import pytest
 
 import boxwood
-from _child_flags import xla_flags_with_devices
+from _child_flags import child_env, xla_flags_with_devices
 from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
 from _notebook_pages import RUN_AS_NOTEBOOK, check
 
@@ -69,7 +69,7 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
         run_page(page)
         return
     # n simulated CPU devices, whatever this process's backend
-    env = dict(os.environ, XLA_FLAGS=xla_flags_with_devices(n), JAX_PLATFORMS="cpu")
+    env = child_env(XLA_FLAGS=xla_flags_with_devices(n))
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "tests"), *filter(None, [env.get("PYTHONPATH")])]
     )

@@ -25,6 +25,7 @@ import optimistix as optx
 import pytest
 
 import boxwood as bw
+from _child_flags import child_env
 
 _SRC = str(Path(bw.__file__).resolve().parent.parent)
 
@@ -189,8 +190,7 @@ _SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def aliased_results():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([_SRC, *sys.path]))
-    env.pop("PYTEST_ADDOPTS", None)
+    env = child_env(PYTHONPATH=os.pathsep.join([_SRC, *sys.path]), PYTEST_ADDOPTS=None)
     proc = subprocess.run(
         [sys.executable, "-c", _SCRIPT],
         capture_output=True,

@@ -4,12 +4,13 @@ boxwood (real Equinox not yet imported), then with real Equinox. The numbers mus
 agree."""
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from _child_flags import child_env
 
 pytest.importorskip("equinox")
 pytest.importorskip("optax")
@@ -158,7 +159,7 @@ print(json.dumps({"ours": ours, "theirs": theirs}))
 
 
 def test_examples_give_equinox_numbers():
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = child_env()
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, EXAMPLE],
         capture_output=True,

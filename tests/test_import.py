@@ -2,9 +2,10 @@
 configured afterwards: device counts, platforms, `jax.distributed`). In the same
 fresh process: comparing two known enumeration items compiles nothing."""
 
-import os
 import subprocess
 import sys
+
+from _child_flags import child_env
 
 _PROBE = """
 import jax, jax.monitoring
@@ -28,8 +29,7 @@ print("ok")
 
 
 def test_import_starts_no_backend():
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["JAX_PLATFORMS"] = "cpu"
+    env = child_env(XLA_FLAGS=None)
     out = subprocess.run(
         [sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env
     )

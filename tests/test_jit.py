@@ -362,10 +362,12 @@ def test_explain_env_variable():
     import subprocess
     import sys
 
+    from _child_flags import child_env
+
     code = "import boxwood; print(boxwood.config.explain_recompiles)"
     out = subprocess.run(
         [sys.executable, "-c", code],
-        env={**__import__("os").environ, "BOXWOOD_EXPLAIN_RECOMPILES": "1"},
+        env=child_env(BOXWOOD_EXPLAIN_RECOMPILES="1"),
         capture_output=True,
         text=True,
         check=True,

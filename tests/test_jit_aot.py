@@ -74,3 +74,48 @@ def test_the_flat_form_stays_available():
     (out,) = compiled.flat([jnp.ones(2), jnp.ones(2)])
     assert jnp.array_equal(out, jnp.full(2, 2.0))
     assert compiled(jnp.ones(2), jnp.ones(2))[1] == "s"
+
+
+def _train_step(model, x, state):
+    def loss(m):
+        return jnp.mean(jax.vmap(m)(x) ** 2)
+
+    value, grads = bw.filter_value_and_grad(loss)(model)
+    model = jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, model, grads)
+    return model, state + 1, value
+
+
+def _mlp():
+    return bw.nn.MLP(4, 2, 8, 1, key=jax.random.key(0))
+
+
+def test_abstract_arrays_lower_as_jax_jit_lowers_them():
+    # A model of `jax.ShapeDtypeStruct`s (no parameter ever made) lowers to the
+    # program that its concrete arrays give, and compiles from shapes alone.
+    model, x, state = _mlp(), jnp.ones((3, 4)), jnp.zeros((), jnp.int32)
+    abstract = bw.filter_eval_shape(_mlp)
+    assert isinstance(abstract.layers[0].weight, jax.ShapeDtypeStruct)
+    x_struct = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    state_struct = jax.ShapeDtypeStruct((), jnp.int32)
+    step = bw.filter_jit(_train_step)
+    lowered = step.lower(abstract, x_struct, state_struct)
+    assert lowered.as_text() == step.lower(model, x, state).as_text()
+    compiled = lowered.compile()
+    assert compiled.memory_analysis().argument_size_in_bytes >= 4 * (3 * 4 + 8 * 4)
+    assert "dot" in compiled.as_text()
+    # the compiled program takes the concrete arguments it was lowered for
+    new, count, value = compiled(model, x, state)
+    want = step(model, x, state)
+    assert bw.tree_equal(new, want[0]) and count == 1 and value == want[2]
+
+
+def test_abstract_arrays_with_a_sharding_lower_and_stay_static_in_calls():
+    device = jax.devices()[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    x = jax.ShapeDtypeStruct((2,), jnp.float32, sharding=sharding)
+    lowered = bw.filter_jit(lambda x, n: x * n).lower(x, 3)
+    assert lowered.compile()(jnp.ones(2), 3).tolist() == [3.0, 3.0]
+    # a call (not a lowering) takes a ShapeDtypeStruct as a static value, as
+    # `eqx.filter_jit` does
+    shape = bw.filter_jit(lambda s: jnp.zeros(s.shape, s.dtype))(x)
+    assert shape.shape == (2,)

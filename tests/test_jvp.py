@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 import boxwood as bw
+from _child_flags import child_env
 
 
 def test_filter_jvp_any_pytree():
@@ -116,7 +117,9 @@ def test_filter_closure_convert_keeps_weak_types():
         "    return f(n), f(jnp.asarray(3, jnp.int64)).dtype\n"
         "print(bw.filter_jit(outer)(jnp.asarray(1.5)))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env()
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Array(3., dtype=float64" in done.stdout, done.stdout
     assert "dtype('float64')" in done.stdout, done.stdout

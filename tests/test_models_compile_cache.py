@@ -4,7 +4,6 @@ compilation cache keeps it across processes; a user's own `jax.jit(model)` still
 holds the check."""
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import pytest
 import boxwood
 import boxwood.models as bm
 import boxwood.models._generate as generate_module
+from _child_flags import child_env
 from _hf_models import shared_tiny, token_ids
 from boxwood.models._id_ranges import check_ids_below, ids_known_in_range
 
@@ -140,8 +140,7 @@ print(json.dumps(results))
 
 
 def _run_child(cache, paths):
-    env = {k: v for k, v in os.environ.items() if k != "BOXWOOD_ON_ERROR"}
-    env["JAX_PLATFORMS"] = "cpu"
+    env = child_env(BOXWOOD_ON_ERROR=None)
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(cache), *map(str, paths)],
         capture_output=True, text=True, timeout=300, env=env,

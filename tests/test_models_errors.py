@@ -212,12 +212,18 @@ def test_boxwood_never_imports_torch_or_transformers():
     import subprocess
     import sys
 
+    from _child_flags import child_env
+
     code = (
         "import sys, boxwood.models; "
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=child_env(),
     )
     assert out.stdout.strip() == "[]"
     assert torch is not None  # the tests themselves use it

@@ -6,7 +6,6 @@ their linear regime and a wrong formula shows in the logits."""
 
 import functools
 import json
-import os
 import subprocess
 import sys
 
@@ -18,7 +17,7 @@ from jax.sharding import AbstractMesh
 
 import boxwood
 import boxwood.models as bm
-from _child_flags import xla_flags_with_devices
+from _child_flags import child_env, xla_flags_with_devices
 from _hf_models import (
     TOKENS,
     copy_checkpoint,
@@ -395,11 +394,7 @@ def test_sharded_load_and_generate_on_8_devices(tmp_path):
         expected = tmp_path / f"{kind}.npz"
         np.savez(expected, batch=batch, logits=logits, greedy=greedy)
         arguments += [str(directory), str(expected)]
-    env = dict(
-        os.environ,
-        XLA_FLAGS=xla_flags_with_devices(8),
-        JAX_PLATFORMS="cpu",
-    )
+    env = child_env(XLA_FLAGS=xla_flags_with_devices(8))
     out = subprocess.run(
         [sys.executable, "-c", SHARDED_SCRIPT, *arguments],
         env=env,

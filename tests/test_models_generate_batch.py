@@ -2,7 +2,6 @@
 `generate` of each prompt alone), end tokens, nucleus sampling, new-token
 buckets, the streaming callback, and the checks of these arguments."""
 
-import os
 import subprocess
 import sys
 import types
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 import boxwood.models as bm
-from _child_flags import xla_flags_with_devices
+from _child_flags import child_env, xla_flags_with_devices
 from _hf_models import generation_pair, shared_tiny, token_ids, torch
 from _precision import highest_matmul_precision  # noqa: F401
 from boxwood.models._generate import _decode
@@ -299,11 +298,7 @@ print("BATCH-SHARDED-OK")
 
 def test_sharded_batch_with_callback_on_8_devices():
     directory, _ = shared_tiny("gpt2")
-    env = dict(
-        os.environ,
-        XLA_FLAGS=xla_flags_with_devices(8),
-        JAX_PLATFORMS="cpu",
-    )
+    env = child_env(XLA_FLAGS=xla_flags_with_devices(8))
     out = subprocess.run(
         [sys.executable, "-c", SHARDED, str(directory)],
         env=env, capture_output=True, text=True, timeout=600,

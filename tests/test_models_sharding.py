@@ -3,7 +3,6 @@ on 8 simulated CPU devices (in a subprocess: the device count is fixed when JAX
 starts), for GPT-2, BERT and ViT here, and for the Llama family (Llama, Mistral,
 Qwen2, Gemma) in `test_models_families.py`."""
 
-import os
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ from jax.sharding import AbstractMesh, PartitionSpec
 
 import boxwood
 import boxwood.models as bm
-from _child_flags import xla_flags_with_devices
+from _child_flags import child_env, xla_flags_with_devices
 from _hf_models import WIDE, shared_tiny, torch
 
 SCRIPT = r"""
@@ -110,11 +109,7 @@ def sharded_run(tmp_path_factory):
         expected = tmp_path_factory.mktemp(kind) / "expected.npz"
         np.savez(expected, **_expected(kind, reference, batch))
         arguments += [kind, str(directory), str(expected)]
-    env = dict(
-        os.environ,
-        XLA_FLAGS=xla_flags_with_devices(8),
-        JAX_PLATFORMS="cpu",
-    )
+    env = child_env(XLA_FLAGS=xla_flags_with_devices(8))
     return subprocess.run(
         [sys.executable, "-c", SCRIPT, *arguments],
         env=env,

@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 import boxwood
 import boxwood.models as bm
-from _child_flags import xla_flags_with_devices
+from _child_flags import child_env, xla_flags_with_devices
 from boxwood import Module, field
 from boxwood.models import _pretrained, _stacking
 from boxwood.models._config import ModelConfig
@@ -373,11 +373,7 @@ print("STACKED-SHARDED-OK")
 
 
 def test_stacked_leaves_load_sharded_on_8_devices(tmp_path):
-    env = dict(
-        os.environ,
-        XLA_FLAGS=xla_flags_with_devices(8),
-        JAX_PLATFORMS="cpu",
-    )
+    env = child_env(XLA_FLAGS=xla_flags_with_devices(8))
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path), os.path.dirname(__file__)],
         env=env,

@@ -2,7 +2,6 @@
 executable, called from every call site; its transforms give the same results as
 the function itself."""
 
-import os
 import subprocess
 import sys
 
@@ -13,7 +12,7 @@ import pytest
 
 import boxwood as bw
 import boxwood.internal as bwi
-from _child_flags import xla_flags_with_devices
+from _child_flags import child_env, xla_flags_with_devices
 
 
 def _body(x):
@@ -176,11 +175,7 @@ print("ok", len(jax.devices()))
 
 
 def test_program_over_several_devices():
-    env = dict(
-        os.environ,
-        XLA_FLAGS=xla_flags_with_devices(2),
-        JAX_PLATFORMS="cpu",  # simulated devices, whatever this process's backend
-    )
+    env = child_env(XLA_FLAGS=xla_flags_with_devices(2))  # simulated devices
     done = subprocess.run(
         [sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True
     )

@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from _child_flags import xla_flags_at_default_level
+from _child_flags import child_env, xla_flags_at_default_level
 from _notebook_pages import RUN_AS_NOTEBOOK, check
 
 nbformat = pytest.importorskip("nbformat")
@@ -30,13 +30,14 @@ def test_the_docs_list_every_notebook(listing):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path, monkeypatch):
+def test_notebook_runs(path):
+    env = child_env()  # the kernel is a child process
     if path.name == "training.ipynb":
         # hundreds of training steps: the kernel compiles at XLA's default level
-        monkeypatch.setenv("XLA_FLAGS", xla_flags_at_default_level())
+        env["XLA_FLAGS"] = xla_flags_at_default_level()
     notebook = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3").execute(
-        cwd=str(path.parent)
+        cwd=str(path.parent), env=env
     )
     pages = [page for page, name in RUN_AS_NOTEBOOK.items() if name == path.name]
     for page in pages:  # the page's blocks ran as these cells: their results too

@@ -1,4 +1,3 @@
-import os
 import subprocess
 import sys
 import textwrap
@@ -8,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 import boxwood as bw
-from _child_flags import xla_flags_with_devices
+from _child_flags import child_env, xla_flags_with_devices
 
 
 def test_filter_pmap_single_device_static_and_cache():
@@ -79,8 +78,7 @@ def test_filter_pmap_eight_devices():
         print("ok")
         """
     )
-    env = dict(os.environ, XLA_FLAGS=xla_flags_with_devices(8))
-    env["JAX_PLATFORMS"] = "cpu"
+    env = child_env(XLA_FLAGS=xla_flags_with_devices(8))
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True
     )

@@ -16,6 +16,7 @@ from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
 import boxwood as bw
+from _child_flags import child_env
 
 CASES = pathlib.Path(__file__).with_name("_sharding_cases.py")
 SRC = str(pathlib.Path(bw.__file__).resolve().parents[1])
@@ -23,8 +24,8 @@ MESH8 = AbstractMesh((8,), ("data",))
 MESH24 = AbstractMesh((2, 4), ("data", "model"))
 
 
-def _child_env(**extra) -> dict:
-    env = dict(os.environ, **extra)
+def _child_env(**extra: str | None) -> dict:
+    env = child_env(**extra)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
@@ -46,7 +47,7 @@ def test_on_8_simulated_devices():
     flags = "--xla_force_host_platform_device_count=8"
     out = subprocess.run(
         [sys.executable, str(CASES), *SIMULATED_CASES],
-        env=_child_env(XLA_FLAGS=flags, JAX_PLATFORMS="cpu"),
+        env=_child_env(XLA_FLAGS=flags),
         capture_output=True,
         text=True,
         timeout=600,
@@ -84,8 +85,7 @@ def test_two_processes_data_parallel(tmp_path):
     import _sharding_cases
 
     port = _free_port()
-    env = _child_env(JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = _child_env(XLA_FLAGS=None)
     outs = [tmp_path / f"process{i}.npz" for i in range(2)]
     logs = [open(tmp_path / f"process{i}.log", "w+") for i in range(2)]
     procs = []

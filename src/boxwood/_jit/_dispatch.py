@@ -12,6 +12,7 @@ the call, where the arguments can be walked, their key is noted for the warm pat
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -149,9 +150,13 @@ class Dispatch:
             entry = self.entry(plan, statics)
         return plan, entry, list(plan.get_dyn(leaves)), statics
 
-    def flat_plan(self, args: tuple, kwargs: dict) -> tuple[Plan, tuple, list]:
+    def flat_plan(
+        self, args: tuple, kwargs: dict, abstract: bool = False
+    ) -> tuple[Plan, tuple, list]:
         """`(plan, statics, leaves)`: a call's arguments flattened, the plan of
-        their structure and leaf types, and their static leaves."""
+        their structure and leaf types, and their static leaves. `abstract`: a
+        `jax.ShapeDtypeStruct` leaf is planned as the JAX array it describes (for
+        `lower`; a call takes it as a static value, as `jax.jit` would not)."""
         store = self.store
         if kwargs:
             leaves, treedef = _flatten((args, kwargs))
@@ -159,9 +164,10 @@ class Dispatch:
         else:
             leaves, treedef = _flatten(args)
             plan = store.plans.get(treedef)
-        types = tuple(map(type, leaves))
+        planned = _abstract_as_arrays(leaves) if abstract else leaves
+        types = tuple(map(type, planned))
         if plan is None or plan.types != types:
-            plan = self.plan(treedef, types, leaves, bool(kwargs))
+            plan = self.plan(treedef, types, planned, bool(kwargs))
         statics = plan.get_statics(leaves) if plan.get_statics is not None else ()
         return plan, statics, leaves
 
@@ -263,9 +269,27 @@ class Dispatch:
         self.hits = self.misses = self.traces = 0
 
 
-def prepare(dispatch: Dispatch, args: tuple, kwargs: dict) -> tuple:
+def prepare(
+    dispatch: Dispatch, args: tuple, kwargs: dict, abstract: bool = False
+) -> tuple:
     """`(args, kwargs, plan, statics, dyn)` of a call, on the slow path (ahead-of-time
-    lowering and its compiled calls)."""
+    lowering and its compiled calls). `abstract` (lowering): `jax.ShapeDtypeStruct`
+    leaves are dynamic, in the plan that arrays of their shapes would get, and
+    stay abstract in `dyn` (`jax.jit(...).lower` takes them)."""
     args, kwargs = dispatch.leading.positional(args, kwargs)
-    plan, statics, leaves = dispatch.flat_plan(args, kwargs)
+    plan, statics, leaves = dispatch.flat_plan(args, kwargs, abstract)
     return args, kwargs, plan, statics, list(plan.get_dyn(leaves))
+
+
+def _abstract_as_arrays(leaves: list) -> list:
+    """`leaves` with a JAX array in place of each `jax.ShapeDtypeStruct`: what a
+    plan reads of a leaf is its type and whether it is an array."""
+    if not any(isinstance(x, jax.ShapeDtypeStruct) for x in leaves):
+        return leaves
+    array = _stand_in()
+    return [array if isinstance(x, jax.ShapeDtypeStruct) else x for x in leaves]
+
+
+@functools.cache
+def _stand_in() -> jax.Array:
+    return jax.numpy.zeros((), bool)

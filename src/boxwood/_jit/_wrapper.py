@@ -107,7 +107,10 @@ class JitWrapper:
         same arguments as the function and returns its output. JAX's own
         `Lowered` of the inner function (flat lists of arrays) is its `.flat`.
 
-        **Arguments:** the arguments of a call.
+        **Arguments:** the arguments of a call. A `jax.ShapeDtypeStruct` leaf (as
+        `filter_eval_shape` gives) stands for an array of its shape, dtype and
+        sharding, as in `jax.jit(f).lower`: a model and its optimiser state can be
+        compiled, and their memory read, from shapes alone.
 
         **Returns:** a `boxwood.Lowered`.
         """
@@ -117,7 +120,9 @@ class JitWrapper:
         """`lower`, with `prefix()` (the captured values' hidden argument) before
         the arguments, at lowering and at each call of the compiled object."""
         d = self.dispatch
-        args, kwargs, plan, statics, dyn = prepare(d, (*prefix(), *args), kwargs)
+        args, kwargs, plan, statics, dyn = prepare(
+            d, (*prefix(), *args), kwargs, abstract=True
+        )
         entry = d.entry(plan, statics)
         lowerer = _Lowerer(entry.jitted)
         try:

@@ -14,7 +14,7 @@ from ._bert_heads import (
     BertForTokenClassification,
 )
 from ._checkpoint_files import config_path
-from ._config import ConfigError, read_json
+from ._config import ConfigError, config_from, read_json
 from ._gpt2 import GPT2LMHeadModel
 from ._llama import LlamaForCausalLM
 from ._llama_variants import GemmaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
@@ -45,7 +45,14 @@ def architecture_classes() -> dict[str, type]:
 
 
 def from_pretrained(
-    path: str | os.PathLike, *, dtype: Any = None, mesh: Any = None, rules: Any = None
+    path: str | os.PathLike,
+    *,
+    dtype: Any = None,
+    mesh: Any = None,
+    rules: Any = None,
+    key: Any = None,
+    ignore_mismatched_sizes: bool = False,
+    **config_overrides: Any,
 ) -> Any:
     """Load the model in a local `save_pretrained` directory, choosing the class
     from `config.json`'s `architectures` (`BertForMaskedLM`,
@@ -53,8 +60,9 @@ def from_pretrained(
     its `model_type` (`BertModel` for other BERT files).
 
     Reads files only; never uses the network. See `GPT2LMHeadModel.from_pretrained`
-    for the arguments; the supported `model_type`s are `gpt2`, `llama`,
-    `mistral`, `qwen2`, `gemma`, `bert` and `vit`.
+    for the arguments (config overrides such as `num_labels=5` included); the
+    supported `model_type`s are `gpt2`, `llama`, `mistral`, `qwen2`, `gemma`,
+    `bert` and `vit`.
 
     **Raises:** `boxwood.models.ConfigError` naming the file when there is no
     `config.json` or its `model_type` is not supported (listing those that are).
@@ -76,5 +84,9 @@ def from_pretrained(
         if chosen is not None and chosen.config_class is cls.config_class:
             cls = chosen
             break
-    config = cls.config_class.from_dict(options, cfg_file)
-    return cls._load(directory, config, dtype, mesh, rules)
+    config = config_from(
+        cls.config_class, options, config_overrides, cfg_file, "from_pretrained"
+    )
+    return cls._load(
+        directory, config, dtype, mesh, rules, key, ignore_mismatched_sizes
+    )

@@ -19,6 +19,7 @@ from ._blocks import activation, supported_activation
 from ._checkpoint_files import FileLayout
 from ._classification import (
     DEFAULT_LABELS,
+    LABEL_OPTIONS,
     check_problem_type,
     read_labels,
     write_labels,
@@ -83,6 +84,8 @@ class BertConfig(ModelConfig):
         "is_decoder": (false_or_unset, "only `false` (an encoder)"),
         "add_cross_attention": (false_or_unset, "only `false` (no cross-attention)"),
     }
+
+    READ_OPTIONS: ClassVar[frozenset[str]] = LABEL_OPTIONS
 
     @classmethod
     def from_dict(cls, options: Any, source: str = "") -> BertConfig:

@@ -18,7 +18,7 @@ from . import _training as training
 from ._bert import CALL, BertConfig, BertModel
 from ._blocks import activation
 from ._checkpoint_files import FileLayout
-from ._classification import classification_loss
+from ._classification import classification_loss, classifier_layer
 from ._config import ConfigError
 from ._pretrained import Pretrained
 
@@ -179,19 +179,17 @@ class BertForMaskedLM(BertHead):
         )
 
 
-class BertForSequenceClassification(BertHead):
-    """BERT classifying (or scoring) a whole sequence: the pooled output, dropout
-    (`classifier_dropout`, else `hidden_dropout_prob`), a linear classifier to
-    `num_labels` logits (`len(config.labels)`)."""
+class BertClassifierHead(BertHead):
+    """What the classification heads share: dropout (`classifier_dropout`, else
+    `hidden_dropout_prob`) and a linear `classifier` to `num_labels` outputs
+    (`len(config.labels)`), over the pooled output (`POOLED`) or each token's
+    last hidden state."""
 
     dropout: Dropout
     classifier: Linear
 
-    ARCHITECTURE: ClassVar[str | None] = "BertForSequenceClassification"
-    NEW_ON_LOAD: ClassVar[str | None] = _any(_CLASSIFIER, _POOLER)
-    OTHER_HEADS: ClassVar[str | None] = _any(
-        _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
-    )
+    # whether the classifier reads the pooled output (the body keeps its pooler)
+    POOLED: ClassVar[bool]
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:** `config`, `dtype`, `key` as
@@ -199,10 +197,32 @@ class BertForSequenceClassification(BertHead):
         gives the number of outputs."""
         k1, k2 = split_keys(key, 2)
         dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, key=k1)
+        self.bert = BertModel(config, dtype, add_pooling_layer=self.POOLED, key=k1)
         self.dropout = Dropout(config.classifier_rate)
-        self.classifier = _classifier(config, dtype, k2)
+        self.classifier = classifier_layer(config, dtype, k2)
         self.config = config
+
+    def _logits(
+        self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any
+    ) -> Array:
+        """The classifier's outputs: `(num_labels,)` pooled, else per token."""
+        hidden, key = self._hidden(input_ids, attention_mask, token_type_ids, key)
+        if self.POOLED:
+            return self.classifier(self.dropout(self.bert.pooled(hidden), key=key))
+        return jax.vmap(self.classifier)(self.dropout(hidden, key=key))
+
+
+class BertForSequenceClassification(BertClassifierHead):
+    """BERT classifying (or scoring) a whole sequence: the pooled output, dropout
+    (`classifier_dropout`, else `hidden_dropout_prob`), a linear classifier to
+    `num_labels` logits (`len(config.labels)`)."""
+
+    ARCHITECTURE: ClassVar[str | None] = "BertForSequenceClassification"
+    NEW_ON_LOAD: ClassVar[str | None] = _any(_CLASSIFIER, _POOLER)
+    OTHER_HEADS: ClassVar[str | None] = _any(
+        _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
+    )
+    POOLED: ClassVar[bool] = True
 
     def __call__(
         self,
@@ -216,8 +236,7 @@ class BertForSequenceClassification(BertHead):
 
         **Returns:** the logits (or regression outputs), `(num_labels,)`.
         """
-        hidden, key = self._hidden(input_ids, attention_mask, token_type_ids, key)
-        return self.classifier(self.dropout(self.bert.pooled(hidden), key=key))
+        return self._logits(input_ids, attention_mask, token_type_ids, key)
 
     def loss(
         self, logits: Float[Array, "*batch num_labels"], labels: Array
@@ -242,30 +261,17 @@ class BertForSequenceClassification(BertHead):
         )
 
 
-class BertForTokenClassification(BertHead):
+class BertForTokenClassification(BertClassifierHead):
     """BERT labelling each token: the last hidden state, dropout
     (`classifier_dropout`, else `hidden_dropout_prob`), a linear classifier to
     `num_labels` logits per token. The body has no pooler."""
-
-    dropout: Dropout
-    classifier: Linear
 
     ARCHITECTURE: ClassVar[str | None] = "BertForTokenClassification"
     NEW_ON_LOAD: ClassVar[str | None] = _CLASSIFIER
     OTHER_HEADS: ClassVar[str | None] = _any(
         _POOLER, _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
     )
-
-    def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
-        """**Arguments:** `config`, `dtype`, `key` as
-        [`boxwood.models.BertModel`][] takes them; `config.labels` (`id2label`)
-        gives the number of outputs."""
-        k1, k2 = split_keys(key, 2)
-        dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
-        self.dropout = Dropout(config.classifier_rate)
-        self.classifier = _classifier(config, dtype, k2)
-        self.config = config
+    POOLED: ClassVar[bool] = False
 
     def __call__(
         self,
@@ -279,8 +285,7 @@ class BertForTokenClassification(BertHead):
 
         **Returns:** the logits of each token, `(seq, num_labels)`.
         """
-        hidden, key = self._hidden(input_ids, attention_mask, token_type_ids, key)
-        return jax.vmap(self.classifier)(self.dropout(hidden, key=key))
+        return self._logits(input_ids, attention_mask, token_type_ids, key)
 
     def loss(
         self, logits: Float[Array, "*batch num_labels"], labels: Int[Array, "*batch"]
@@ -295,10 +300,3 @@ class BertForTokenClassification(BertHead):
             "single_label_classification",
             "BertForTokenClassification.loss",
         )
-
-
-def _classifier(config: BertConfig, dtype: Any, key: PRNGKeyArray) -> Linear:
-    """The classification heads' `classifier`: hidden size to `num_labels`."""
-    return training.linear(
-        config.hidden_size, config.num_labels, dtype, config.initializer_range, key=key
-    )

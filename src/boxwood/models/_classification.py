@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ..nn import Linear
+from . import _training as training
 from ._config import ConfigError
 
 #: The `problem_type`s `transformers` knows; `None` lets the loss decide from
@@ -24,6 +26,11 @@ PROBLEM_TYPES = (
 #: Labels at this value do not count in the cross-entropy losses (PyTorch's
 #: `ignore_index`, which `transformers` keeps).
 IGNORE_INDEX = -100
+
+
+#: What `read_labels` reads besides `id2label` and `label2id` (options of every
+#: `config.json`).
+LABEL_OPTIONS = frozenset({"num_labels"})
 
 
 def default_labels(count: int) -> tuple[str, ...]:
@@ -69,6 +76,15 @@ def write_labels(options: dict[str, Any]) -> dict[str, Any]:
         options["id2label"] = {str(i): name for i, name in enumerate(labels)}
         options["label2id"] = {name: i for i, name in enumerate(labels)}
     return options
+
+
+def classifier_layer(config: Any, dtype: Any, key: Any) -> Linear:
+    """A classifier model's `classifier`: `config.hidden_size` to
+    `config.num_labels` outputs, initialised as `transformers` does (weight
+    `N(0, initializer_range)`, bias zero)."""
+    return training.linear(
+        config.hidden_size, config.num_labels, dtype, config.initializer_range, key=key
+    )
 
 
 def check_problem_type(problem_type: Any, num_labels: int, where: str) -> None:

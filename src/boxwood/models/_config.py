@@ -150,6 +150,8 @@ class ModelConfig:
     REQUIRED: ClassVar[Mapping[str, Requirement]] = {}
     ALIASES: ClassVar[Mapping[str, str]] = {}
     OTHER_TYPES: ClassVar[tuple[str, ...]] = ()
+    # options a subclass's `from_dict` reads into its fields itself (`num_labels`)
+    READ_OPTIONS: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def from_dict(cls: type[_C], options: Mapping[str, Any], source: str = "") -> _C:
@@ -202,6 +204,15 @@ class ModelConfig:
     def from_file(cls: type[_C], path: str | os.PathLike) -> _C:
         """The config in the `config.json` file at `path`."""
         return cls.from_dict(read_json(path), os.fspath(path))
+
+    @classmethod
+    def option_names(cls) -> frozenset[str]:
+        """Every option of `config.json` that `from_dict` reads (the fields, their
+        older spellings, the required and kept options), less those that describe
+        the file (`WRITTEN_ANEW`)."""
+        names = cls._option_fields() | set(cls.REQUIRED) | set(cls.ALIASES)
+        names |= GENERIC_OPTIONS | cls.IGNORED | cls.READ_OPTIONS
+        return frozenset(names - WRITTEN_ANEW)
 
     @classmethod
     def _option_fields(cls) -> set[str]:
@@ -300,6 +311,43 @@ def _require(cls: type, name: str, value: Any, where: str) -> None:
             f"{where}the option `{name}` = {value!r} is not supported by "
             f"boxwood.models.{cls.architecture}: it supports {supported}."
         )
+
+
+def config_from(
+    config_class: Any,
+    options: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    source: str,
+    caller: str,
+) -> Any:
+    """The config of `options` (a `config.json`'s, read from `source`) with
+    `overrides` (`caller`'s keyword arguments, e.g. `num_labels=5`) in place of
+    the file's values, as `transformers`' `from_pretrained` takes them.
+
+    **Raises:** `TypeError` naming an override that is no option of
+    `config_class`; `ConfigError` for an unsupported value, as for the file's.
+    """
+    if not overrides:
+        return config_class.from_dict(options, source)
+    known = config_class.option_names()
+    for name in overrides:
+        if name not in known:
+            fields = sorted(config_class._option_fields() | config_class.READ_OPTIONS)
+            raise TypeError(
+                f"{caller}() got an unexpected keyword argument `{name}`: it is "
+                f"neither an argument of {caller} nor an option of the config, "
+                f"boxwood.models.{config_class.__name__}. The options it sets: the "
+                f"fields of {config_class.__name__} ({', '.join(fields)}) and the "
+                "options every `config.json` may hold (`id2label`, `use_cache`, "
+                "...)."
+            )
+    options = dict(options)
+    if "id2label" in overrides and "num_labels" not in overrides:
+        options.pop("num_labels", None)  # which would win over the new labels
+    given = ", ".join(f"{name}=" for name in overrides)
+    return config_class.from_dict(
+        {**options, **overrides}, f"{source} with {caller}({given})"
+    )
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:

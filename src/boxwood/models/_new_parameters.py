@@ -1,6 +1,7 @@
 """The parameters a load draws anew: a class's task head that the file lacks
-(`Pretrained.NEW_ON_LOAD`), drawn as a fresh build draws them, and the warning
-that lists them with the other heads' tensors the load dropped."""
+(`Pretrained.NEW_ON_LOAD`), or holds with other shapes than the config gives it
+(`ignore_mismatched_sizes=True`), drawn as a fresh build draws them, and the
+warning that lists them with the other heads' tensors the load dropped."""
 
 from __future__ import annotations
 
@@ -68,16 +69,65 @@ def drawn(
     return {n: ArrayTensor(np.asarray(a)) for n, a in zip(names, arrays)}
 
 
-def new_parameters_message(
-    cls: type, directory: str, new: list[str], unused: list[str]
+def resized_head(
+    cls: Any, abstract: Any, tensors: dict[str, Any], names: dict[str, str]
+) -> dict[str, tuple[tuple, tuple]]:
+    """`{name: (shape in the file, shape in the model)}` for each tensor of the
+    class's head (`NEW_ON_LOAD`) that the file holds with another shape (another
+    number of labels than the config's), by checkpoint name. `names` maps
+    checkpoint names to boxwood's."""
+    slots = layer_slots(abstract)
+    out = {}
+    for name in matching(cls.NEW_ON_LOAD, [n for n in names if n in tensors]):
+        have, want = tuple(tensors[name].shape), slots[names[name]].shape
+        if have != want:
+            out[name] = (have, want)
+    return out
+
+
+def _shapes(resized: dict[str, tuple[tuple, tuple]]) -> str:
+    return "; ".join(
+        f"`{n}` is {have} in the file, {want} in the model"
+        for n, (have, want) in resized.items()
+    )
+
+
+def resized_message(
+    cls: type, directory: str, resized: dict[str, tuple[tuple, tuple]]
 ) -> str:
-    """The warning of a load that drew `new` parameters (and dropped the other
-    heads' tensors `unused`), both by their checkpoint names."""
+    """The error of a load whose file holds the head with other shapes."""
+    name = cls.__name__
+    return (
+        f"{name}.from_pretrained: the checkpoint in {directory} holds {name}'s "
+        f"head with other shapes than the config gives it: {_shapes(resized)}. "
+        "The config (an override such as `num_labels=`, or the file's "
+        "`config.json`) does not describe these weights. To fine-tune on another "
+        "task, pass `ignore_mismatched_sizes=True`, which draws these parameters "
+        "anew; to use the file's head, load without the override."
+    )
+
+
+def new_parameters_message(
+    cls: type,
+    directory: str,
+    new: list[str],
+    unused: list[str],
+    resized: dict[str, tuple[tuple, tuple]] | None = None,
+) -> str:
+    """The warning of a load that drew `new` parameters (those of `resized` among
+    them, which the file holds with other shapes) and dropped the other heads'
+    tensors `unused`, all by their checkpoint names."""
     name = cls.__name__
     listed = lambda names: ", ".join(f"`{n}`" for n in names)
+    resized = resized or {}
+    absent = [n for n in new if n not in resized]
+    has = f"has no {listed(absent)}" if absent else ""
+    if resized:
+        has += " and " if absent else ""
+        has += f"holds other shapes of {listed(resized)} ({_shapes(resized)})"
     text = (
-        f"{name}.from_pretrained: the checkpoint in {directory} has no "
-        f"{listed(new)}; these parameters of {name}'s head are newly initialised "
+        f"{name}.from_pretrained: the checkpoint in {directory} {has}; these "
+        f"parameters of {name}'s head are newly initialised "
         f"(as `{name}(config, key=key)` draws them; `key` is `from_pretrained`'s "
         "`key=`, default `jax.random.key(0)`). Train the model (fine-tune it on "
         "its task) before using it for predictions."

@@ -37,8 +37,14 @@ from ._checkpoint_files import (
     renamed_tensors,
     standard_tensors,
 )
-from ._config import WRITTEN_ANEW, read_json
-from ._new_parameters import drawn, matching, new_parameters_message
+from ._config import WRITTEN_ANEW, config_from, read_json
+from ._new_parameters import (
+    drawn,
+    matching,
+    new_parameters_message,
+    resized_head,
+    resized_message,
+)
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import (
     assemble_layers,
@@ -104,6 +110,8 @@ class Pretrained(Module):
         mesh: Any = None,
         rules: Any = None,
         key: Any = None,
+        ignore_mismatched_sizes: bool = False,
+        **config_overrides: Any,
     ) -> Any:
         """Load a model from a local directory written by `save_pretrained`, or
         downloaded from the Hub in one of the class's published layouts
@@ -137,14 +145,34 @@ class Pretrained(Module):
           `UserWarning` listing them. Default `jax.random.key(0)`, so such a
           load is reproducible. Unused where the file holds every parameter.
           (Keyword only.)
+        - `ignore_mismatched_sizes`: where the file holds the task head with
+          other shapes than the config gives it (another number of labels:
+          `num_labels=` below), draw the head anew as for a file without it
+          (with `key`, and the warning); default `False`, an error naming each
+          such tensor and both shapes. Only the head's parameters: any other
+          mismatch stays an error. (Keyword only.)
+        - `**config_overrides`: options of the config in place of the file's
+          `config.json` values, as `transformers` takes them: any option of the
+          class's config (its fields, e.g. `attn_pdrop=0.0`, and `config.json`'s
+          `num_labels`, `id2label`). A name that is no option is a `TypeError`;
+          an unsupported value a `boxwood.models.ConfigError`.
 
         **Returns:** the model, in inference mode (its dropout layers off, as
         `transformers`' `from_pretrained` returns a model in `eval()` mode):
         `boxwood.nn.inference_mode(model, False)` switches it to training.
         """
         directory = os.fspath(path)
-        config = cls.config_class.from_file(config_path(directory))
-        return cls._load(directory, config, dtype, mesh, rules, key)
+        cfg_file = config_path(directory)
+        config = config_from(
+            cls.config_class,
+            read_json(cfg_file),
+            config_overrides,
+            cfg_file,
+            f"{cls.__name__}.from_pretrained",
+        )
+        return cls._load(
+            directory, config, dtype, mesh, rules, key, ignore_mismatched_sizes
+        )
 
     @classmethod
     def _load(
@@ -155,9 +183,11 @@ class Pretrained(Module):
         mesh: Any,
         rules: Any,
         key: Any = None,
+        resize: bool = False,
     ) -> Any:
         """The model of `directory`, with `config` (and the directory's
-        `generation_config.json`, if any), in inference mode."""
+        `generation_config.json`, if any), in inference mode. `resize`: a head
+        tensor of another shape than the model's is drawn anew (else an error)."""
         tensors = checkpoint_tensors(directory)
         dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
         # The tensors that cannot be mapped are copied whatever the model: a
@@ -167,7 +197,7 @@ class Pretrained(Module):
         early = read_region(tensors.values(), dtype) if one_region else None
         with early or contextlib.nullcontext():
             model = cls._load_into(
-                directory, config, dtype, mesh, rules, tensors, one_region, key
+                directory, config, dtype, mesh, rules, tensors, one_region, key, resize
             )
         generation = os.path.join(directory, GENERATION_CONFIG)
         if os.path.isfile(generation):
@@ -190,6 +220,7 @@ class Pretrained(Module):
         tensors: dict[str, Any],
         one_region: bool,
         key: Any = None,
+        resize: bool = False,
     ) -> Any:
         abstract = abstract_model(cls, config, dtype)
         expected = {cls.checkpoint_name(name) for name in layer_names(abstract)}
@@ -204,6 +235,10 @@ class Pretrained(Module):
                 abstract, layer_shardings(abstract, mesh, rules or ())
             )
         names = {cls.checkpoint_name(name): name for name in layer_names(abstract)}
+        resized = resized_head(cls, abstract, tensors, names)
+        if resized and not resize:
+            raise CheckpointError(resized_message(cls, directory, resized))
+        tensors = {n: t for n, t in tensors.items() if n not in resized}
         new = matching(cls.NEW_ON_LOAD, [n for n in names if n not in tensors])
         unused = matching(cls.OTHER_HEADS, [n for n in tensors if n not in names])
         dropped = "|".join(f"(?:{p})" for p in (cls.DROPPED, cls.OTHER_HEADS) if p)
@@ -224,7 +259,7 @@ class Pretrained(Module):
             one_region=one_region,
         )
         if new:
-            message = new_parameters_message(cls, directory, new, unused)
+            message = new_parameters_message(cls, directory, new, unused, resized)
             warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
         return model
 

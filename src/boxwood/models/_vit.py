@@ -19,8 +19,10 @@ from . import _training as training
 from ._blocks import activation, supported_activation
 from ._classification import (
     DEFAULT_LABELS,
+    LABEL_OPTIONS,
     check_problem_type,
     classification_loss,
+    classifier_layer,
     read_labels,
     write_labels,
 )
@@ -65,6 +67,8 @@ class ViTConfig(ModelConfig):
     IGNORED: ClassVar[frozenset[str]] = frozenset(
         {"encoder_stride", "pooler_act", "pooler_output_size"}
     )
+
+    READ_OPTIONS: ClassVar[frozenset[str]] = LABEL_OPTIONS
 
     @classmethod
     def from_dict(cls, options: Any, source: str = "") -> ViTConfig:
@@ -208,6 +212,9 @@ class ViTForImageClassification(Pretrained):
         (r"\.output\.(weight|bias)$", r".output.dense.\1"),
         (r"\.patch_embeddings\.", ".patch_embeddings.projection."),
     )
+    # the head: drawn anew where a file lacks it or holds it for other labels
+    # (`from_pretrained(..., num_labels=, ignore_mismatched_sizes=True)`)
+    NEW_ON_LOAD: ClassVar[str | None] = r"classifier\..*"
 
     def __init__(self, config: ViTConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:**
@@ -226,13 +233,7 @@ class ViTForImageClassification(Pretrained):
         k1, k2 = split_keys(key, 2)
         dtype = dtype or jnp.float32
         self.vit = ViTModel(config, dtype, key=k1)
-        self.classifier = training.linear(
-            config.hidden_size,
-            config.num_labels,
-            dtype,
-            config.initializer_range,
-            key=k2,
-        )
+        self.classifier = classifier_layer(config, dtype, k2)
         self.config = config
 
     def __call__(
