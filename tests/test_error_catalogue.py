@@ -78,6 +78,9 @@ ALLOWED = {
     ("src/boxwood/internal/_buffers.py", "_Buffer.__getattr__", "AttributeError"): (
         "attribute protocol: a name the buffer's array does not have"
     ),
+    ("src/boxwood/models/_pretrained.py", "Pretrained._load_into", "CheckpointError"): (
+        "raises _new_parameters.resized_message's text, which is catalogued"
+    ),
     ("src/boxwood/demo/__init__.py", "main", "SystemExit"): (
         "the command line's exit status 2 after printing a catalogued DemoError"
     ),
@@ -129,6 +132,8 @@ ROWS_WITHOUT_SITE = (
     "| boxwood.BoxwoodRuntimeError: <your message>",  # the user's own message
     "| RuntimeError: Unexpected tangent.",  # built by internal._nondiff._message
     "| boxwood-demo: error: ... (exit status 2)",  # the command line's summary row
+    # built by models._new_parameters.resized_message
+    "| CheckpointError: ….from_pretrained: the checkpoint in … holds …'s head",
 )
 
 
