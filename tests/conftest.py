@@ -35,8 +35,10 @@ def _xla_knows(flags):
     """Whether this jaxlib's XLA accepts every one of `flags` (an unknown flag in
     `XLA_FLAGS` aborts every process that starts JAX): a child process starts JAX
     with them."""
+    from _child_flags import child_env
+
     probe = "import jax; jax.numpy.zeros(1).block_until_ready()"
-    env = {**os.environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu"}
+    env = child_env(XLA_FLAGS=" ".join(flags))
     done = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, check=False
     )
