@@ -22,12 +22,15 @@ def child_env(**overrides: str | None) -> dict[str, str]:
     return env
 
 
-def xla_flags_with_devices(n: int) -> str:
-    """This process's `XLA_FLAGS` (the compile setting of tests/conftest.py among
-    them) with `n` simulated CPU devices in place of any device count."""
+def xla_flags_with_devices(n: int | None) -> str:
+    """This process's `XLA_FLAGS` (the compile settings of tests/conftest.py among
+    them) with `n` simulated CPU devices in place of any device count, or with no
+    device count when `n` is None (a child that sets `jax_num_cpu_devices`
+    itself). A child given a bare `XLA_FLAGS` of its own would compile at XLA's
+    default settings, several times slower for the suite's tiny programs."""
     count = "--xla_force_host_platform_device_count"
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if count not in f]
-    return " ".join([*flags, f"{count}={n}"])
+    return " ".join([*flags, *([] if n is None else [f"{count}={n}"])])
 
 
 def xla_flags_at_default_level() -> str:

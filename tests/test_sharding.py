@@ -16,7 +16,7 @@ from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
 import boxwood as bw
-from _child_flags import child_env
+from _child_flags import child_env, xla_flags_with_devices
 
 CASES = pathlib.Path(__file__).with_name("_sharding_cases.py")
 SRC = str(pathlib.Path(bw.__file__).resolve().parents[1])
@@ -44,10 +44,9 @@ def test_on_8_simulated_devices():
     """Each strategy's training steps equal the single-device run (1e-5), its
     parameters are really split, and outputs keep their shardings. The cases run
     in one child process (one JAX start with 8 devices, one reference run)."""
-    flags = "--xla_force_host_platform_device_count=8"
     out = subprocess.run(
         [sys.executable, str(CASES), *SIMULATED_CASES],
-        env=_child_env(XLA_FLAGS=flags),
+        env=_child_env(XLA_FLAGS=xla_flags_with_devices(8)),
         capture_output=True,
         text=True,
         timeout=600,
@@ -85,7 +84,7 @@ def test_two_processes_data_parallel(tmp_path):
     import _sharding_cases
 
     port = _free_port()
-    env = _child_env(XLA_FLAGS=None)
+    env = _child_env(XLA_FLAGS=xla_flags_with_devices(None))  # 4 devices: set inside
     outs = [tmp_path / f"process{i}.npz" for i in range(2)]
     logs = [open(tmp_path / f"process{i}.log", "w+") for i in range(2)]
     procs = []
