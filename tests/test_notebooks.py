@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from _child_flags import child_env, xla_flags_at_default_level
+from _child_flags import child_env, xla_flags_for_running
 from _notebook_pages import RUN_AS_NOTEBOOK, check
 
 nbformat = pytest.importorskip("nbformat")
@@ -33,8 +33,8 @@ def test_the_docs_list_every_notebook(listing):
 def test_notebook_runs(path):
     env = child_env()  # the kernel is a child process
     if path.name == "training.ipynb":
-        # hundreds of training steps: the kernel compiles at XLA's default level
-        env["XLA_FLAGS"] = xla_flags_at_default_level()
+        # hundreds of training steps: the kernel compiles for running them
+        env["XLA_FLAGS"] = xla_flags_for_running()
     notebook = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3").execute(
         cwd=str(path.parent), env=env
