@@ -12,6 +12,10 @@ import pytest
 import boxwood.internal as bwi
 from boxwood.internal import _online_schedule, while_loop
 
+# One compiled program per slot count `c`, called once per step (run eagerly, the
+# schedule's few dozen small operations are dispatched one by one every step).
+_next_slot = jax.jit(_online_schedule.next_slot, static_argnums=0)
+
 
 def _kept_after(c, n):
     """The steps whose states the forward pass holds after `n` steps, simulated
@@ -20,7 +24,7 @@ def _kept_after(c, n):
     slots = {}
     for i in range(n):
         i = jnp.asarray(i, jnp.int32)
-        slot, sched = _online_schedule.next_slot(c, i, sched, jnp.asarray(True))
+        slot, sched = _next_slot(c, i, sched, jnp.asarray(True))
         slot = int(slot)
         if slot < c:
             assert slot != 0 or i == 0, "state 0 is never evicted"
@@ -67,7 +71,9 @@ def _trace_steps(c, n, buffer=False):
         )  # fmt: skip
         return out[1] + jnp.sum(out[2])
 
-    value, grad = jax.value_and_grad(f)(0.3)
+    # one program (eagerly, each loop of the forward and backward pass compiles
+    # on its own, and their small operations one by one)
+    value, grad = jax.jit(jax.value_and_grad(f))(0.3)
     return value, grad, order
 
 
@@ -135,7 +141,7 @@ def test_buffers_are_not_stored_in_checkpoints():
     jaxpr = str(jax.make_jaxpr(jax.grad(f))(xs))
     assert f"f32[{c + 1}]" in jaxpr  # the scalar `y` is stored ...
     assert f"f32[{c + 1},{size}]" not in jaxpr  # ... the buffer is not
-    assert np.allclose(jax.grad(f)(xs), np.arange(size, dtype=np.float32))
+    assert np.allclose(jax.jit(jax.grad(f))(xs), np.arange(size, dtype=np.float32))
 
 
 def test_unperturbed_leaves_are_not_differentiated():

@@ -2,6 +2,8 @@
 the input, axis -1 the output), in every layer and in `nn.init`; JAX's common
 initialisers run on the fast path, bit for bit."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -214,8 +216,13 @@ def test_attention_projection_variance_matches_nnx():
 
 
 # -------------------------------------------------------------------- nn.init
+@functools.cache
 def _mlp():
-    return nn.MLP(64, 10, 256, 8, key=jr.key(0))
+    """Built once and shared (a module is immutable; `nn.init` returns a new one).
+    Two hidden layers of one shape, so that a shape repeats within a call, but
+    no more: each 256 x 256 orthogonal draw is a QR decomposition, on the host and
+    again in the eager reference."""
+    return nn.MLP(64, 10, 256, 3, key=jr.key(0))
 
 
 @pytest.mark.parametrize("name", ["lecun_normal", "glorot_uniform", "orthogonal"])

@@ -41,8 +41,10 @@ def test_values_match_unrolled(kind, options):
 
 @pytest.mark.parametrize("kind,options", KINDS[1:])
 def test_gradients_match_unrolled_loop(kind, options):
+    # one program for every length (`n` is an argument: the loop's bound is traced)
+    grad = jax.jit(jax.grad(lambda x, n: _loop(x, n, kind, options)))
     for n in (1, 5, 13):
-        got = jax.jit(jax.grad(lambda x, n=n: _loop(x, n, kind, options)))(0.7)
+        got = grad(0.7, n)
         want = jax.grad(_unrolled)(0.7, n)
         assert jnp.allclose(got, want, rtol=1e-5), (n, got, want)
 
@@ -64,9 +66,10 @@ def test_checkpointed_many_steps_few_checkpoints_and_int_carry():
         return y.sum()
 
     # (equal to 1e-15 in float64; float32 rounding differs between the two orders)
-    assert jnp.allclose(jax.grad(f)(0.9), jax.grad(unrolled)(0.9), rtol=1e-3)
-    grads = jax.vmap(jax.grad(f))(jnp.array([0.5, 0.9]))
-    assert jnp.allclose(grads[1], jax.grad(unrolled)(0.9), rtol=1e-3)
+    want = jax.grad(unrolled)(0.9)
+    assert jnp.allclose(jax.jit(jax.grad(f))(0.9), want, rtol=1e-3)
+    grads = jax.jit(jax.vmap(jax.grad(f)))(jnp.array([0.5, 0.9]))
+    assert jnp.allclose(grads[1], want, rtol=1e-3)
 
 
 def test_gradient_with_respect_to_initial_value_and_max_steps():
@@ -92,7 +95,7 @@ def test_lax_kind_max_steps_and_errors():
         lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * x), (0, x),
         kind="checkpointed", checkpoints=3, max_steps=7,
     )[1]  # fmt: skip
-    assert jax.grad(f)(1.5) == pytest.approx(6 * 1.5**5)
+    assert jax.jit(jax.grad(f))(1.5) == pytest.approx(6 * 1.5**5)
     with pytest.raises(ValueError, match="non-negative int"):
         while_loop(lambda y: True, lambda y: y, 0, kind="lax", max_steps=-1)
 
@@ -156,8 +159,10 @@ def test_checkpointed_scan_matches_lax_scan(checkpoints):
                      kind=kind, checkpoints=checkpoints)  # fmt: skip
         return c.sum() + ys.sum()
 
-    assert jnp.allclose(f(0.3, "checkpointed"), f(0.3, "lax"))
-    assert jnp.allclose(jax.grad(f)(0.3, "checkpointed"), jax.grad(f)(0.3, "lax"))
+    value = jax.jit(jax.value_and_grad(f), static_argnums=1)
+    (got, got_grad), (want, want_grad) = value(0.3, "checkpointed"), value(0.3, "lax")
+    assert jnp.allclose(got, want)
+    assert jnp.allclose(got_grad, want_grad)
     with pytest.raises(ValueError, match="different lengths"):
         scan(lambda c, x: (c, x), 0.0, jnp.ones(3), length=4, kind="checkpointed")
     with pytest.raises(ValueError, match="'lax' or 'checkpointed'"):
@@ -275,9 +280,9 @@ def test_unperturbed_outputs_under_vmap_of_grad():
         return fixed + moved + follow
 
     xs, ys = jnp.array([1.0, 2.0, 3.0]), jnp.array([0.5, 1.0, 1.5])
-    got = jax.vmap(jax.grad(loss))(xs, ys)
+    got = jax.jit(jax.vmap(jax.grad(loss)))(xs, ys)
     assert jnp.allclose(got, jnp.full(3, 1.5**2 + 1.5**3))
-    grads_y = jax.vmap(jax.grad(loss, argnums=1))(xs, ys)
+    grads_y = jax.jit(jax.vmap(jax.grad(loss, argnums=1)))(xs, ys)
     assert jnp.allclose(grads_y, 8.0)  # fixed = y * 2**3
 
 

@@ -79,13 +79,22 @@ def _scanned(w, y0, n):
     return jax.lax.scan(body, y0, jnp.arange(n))[0].sum()
 
 
+# Defined once: each wrapper keeps its own cache of compiled programs (a
+# `(n, checkpoints, max_steps)` seen before is not compiled again).
+_checkpointed_grad = jax.jit(
+    jax.grad(_checkpointed, argnums=(0, 1)), static_argnums=(2, 3, 4)
+)
+# the reference: one program per `n` (eagerly, its two scans compile on their own
+# and the operations around them one by one)
+_scanned_grad = jax.jit(jax.grad(_scanned, argnums=(0, 1)), static_argnums=2)
+
+
 @pytest.mark.parametrize("max_steps", [None, 60], ids=["online", "max_steps"])
 @pytest.mark.parametrize("n, checkpoints", [(1, 1), (9, 1), (17, 2), (40, 4), (53, 6)])
 def test_gradients_equal_a_plain_scans(n, checkpoints, max_steps):
     w, y0 = jnp.asarray(0.9), jnp.linspace(-1.0, 1.0, 3)
-    grad = jax.jit(jax.grad(_checkpointed, argnums=(0, 1)), static_argnums=(2, 3, 4))
-    got = grad(w, y0, n, checkpoints, max_steps)
-    want = jax.grad(_scanned, argnums=(0, 1))(w, y0, n)
+    got = _checkpointed_grad(w, y0, n, checkpoints, max_steps)
+    want = _scanned_grad(w, y0, n)
     for g, v in zip(got, want):
         np.testing.assert_allclose(g, v, rtol=2e-5, atol=1e-6)
 
@@ -106,7 +115,7 @@ def test_vmapped_loops_of_different_lengths_including_none(checkpoints):
         return out[1]
 
     ns = jnp.array([0, 1, 5, 12])
-    got = jax.vmap(jax.grad(loss))(jnp.full(4, 1.5), ns)
+    got = jax.jit(jax.vmap(jax.grad(loss)))(jnp.full(4, 1.5), ns)
     want = [jax.grad(lambda w, k=k: _power_chain(w, int(k)))(1.5) for k in ns]
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert np.all(np.isfinite(got))
@@ -227,9 +236,8 @@ def test_phase_two_of_the_online_schedule_is_a_select_or_left_out(monkeypatch):
 @pytest.mark.parametrize("n", [1, 7, 12])
 def test_every_state_kept_gradients_equal_a_plain_scans(n):
     w, y0 = jnp.asarray(0.9), jnp.linspace(-1.0, 1.0, 3)
-    grad = jax.jit(jax.grad(_checkpointed, argnums=(0, 1)), static_argnums=(2, 3, 4))
-    got = grad(w, y0, n, 12, 12)
-    want = jax.grad(_scanned, argnums=(0, 1))(w, y0, n)
+    got = _checkpointed_grad(w, y0, n, 12, 12)
+    want = _scanned_grad(w, y0, n)
     for g, v in zip(got, want):
         np.testing.assert_allclose(g, v, rtol=2e-5, atol=1e-6)
     assert _recomputations(n, 12, 12) == 0
@@ -244,7 +252,7 @@ def test_every_state_kept_under_vmap_stops_each_loop_at_its_own_length():
         w, y0, ns, 12, 12
     )
     for k, n in enumerate([1, 7, 12]):
-        want = jax.grad(_scanned, argnums=(0, 1))(w, y0, n)
+        want = _scanned_grad(w, y0, n)
         for g, v in zip(got, want):
             np.testing.assert_allclose(g[k], v, rtol=2e-5, atol=1e-6)
 
@@ -266,22 +274,33 @@ def _optimal(length, slots):
     )
 
 
-def _recomputations(n, c, max_steps):
-    """Body runs of the backward pass beyond the `n` that are pulled back."""
-    runs = []
+_RUNS = []  # one entry per run of the body of `_recomputing_grad`'s loop
+
+
+@functools.cache
+def _recomputing_grad(c, max_steps):
+    """`grad(y0, n)` of `n` steps of `y <- y cos(y) + 1`, each run of the body
+    recorded in `_RUNS`. Shared: compiled once per `(c, max_steps)` (`n`, the
+    loop's length, is an argument)."""
 
     def body(carry):
         i, y = carry
-        jax.debug.callback(lambda: runs.append(None))
+        jax.debug.callback(lambda: _RUNS.append(None))
         return i + 1, y * jnp.cos(y) + 1.0
 
-    def f(y0):
+    def f(y0, n):
         init = (0, y0)
         return while_loop(lambda carry: carry[0] < n, body, init,
                           kind="checkpointed", checkpoints=c, max_steps=max_steps)[1]  # fmt: skip
 
-    jax.grad(f)(0.3)
-    return len(runs) - 2 * n  # the forward pass runs each step once
+    return jax.jit(jax.grad(f))
+
+
+def _recomputations(n, c, max_steps):
+    """Body runs of the backward pass beyond the `n` that are pulled back."""
+    _RUNS.clear()
+    jax.block_until_ready(_recomputing_grad(c, max_steps)(0.3, n))
+    return len(_RUNS) - 2 * n  # the forward pass runs each step once
 
 
 # (n, c): recomputations of the online schedule (the table in
