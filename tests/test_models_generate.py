@@ -105,7 +105,8 @@ def test_generate_errors(pair):
         ValueError, match=r"`input_ids` must be one prompt `\(seq,\)`, a batch"
     ):
         bm.generate(model, ids[None, None], 3)
-    assert bm.generate(model, ids[None], 3).shape == (1, 7)  # a batch of one
+    # a batch of one (20 new tokens: the program of `test_greedy_equals_transformers`)
+    assert bm.generate(model, ids[None], 20).shape == (1, 24)
     with pytest.raises(TypeError, match="takes a causal language model"):
         bm.generate(object(), ids, 3)
 

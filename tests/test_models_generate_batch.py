@@ -325,7 +325,9 @@ def test_ragged_prompts_need_a_decode_with_pad(gpt2_pair):
 
     with pytest.raises(TypeError, match=r"NoPad.decode takes no `pad`"):
         bm.generate(NoPad(), [[5, 6], [7]], 3)
-    one_length = bm.generate(NoPad(), [[5, 6], [7, 8]], 3)
+    # three rows of one length: the program of `test_batch_array_of_one_length`
+    rows = [[5, 6], [7, 8], [9, 10]]
+    one_length = bm.generate(NoPad(), rows, 3)
     np.testing.assert_array_equal(
-        np.asarray(one_length), np.asarray(bm.generate(model, [[5, 6], [7, 8]], 3))
+        np.asarray(one_length), np.asarray(bm.generate(model, rows, 3))
     )

@@ -59,9 +59,16 @@ def naive_loss(model, input_ids, labels=None, mask=None):
     return total / jnp.sum(counted).astype(jnp.float32)
 
 
-@pytest.fixture
-def model(getkey):
-    return TinyLM(getkey())
+# `naive_loss` as one compiled program per shape: the reference values, computed
+# op by op otherwise (each small operation compiling on its own).
+naive_loss_jit = bw.filter_jit(naive_loss)
+
+
+@pytest.fixture(scope="module")
+def model():
+    """One model for the module (models are immutable; every test used the same
+    key, the first of `getkey`'s)."""
+    return TinyLM(jr.split(jr.key(0), 10_000)[0])
 
 
 def _ids(seed, shape):
@@ -74,22 +81,23 @@ def test_equals_the_whole_logits_loss(model, shape, chunk_size):
     ids = _ids(0, shape)
     got = bm.causal_lm_loss(model, ids, chunk_size=chunk_size)
     assert got.shape == () and got.dtype == jnp.float32
-    np.testing.assert_allclose(got, naive_loss(model, ids), rtol=1e-5)
+    np.testing.assert_allclose(got, naive_loss_jit(model, ids), rtol=1e-5)
 
 
 def test_labels_ignore_index_and_mask(model):
-    ids = _ids(1, (2, 10))
-    labels = _ids(2, (2, 10)).at[0, 3:6].set(-100).at[1, 9].set(-100)
+    # the batch shape of `test_equals_the_whole_logits_loss`, whose eager ops it reuses
+    ids = _ids(1, (3, 12))
+    labels = _ids(2, (3, 12)).at[0, 3:6].set(-100).at[1, 9].set(-100)
     got = bm.causal_lm_loss(model, ids, labels, chunk_size=4)
-    expected = naive_loss(model, ids, labels)
+    expected = naive_loss_jit(model, ids, labels)
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     # ignoring one more position changes the loss (the comparison can fail)
     moved = bm.causal_lm_loss(model, ids, labels.at[0, 7].set(-100), chunk_size=4)
     assert moved != got
-    mask = jnp.ones((2, 10), bool).at[1, 6:].set(False)
+    mask = jnp.ones((3, 12), bool).at[1, 6:].set(False)
     np.testing.assert_allclose(
         bm.causal_lm_loss(model, ids, labels, mask=mask, chunk_size=3),
-        naive_loss(model, ids, labels, mask),
+        naive_loss_jit(model, ids, labels, mask),
         rtol=1e-5,
     )
     # a masked position's label is not read
@@ -101,7 +109,7 @@ def test_labels_ignore_index_and_mask(model):
     )
     np.testing.assert_allclose(
         bm.causal_lm_loss(model, ids, labels, mask=mask.astype(jnp.int32)),
-        naive_loss(model, ids, labels, mask),
+        naive_loss_jit(model, ids, labels, mask),
         rtol=1e-5,
     )
 
@@ -127,8 +135,8 @@ def test_under_jit_and_bfloat16(model):
     low = bw.cast_floating(model, jnp.bfloat16)
     got = bw.filter_jit(bm.causal_lm_loss)(low, ids, chunk_size=4)
     assert got.dtype == jnp.float32
-    np.testing.assert_allclose(got, naive_loss(low, ids), rtol=1e-3)
-    np.testing.assert_allclose(got, naive_loss(model, ids), rtol=3e-2)
+    np.testing.assert_allclose(got, naive_loss_jit(low, ids), rtol=1e-3)
+    np.testing.assert_allclose(got, naive_loss_jit(model, ids), rtol=3e-2)
     # float32 master, bfloat16 compute: the gradient comes back float32
     grads = bw.filter_jit(
         bw.filter_grad(

@@ -8,6 +8,8 @@ calls; boxwood computes each call's frequencies from that call alone).
 The weights are drawn wide (`initializer_range=0.4`) so that a wrong frequency
 shows in the logits."""
 
+import copy
+import functools
 import json
 
 import jax
@@ -17,7 +19,7 @@ import pytest
 
 import boxwood
 import boxwood.models as bm
-from _hf_models import TOKENS, token_ids, torch, transformers
+from _hf_models import TOKENS, scratch_directory, token_ids, torch, transformers
 from _precision import highest_matmul_precision  # noqa: F401
 
 # float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
@@ -68,24 +70,34 @@ class Pair:
     def __init__(self, kind, directory):
         self.kind, self.directory = kind, directory
         self.model = bm.from_pretrained(directory)
+        cls = getattr(transformers, FAMILIES[kind][0])
+        # loaded once and never called: `fresh` hands out copies of it
+        self._unused = cls.from_pretrained(str(directory)).eval()
 
     def fresh(self):
-        cls = getattr(transformers, FAMILIES[self.kind][0])
-        return cls.from_pretrained(str(self.directory)).eval()
+        """A copy of the loaded, never-called `transformers` model: its `dynamic`
+        RoPE state is that of a fresh load (a copy costs a fraction of a load)."""
+        return copy.deepcopy(self._unused)
+
+
+@functools.cache
+def _pair(kind):
+    """`kind`'s checkpoint saved and loaded once per process, for `pair` and
+    `llama` alike (the boxwood model is immutable; tests get `transformers`
+    models from `fresh`, and read the directory only)."""
+    directory = scratch_directory(kind)
+    save_dynamic(kind, directory)
+    return Pair(kind, directory)
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
-def pair(request, tmp_path_factory):
-    directory = tmp_path_factory.mktemp(request.param)
-    save_dynamic(request.param, directory)
-    return Pair(request.param, directory)
+def pair(request):
+    return _pair(request.param)
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("llama")
-    save_dynamic("llama", directory)
-    return Pair("llama", directory)
+def llama():
+    return _pair("llama")
 
 
 @boxwood.filter_jit
