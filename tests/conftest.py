@@ -2,8 +2,8 @@ import contextlib
 import gc
 import importlib.util
 import os
-import subprocess
-import sys
+
+from _child_flags import xla_accepts  # tests/ is on sys.path; imports no JAX
 
 
 def _quick_cpu_compiles():
@@ -26,23 +26,9 @@ def _quick_cpu_compiles():
         )
         if not any(f.startswith(name) for f in flags)
     ]
-    if wanted and not _xla_knows(wanted):  # one probe, or one per flag
-        wanted = [flag for flag in wanted if _xla_knows([flag])]
+    if wanted and not xla_accepts(wanted):  # one probe, or one per flag
+        wanted = [flag for flag in wanted if xla_accepts([flag])]
     os.environ["XLA_FLAGS"] = " ".join(flags + wanted)
-
-
-def _xla_knows(flags):
-    """Whether this jaxlib's XLA accepts every one of `flags` (an unknown flag in
-    `XLA_FLAGS` aborts every process that starts JAX): a child process starts JAX
-    with them."""
-    from _child_flags import child_env
-
-    probe = "import jax; jax.numpy.zeros(1).block_until_ready()"
-    env = child_env(XLA_FLAGS=" ".join(flags))
-    done = subprocess.run(
-        [sys.executable, "-c", probe], env=env, capture_output=True, check=False
-    )
-    return done.returncode == 0
 
 
 _quick_cpu_compiles()  # before JAX starts its backend (below)

@@ -4,7 +4,7 @@ the suite runs on a machine whose accelerator the pytest process holds."""
 import ast
 import pathlib
 
-from _child_flags import child_env
+from _child_flags import child_env, xla_accepts, xla_flags_with_devices
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
@@ -50,3 +50,17 @@ def test_child_env_pins_the_cpu_and_removes_what_is_none(monkeypatch):
     env = child_env(XLA_FLAGS=None, EXTRA="1")
     assert env["JAX_PLATFORMS"] == "cpu" and env["EXTRA"] == "1"
     assert "XLA_FLAGS" not in env
+
+
+def test_an_unknown_xla_flag_is_refused_before_it_is_set():
+    """tests/conftest.py sets its compile flags only where `xla_accepts` says this
+    jaxlib knows them: an unknown one would abort every JAX process."""
+    assert xla_accepts(["--xla_backend_optimization_level=0"])  # the probe runs
+    assert not xla_accepts(["--xla_cpu_no_such_flag_in_any_jaxlib=true"])
+
+
+def test_xla_flags_with_devices_keeps_the_rest(monkeypatch):
+    count = "--xla_force_host_platform_device_count"
+    monkeypatch.setenv("XLA_FLAGS", f"--a=1 {count}=3 --b=2")
+    assert xla_flags_with_devices(8) == f"--a=1 --b=2 {count}=8"
+    assert xla_flags_with_devices(None) == "--a=1 --b=2"
