@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from . import _flat_form
+from . import _flat_form, _reload
 from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
 from ._construct import INITIALISING, construct, rebuild
@@ -67,10 +67,24 @@ class _ModuleMeta(abc.ABCMeta):
             meta_fields=list(cls._boxwood_static),
         )
         install_fields(cls, fields)
-        _install_methods(cls, namespace)
+        # What the class holds now, after `__init_subclass__` and the base
+        # metaclasses: a hook's replacement of a method stays (the class body's
+        # function is not installed again over it).
+        _install_methods(cls)
         if cls._boxwood_slots:
             SLOTTED.add(cls)
+        type.__setattr__(cls, "_boxwood_built", cls)
+        _reload.install(_Method)  # `%autoreload`'s rule for Module classes, once loaded
         return cls
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        # A function set on a finished class (a decorator, a later patch, a
+        # metaclass hook after `__new__`) binds as the class body's functions
+        # do: a `BoundMethod`. During `__new__` (`__init_subclass__`), the class
+        # is left as Python leaves it; `_install_methods` runs after.
+        if cls.__dict__.get("_boxwood_built") is cls and _is_method(cls, name, value):
+            value = _Method(value)
+        type.__setattr__(cls, name, value)
 
     def __call__(cls, /, *args, **kwargs):  # (a field may be named `cls`)
         # JAX's rebuild (`_register.py`): the keywords, a fresh dict, become the
@@ -158,7 +172,8 @@ class _Method:
     (below, `bind_method`): a module whose child is the instance, so `model.method` is a
     pytree with the model's leaves (as in Equinox). Read on the class it gives the
     plain function. A non-data descriptor: an instance dict entry of the same name
-    wins."""
+    wins. Called directly (`cls.__dict__["f"](self, x)`, as a hook that wraps
+    what the class holds may do), it is the function."""
 
     def __init__(self, func: Callable) -> None:
         self.func = func
@@ -172,25 +187,41 @@ class _Method:
             return self.func
         return bind_method(self.func, obj)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
     def __getattr__(self, name: str) -> Any:  # `__name__`, `__isabstractmethod__`, ...
-        return getattr(self.func, name)
+        # Only once `func` is set: a copy made without `__init__` (`copy`,
+        # `pickle`, IPython's autoreload) looks up attributes before that.
+        try:
+            func = self.__dict__["func"]
+        except KeyError:
+            raise AttributeError(name) from None
+        return getattr(func, name)
 
 
 def _is_magic(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
 
-def _install_methods(cls: Any, namespace: dict) -> None:
-    """Make the plain functions of a class body (`__call__` and every method whose
-    name is not a dunder) `_Method`s, so that bound methods are pytrees."""
-    if namespace.get("_boxwood_plain_methods"):
+def _is_method(cls: Any, name: str, value: Any) -> bool:
+    """Whether `value`, held by `cls` as `name`, binds as a `BoundMethod`: a plain
+    function under `__call__` or a name that is not a dunder, and not a field's
+    default."""
+    return (
+        isinstance(value, types.FunctionType)
+        and (name == "__call__" or not _is_magic(name))
+        and name not in cls._boxwood_field_names
+    )
+
+
+def _install_methods(cls: Any) -> None:
+    """Make the plain functions the class holds (`__call__` and every method
+    whose name is not a dunder) `_Method`s, so that bound methods are pytrees."""
+    if cls.__dict__.get("_boxwood_plain_methods"):
         return
-    for name, value in namespace.items():
-        if (
-            isinstance(value, types.FunctionType)
-            and (name == "__call__" or not _is_magic(name))
-            and name not in cls._boxwood_field_names
-        ):
+    for name, value in list(cls.__dict__.items()):
+        if _is_method(cls, name, value):
             type.__setattr__(cls, name, _Method(value))
 
 
