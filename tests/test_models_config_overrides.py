@@ -117,3 +117,19 @@ def test_other_families_take_overrides(tmp_path):
             tmp_path / "v", num_labels=4, ignore_mismatched_sizes=True
         )
     assert model.classifier.weight.shape == (4, 8)
+
+
+def test_config_from_file_reads_config_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(
+        '{"model_type": "gpt2", "vocab_size": 40, "n_embd": 16, "n_layer": 1,'
+        ' "n_head": 2, "n_positions": 32}'
+    )
+    config = bm.GPT2Config.from_file(path)
+    assert (config.vocab_size, config.n_embd, config.n_layer) == (40, 16, 1)
+    assert config == bm.GPT2Config.from_dict(
+        {"vocab_size": 40, "n_embd": 16, "n_layer": 1, "n_head": 2, "n_positions": 32}
+    )
+    path.write_text('{"vocab_size": 40, "n_embd": "wide"}')
+    with pytest.raises(bm.ConfigError, match="`n_embd` = .wide. must be of type int"):
+        bm.GPT2Config.from_file(path)

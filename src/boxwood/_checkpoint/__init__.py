@@ -4,15 +4,15 @@ See README.md in this folder for how the parts fit together.
 
 The names imported here are this package's whole interface; other code imports
 only them, never a submodule (tests/test_architecture.py checks `models/`). Most
-are public (re-exported by `boxwood`); nine serve the rest of boxwood
+are public (re-exported by `boxwood`); ten serve the rest of boxwood
 (`boxwood.models`) and are not re-exported: `assemble` and `Tensor` (validated
 loading from named tensors), `read_tensors` and `write_file` (a safetensors file
 read lazily, its aligned tensors mapped rather than copied, written
 crash-safely), `stacked_view` (a stack of layers as one mapped span), `aligned_empty` (a
 host buffer the device can adopt), `read_region` (one region of host memory for a
 load's copies, faulted in by a helper thread),
-`atomic_write`, and `stored_names` (the checkpoint names of a tree's array
-leaves).
+`atomic_write`, `stored_names` (the checkpoint names of a tree's array
+leaves), and `ArrayTensor` (an in-memory array read as a checkpoint tensor).
 """
 
 from ._api import load as load

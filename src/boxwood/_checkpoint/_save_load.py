@@ -123,12 +123,6 @@ def write_file(path: Any, arrays: list[tuple[str, np.ndarray]], meta: dict) -> N
     atomic_write(path, lambda f: write_arrays(f, arrays, meta, start_writeback))
 
 
-def save_now(path: Any, tree: Any, metadata: dict | None) -> None:
-    leaves = check_savable(tree)
-    meta = encode_metadata(leaves, metadata)
-    write_file(path, to_host(leaves, copy=False), meta)
-
-
 @dataclass
 class FileTensor:
     """One tensor of a file, read on demand: whole, or a slice (one device's

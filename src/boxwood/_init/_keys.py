@@ -26,10 +26,6 @@ _MASK = 0xFFFFFFFF
 _SMALL = 8
 
 
-def _rotl(x: np.ndarray, d: int) -> np.ndarray:
-    return (x << np.uint32(d)) | (x >> np.uint32(32 - d))
-
-
 def threefry2x32(k0: Any, k1: Any, x0: np.ndarray, x1: np.ndarray) -> tuple:
     """The Threefry-2x32 hash (20 rounds) of the counters `(x0, x1)` under the key
     `(k0, k1)`, on uint32 NumPy arrays; the same function as JAX's

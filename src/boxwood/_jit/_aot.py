@@ -52,7 +52,7 @@ class Lowered:
         return getattr(self.flat, name)
 
     def __repr__(self) -> str:
-        return f"boxwood.Lowered({self._call.name})"
+        return f"Lowered({self._call.name})"
 
 
 class Compiled:
@@ -78,7 +78,7 @@ class Compiled:
         return getattr(self.flat, name)
 
     def __repr__(self) -> str:
-        return f"boxwood.Compiled({self._call.name})"
+        return f"Compiled({self._call.name})"
 
 
 class JitCall:

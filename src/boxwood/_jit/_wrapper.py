@@ -112,7 +112,7 @@ class JitWrapper:
         sharding, as in `jax.jit(f).lower`: a model and its optimiser state can be
         compiled, and their memory read, from shapes alone.
 
-        **Returns:** a `boxwood.Lowered`.
+        **Returns:** a `Lowered`, whose `compile()` gives a `Compiled`.
         """
         return self.lower_with(lambda: (), args, kwargs)
 

@@ -197,6 +197,7 @@ class ModelConfig:
                     f"{', '.join(sorted(fields | set(cls.REQUIRED)))}."
                 )
         config = cls(**kwargs, extra=IgnoredOptions(extra))
+        _check_types(config, where)
         config.validate(where)
         return config
 
@@ -267,6 +268,28 @@ class ModelConfig:
         out["model_type"] = self.model_type
         out["architectures"] = [self.architecture]
         return out
+
+
+# A field annotated with one of these takes values of these types (a JSON number
+# for a float may be written as an integer; `bool` is an `int`, but not a size).
+_SIMPLE = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def _check_types(config: Any, where: str) -> None:
+    """Each field annotated as a plain `int`, `float`, `bool` or `str` holds one,
+    so that a wrong type in a file is named here, not met as an arithmetic error."""
+    for f in dataclasses.fields(config):
+        allowed = _SIMPLE.get(f.type) if isinstance(f.type, str) else None
+        value = getattr(config, f.name)
+        if allowed is None or (
+            isinstance(value, allowed)
+            and not (isinstance(value, bool) and bool not in allowed)
+        ):
+            continue
+        raise ConfigError(
+            f"{where}the option `{f.name}` = {value!r} must be of type {f.type} "
+            f"(got {type(value).__name__})."
+        )
 
 
 def check_rates(

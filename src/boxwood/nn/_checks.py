@@ -35,9 +35,3 @@ def check_input(
         )
         raise ValueError(f"{name}: expected {what} of shape {shown}, got {shape}.")
 
-
-def check_floating(x: Any, name: str, *, what: str = "input") -> None:
-    if not jnp.issubdtype(jnp.result_type(x), jnp.inexact):
-        raise TypeError(
-            f"{name}: expected a floating-point {what}, got dtype {jnp.result_type(x)}."
-        )
