@@ -34,4 +34,3 @@ def check_input(
             + ")"
         )
         raise ValueError(f"{name}: expected {what} of shape {shown}, got {shape}.")
-
