@@ -104,12 +104,13 @@ def test_summary_paths_are_the_dotted_paths(getkey):
 
 
 def test_summary_html_and_max_rows(getkey):
-    table = bw.summary([nn.Linear(2, 2, key=getkey()) for _ in range(30)], max_rows=5)
+    layer = nn.Linear(2, 2, key=getkey())
+    table = bw.summary([layer] * FOLD_AT, max_rows=5)  # 17 rows: none folded
     html = table._repr_html_()
     assert html.count("<tr><td") == 5 + 2  # five rows, the "more" row, the total
-    assert "… 26 more modules" in html
-    assert "... 26 more modules (summary(model, max_rows=...) shows more)" in str(table)
-    assert "total: 180 params, 720 B" in html
+    assert "… 12 more modules" in html
+    assert "... 12 more modules (summary(model, max_rows=...) shows more)" in str(table)
+    assert "total: 96 params, 384 B" in html
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.5])

@@ -201,7 +201,10 @@ class _Method:
 
 
 def _is_magic(name: str) -> bool:
-    return name.startswith("__") and name.endswith("__")
+    # IPython's display hooks (`_repr_html_`, ...) too: a front end such as
+    # treescope takes only a real bound method for one
+    hook = name.startswith(("_repr_", "_ipython_")) and name.endswith("_")
+    return hook or (name.startswith("__") and name.endswith("__"))
 
 
 def _is_method(cls: Any, name: str, value: Any) -> bool:
@@ -317,9 +320,18 @@ class Module(Instance, metaclass=_ModuleMeta):
 
         return tree_pformat(self)
 
-    # `_repr_html_` (notebooks) and `__treescope_repr__` are set on this class by
-    # `boxwood/_display.py` when the package is imported: display depends on
-    # modules, never the reverse.
+    def _repr_html_(self) -> str:
+        """What a notebook shows for a module that ends a cell: a collapsible tree
+        (treescope's rendering once treescope is IPython's default renderer)."""
+        from .._display import notebook_html
+
+        return notebook_html(self)
+
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+        """The module as its constructor in treescope (an optional extra)."""
+        from .._display import treescope_repr
+
+        return treescope_repr(self, path, subtree_renderer)
 
 
 class BoundMethod(Module):

@@ -102,6 +102,11 @@ class StateIndex(Module, Generic[_Value]):
     marker: Any = field(static=True)
     init: Any
 
+    def __boxwood_shown_fields__(self) -> tuple[str, ...]:
+        # what the displays show (`_display/`): the initial value, if any; not the
+        # marker, an internal key (the path the model's `State` was built with)
+        return () if self.init is None else ("init",)
+
     def __init__(self, init: _Value):
         """**Arguments:**
 
