@@ -1,6 +1,7 @@
 """`Module._repr_html_`, `boxwood.summary` and the treescope rendering."""
 
 import re
+import types
 
 import jax
 import jax.numpy as jnp
@@ -146,6 +147,81 @@ def test_treescope_names_functions_as_repr_does(getkey):
     text = treescope.render_to_text(model)
     assert "activation=<function gelu>," in text
     assert "StaticFunction" not in text and "jax.nn.gelu" not in text
+    # no comment naming the object that carries the name, nor its address
+    assert "FunctionName" not in text and " at 0x" not in text
+
+
+def _shell(monkeypatch):
+    """An IPython shell's display machinery, as a kernel formats a cell's value,
+    with `IPython.get_ipython()` returning it."""
+    ipython = pytest.importorskip("IPython")
+    from IPython.core.formatters import DisplayFormatter
+
+    shell = types.SimpleNamespace(display_formatter=DisplayFormatter())
+    monkeypatch.setattr(ipython, "get_ipython", lambda: shell)
+    return shell
+
+
+def test_treescope_takes_over_a_cells_value_once_set_up(getkey, monkeypatch):
+    treescope = pytest.importorskip("treescope")
+    shell = _shell(monkeypatch)
+    model = nn.MLP(2, 1, 4, 1, key=getkey())
+    html = shell.display_formatter.format(model)[0]["text/html"]
+    assert 'class="bw-tree"' in html  # boxwood's tree by default
+    treescope.register_as_default()  # what `basic_interactive_setup()` does first
+    html = shell.display_formatter.format(model)[0]["text/html"]
+    assert "treescope-container" in html and 'class="bw-tree"' not in html
+    # asked directly, a module still gives boxwood's tree; treescope's own
+    # rendering attaches it as the "rich HTML" view, and names functions
+    assert 'class="bw-tree"' in model._repr_html_()
+    html = treescope.render_to_html(model, compressed=False)
+    assert "bw-tree" in html and "&lt;function relu&gt;" in html
+    assert "FunctionName" not in html
+
+
+def test_display_hooks_are_plain_methods():
+    class Shown(bw.Module):
+        x: jax.Array
+
+        def _repr_html_(self):
+            return "<b>shown</b>"
+
+    shown = Shown(jnp.ones(2))
+    assert isinstance(shown._repr_html_, types.MethodType)  # treescope takes it
+    assert isinstance(nn.Identity()._repr_html_, types.MethodType)
+    assert isinstance(nn.Identity().__treescope_repr__, types.MethodType)
+
+
+def test_summary_folds_long_sequences_as_the_tree_does(getkey):
+    layer = nn.Linear(2, 2, key=getkey())  # 6 parameters
+    model = nn.Sequential([layer] * 100)
+    table = bw.summary(model)
+    paths = [r.path for r in table.rows]
+    head = [f"layers.{i}" for i in range(FOLD_HEAD)]
+    assert paths == ["(root)", *head, f"layers.{FOLD_HEAD} … layers.99"]
+    fold = table.rows[-1]
+    assert (fold.type, fold.folded, fold.depth) == ("92 × Linear", 92, 1)
+    assert (fold.params, table.params) == (92 * 6, 100 * 6)
+    assert re.search(
+        r"^  layers\.8 … layers\.99\s+92 × Linear\s+552\s", str(table), re.M
+    )
+    assert "… 92 more (92 × Linear)" in module_html(model)
+    # a folded entry's own submodules get no rows either
+    blocks = nn.Sequential([nn.Sequential([layer, nn.Lambda(jnp.tanh)])] * 20)
+    rows = bw.summary(blocks).rows
+    assert len(rows) == 1 + FOLD_HEAD * 3 + 1  # Sequential, Linear, Lambda
+    assert rows[-1].type == "12 × Sequential" and rows[-1].params == 12 * 6
+
+
+def test_equinox_modules_show_as_modules(getkey):
+    eqx = pytest.importorskip("equinox")
+    if eqx.Module is bw.Module:  # replaced by boxwood in this process
+        pytest.skip("equinox is boxwood here")
+    linear = eqx.nn.Linear(2, 3, key=getkey())
+    assert [(r.path, r.params) for r in bw.summary(linear).rows] == [("(root)", 9)]
+    html = module_html(linear)
+    assert 'weight: <span class="bw-arr">f32[3,2]</span>' in html
+    assert 'in_features = <span class="bw-static">2</span>' in html
 
 
 def test_wrapped_functions_are_static_entries_not_nodes(getkey):

@@ -1,3 +1,6 @@
+import copy
+import pickle
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -161,3 +164,13 @@ def test_plain_activations_are_static(getkey):
     assert mlp.activation.fn is jnp.tanh
     assert all(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(mlp))
     assert jax.jit(lambda m, x: m(x))(mlp, jnp.ones(3)).shape == ()
+
+
+def test_default_activations_pickle_and_deep_copy_to_equal_models(getkey):
+    mlp = nn.MLP(2, 1, width_size=4, depth=1, key=getkey())  # jax.nn.relu
+    for clone in (pickle.loads(pickle.dumps(mlp)), copy.deepcopy(mlp)):
+        assert clone == mlp
+        assert jax.tree_util.tree_structure(clone) == jax.tree_util.tree_structure(mlp)
+    # also a jitted function (jnp.tanh) held by name
+    tanh = nn.Lambda(jnp.tanh)
+    assert pickle.loads(pickle.dumps(tanh)) == tanh == copy.deepcopy(tanh)

@@ -10,7 +10,7 @@ from typing import Any
 
 from .._finite import finite_report
 from .._pretty import function_name
-from ._treescope import rendered_by_treescope, treescope_html
+from ._treescope import asked_by_treescope, treescope_html
 from ._walk import (
     FOLD_AT,
     FOLD_HEAD,
@@ -38,9 +38,10 @@ _STYLE = (
 
 def notebook_html(module: Any) -> str:
     """`Module._repr_html_`: boxwood's HTML tree (`module_html`), or treescope's
-    rendering once treescope is IPython's default renderer
-    (`treescope.basic_interactive_setup()` or `register_as_default()`)."""
-    if rendered_by_treescope():
+    rendering when treescope's IPython renderer asks (once treescope is IPython's
+    default renderer: `treescope.basic_interactive_setup()`)."""
+    # the frames up: this function, `Module._repr_html_`, its caller
+    if asked_by_treescope(depth=2):
         return treescope_html(module)
     return module_html(module)
 

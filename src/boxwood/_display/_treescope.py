@@ -6,17 +6,11 @@ IPython itself: both are read from `sys.modules`, where the user's setup put the
 
 from __future__ import annotations
 
-import contextvars
 import sys
 from typing import Any
 
 from .._pretty import function_name
 from ._walk import module_fields
-
-# Set while boxwood renders a module through treescope: the `_repr_html_` that
-# treescope then calls (for the "rich HTML" view it attaches to an object that has
-# one) gives boxwood's own tree, not treescope's rendering again.
-_IN_TREESCOPE = contextvars.ContextVar("boxwood_in_treescope", default=False)
 
 
 class FunctionName:
@@ -61,26 +55,26 @@ def treescope_repr(module: Any, path: str | None, subtree_renderer: Any) -> Any:
     )
 
 
-def rendered_by_treescope() -> bool:
-    """Whether treescope is IPython's default HTML renderer in this process (it
-    registers itself as the renderer of `object`), and boxwood is not already
-    rendering through it."""
+def asked_by_treescope(depth: int) -> bool:
+    """Whether the caller `depth` frames up is treescope's IPython renderer, which
+    treescope registers as IPython's renderer of every object
+    (`treescope.basic_interactive_setup()` or `register_as_default()`), and which
+    takes an object's `_repr_html_`, when it has one, as the whole display.
+    Rendering a module, treescope also asks it for the HTML view it attaches
+    ("Rich HTML representation"): that one is boxwood's tree."""
     ipython = sys.modules.get("IPython")
-    if _IN_TREESCOPE.get() or ipython is None or "treescope" not in sys.modules:
+    if ipython is None or "treescope" not in sys.modules:
         return False
     shell = ipython.get_ipython()
     formatters = getattr(getattr(shell, "display_formatter", None), "formatters", {})
-    html = formatters.get("text/html")
-    printer = getattr(html, "type_printers", {}).get(object)
-    return getattr(printer, "__module__", "").startswith("treescope.")
+    printer = getattr(formatters.get("text/html"), "type_printers", {}).get(object)
+    if not getattr(printer, "__module__", "").startswith("treescope."):
+        return False
+    return sys._getframe(depth + 1).f_code is getattr(printer, "__code__", None)
 
 
 def treescope_html(module: Any) -> str:
     """Treescope's HTML rendering of `module`, as its IPython display gives it."""
     import treescope
 
-    token = _IN_TREESCOPE.set(True)
-    try:
-        return treescope.render_to_html(module, ignore_exceptions=True, compressed=True)
-    finally:
-        _IN_TREESCOPE.reset(token)
+    return treescope.render_to_html(module, ignore_exceptions=True, compressed=True)

@@ -12,6 +12,8 @@ arrays are trained, exactly as in Equinox.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +53,39 @@ class StaticFunction(Module):
         **Returns:** `fn(*args, **kwargs)`.
         """
         return self.fn(*args, **kwargs)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled or deep-copied: a function that its module names is kept as that
+        # name. `jax.nn.relu` (`MLP`'s default, a `custom_jvp`) and `jnp.tanh` (a
+        # jitted function) do not pickle by themselves, and a deep copy of either
+        # is a new object, so the copied model's static field, and the model,
+        # would differ (pinned by tests/test_nn_mlp.py,
+        # test_default_activations_pickle_and_deep_copy_to_equal_models).
+        name = importable_name(self.fn)
+        if name is None:
+            return super().__reduce_ex__(protocol)
+        return (static_function_named, name)
+
+
+def importable_name(fn: Any) -> tuple[str, str] | None:
+    """`(module, qualified name)` under which `fn` is found by import, or `None`."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return (module, qualname) if found is fn and found is not None else None
+
+
+def static_function_named(module: str, qualname: str) -> StaticFunction:
+    """The `StaticFunction` of the function `module.qualname` (what a pickled one
+    holds; see `StaticFunction.__reduce_ex__`)."""
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return StaticFunction(found)
 
 
 def has_arrays(tree: Any) -> bool:
