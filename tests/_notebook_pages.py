@@ -6,7 +6,8 @@ cells hold the page's Python blocks verbatim and in the same order, with cells o
 the notebook's own (plots, prints) between them, and each `>>>` line of the page's
 doctests is a cell of its own whose result is the doctest's expected output. So
 running the notebook once runs the page: `check` compares the two, on the
-notebook's sources alone or, once it has run, on its results too.
+notebook's sources alone or on its committed results too (which nbval holds
+equal to a fresh run's).
 """
 
 from __future__ import annotations

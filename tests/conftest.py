@@ -1,37 +1,10 @@
 import contextlib
 import gc
-import importlib.util
 import os
 
-from _child_flags import xla_accepts  # tests/ is on sys.path; imports no JAX
+from _child_flags import quick_cpu_compiles  # tests/ is on sys.path; no JAX
 
-
-def _quick_cpu_compiles():
-    """XLA's CPU code generation at its lowest optimisation level, and with its
-    older fusion code generators in place of the MLIR fusion emitters: the
-    suite's programs are tiny, and most of its time went to compiling them (a
-    one-layer model's training step compiles about three times faster at the
-    lowest level; the older emitters take about 30% off what is left). Results
-    are the same programs' results, up to rounding; set only where no
-    accelerator plugin is installed and `XLA_FLAGS` does not already choose
-    (subprocesses, xdist's workers among them, inherit it)."""
-    if any(importlib.util.find_spec(m) for m in ("libtpu", "jax_plugins")):
-        return
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    wanted = [
-        f"{name}={value}"
-        for name, value in (
-            ("--xla_backend_optimization_level", "0"),
-            ("--xla_cpu_use_fusion_emitters", "false"),
-        )
-        if not any(f.startswith(name) for f in flags)
-    ]
-    if wanted and not xla_accepts(wanted):  # one probe, or one per flag
-        wanted = [flag for flag in wanted if xla_accepts([flag])]
-    os.environ["XLA_FLAGS"] = " ".join(flags + wanted)
-
-
-_quick_cpu_compiles()  # before JAX starts its backend (below)
+quick_cpu_compiles()  # before JAX starts its backend (below)
 
 import jax  # noqa: E402
 import jax.random as jr  # noqa: E402

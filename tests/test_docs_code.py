@@ -19,7 +19,7 @@ from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
 from _notebook_pages import RUN_AS_NOTEBOOK, check
 
 # Pages run as their notebooks (tests/_notebook_pages.py) are checked against them
-# here and run in tests/test_notebooks.py.
+# here and run as those notebooks (notebooks/conftest.py).
 RUNNABLE = [
     p
     for p in PAGES
@@ -82,8 +82,9 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(RUN_AS_NOTEBOOK))
 def test_a_page_run_as_a_notebook_is_its_code_cells(name):
-    """The notebook holds the page's blocks verbatim, in order (its run, with the
-    doctests' results, is checked in tests/test_notebooks.py)."""
+    """The notebook holds the page's blocks verbatim, in order (its committed
+    outputs hold the doctests' results, checked in tests/test_notebooks.py, and a
+    fresh run gives those outputs, checked by nbval in notebooks/conftest.py)."""
     nbformat = pytest.importorskip("nbformat")
     notebook = nbformat.read(ROOT / "notebooks" / RUN_AS_NOTEBOOK[name], as_version=4)
     check(ROOT / "docs" / name, notebook, results=False)
