@@ -8,6 +8,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
 from _notebook_run import NotebookFile  # noqa: E402
 
+# not a test module (as tests/conftest.py is "conftest" already, pytest's
+# doctest collector could not import this one under that name)
+collect_ignore = ["conftest.py"]
+
 
 def pytest_collect_file(file_path, parent):
     # an executed copy (`jupyter execute ... --output=NAME-run`) is not a notebook

@@ -93,8 +93,9 @@ def test_notebook_outputs_make_the_claims_of_its_prose(path):
 
 def test_the_comparison_ignores_only_what_varies():
     """notebooks/sanitize.cfg: what nbval replaces before comparing outputs."""
-    from _notebook_run import SANITIZE
     from nbval.plugin import get_sanitize_patterns
+
+    from _notebook_run import SANITIZE
 
     patterns = get_sanitize_patterns(SANITIZE.read_text())
     assert patterns  # read as nbval reads it
