@@ -81,8 +81,12 @@ def short_repr(x: Any, limit: int = REPR_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _not_the_root(root: Any) -> Any:
-    return lambda y: y is not root
+def _is_node(x: Any) -> bool:
+    """Whether JAX flattens `x` as a node. One level of flattening (every child a
+    leaf): a leaf itself is the treedef `*`; a node has a node above its leaves (a
+    module whose fields are all static has no leaves at all)."""
+    one_level = jax.tree_util.tree_structure(x, is_leaf=lambda y: y is not x)
+    return one_level.num_nodes > one_level.num_leaves
 
 
 def is_module(x: Any, memo: LeafMemo) -> bool:
@@ -91,13 +95,7 @@ def is_module(x: Any, memo: LeafMemo) -> bool:
     cls = type(x)
     found = memo.modules.get(cls)
     if found is None:
-        # one level of flattening (every child a leaf): a leaf itself is the
-        # treedef `*`; a node has a node above its leaves (a module whose fields are
-        # all static has no leaves at all)
-        one_level = jax.tree_util.tree_structure(x, is_leaf=_not_the_root(x))
-        found = dataclasses.is_dataclass(cls) and one_level.num_nodes > (
-            one_level.num_leaves
-        )
+        found = dataclasses.is_dataclass(cls) and _is_node(x)
         memo.modules[cls] = found
     return found
 
