@@ -152,3 +152,42 @@ EXPECTED = {
         "CacheInfo(hits=199, misses=1, traces=1, size=1)",
     ],
 }
+
+
+def test_a_changed_output_fails_the_notebooks_run(tmp_path):
+    """The suite's run of a notebook (notebooks/conftest.py) fails at the first
+    cell whose fresh output differs from the committed one, once sanitized."""
+    import subprocess
+    import sys
+
+    from _child_flags import child_env
+
+    v4 = nbformat.v4
+    cells = [
+        v4.new_code_cell(
+            'print("at 0x7f00aa11bb22")',
+            execution_count=1,
+            outputs=[v4.new_output("stream", name="stdout", text="at 0x55dd00ee\n")],
+        ),
+        v4.new_code_cell(
+            "print(1 + 1)",
+            execution_count=2,
+            outputs=[v4.new_output("stream", name="stdout", text="3\n")],
+        ),
+    ]
+    nbformat.write(v4.new_notebook(cells=cells), tmp_path / "changed.ipynb")
+    (tmp_path / "conftest.py").write_text(  # notebooks/conftest.py's collector
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+        "from _notebook_run import NotebookFile\n\n"
+        "def pytest_collect_file(file_path, parent):\n"
+        "    if file_path.suffix == '.ipynb':\n"
+        "        return NotebookFile.from_parent(parent, path=file_path)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+         "no:xdist", str(tmp_path)],
+        cwd=tmp_path, env=child_env(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert "1 failed" in done.stdout, done.stdout[-2000:]
+    assert "Cell 1: " in done.stdout and "mismatch 'stdout'" in done.stdout
+    assert "Cell 0: " not in done.stdout  # the address is sanitized
