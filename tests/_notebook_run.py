@@ -108,7 +108,9 @@ def refresh(paths: list[str]) -> None:
     for name in paths:
         path = pathlib.Path(name).resolve()
         notebook = nbformat.read(path, as_version=4)
-        client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3")
+        client = nbclient.NotebookClient(
+            notebook, timeout=600, kernel_name="python3", record_timing=False
+        )
         client.execute(cwd=str(path.parent), env=kernel_env(path))
         nbformat.write(notebook, path)
         print("refreshed", path.relative_to(ROOT))

@@ -55,6 +55,8 @@ def test_notebook_is_committed_with_its_outputs(path):
     _, code, outputs, _ = _committed(path)
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
     assert not [o for o in outputs if o.output_type == "error"]
+    # no run's timestamps (`record_timing`): a refresh changes only outputs
+    assert not [c for c in code if "execution" in c.metadata]
     # no warning on stderr, no progress bar (what a reader should not see)
     stderr = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
     assert "Warning" not in stderr and "it/s" not in stderr, stderr[:300]
