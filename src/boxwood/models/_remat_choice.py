@@ -261,7 +261,12 @@ def choose_remat(
         )
     limit = _device_limit() if memory_limit is None else int(memory_limit)
     budget = None if limit is None else limit * (1 - margin)
-    jitted = filter_jit(step)
+    # a plain function around `step`: `step` may be a `filter_jit` wrapper
+    # itself, whose donation must not apply (it is traced inside this one)
+    def call(*arguments: Any) -> Any:
+        return step(*arguments)
+
+    jitted = filter_jit(call)
     rows, models = [], {}
     for policy in policies:
         models[policy] = model.with_remat(None if policy == "none" else policy)
