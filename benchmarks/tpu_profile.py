@@ -73,13 +73,16 @@ def _step(who: str, case: cases.TrainCase, kind: str) -> tuple:
                                   dropout=dropout is not None)  # fmt: skip
     state = optimiser.init(bw.filter(model, bw.is_inexact_array))
     step = _acc_boxwood.step_function(optimiser, loss)
-    key = None if dropout is None else jax.random.key(5)
+    base, count = jax.random.key(5), [0]
+
+    def key() -> Any:  # a new key each step (the step donates the one it gets)
+        count[0] += 1
+        return None if dropout is None else jax.random.fold_in(base, count[0])
 
     def following(out: Any, args: tuple) -> tuple:
-        k = args[3] if args[3] is None else jax.random.fold_in(args[3], 1)
-        return (ids, out[0], out[1], k)
+        return (ids, out[0], out[1], key())
 
-    return step, (ids, model, state, key), following
+    return step, (ids, model, state, key()), following
 
 
 def _opcodes(text: str) -> dict[str, int]:

@@ -38,29 +38,37 @@ def test_without_a_limit_every_policy_fits_and_the_fastest_is_taken(free_choice)
     assert model.remat == (False if fastest.policy == "none" else
                            True if fastest.policy == "full" else fastest.policy)  # fmt: skip
     none, dots, full = (r.peak_bytes for r in choice.rows)
-    assert none > dots > full > 0  # keeping less takes less
+    assert none >= dots >= full > 0  # keeping less takes less
+    if jax.default_backend() == "cpu":  # a TPU pads this tiny stack to one size
+        assert none > dots > full
     assert "step" in str(choice) and choice.policy in str(choice)
 
 
-def test_a_policy_over_the_limit_is_not_run_and_not_chosen(free_choice):
-    full = free_choice[1].rows[2].peak_bytes
-    model, choice = bm.choose_remat(
-        _grad, _stack(), X, memory_limit=int(full / 0.9) + 1, repeats=1
-    )
+@pytest.fixture
+def fake_memory(monkeypatch):
+    """Each compiled step's memory, faked: 3000, 2000 and 1000 bytes for the
+    candidates in the order compiled (none, dots, full), on any backend."""
+    sizes = iter([3000, 2000, 1000] * 3)
+    monkeypatch.setattr(bm._remat_choice, "_peak", lambda compiled: (next(sizes), 0))
+
+
+def test_a_policy_over_the_limit_is_not_run_and_not_chosen(fake_memory):
+    model, choice = bm.choose_remat(_grad, _stack(), X, memory_limit=2000, repeats=1)
     assert choice.policy == "full" and model.remat is True
-    assert [r.fits for r in choice.rows] == [False, False, True]
+    assert [r.peak_bytes for r in choice.rows] == [3000, 2000, 1000]
+    assert [r.fits for r in choice.rows] == [False, False, True]  # 90% of 2000
     assert [r.step_seconds is None for r in choice.rows] == [True, True, False]
     assert "none, dots_with_no_batch_dims_saveable did not fit" in choice.reason
+    assert choice.limit_bytes == 2000 and "limit" in str(choice)
 
 
-def test_when_nothing_fits_the_smallest_is_returned_with_a_warning():
+def test_when_nothing_fits_the_smallest_is_returned_with_a_warning(fake_memory):
     with pytest.warns(
         UserWarning, match="no remat policy's step fits.*'full', the smallest"
     ):
-        model, choice = bm.choose_remat(
-            _grad, _stack(), X, policies=("none", "full"), memory_limit=1000
-        )
+        model, choice = bm.choose_remat(_grad, _stack(), X, memory_limit=500)
     assert choice.policy == "full" and "no policy fits" in choice.reason
+    assert model.remat is True
 
 
 @jax.numpy_dtype_promotion("standard")  # optax's Adam mixes int32 counts and floats
@@ -81,12 +89,12 @@ def test_a_training_step_with_its_optimiser_state():
 
     chosen, choice = bm.choose_remat(
         lambda s, o, x: train_step(x, s, o), stack, state, X,
-        policies=("none", "full"), repeats=1,
+        policies=("full",), repeats=1,
     )  # fmt: skip
     assert not stack.layers.layers[0].weight.is_deleted()  # nothing donated
-    assert chosen.remat == (choice.policy == "full")
+    assert choice.policy == "full" and chosen.remat is True
     with pytest.raises(ValueError, match="pytree"):  # the state before the choice
-        train_step(X, chosen.with_remat(not chosen.remat), state)
+        train_step(X, chosen, state)
     _, _, loss = train_step(X, chosen, choice.apply(state))
     assert jnp.isfinite(loss)
 
