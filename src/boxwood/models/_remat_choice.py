@@ -261,6 +261,7 @@ def choose_remat(
         )
     limit = _device_limit() if memory_limit is None else int(memory_limit)
     budget = None if limit is None else limit * (1 - margin)
+
     # a plain function around `step`: `step` may be a `filter_jit` wrapper
     # itself, whose donation must not apply (it is traced inside this one)
     def call(*arguments: Any) -> Any:
