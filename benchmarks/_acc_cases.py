@@ -21,13 +21,27 @@ MEMORY = "memory of a training step (compiled.memory_analysis)"
 
 # Result columns, in the table's order; `bound` holds the device's limit.
 CONTENDERS = (
-    "boxwood", "boxwood, unrolled", "pure JAX", "Flax NNX", "Equinox", "bound"
+    "boxwood", "boxwood, whole logits", "boxwood, unrolled", "pure JAX",
+    "Flax NNX", "Equinox",
+    "boxwood, dropout (rbg)", "boxwood, dropout (threefry)", "bound",
 )  # fmt: skip
 LIBS = {"boxwood": "boxwood", "boxwood_unrolled": "boxwood, unrolled",
-        "jax": "pure JAX", "nnx": "Flax NNX", "eqx": "Equinox"}  # fmt: skip
+        "boxwood_whole": "boxwood, whole logits",
+        "boxwood_dropout_rbg": "boxwood, dropout (rbg)",
+        "boxwood_dropout_threefry": "boxwood, dropout (threefry)",
+        "jax": "pure JAX",
+        "nnx": "Flax NNX", "eqx": "Equinox"}  # fmt: skip
 # boxwood's contenders: each `lib` and the `with_unroll` setting of its blocks
 # (1: scanned one block at a time; True: a Python loop, no scan)
-BOXWOOD_UNROLL = {"boxwood": 1, "boxwood_unrolled": True}
+BOXWOOD_UNROLL = {"boxwood": 1, "boxwood_unrolled": True, "boxwood_whole": 1,
+                  "boxwood_dropout_rbg": 1, "boxwood_dropout_threefry": 1}  # fmt: skip
+# the loss of boxwood's contenders: `causal_lm_loss` (chunked) or the whole
+# float32 logits, as the hand-written step takes it
+BOXWOOD_LOSS = {"boxwood_whole": "whole"}
+# the dropout of boxwood's contenders: the generator of the masks (GPT-2's
+# config rates, 0.1, on the embeddings and the residual branches; none on the
+# attention probabilities, which would replace the fused attention kernel)
+BOXWOOD_DROPOUT = {"boxwood_dropout_rbg": "rbg", "boxwood_dropout_threefry": "threefry"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +78,20 @@ class TrainCase:
         return parameter_count(self.name, self.options)
 
     @property
+    def product_params(self) -> int:
+        """The parameters of the weight products: every block's matrices and the
+        output projection; not the input embedding lookups (GPT-2's `wpe`, the
+        Llama's untied `embed_tokens`: no product reads them; GPT-2's `wte` is
+        counted once, as the tied output projection), biases or norms."""
+        return product_parameter_count(self.name, self.options)
+
+    @property
     def flops_per_token(self) -> float:
-        """Model FLOPs of one trained token: `6 * params` (forward and backward of
-        every parameter's multiply-add) plus attention's two `seq x seq` products,
-        `12 * layers * width * seq` (the causal half not subtracted), as in
-        PaLM's and llm.c's MFU. Rematerialised work is not counted."""
-        return 6.0 * self.params + 12.0 * self.layers * self.width * self.seq
+        """Model FLOPs of one trained token: `6 * product_params` (forward and
+        backward of every weight product's multiply-add) plus attention's two
+        `seq x seq` products, `12 * layers * width * seq` (the causal half not
+        subtracted), as in PaLM's MFU. Rematerialised work is not counted."""
+        return 6.0 * self.product_params + 12.0 * self.layers * self.width * self.seq
 
 
 def parameter_count(name: str, o: dict[str, Any]) -> int:
@@ -83,6 +105,18 @@ def parameter_count(name: str, o: dict[str, Any]) -> int:
     block = attn + 3 * d * inner + 2 * d
     heads = 1 if o.get("tie_word_embeddings", True) else 2
     return heads * o["vocab_size"] * d + layers * block + d
+
+
+def product_parameter_count(name: str, o: dict[str, Any]) -> int:
+    """`parameter_count` less what no matrix product reads (see
+    `TrainCase.product_params`)."""
+    if name == "gpt2":
+        d = o["n_embd"]
+        return o["vocab_size"] * d + o["n_layer"] * 12 * d * d
+    d, layers, inner = o["hidden_size"], o["num_hidden_layers"], o["intermediate_size"]
+    hd = d // o["num_attention_heads"]
+    attn = d * hd * (2 * o["num_attention_heads"] + 2 * o["num_key_value_heads"])
+    return o["vocab_size"] * d + layers * (attn + 3 * d * inner)
 
 
 @dataclasses.dataclass(frozen=True)

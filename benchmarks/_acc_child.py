@@ -114,7 +114,9 @@ def _trainer(spec: dict, lib: str, case: cases.TrainCase) -> tuple:
         import _acc_boxwood
 
         unroll = cases.BOXWOOD_UNROLL[lib]
-        return _acc_boxwood.trainer(case, kind, remat, ids, unroll)
+        loss = cases.BOXWOOD_LOSS.get(lib, "chunked")
+        dropout = cases.BOXWOOD_DROPOUT.get(lib)
+        return _acc_boxwood.trainer(case, kind, remat, ids, unroll, loss, dropout)
     if lib == "jax":
         import optax
 
@@ -293,8 +295,35 @@ def _memory(spec: dict, task: dict) -> list[dict]:
     return rows
 
 
+def _remat(spec: dict, task: dict) -> list[dict]:
+    """`boxwood.models.choose_remat` of boxwood's training step: each policy's
+    memory and step time, and the policy chosen."""
+    import _acc_boxwood
+
+    case = cases.train_cases(spec["quick"], spec.get("sizes"))[task["case"]]
+    choice = _acc_boxwood.remat_choice(case, spec["attention"], _ids(case))
+    print(str(choice), file=sys.stderr, flush=True)
+    rows = []
+    for r in choice.rows:
+        chosen = " (chosen)" if r.policy == choice.policy else ""
+        note = f"{'fits' if r.fits else 'does not fit'}{chosen}"
+        if r.peak_bytes is not None:
+            note += f", {r.peak_bytes / (1 << 30):.2f} GiB"
+        if r.error:
+            note += f"; {r.error}"
+        value = None if r.step_seconds is None else case.tokens / r.step_seconds
+        rows.append(row(cases.TRAIN, case.label, "boxwood",
+                        f"tokens/s, choose_remat: {r.policy}", value, "tok/s",
+                        note=note, peak_bytes=r.peak_bytes,
+                        compile_s=r.compile_seconds, chosen=bool(chosen),
+                        reason=choice.reason))  # fmt: skip
+    return rows
+
+
 def _run(spec: dict, task: dict) -> list[dict]:
     kind = task["task"]
+    if kind == "remat":
+        return _remat(spec, task)
     if kind == "device":
         return _device(spec)
     if kind in ("train", "first"):
@@ -306,7 +335,7 @@ def _run(spec: dict, task: dict) -> list[dict]:
     raise ValueError(f"unknown task {kind!r}")
 
 
-_FIGURES = {"train": cases.TRAIN, "first": cases.TRAIN, "generate": cases.GENERATE,
+_FIGURES = {"train": cases.TRAIN, "first": cases.TRAIN, "remat": cases.TRAIN, "generate": cases.GENERATE,
             "memory": cases.MEMORY, "device": cases.DEVICE}  # fmt: skip
 
 

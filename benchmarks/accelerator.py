@@ -40,7 +40,8 @@ from _acc_report import finish, markdown  # noqa: E402
 
 CHILD = str(HERE / "_acc_child.py")
 GROUPS = (
-    "device", "gpt2", "unrolled", "llama", "generate", "ecosystem", "cache", "memory"
+    "device", "gpt2", "whole", "dropout", "remat", "unrolled", "llama", "generate",
+    "ecosystem", "cache", "memory",
 )  # fmt: skip
 POLICIES = ("none", "dots_with_no_batch_dims_saveable", "full")
 
@@ -117,6 +118,14 @@ def _plan(args: argparse.Namespace) -> list[tuple[str, str, list[dict], dict]]:
          [{"task": "env"}, {"task": "device"}], {}),
         ("gpt2", "boxwood, GPT-2 training", [train("boxwood", "gpt2")], {}),
         ("gpt2", "pure JAX, GPT-2 training", [train("jax", "gpt2")], {}),
+        ("whole", "boxwood, GPT-2 training, the whole-logits loss",
+         [train("boxwood_whole", "gpt2")], {}),
+        ("dropout", "boxwood, GPT-2 training, dropout 0.1, rbg masks",
+         [train("boxwood_dropout_rbg", "gpt2")], {}),
+        ("dropout", "boxwood, GPT-2 training, dropout 0.1, threefry masks",
+         [train("boxwood_dropout_threefry", "gpt2")], {}),
+        ("remat", "boxwood, GPT-2, choose_remat",
+         [{"task": "remat", "lib": "boxwood", "case": "gpt2"}], {}),
         ("unrolled", "boxwood, GPT-2 training, blocks unrolled (with_unroll(True))",
          [train("boxwood_unrolled", "gpt2")], {}),
         ("llama", "boxwood, Llama training", [train("boxwood", "llama")], {}),

@@ -19,7 +19,10 @@
 # TPU_RUN_BENCH_ARGS (more options for accelerator.py, e.g. "--attention xla"),
 # TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, tests/test_tpu_only.py
 # at their head, then all of tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
-# for the tests that compare with `transformers` PyTorch).
+# for the tests that compare with `transformers` PyTorch), TPU_RUN_SHARD=k/n (run the
+# k-th of n shards of the test files: the suite across n calls), TPU_RUN_SITE (where
+# packages install; default .tpu-site/ in the checkout, on disk: never /tmp, which is
+# in RAM there and outlives the call). Each phase installs only what it needs.
 #
 # equinox and beartype are not in the machine's index: their wheels travel in the
 # git-ignored folder .whl-tpu/ (carry it with the tree), filled on a machine with
@@ -47,6 +50,13 @@ say() { echo "[tpu_run] $* (at $(elapsed) s)" | tee -a "$LOG"; }
 has() { "$PY" -c "import $1" >/dev/null 2>&1; }
 phase() { [[ ",$PHASES," == *",$1,"* ]]; }
 
+if [ -n "${TPU_RUN_SHARD:-}" ]; then
+  K=${TPU_RUN_SHARD%/*} N=${TPU_RUN_SHARD#*/}
+  if ! [[ "$K" =~ ^[0-9]+$ && "$N" =~ ^[0-9]+$ ]] || [ "$K" -lt 1 ] || [ "$K" -gt "$N" ]; then
+    echo "TPU_RUN_SHARD must be k/n with 1 <= k <= n, got '$TPU_RUN_SHARD'" >&2
+    exit 2
+  fi
+fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), cores: $(nproc)"
@@ -55,17 +65,37 @@ phase() { [[ ",$PHASES," == *",$1,"* ]]; }
 } >"$LOG"
 
 # boxwood from this tree; installed packages after what PYTHONPATH already names
-# (JAX's own folder first, never replaced).
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}:/tmp/site"
+# (JAX's own folder first, never replaced). They go into a folder of the
+# checkout (on disk, kept from call to call), not into /tmp, which is in RAM on
+# the TPU machine and is inherited by the next call.
+SITE=${TPU_RUN_SITE:-$PWD/.tpu-site}
+mkdir -p "$SITE"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}:$SITE"
 INDEX=file:///opt/pypi/simple
-PIP=("$PY" -m pip install --isolated -q --only-binary=:all: --target /tmp/site)
-if ls .whl-tpu/*.whl >/dev/null 2>&1; then
+PIP=("$PY" -m pip install --isolated -q --only-binary=:all: --target "$SITE")
+# What each phase needs, as module:package pairs; a phase's packages install only
+# when the phase runs (transformers, tokenizers and torch only with TPU_RUN_TORCH=1,
+# for the tests that compare with them).
+WANT_BASE="jaxtyping:jaxtyping wadler_lindig:wadler-lindig optax:optax"
+WANT_BENCH="safetensors:safetensors tqdm:tqdm"
+WANT_TESTS="pytest:pytest hypothesis:hypothesis safetensors:safetensors tqdm:tqdm"
+WANT_FLAX="flax:flax"
+NEEDS_ECOSYSTEM=0
+if phase bench && [[ ",${TPU_RUN_BENCH_ARGS:-}," != *"--only"* || "${TPU_RUN_BENCH_ARGS:-}" == *ecosystem* ]]; then
+  NEEDS_ECOSYSTEM=1
+fi
+phase tests && NEEDS_ECOSYSTEM=1
+GROUPS_TO_INSTALL=("$WANT_BASE")
+phase bench || phase curve && GROUPS_TO_INSTALL+=("$WANT_BENCH")
+phase tests && GROUPS_TO_INSTALL+=("$WANT_TESTS")
+[ "$NEEDS_ECOSYSTEM" = 1 ] && GROUPS_TO_INSTALL+=("$WANT_FLAX")
+[ "${TPU_RUN_TORCH:-0}" = 1 ] && GROUPS_TO_INSTALL+=("transformers:transformers tokenizers:tokenizers")
+if [ "$NEEDS_ECOSYSTEM" = 1 ] && ls .whl-tpu/*.whl >/dev/null 2>&1 && ! has equinox; then
   PIP_CONFIG_FILE=/dev/null timeout 60 "${PIP[@]}" --no-index --no-deps .whl-tpu/*.whl >>"$LOG" 2>&1 \
     || echo "the wheels of .whl-tpu/ did not install" >>"$LOG"
 fi
-# In three groups, so that a package the index lacks costs only its group.
-for group in "optax:optax jaxtyping:jaxtyping wadler_lindig:wadler-lindig safetensors:safetensors tqdm:tqdm pytest:pytest hypothesis:hypothesis" \
-  "flax:flax" "transformers:transformers tokenizers:tokenizers"; do
+# In groups, so that a package the index lacks costs only its group.
+for group in "${GROUPS_TO_INSTALL[@]}"; do
   WANT=()
   for pair in $group; do
     has "${pair%%:*}" || WANT+=("${pair#*:}")
@@ -79,6 +109,7 @@ if [ "${TPU_RUN_TORCH:-0}" = 1 ] && ! has torch && [ -d /opt/wheels ]; then
   PIP_CONFIG_FILE=/dev/null timeout 120 "${PIP[@]}" --index-url "$INDEX" --find-links /opt/wheels torch \
     >>"$LOG" 2>&1 || echo "torch did not install" >>"$LOG"
 fi
+echo "installed into $SITE: $(du -sh "$SITE" 2>/dev/null | cut -f1)" >>"$LOG"
 for m in jax optax jaxtyping flax equinox beartype pytest transformers torch; do
   "$PY" -c "import $m; print('$m', getattr($m, '__version__', '?'), $m.__file__)" >>"$LOG" 2>&1 \
     || echo "$m: not importable" >>"$LOG"
@@ -115,6 +146,16 @@ if phase tests; then
     for f in tests/test_*.py; do
       [[ " ${TESTS[*]} " == *" $f "* ]] || TESTS+=("$f")
     done
+  fi
+  # TPU_RUN_SHARD=k/n: the k-th of n shards of the files (every n-th file from
+  # the k-th), so that the suite runs across n calls, each within the limits.
+  if [ -n "${TPU_RUN_SHARD:-}" ]; then
+    SHARD=()
+    for i in "${!TESTS[@]}"; do
+      [ $((i % N)) -eq $((K - 1)) ] && SHARD+=("${TESTS[$i]}")
+    done
+    TESTS=("${SHARD[@]}")
+    say "shard $K/$N: ${#TESTS[@]} files"
   fi
   LEFT=$((TOTAL - $(elapsed) - 25))
   [ "$LEFT" -lt 30 ] && LEFT=30

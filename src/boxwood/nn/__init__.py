@@ -21,6 +21,8 @@ from ._conv_transpose import ConvTranspose1d as ConvTranspose1d
 from ._conv_transpose import ConvTranspose2d as ConvTranspose2d
 from ._conv_transpose import ConvTranspose3d as ConvTranspose3d
 from ._dropout import Dropout as Dropout
+from ._dropout_generator import dropout_generator as dropout_generator
+from ._dropout_generator import set_dropout_generator as set_dropout_generator
 from ._embedding import Embedding as Embedding
 from ._inference import inference_mode as inference_mode
 from ._linear import Identity as Identity

@@ -5,11 +5,11 @@ import warnings
 from typing import TypeVar
 
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, PRNGKeyArray
 
 from .._module import Module, field
 from .._warnings import user_stacklevel
+from ._dropout_generator import keep_mask
 
 _MSG_NO_KEY = (
     "Dropout(p={p}) is in training mode (`inference=False`) and needs a random key: "
@@ -45,6 +45,9 @@ class Dropout(Module):
     entries it keeps by `1/(1 - p)` (as `torch.nn.Dropout` does), so that the
     expected output equals the input. (Which entries are dropped differs from
     PyTorch for the same seed: the two use different random number generators.)
+    The mask is drawn with threefry from `key`, except on a TPU, where the
+    chip's own generator draws it, seeded from `key`: see
+    [`boxwood.nn.dropout_generator`][].
 
     `p` and `inference` are static: a model holds only arrays, and switching modes
     compiles once per mode. Switch every dropout in a model at once with
@@ -130,5 +133,5 @@ class Dropout(Module):
         if self.p == 1.0:
             return jnp.zeros_like(x)  # (avoids 0 * inf in the gradient)
         q = 1.0 - self.p
-        keep = jr.bernoulli(key, q, x.shape)
+        keep = keep_mask(key, q, x.shape)
         return jnp.where(keep, x * (1.0 / q), jnp.zeros_like(x))

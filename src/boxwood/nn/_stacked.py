@@ -38,6 +38,13 @@ def _check_remat(remat: Any) -> Any:
         callable(remat) and not isinstance(remat, str)
     ):
         return remat
+    if remat == "auto":
+        raise ValueError(
+            "Stacked: `remat='auto'` needs the step it is for: "
+            "`model, choice = boxwood.models.choose_remat(step, model, *args)` "
+            "compiles the step with each policy and keeps the fastest that fits "
+            "the device."
+        )
     raise ValueError(
         f"Stacked: `remat` must be False/None (off), True or 'full' (recompute "
         f"each layer on the backward pass), a `jax.checkpoint_policies` name "

@@ -1,0 +1,117 @@
+"""Which random bit generator draws dropout's masks: `dropout_generator`, and
+`keep_mask`, the mask itself."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+_NAMES = ("auto", "threefry", "rbg")
+# The setting is read when a dropout layer is traced; a thread's `with` block
+# is its own (another thread tracing at the same time keeps its setting).
+_local = threading.local()
+_default = ["auto"]
+
+
+def _current() -> str:
+    return getattr(_local, "name", None) or _default[0]
+
+
+def _check(name: Any) -> str:
+    if name not in _NAMES:
+        raise ValueError(
+            f"dropout_generator: `name` must be one of {', '.join(map(repr, _NAMES))} "
+            f"('auto': the hardware generator on a TPU, threefry elsewhere); "
+            f"got {name!r}."
+        )
+    return name
+
+
+def set_dropout_generator(name: str) -> str:
+    """Set the random bit generator of dropout's masks for the whole process
+    (see [`boxwood.nn.dropout_generator`][]); returns the previous setting.
+
+    **Arguments:**
+
+    - `name`: `"auto"` (the default), `"threefry"` or `"rbg"`.
+    """
+    previous = _default[0]
+    _default[0] = _check(name)
+    return previous
+
+
+@contextlib.contextmanager
+def dropout_generator(name: str) -> Iterator[None]:
+    """Within the block, dropout's masks ([`boxwood.nn.Dropout`][] and every
+    model's dropout) are drawn by the generator `name`:
+
+    - `"auto"` (the default): `"rbg"` when JAX's default backend is a TPU,
+      `"threefry"` elsewhere.
+    - `"threefry"`: the mask is `jax.random.bernoulli(key, 1 - p, shape)` with
+      the key as given: JAX's counter-based threefry, the same bits on every
+      backend.
+    - `"rbg"`: four words drawn from the key (by the key's own generator: one
+      small threefry hash for a threefry key) seed XLA's `RngBitGenerator`,
+      whose bits make the mask. On a TPU that is the chip's own generator, a
+      few operations per word; threefry there costs some twenty vector
+      operations per word and a larger program to compile.
+
+    ```python
+    with boxwood.nn.dropout_generator("rbg"):
+        loss = step(model, batch, key)  # traced here: masks from RngBitGenerator
+    ```
+
+    The setting is read when a dropout layer is traced, in this thread: a
+    function already compiled keeps the masks it was traced with. The keys
+    users pass are the same for both. [`boxwood.nn.set_dropout_generator`][]
+    sets it for the whole process. docs/layers.md gives the statistical
+    properties of each.
+
+    **Arguments:**
+
+    - `name`: `"auto"`, `"threefry"` or `"rbg"`.
+    """
+    _check(name)
+    outer = getattr(_local, "name", None)
+    _local.name = name
+    try:
+        yield
+    finally:
+        _local.name = outer
+
+
+def resolved_generator() -> str:
+    """The generator dropout traced now uses: `"threefry"` or `"rbg"`."""
+    name = _current()
+    if name == "auto":
+        return "rbg" if jax.default_backend() == "tpu" else "threefry"
+    return name
+
+
+def _rbg_key(key: Any) -> Any:
+    """An `rbg` key seeded by four words drawn from `key` (any implementation;
+    a key already of the `rbg` family is used as it is)."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        impl = str(jr.key_impl(key))
+        if impl in ("rbg", "unsafe_rbg"):
+            return key
+    words = jr.bits(key, (4,), jnp.uint32)
+    return jr.wrap_key_data(words, impl="rbg")
+
+
+def keep_mask(key: Any, q: float, shape: tuple[int, ...]) -> Any:
+    """A boolean mask of `shape`, each entry `True` with probability `q` (in
+    `(0, 1)`), drawn as `dropout_generator` says."""
+    if resolved_generator() == "threefry":
+        return jr.bernoulli(key, q, shape)
+    bits = jr.bits(_rbg_key(key), shape, jnp.uint32)
+    # `bits < t` holds with probability t / 2**32: `q` to 32 bits.
+    threshold = min(int(round(q * 2.0**32)), 2**32 - 1)
+    return bits < np.uint32(threshold)
