@@ -38,7 +38,7 @@ class Tokens(NamedTuple):
 
     def valid(self) -> Bool[Array, "rows slots"]:
         slots = jnp.arange(self.ids.shape[1])
-        return (slots >= self.lo[:, None]) & (slots < self.pos)
+        return (slots[None, :] >= self.lo[:, None]) & (slots[None, :] < self.pos)
 
     def written(self, token: Int[Array, " rows"]) -> Tokens:
         """With `token` at `pos`, and `pos` one further."""
