@@ -120,10 +120,9 @@ def test_beam_search_equals_transformers(pair):
     assert ended >= 2  # beams that ended on the end token before the last step
 
 
-def test_one_prompt_with_rules(pair):
-    kind, model, reference = pair
-    if kind != "gpt2":
-        pytest.skip("the rules act after the logits: one family (GPT-2) checks them")
+def test_one_prompt_with_rules():
+    """The rules act after the logits: one family (GPT-2) checks them."""
+    model, reference = generation_pair("gpt2")
     options = dict(
         repetition_penalty=1.3, no_repeat_ngram_size=3, min_new_tokens=4,
         eos_token_id=_end("gpt2"), num_return_sequences=2, length_penalty=0.7,

@@ -8,7 +8,6 @@ processed distribution, and the checks of these arguments. Two compiled loops
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

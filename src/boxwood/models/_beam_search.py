@@ -5,7 +5,6 @@ compiled loop, and the checks of its arguments."""
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -17,7 +16,7 @@ from jaxtyping import Array, Float, Int
 from .._jit import filter_jit
 from ._generate_loop import Knobs, first_tokens, stepper
 from ._id_ranges import ids_known_in_range
-from ._sampling import Sampling
+from ._sampling import Sampling, count
 from ._score_rules import Rules, Tokens, apply_rules, stopped
 
 # `transformers`' stand-in for "impossible": a finished or unused beam's score,
@@ -45,16 +44,20 @@ def check_beams(
 ) -> Beams | None:
     """The beam search of valid arguments (`None` for `num_beams=1`), or an error
     naming the bad one."""
-    num = _positive("num_beams", num_beams)
-    returned = _positive("num_return_sequences", num_return_sequences)
-    if not (early_stopping is True or early_stopping is False or early_stopping == "never"):
+    num = count("num_beams", num_beams)
+    returned = count("num_return_sequences", num_return_sequences)
+    if not (
+        early_stopping is True or early_stopping is False or early_stopping == "never"
+    ):
         raise ValueError(
-            "`generate`: `early_stopping` must be `True`, `False` or `\"never\"` "
+            '`generate`: `early_stopping` must be `True`, `False` or `"never"` '
             f"(as in `transformers`), got {early_stopping!r}."
         )
-    if isinstance(length_penalty, bool) or not isinstance(
-        length_penalty, (int, float, np.integer, np.floating)
-    ) or not np.isfinite(length_penalty):
+    if (
+        isinstance(length_penalty, bool)
+        or not isinstance(length_penalty, (int, float, np.integer, np.floating))
+        or not np.isfinite(length_penalty)
+    ):
         raise TypeError(
             "`generate`: `length_penalty` must be a finite number (1.0: the mean "
             f"log-probability per new token), got {length_penalty!r}."
@@ -80,18 +83,6 @@ def check_beams(
             f"`num_beams`={num}; beam search returns at most its beams."
         )
     return Beams(num, early_stopping, float(length_penalty))
-
-
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"`generate`: `{name}` must be an int, got {value!r}.")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"`generate`: `{name}` must be an int, got {value!r}.") from None
-    if value < 1:
-        raise ValueError(f"`generate`: `{name}` must be at least 1, got {value}.")
-    return value
 
 
 def beam_search(
@@ -242,7 +233,9 @@ def _advance(
         grown = jax.lax.dynamic_update_slice(grown, token[:, :, None], (0, 0, pos))
         ended = (token[:, :, None] == ends[None, None, :]).any(axis=-1)
         if stops is not None:
-            flat = Tokens(grown.reshape(batch * keep, slots), jnp.repeat(lo, keep), pos + 1)
+            flat = Tokens(
+                grown.reshape(batch * keep, slots), jnp.repeat(lo, keep), pos + 1
+            )
             ended |= stopped(flat, stops).reshape(batch, keep)
         ended |= i + 1 >= steps
         # the running beams of the next step: the best candidates that did not end

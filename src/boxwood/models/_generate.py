@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.core
@@ -28,7 +28,7 @@ from ._sampling import (
     end_ids,
     token_id,
 )
-from ._score_rules import check_rules, stop_rows
+from ._score_rules import Rules, check_rules, stop_rows
 
 # Prompts and new-token counts are padded to the next power of two (at least
 # this), so that nearby lengths share one compiled program.
@@ -204,49 +204,88 @@ def generate(
     if beams is None:  # sampled sequences: each prompt repeated
         prompts = [p for p in prompts for _ in range(num_return_sequences)]
     padded, pads, start = _layout(name, model, prompts, pad_id)
-    # host values go with the call (one transfer), not one device array each
-    knobs = np.asarray(
-        [
-            temperature if not mode.greedy else 1.0,
-            top_p or 1.0,
-            repetition_penalty,
-            min_new_tokens,
-        ],
-        np.float32,
-    )
-    capacity = min(bucket(max_new_tokens), model.max_positions)
-    key = key if key is not None else _unused_key()
+    call = _Call(
+        model, prompts, single, num_return_sequences, padded, pads, start,
+        max_new_tokens, _knobs(temperature, top_p, repetition_penalty,
+        min_new_tokens, mode), ends, stops, pad_id,
+        min(bucket(max_new_tokens), model.max_positions), rules, output_scores,
+    )  # fmt: skip
     if beams is not None:
-        new, sequence_scores = beam_search(
-            model, padded, pads, start, max_new_tokens, knobs, ends, stops,
-            pad_id, capacity, beams, rules,
-        )  # fmt: skip
-        n = num_return_sequences
-        new = new[:, :n].reshape(-1, new.shape[-1])
-        one = single and n == 1
-        tokens = _joined([p for p in prompts for _ in range(n)], new, pad_id, one)
-        if not output_scores:
-            return tokens
-        sequence_scores = sequence_scores[:, :n].reshape(-1)
-        sequence_scores = sequence_scores[0] if one else sequence_scores
-        return GenerateOutput(tokens, None, None, jnp.asarray(sequence_scores))
-    one = single and num_return_sequences == 1
-    options = Options(mode, rules, stops is not None, output_scores, callback is not None)
+        return _beam_search(call, beams)
+    key = key if key is not None else _unused_key()
+    return _decoded(call, key, mode, callback)
+
+
+class _Call(NamedTuple):
+    """A `generate` call's checked arguments and its prompts laid out."""
+
+    model: Any
+    prompts: list[np.ndarray]
+    single: bool
+    returned: int  # num_return_sequences
+    padded: np.ndarray
+    pads: np.ndarray | None
+    start: int
+    steps: int  # max_new_tokens
+    knobs: np.ndarray
+    ends: tuple[int, ...]
+    stops: np.ndarray | None
+    pad_id: int
+    capacity: int
+    rules: Rules
+    output_scores: bool
+
+
+def _knobs(
+    temperature: Any, top_p: Any, penalty: Any, min_new: Any, mode: Any
+) -> np.ndarray:
+    """The values of the call that are data of the compiled loop (`Knobs`), in
+    one host array: one transfer, not one device array each."""
+    temperature = temperature if not mode.greedy else 1.0
+    return np.asarray([temperature, top_p or 1.0, penalty, min_new], np.float32)
+
+
+def _decoded(call: _Call, key: Any, mode: Any, callback: Any) -> Array | GenerateOutput:
+    """Greedy decoding or sampling: the tokens, or with their scores."""
+    one = call.single and call.returned == 1
+    options = Options(
+        mode, call.rules, call.stops is not None, call.output_scores,
+        callback is not None,
+    )  # fmt: skip
     with Stream(callback, one) as stream:
         new, ran, scores, log_probs = _decode(
-            model, padded, pads, np.int32(start), np.int32(max_new_tokens), key,
-            knobs, _end_slots(ends), stops, np.int32(pad_id), stream.id, capacity,
-            options,
+            call.model, call.padded, call.pads, np.int32(call.start),
+            np.int32(call.steps), key, call.knobs, _end_slots(call.ends), call.stops,
+            np.int32(call.pad_id), stream.id, call.capacity, options,
         )  # fmt: skip
-        new = np.asarray(new)[:, :max_new_tokens]
-    tokens = _joined(prompts, new, pad_id, one)
-    if not output_scores:
+        new = np.asarray(new)[:, : call.steps]
+    tokens = _joined(call.prompts, new, call.pad_id, one)
+    if not call.output_scores:
         return tokens
     scores = scores[:, : int(ran)]
-    log_probs = log_probs[:, :max_new_tokens]
+    log_probs = log_probs[:, : call.steps]
     if one:
         scores, log_probs = scores[0], log_probs[0]
     return GenerateOutput(tokens, scores, log_probs, None)
+
+
+def _beam_search(call: _Call, beams: Any) -> Array | GenerateOutput:
+    """Beam search: each prompt's best `num_return_sequences` beams, in
+    consecutive rows, or with their scores."""
+    new, sequence_scores = beam_search(
+        call.model, call.padded, call.pads, call.start, call.steps, call.knobs,
+        call.ends, call.stops, call.pad_id, call.capacity, beams, call.rules,
+    )  # fmt: skip
+    n = call.returned
+    new = new[:, :n].reshape(-1, new.shape[-1])
+    one = call.single and n == 1
+    prompts = [p for p in call.prompts for _ in range(n)]
+    tokens = _joined(prompts, new, call.pad_id, one)
+    if not call.output_scores:
+        return tokens
+    sequence_scores = sequence_scores[:, :n].reshape(-1)
+    sequence_scores = sequence_scores[0] if one else sequence_scores
+    return GenerateOutput(tokens, None, None, jnp.asarray(sequence_scores))
 
 
 def _check_callback(callback: Any, beams: Any) -> None:

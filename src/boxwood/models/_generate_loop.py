@@ -145,6 +145,56 @@ def first_tokens(
     return Tokens(ids, lo, jnp.asarray(start, jnp.int32))
 
 
+def _chooser(
+    knob: Knobs,
+    keys: Array,
+    ends: Array,
+    stops: Array | None,
+    pad_id: Array,
+    options: Options,
+) -> Callable[..., tuple]:
+    """`choose(logits, i, done, tokens)`: the `i`-th new token of every row from
+    its logits (`pad_id` where the row is `done`), as `(token, done, tokens,
+    scores, log_prob)`: the rows that have stopped now, the rows' tokens with
+    it, the scores it was drawn from and its log-probability under them."""
+    mode, rules = options.mode, options.rules
+
+    def choose(logits: Array, i: Array, done: Array, tokens: Tokens) -> tuple:
+        scores = logits.astype(jnp.float32)
+        scores = apply_rules(scores, tokens, i, knob.penalty, knob.min_new, ends, rules)
+        scores = warp(scores, knob.temperature, knob.top_p, mode)
+        token = jnp.where(done, pad_id, draw(scores, keys[i], mode))
+        tokens = tokens.written(token)
+        ended = _ended(token, ends)
+        if stops is not None:
+            ended |= stopped(tokens, stops)
+        logp = jnp.take_along_axis(
+            jax.nn.log_softmax(scores, axis=-1), token[:, None], axis=-1
+        )[:, 0]
+        return token, done | ended, tokens, scores, jnp.where(done, 0.0, logp)
+
+    return choose
+
+
+def _score_buffers(scores: Array, capacity: int) -> tuple[Array, Array]:
+    """Room for each step's scores and each new token's log-probability."""
+    rows, vocab = scores.shape
+    return (
+        jnp.zeros((rows, capacity, vocab), jnp.float32),
+        jnp.zeros((rows, capacity), jnp.float32),
+    )
+
+
+def _record(kept: tuple, i: Array, scores: Array, logp: Array) -> tuple:
+    """`kept` (the score buffers, or `()`) with step `i`'s entries."""
+    if not kept:
+        return kept
+    return (
+        jax.lax.dynamic_update_index_in_dim(kept[0], scores, i, 1),
+        jax.lax.dynamic_update_index_in_dim(kept[1], logp, i, 1),
+    )
+
+
 # The ids the loop feeds the model are the prompt, checked before tracing, its
 # padding (`pad_id`, checked) and sampled tokens (argmax or draws over the
 # vocabulary): the model's traced id check, a host callback that would keep the
@@ -179,29 +229,7 @@ def decode_loop(
     step, state = stepper(model, pads, rows, cache)
     logits, state = step(padded, state, 0, start)
     keys = jax.random.split(key, capacity)
-    mode, rules = options.mode, options.rules
-
-    def choose(logits: Array, i: Array, done: Array, tokens: Tokens) -> tuple:
-        scores = logits.astype(jnp.float32)
-        scores = apply_rules(scores, tokens, i, knob.penalty, knob.min_new, ends, rules)
-        scores = warp(scores, knob.temperature, knob.top_p, mode)
-        token = jnp.where(done, pad_id, draw(scores, keys[i], mode))
-        tokens = tokens.written(token)
-        ended = _ended(token, ends)
-        if stops is not None:
-            ended |= stopped(tokens, stops)
-        logp = jnp.take_along_axis(
-            jax.nn.log_softmax(scores, axis=-1), token[:, None], axis=-1
-        )[:, 0]
-        return token, done | ended, tokens, scores, jnp.where(done, 0.0, logp)
-
-    def record(kept: tuple, i: Array, scores: Array, logp: Array) -> tuple:
-        if not options.scores:
-            return kept
-        return (
-            jax.lax.dynamic_update_index_in_dim(kept[0], scores, i, 1),
-            jax.lax.dynamic_update_index_in_dim(kept[1], logp, i, 1),
-        )
+    choose = _chooser(knob, keys, ends, stops, pad_id, options)
 
     tokens = first_tokens(padded, pads, start, capacity, pad_id)
     first, done, tokens, scores, logp = choose(
@@ -210,14 +238,8 @@ def decode_loop(
         jnp.zeros(rows, bool),
         tokens,
     )
-    kept = ()
-    if options.scores:
-        vocab = scores.shape[-1]
-        kept = (
-            jnp.zeros((rows, capacity, vocab), jnp.float32),
-            jnp.zeros((rows, capacity), jnp.float32),
-        )
-    kept = record(kept, jnp.int32(0), scores, logp)
+    kept = () if not options.scores else _score_buffers(scores, capacity)
+    kept = _record(kept, jnp.int32(0), scores, logp)
     out = jnp.full((rows, capacity), pad_id, jnp.int32).at[:, 0].set(first)
     stop = _emit(stream, first, options.streaming)
 
@@ -231,7 +253,7 @@ def decode_loop(
         token, done, tokens, scores, logp = choose(logits[:, 0], i, done, tokens)
         stop = _emit(stream, token, options.streaming)
         out = jax.lax.dynamic_update_index_in_dim(out, token, i, 1)
-        kept = record(kept, i, scores, logp)
+        kept = _record(kept, i, scores, logp)
         return i + 1, token, done, stop, out, state, tokens, kept
 
     carry = (jnp.int32(1), first, done, stop, out, state, tokens, kept)

@@ -138,7 +138,9 @@ def _at_least_zero(name: str, value: Any) -> int:
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"`generate`: `{name}` must be an int, got {value!r}.") from None
+        raise TypeError(
+            f"`generate`: `{name}` must be an int, got {value!r}."
+        ) from None
     if value < 0:
         raise ValueError(
             f"`generate`: `{name}` must be at least 0 (0: off), got {value}."
