@@ -140,7 +140,18 @@ def test_rule_values_are_data(gpt2):
         model, PROMPTS, NEW, eos_token_id=end, pad_token_id=PAD,
         stop_sequences=stops[:1], output_scores=True, **other,
     )  # fmt: skip
+    # a right-padded batch with its `attention_mask` is the list of its prompts
+    ids = np.full((3, 14), PAD)
+    mask = np.zeros((3, 14), np.int32)
+    for row, prompt in enumerate(PROMPTS):
+        ids[row, : len(prompt)], mask[row, : len(prompt)] = prompt, 1
+    masked = bm.generate(
+        model, ids, NEW, attention_mask=mask, eos_token_id=end, pad_token_id=PAD,
+        stop_sequences=stops[:1], output_scores=True, **other,
+    )  # fmt: skip
     assert _decode.cache_info().traces == traces
+    for a, b in zip(masked, out):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     criteria = transformers.StoppingCriteriaList([EndsWith(stops[:1])])
     for prompt, row in zip(PROMPTS, np.asarray(out.sequences)):
         expected = _hf(
