@@ -23,8 +23,8 @@ PAD = 5
 BEAMS = 3
 # (early_stopping, length_penalty, num_return_sequences)
 SEARCHES = [
-    (False, 1.0, 1),
-    (True, 1.0, 3),
+    (False, 1.0, 3),
+    (True, 2.0, 3),
     ("never", 1.0, 2),
     (False, 2.0, 2),
     ("never", 0.5, 3),

@@ -185,22 +185,9 @@ def generate(
         num_beams, length_penalty, early_stopping, num_return_sequences, mode
     )
     stops = stop_rows(stop_sequences, vocab)
-    eos_token_id, pad_token_id = _generation_defaults(
-        model.config, eos_token_id, pad_token_id, vocab
-    )
-    ends = end_ids(eos_token_id, vocab)
-    pad_id = (
-        default_pad_id(model.config, vocab)
-        if pad_token_id is None
-        else token_id("pad_token_id", pad_token_id, vocab)
-    )
+    ends, pad_id = _end_and_pad(model.config, eos_token_id, pad_token_id, vocab)
     _check_callback(callback, beams)
-    longest = max(len(p) for p in prompts)
-    if longest + max_new_tokens > model.max_positions:
-        raise ValueError(
-            f"`generate`: {longest} prompt tokens + `max_new_tokens`={max_new_tokens} "
-            f"exceed the model's {model.max_positions} positions."
-        )
+    _check_positions(model, prompts, max_new_tokens)
     if beams is None:  # sampled sequences: each prompt repeated
         prompts = [p for p in prompts for _ in range(num_return_sequences)]
     padded, pads, start = _layout(name, model, prompts, pad_id)
@@ -286,6 +273,31 @@ def _beam_search(call: _Call, beams: Any) -> Array | GenerateOutput:
     sequence_scores = sequence_scores[:, :n].reshape(-1)
     sequence_scores = sequence_scores[0] if one else sequence_scores
     return GenerateOutput(tokens, None, None, jnp.asarray(sequence_scores))
+
+
+def _end_and_pad(
+    config: Any, eos_token_id: Any, pad_token_id: Any, vocab: int
+) -> tuple[tuple[int, ...], int]:
+    """The end ids and the pad id of a call, checked, from their defaults
+    where not given."""
+    eos_token_id, pad_token_id = _generation_defaults(
+        config, eos_token_id, pad_token_id, vocab
+    )
+    pad_id = (
+        default_pad_id(config, vocab)
+        if pad_token_id is None
+        else token_id("pad_token_id", pad_token_id, vocab)
+    )
+    return end_ids(eos_token_id, vocab), pad_id
+
+
+def _check_positions(model: Any, prompts: list, max_new_tokens: int) -> None:
+    longest = max(len(p) for p in prompts)
+    if longest + max_new_tokens > model.max_positions:
+        raise ValueError(
+            f"`generate`: {longest} prompt tokens + `max_new_tokens`={max_new_tokens} "
+            f"exceed the model's {model.max_positions} positions."
+        )
 
 
 def _check_callback(callback: Any, beams: Any) -> None:

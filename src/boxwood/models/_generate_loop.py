@@ -158,13 +158,15 @@ def _chooser(
     scores, log_prob)`: the rows that have stopped now, the rows' tokens with
     it, the scores it was drawn from and its log-probability under them."""
     mode, rules = options.mode, options.rules
+    # only these read the rows' tokens: otherwise they are left unwritten
+    reads = rules.penalty or rules.ngram > 0 or stops is not None
 
     def choose(logits: Array, i: Array, done: Array, tokens: Tokens) -> tuple:
         scores = logits.astype(jnp.float32)
         scores = apply_rules(scores, tokens, i, knob.penalty, knob.min_new, ends, rules)
         scores = warp(scores, knob.temperature, knob.top_p, mode)
         token = jnp.where(done, pad_id, draw(scores, keys[i], mode))
-        tokens = tokens.written(token)
+        tokens = tokens.written(token) if reads else tokens
         ended = _ended(token, ends)
         if stops is not None:
             ended |= stopped(tokens, stops)
