@@ -21,7 +21,10 @@ PROMPTS = [token_ids(0, (7,)), token_ids(1, (3,)), token_ids(2, (12,))]
 NEW = 12
 PAD = 5
 BEAMS = 3
-# (early_stopping, length_penalty, num_return_sequences)
+# (early_stopping, length_penalty, num_return_sequences). With `_end`'s end
+# tokens on GPT-2, the first two return other beams if the search ignores that
+# no running beam can improve (`False`) or that a prompt has all its beams
+# (`True`), and `"never"` and `False` differ on prompts 0 and 1 at 1.0.
 SEARCHES = [
     (False, 1.0, 3),
     (True, 2.0, 3),
