@@ -5,7 +5,6 @@ bucket, new-token bucket, sampling mode)."""
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -18,6 +17,7 @@ from jaxtyping import Array, Int, PRNGKeyArray
 from .._jit import filter_jit
 from ..nn import inference_mode
 from ._beam_search import beam_search, check_beams
+from ._generate_layout import bucket, joined, layout
 from ._generate_loop import Options, Stream, decode_loop
 from ._generate_output import GenerateOutput
 from ._inputs import check_input_ids
@@ -30,10 +30,6 @@ from ._sampling import (
 )
 from ._score_rules import Rules, check_rules, stop_rows
 
-# Prompts and new-token counts are padded to the next power of two (at least
-# this), so that nearby lengths share one compiled program.
-MIN_BUCKET = 16
-
 _decode: Callable[..., tuple] = filter_jit(decode_loop)  # (NumPy or JAX arrays)
 
 
@@ -45,11 +41,6 @@ class _FromModel:
 
 
 FROM_MODEL: Any = _FromModel()
-
-
-def bucket(length: int) -> int:
-    """The padded length: the next power of two, at least `MIN_BUCKET`."""
-    return max(MIN_BUCKET, 1 << (length - 1).bit_length())
 
 
 def generate(
@@ -190,7 +181,7 @@ def generate(
     _check_positions(model, prompts, max_new_tokens)
     if beams is None:  # sampled sequences: each prompt repeated
         prompts = [p for p in prompts for _ in range(num_return_sequences)]
-    padded, pads, start = _layout(name, model, prompts, pad_id)
+    padded, pads, start = layout(name, model, prompts, pad_id)
     call = _Call(
         model, prompts, single, num_return_sequences, padded, pads, start,
         max_new_tokens, _knobs(temperature, top_p, repetition_penalty,
@@ -246,7 +237,7 @@ def _decoded(call: _Call, key: Any, mode: Any, callback: Any) -> Array | Generat
             np.int32(call.pad_id), stream.id, call.capacity, options,
         )  # fmt: skip
         new = np.asarray(new)[:, : call.steps]
-    tokens = _joined(call.prompts, new, call.pad_id, one)
+    tokens = joined(call.prompts, new, call.pad_id, one)
     if not call.output_scores:
         return tokens
     scores = scores[:, : int(ran)]
@@ -267,7 +258,7 @@ def _beam_search(call: _Call, beams: Any) -> Array | GenerateOutput:
     new = new[:, :n].reshape(-1, new.shape[-1])
     one = call.single and n == 1
     prompts = [p for p in call.prompts for _ in range(n)]
-    tokens = _joined(prompts, new, call.pad_id, one)
+    tokens = joined(prompts, new, call.pad_id, one)
     if not call.output_scores:
         return tokens
     sequence_scores = sequence_scores[:, :n].reshape(-1)
@@ -460,43 +451,3 @@ def _batch_row(name: str, i: int, ids: Any, vocab: int) -> np.ndarray:
             "least one token."
         )
     return _prompt(f"{name}, prompt {i}", ids, vocab)
-
-
-def _layout(
-    name: str, model: Any, prompts: list[np.ndarray], pad_id: int
-) -> tuple[np.ndarray, np.ndarray | None, int]:
-    """The prompts in one `(batch, bucket)` host array and the slot of the first new
-    token. Prompts of one length are right-padded (the causal mask hides the
-    padding and the new tokens overwrite it); prompts of several lengths are
-    left-padded, each row's padding given to `decode` as `pad`."""
-    lengths = {len(p) for p in prompts}
-    longest = max(lengths)
-    width = min(bucket(longest), model.max_positions)
-    padded = np.full((len(prompts), width), pad_id, np.int32)
-    if len(lengths) == 1:
-        padded[:, :longest] = np.stack(prompts)
-        return padded, None, longest
-    if "pad" not in inspect.signature(model.decode).parameters:
-        raise TypeError(
-            f"`generate`: {name}.decode takes no `pad`, which prompts of different "
-            "lengths need; give prompts of one length, or one at a time."
-        )
-    for row, prompt in zip(padded, prompts):
-        row[width - len(prompt) :] = prompt
-    pads = np.asarray([width - len(p) for p in prompts], np.int32)
-    return padded, pads, width
-
-
-def _joined(
-    prompts: list[np.ndarray], new: np.ndarray, pad_id: int, single: bool
-) -> Array:
-    """The prompts followed by their new tokens, joined on the host (a device
-    concatenation would compile once per length)."""
-    if single:
-        return jnp.asarray(np.concatenate([prompts[0], new[0]]))
-    longest = max(len(p) for p in prompts)
-    out = np.full((len(prompts), longest + new.shape[1]), pad_id, np.int32)
-    for row, prompt in zip(out, prompts):
-        row[longest - len(prompt) : longest] = prompt
-    out[:, longest:] = new
-    return jnp.asarray(out)
