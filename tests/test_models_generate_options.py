@@ -8,12 +8,14 @@ processed distribution, and the checks of these arguments. Two compiled loops
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import boxwood.models as bm
 from _hf_models import generation_pair, token_ids, torch, transformers
 from _precision import highest_matmul_precision  # noqa: F401
+from boxwood.models._score_rules import Rules, Tokens, apply_rules
 
 # float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
@@ -225,6 +227,26 @@ def test_one_prompt_scores_have_no_batch_axis(gpt2):
     np.testing.assert_array_equal(
         np.asarray(out.sequences), np.asarray(bm.generate(model, PROMPTS[0], 3))
     )
+
+
+def test_ngram_ban_by_hand():
+    """The n-gram rule on a row written by hand: left padding (slot 0) and the
+    slots from `pos` on are not the row's; an n-gram longer than the row bans
+    nothing."""
+    ids = jnp.asarray([[9, 1, 2, 3, 1, 2, 4, 1, 2, 7]])
+    ends = jnp.asarray([-1])
+    for n, pos, banned in [(3, 9, {3, 4}), (2, 8, {2}), (3, 6, {3}), (11, 9, set())]:
+        tokens = Tokens(ids, jnp.asarray([1]), jnp.int32(pos))
+        rules = Rules(ngram=n)
+        scores = apply_rules(jnp.zeros((1, 10)), tokens, 0, 1.0, 0.0, ends, rules)
+        assert set(np.flatnonzero(np.isinf(np.asarray(scores[0])))) == banned, n
+    # left padding is not the row's: (1, 5) at slots 0-1 is no earlier bigram
+    for lo, banned in [(1, set()), (0, {5})]:
+        tokens = Tokens(jnp.asarray([[1, 5, 2, 1]]), jnp.asarray([lo]), jnp.int32(4))
+        scores = apply_rules(
+            jnp.zeros((1, 10)), tokens, 0, 1.0, 0.0, ends, Rules(ngram=2)
+        )
+        assert set(np.flatnonzero(np.isinf(np.asarray(scores[0])))) == banned
 
 
 def test_option_argument_errors(gpt2):

@@ -83,6 +83,8 @@ def _repeats(tokens: Tokens, n: int, vocab: int) -> Bool[Array, "rows vocab"]:
     """The tokens that would repeat an `n`-gram of the row: those that followed an
     earlier occurrence of its last `n - 1` tokens."""
     ids, width = tokens.ids, tokens.ids.shape[1]
+    if n > width:  # no n-gram fits in the row
+        return jnp.zeros((ids.shape[0], vocab), bool)
     starts = jnp.arange(width - n + 1)  # the n-gram at slots start .. start + n - 1
     # the last n - 1 tokens; where fewer than n real tokens exist, no n-gram is
     # complete and `ends_before` is false for every start (the slice is unused)
