@@ -235,17 +235,16 @@ def test_ngram_ban_by_hand():
     nothing."""
     ids = jnp.asarray([[9, 1, 2, 3, 1, 2, 4, 1, 2, 7]])
     ends = jnp.asarray([-1])
+    rule = jax.jit(apply_rules, static_argnums=6)  # one program per n-gram size
     for n, pos, banned in [(3, 9, {3, 4}), (2, 8, {2}), (3, 6, {3}), (11, 9, set())]:
         tokens = Tokens(ids, jnp.asarray([1]), jnp.int32(pos))
         rules = Rules(ngram=n)
-        scores = apply_rules(jnp.zeros((1, 10)), tokens, 0, 1.0, 0.0, ends, rules)
+        scores = rule(jnp.zeros((1, 10)), tokens, 0, 1.0, 0.0, ends, rules)
         assert set(np.flatnonzero(np.isinf(np.asarray(scores[0])))) == banned, n
     # left padding is not the row's: (1, 5) at slots 0-1 is no earlier bigram
     for lo, banned in [(1, set()), (0, {5})]:
         tokens = Tokens(jnp.asarray([[1, 5, 2, 1]]), jnp.asarray([lo]), jnp.int32(4))
-        scores = apply_rules(
-            jnp.zeros((1, 10)), tokens, 0, 1.0, 0.0, ends, Rules(ngram=2)
-        )
+        scores = rule(jnp.zeros((1, 10)), tokens, 0, 1.0, 0.0, ends, Rules(ngram=2))
         assert set(np.flatnonzero(np.isinf(np.asarray(scores[0])))) == banned
 
 
