@@ -15,6 +15,7 @@ import pytest
 import boxwood.models as bm
 from _hf_models import generation_pair, token_ids, torch, transformers
 from _precision import highest_matmul_precision  # noqa: F401
+from boxwood.models._generate import _decode
 from boxwood.models._score_rules import Rules, Tokens, apply_rules
 
 # float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
@@ -131,8 +132,6 @@ def test_rule_values_are_data(gpt2):
     model, reference = gpt2
     end, stops = _greedy_case()
     other = dict(repetition_penalty=0.7, no_repeat_ngram_size=2, min_new_tokens=9)
-    from boxwood.models._generate import _decode
-
     bm.generate(
         model, PROMPTS, NEW, eos_token_id=end, pad_token_id=PAD,
         stop_sequences=stops, output_scores=True, **RULES,
