@@ -12,6 +12,7 @@ from ._bert_heads import BertForTokenClassification as BertForTokenClassificatio
 from ._config import ConfigError as ConfigError
 from ._config import IgnoredOptions as IgnoredOptions
 from ._generate import generate as generate
+from ._generate_output import GenerateOutput as GenerateOutput
 from ._gpt2 import GPT2Config as GPT2Config
 from ._gpt2 import GPT2LMHeadModel as GPT2LMHeadModel
 from ._llama import LlamaConfig as LlamaConfig

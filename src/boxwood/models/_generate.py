@@ -5,9 +5,8 @@ bucket, new-token bucket, sampling mode)."""
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.core
@@ -17,7 +16,10 @@ from jaxtyping import Array, Int, PRNGKeyArray
 
 from .._jit import filter_jit
 from ..nn import inference_mode
-from ._generate_loop import Stream, decode_loop
+from ._beam_search import beam_search, check_beams
+from ._generate_layout import bucket, joined, layout
+from ._generate_loop import Options, Stream, decode_loop
+from ._generate_output import GenerateOutput
 from ._inputs import check_input_ids
 from ._sampling import (
     check_sampling,
@@ -26,12 +28,9 @@ from ._sampling import (
     end_ids,
     token_id,
 )
+from ._score_rules import Rules, check_rules, stop_rows
 
-# Prompts and new-token counts are padded to the next power of two (at least
-# this), so that nearby lengths share one compiled program.
-MIN_BUCKET = 16
-
-_decode: Callable[..., Array] = filter_jit(decode_loop)  # (NumPy or JAX arrays)
+_decode: Callable[..., tuple] = filter_jit(decode_loop)  # (NumPy or JAX arrays)
 
 
 class _FromModel:
@@ -44,11 +43,6 @@ class _FromModel:
 FROM_MODEL: Any = _FromModel()
 
 
-def bucket(length: int) -> int:
-    """The padded length: the next power of two, at least `MIN_BUCKET`."""
-    return max(MIN_BUCKET, 1 << (length - 1).bit_length())
-
-
 def generate(
     model: Any,
     input_ids: Int[Array, " seq"] | Int[Array, "batch seq"] | np.ndarray | list,
@@ -58,20 +52,31 @@ def generate(
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
+    min_new_tokens: int = 0,
+    stop_sequences: list[list[int]] | None = None,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = False,
+    num_return_sequences: int = 1,
+    output_scores: bool = False,
     eos_token_id: int | list[int] | tuple[int, ...] | None = FROM_MODEL,
     pad_token_id: int | None = None,
     callback: Callable[[Any], Any] | None = None,
     attention_mask: Any = None,
-) -> Int[Array, " total"] | Int[Array, "batch total"]:
+) -> Int[Array, " total"] | Int[Array, "batch total"] | GenerateOutput:
     """Continue a prompt, or a batch of prompts, with a causal language model.
 
     The prompts are run once (prefill) and each new token then costs one step over
     a key/value cache, held as a `boxwood.nn.State` (`model.init_cache`). The
     whole loop is one compiled program per (batch size, prompt length bucket,
-    `max_new_tokens` bucket, sampling mode): prompt lengths and `max_new_tokens`
-    are padded to the next power of two (at least 16); the prompt's bucket is at
-    most the model's number of positions. A batch is given as an argument, not by
-    `jax.vmap(generate)` (which is not supported).
+    `max_new_tokens` bucket, sampling mode, options used): prompt lengths and
+    `max_new_tokens` are padded to the next power of two (at least 16); the
+    prompt's bucket is at most the model's number of positions. A batch is given
+    as an argument, not by `jax.vmap(generate)` (which is not supported). Every
+    option below is applied inside that one program, as `transformers`'
+    `generate` applies the option of the same name.
 
     **Arguments:**
 
@@ -90,6 +95,31 @@ def generate(
       whose probabilities (after `temperature` and `top_k`) add up to `top_p`
       (nucleus sampling; the most likely token is always kept). `top_k` and
       `top_p` apply to sampling only; greedy decoding ignores them.
+    - `repetition_penalty`: above 1, discourages every token already in the row
+      (its prompt and its new tokens): a positive score is divided by it, a
+      negative one multiplied. `1.0`: off.
+    - `no_repeat_ngram_size`: if above 0, no n-gram of this size occurs twice in
+      a row (prompt and new tokens): a token that would complete one already
+      there is never chosen. `0`: off.
+    - `min_new_tokens`: no end token (`eos_token_id`) is chosen before this many
+      new tokens. `0`: off.
+    - `stop_sequences`: a list of token-id sequences (`[[13, 13], [50256]]`): a
+      row whose tokens end with one of them (its last new token completing it)
+      stops as at an end token, keeping the sequence.
+    - `num_beams`: above 1, beam search with this many beams per prompt
+      (`transformers`' beam search, token for token); greedy only
+      (`temperature=0`), no `callback`.
+    - `length_penalty`: beam search: a finished beam's score is its summed
+      log-probability divided by `new_tokens ** length_penalty` (above 0 favours
+      longer ones).
+    - `early_stopping`: beam search: `True` stops a prompt's search once it has
+      `num_beams` finished beams; `False` (default) once no running beam can
+      beat them by the `transformers` estimate; `"never"` by the exact bound.
+    - `num_return_sequences`: how many sequences per prompt (the best beams, in
+      order; with sampling, independent draws). At most `num_beams` with beam
+      search; greedy decoding returns one.
+    - `output_scores`: if `True`, return a [`boxwood.models.GenerateOutput`][]
+      with the scores and log-probabilities (below) instead of the tokens.
     - `eos_token_id`: an end token id, or a sequence of them. A row that emits one
       keeps it and stops: its later positions hold `pad_token_id`, and the loop
       ends early once every row has stopped. `None`: no early stop. Default:
@@ -125,7 +155,11 @@ def generate(
     the longest row's frequencies, as in `transformers`). With `attention_mask`,
     `longest` is the most ones in a row, and rows come back in this left-padded
     layout whichever side the input was padded on: every row's new tokens start
-    at column `longest`, and its prompt ends there.
+    at column `longest`, and its prompt ends there. With `num_return_sequences`
+    above 1, each prompt's sequences are consecutive rows (`(n, total)` for one
+    prompt, `(batch * n, total)` for a batch), as in `transformers`. With
+    `output_scores=True`, a [`boxwood.models.GenerateOutput`][] holding these
+    tokens as `sequences`.
     """
     name = _causal_lm_name(model)
     model = inference_mode(model, True)  # dropout off: generation is inference
@@ -137,41 +171,138 @@ def generate(
     )
     max_new_tokens = count("max_new_tokens", max_new_tokens)
     mode = check_sampling(temperature, top_k, top_p, key, vocab)
-    eos_token_id, pad_token_id = _generation_defaults(
-        model.config, eos_token_id, pad_token_id, vocab
+    rules = check_rules(repetition_penalty, no_repeat_ngram_size, min_new_tokens)
+    beams = check_beams(
+        num_beams, length_penalty, early_stopping, num_return_sequences, mode
     )
-    ends = end_ids(eos_token_id, vocab)
+    stops = stop_rows(stop_sequences, vocab)
+    ends, pad_id = _end_and_pad(model.config, eos_token_id, pad_token_id, vocab)
+    _check_callback(callback, beams)
+    _check_positions(model, prompts, max_new_tokens)
+    if beams is None:  # sampled sequences: each prompt repeated
+        prompts = [p for p in prompts for _ in range(num_return_sequences)]
+    padded, pads, start = layout(name, model, prompts, pad_id)
+    call = _Call(
+        model, prompts, single, num_return_sequences, padded, pads, start,
+        max_new_tokens, _knobs(temperature, top_p, repetition_penalty,
+        min_new_tokens, mode), ends, stops, pad_id,
+        min(bucket(max_new_tokens), model.max_positions), rules, output_scores,
+    )  # fmt: skip
+    if beams is not None:
+        return _beam_search(call, beams)
+    key = key if key is not None else _unused_key()
+    return _decoded(call, key, mode, callback)
+
+
+class _Call(NamedTuple):
+    """A `generate` call's checked arguments and its prompts laid out."""
+
+    model: Any
+    prompts: list[np.ndarray]
+    single: bool
+    returned: int  # num_return_sequences
+    padded: np.ndarray
+    pads: np.ndarray | None
+    start: int
+    steps: int  # max_new_tokens
+    knobs: np.ndarray
+    ends: tuple[int, ...]
+    stops: np.ndarray | None
+    pad_id: int
+    capacity: int
+    rules: Rules
+    output_scores: bool
+
+
+def _knobs(
+    temperature: Any, top_p: Any, penalty: Any, min_new: Any, mode: Any
+) -> np.ndarray:
+    """The values of the call that are data of the compiled loop (`Knobs`), in
+    one host array: one transfer, not one device array each."""
+    temperature = temperature if not mode.greedy else 1.0
+    return np.asarray([temperature, top_p or 1.0, penalty, min_new], np.float32)
+
+
+def _decoded(call: _Call, key: Any, mode: Any, callback: Any) -> Array | GenerateOutput:
+    """Greedy decoding or sampling: the tokens, or with their scores."""
+    one = call.single and call.returned == 1
+    options = Options(
+        mode, call.rules, call.stops is not None, call.output_scores,
+        callback is not None,
+    )  # fmt: skip
+    with Stream(callback, one) as stream:
+        new, ran, scores, log_probs = _decode(
+            call.model, call.padded, call.pads, np.int32(call.start),
+            np.int32(call.steps), key, call.knobs, _end_slots(call.ends), call.stops,
+            np.int32(call.pad_id), stream.id, call.capacity, options,
+        )  # fmt: skip
+        new = np.asarray(new)[:, : call.steps]
+    tokens = joined(call.prompts, new, call.pad_id, one)
+    if not call.output_scores:
+        return tokens
+    scores = scores[:, : int(ran)]
+    log_probs = log_probs[:, : call.steps]
+    if one:
+        scores, log_probs = scores[0], log_probs[0]
+    return GenerateOutput(tokens, scores, log_probs, None)
+
+
+def _beam_search(call: _Call, beams: Any) -> Array | GenerateOutput:
+    """Beam search: each prompt's best `num_return_sequences` beams, in
+    consecutive rows, or with their scores."""
+    new, sequence_scores = beam_search(
+        call.model, call.padded, call.pads, call.start, call.steps, call.knobs,
+        call.ends, call.stops, call.pad_id, call.capacity, beams, call.rules,
+    )  # fmt: skip
+    n = call.returned
+    new = new[:, :n].reshape(-1, new.shape[-1])
+    one = call.single and n == 1
+    prompts = [p for p in call.prompts for _ in range(n)]
+    tokens = joined(prompts, new, call.pad_id, one)
+    if not call.output_scores:
+        return tokens
+    sequence_scores = sequence_scores[:, :n].reshape(-1)
+    sequence_scores = sequence_scores[0] if one else sequence_scores
+    return GenerateOutput(tokens, None, None, jnp.asarray(sequence_scores))
+
+
+def _end_and_pad(
+    config: Any, eos_token_id: Any, pad_token_id: Any, vocab: int
+) -> tuple[tuple[int, ...], int]:
+    """The end ids and the pad id of a call, checked, from their defaults
+    where not given."""
+    eos_token_id, pad_token_id = _generation_defaults(
+        config, eos_token_id, pad_token_id, vocab
+    )
     pad_id = (
-        default_pad_id(model.config, vocab)
+        default_pad_id(config, vocab)
         if pad_token_id is None
         else token_id("pad_token_id", pad_token_id, vocab)
     )
-    if callback is not None and not callable(callback):
-        raise TypeError(
-            f"`generate`: `callback` must be a function of the new tokens, got "
-            f"{callback!r}."
-        )
+    return end_ids(eos_token_id, vocab), pad_id
+
+
+def _check_positions(model: Any, prompts: list, max_new_tokens: int) -> None:
     longest = max(len(p) for p in prompts)
     if longest + max_new_tokens > model.max_positions:
         raise ValueError(
             f"`generate`: {longest} prompt tokens + `max_new_tokens`={max_new_tokens} "
             f"exceed the model's {model.max_positions} positions."
         )
-    padded, pads, start = _layout(name, model, prompts, pad_id)
-    # host values go with the call (one transfer), not one device array each
-    knobs = np.asarray(
-        [temperature if not mode.greedy else 1.0, top_p or 1.0], np.float32
-    )
-    with Stream(callback, single) as stream:
-        new = _decode(
-            model, padded, pads, np.int32(start), np.int32(max_new_tokens),
-            key if key is not None else _unused_key(), knobs,
-            _end_slots(ends), np.int32(pad_id),
-            stream.id, min(bucket(max_new_tokens), model.max_positions), mode,
-            callback is not None,
-        )  # fmt: skip
-        new = np.asarray(new)[:, :max_new_tokens]
-    return _joined(prompts, new, pad_id, single)
+
+
+def _check_callback(callback: Any, beams: Any) -> None:
+    if callback is not None and not callable(callback):
+        raise TypeError(
+            f"`generate`: `callback` must be a function of the new tokens, got "
+            f"{callback!r}."
+        )
+    if callback is not None and beams is not None:
+        raise ValueError(
+            "`generate`: `callback` streams the tokens of greedy decoding or "
+            "sampling; beam search (`num_beams` > 1) knows its tokens only at the "
+            "end. Leave out `callback`, or use `num_beams=1`."
+        )
 
 
 @functools.cache
@@ -320,43 +451,3 @@ def _batch_row(name: str, i: int, ids: Any, vocab: int) -> np.ndarray:
             "least one token."
         )
     return _prompt(f"{name}, prompt {i}", ids, vocab)
-
-
-def _layout(
-    name: str, model: Any, prompts: list[np.ndarray], pad_id: int
-) -> tuple[np.ndarray, np.ndarray | None, int]:
-    """The prompts in one `(batch, bucket)` host array and the slot of the first new
-    token. Prompts of one length are right-padded (the causal mask hides the
-    padding and the new tokens overwrite it); prompts of several lengths are
-    left-padded, each row's padding given to `decode` as `pad`."""
-    lengths = {len(p) for p in prompts}
-    longest = max(lengths)
-    width = min(bucket(longest), model.max_positions)
-    padded = np.full((len(prompts), width), pad_id, np.int32)
-    if len(lengths) == 1:
-        padded[:, :longest] = np.stack(prompts)
-        return padded, None, longest
-    if "pad" not in inspect.signature(model.decode).parameters:
-        raise TypeError(
-            f"`generate`: {name}.decode takes no `pad`, which prompts of different "
-            "lengths need; give prompts of one length, or one at a time."
-        )
-    for row, prompt in zip(padded, prompts):
-        row[width - len(prompt) :] = prompt
-    pads = np.asarray([width - len(p) for p in prompts], np.int32)
-    return padded, pads, width
-
-
-def _joined(
-    prompts: list[np.ndarray], new: np.ndarray, pad_id: int, single: bool
-) -> Array:
-    """The prompts followed by their new tokens, joined on the host (a device
-    concatenation would compile once per length)."""
-    if single:
-        return jnp.asarray(np.concatenate([prompts[0], new[0]]))
-    longest = max(len(p) for p in prompts)
-    out = np.full((len(prompts), longest + new.shape[1]), pad_id, np.int32)
-    for row, prompt in zip(out, prompts):
-        row[longest - len(prompt) : longest] = prompt
-    out[:, longest:] = new
-    return jnp.asarray(out)

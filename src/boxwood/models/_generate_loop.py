@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +16,8 @@ from jax.experimental import io_callback
 from jaxtyping import Array, Int
 
 from ._id_ranges import ids_known_in_range
-from ._sampling import Sampling, pick
+from ._sampling import Sampling, draw, warp
+from ._score_rules import Rules, Tokens, apply_rules, stopped
 
 # The callbacks of the `generate` calls under way, by the id the compiled loop
 # passes back: the program holds no Python function, so every callback shares it.
@@ -78,7 +79,7 @@ def _decoder(model: Any, pads: Any, ids: Array, start: Any, end: Any) -> Any:
     return functools.partial(model.decode, extent=extent)
 
 
-def _stepper(model: Any, pads: Array | None, rows: int, cache: Any) -> tuple:
+def stepper(model: Any, pads: Array | None, rows: int, cache: Any) -> tuple:
     """`model.decode` over a batch of rows at one `start` (`end`: the slot after
     the step's last real token, by default after its last token), and the rows'
     cache. One row without padding (one prompt) is decoded as is, without
@@ -112,6 +113,90 @@ def _ended(tokens: Array, ends: Array) -> Array:
     return (tokens[:, None] == ends[None, :]).any(axis=-1)
 
 
+class Knobs(NamedTuple):
+    """The values of a call that are data of the compiled loop (float32 each):
+    `temperature`, `top_p`, `repetition_penalty`, `min_new_tokens`."""
+
+    temperature: Any
+    top_p: Any
+    penalty: Any
+    min_new: Any
+
+
+class Options(NamedTuple):
+    """What a call compiles for: the sampling mode, the score rules, whether stop
+    sequences are checked, whether scores are returned, whether tokens stream."""
+
+    mode: Sampling
+    rules: Rules
+    stops: bool
+    scores: bool
+    streaming: bool
+
+
+def first_tokens(
+    padded: Array, pads: Array | None, start: Any, capacity: int, pad_id: Array
+) -> Tokens:
+    """Each row's prompt as `Tokens`, with room for `capacity` new tokens (the
+    slots past the prompt hold `pad_id` until written)."""
+    fill = jnp.full((padded.shape[0], capacity), pad_id, jnp.int32)
+    ids = jnp.concatenate([padded, fill], axis=1)
+    lo = jnp.zeros(padded.shape[0], jnp.int32) if pads is None else pads
+    return Tokens(ids, lo, jnp.asarray(start, jnp.int32))
+
+
+def _chooser(
+    knob: Knobs,
+    keys: Array,
+    ends: Array,
+    stops: Array | None,
+    pad_id: Array,
+    options: Options,
+) -> Callable[..., tuple]:
+    """`choose(logits, i, done, tokens)`: the `i`-th new token of every row from
+    its logits (`pad_id` where the row is `done`), as `(token, done, tokens,
+    scores, log_prob)`: the rows that have stopped now, the rows' tokens with
+    it, the scores it was drawn from and its log-probability under them."""
+    mode, rules = options.mode, options.rules
+    # only these read the rows' tokens: otherwise they are left unwritten
+    reads = rules.penalty or rules.ngram > 0 or stops is not None
+
+    def choose(logits: Array, i: Array, done: Array, tokens: Tokens) -> tuple:
+        scores = logits.astype(jnp.float32)
+        scores = apply_rules(scores, tokens, i, knob.penalty, knob.min_new, ends, rules)
+        scores = warp(scores, knob.temperature, knob.top_p, mode)
+        token = jnp.where(done, pad_id, draw(scores, keys[i], mode))
+        tokens = tokens.written(token) if reads else tokens
+        ended = _ended(token, ends)
+        if stops is not None:
+            ended |= stopped(tokens, stops)
+        logp = jnp.take_along_axis(
+            jax.nn.log_softmax(scores, axis=-1), token[:, None], axis=-1
+        )[:, 0]
+        return token, done | ended, tokens, scores, jnp.where(done, 0.0, logp)
+
+    return choose
+
+
+def _score_buffers(scores: Array, capacity: int) -> tuple[Array, Array]:
+    """Room for each step's scores and each new token's log-probability."""
+    rows, vocab = scores.shape
+    return (
+        jnp.zeros((rows, capacity, vocab), jnp.float32),
+        jnp.zeros((rows, capacity), jnp.float32),
+    )
+
+
+def _record(kept: tuple, i: Array, scores: Array, logp: Array) -> tuple:
+    """`kept` (the score buffers, or `()`) with step `i`'s entries."""
+    if not kept:
+        return kept
+    return (
+        jax.lax.dynamic_update_index_in_dim(kept[0], scores, i, 1),
+        jax.lax.dynamic_update_index_in_dim(kept[1], logp, i, 1),
+    )
+
+
 # The ids the loop feeds the model are the prompt, checked before tracing, its
 # padding (`pad_id`, checked) and sampled tokens (argmax or draws over the
 # vocabulary): the model's traced id check, a host callback that would keep the
@@ -126,45 +211,53 @@ def decode_loop(
     key: Array,
     knobs: Array,
     ends: Array,
+    stops: Array | None,
     pad_id: Array,
     stream: Array,
     capacity: int,
-    mode: Sampling,
-    streaming: bool,
-) -> Int[Array, "batch capacity"]:
-    """The new tokens, `(batch, capacity)`: `steps` of them per row, then
-    `pad_id`. `start` is the slot of the first new token; `knobs` holds
-    `(temperature, top_p)`; `ends` the end-token ids (maybe none)."""
+    options: Options,
+) -> tuple:
+    """`(new, steps_run, scores, log_probs)`: the new tokens, `(batch,
+    capacity)`, `steps` of them per row, then `pad_id`; the number of steps run;
+    with `options.scores`, each step's scores `(batch, capacity, vocab)` (as
+    `transformers` returns them: after the rules and the sampling warpers) and
+    each new token's log-probability under them `(batch, capacity)` (0 after a
+    row has stopped), else `None`. `start` is the slot of the first new token;
+    `knobs` holds `Knobs`; `ends` the end-token ids (maybe none); `stops` the
+    stop sequences (`_score_rules.stop_rows`) or `None`."""
     rows, width = padded.shape
+    knob = Knobs(*knobs)
     cache = model.init_cache(width + capacity)
-    step, state = _stepper(model, pads, rows, cache)
+    step, state = stepper(model, pads, rows, cache)
     logits, state = step(padded, state, 0, start)
     keys = jax.random.split(key, capacity)
+    choose = _chooser(knob, keys, ends, stops, pad_id, options)
 
-    def choose(logits: Array, i: Array, done: Array) -> tuple[Array, Array]:
-        token = pick(logits, keys[i], knobs[0], knobs[1], mode)
-        token = jnp.where(done, pad_id, token)
-        return token, done | _ended(token, ends)
-
-    first, done = choose(
+    tokens = first_tokens(padded, pads, start, capacity, pad_id)
+    first, done, tokens, scores, logp = choose(
         jax.lax.dynamic_index_in_dim(logits, start - 1, 1, keepdims=False),
         jnp.int32(0),
         jnp.zeros(rows, bool),
+        tokens,
     )
+    kept = () if not options.scores else _score_buffers(scores, capacity)
+    kept = _record(kept, jnp.int32(0), scores, logp)
     out = jnp.full((rows, capacity), pad_id, jnp.int32).at[:, 0].set(first)
-    stop = _emit(stream, first, streaming)
+    stop = _emit(stream, first, options.streaming)
 
     def more(carry: tuple) -> Array:
-        i, _, done, stop, _, _ = carry
+        i, _, done, stop = carry[:4]
         return (i < steps) & ~jnp.all(done) & ~stop
 
     def body(carry: tuple) -> tuple:
-        i, token, done, _, out, state = carry
+        i, token, done, _, out, state, tokens, kept = carry
         logits, state = step(token[:, None], state, start + i - 1)
-        token, done = choose(logits[:, 0], i, done)
-        stop = _emit(stream, token, streaming)
+        token, done, tokens, scores, logp = choose(logits[:, 0], i, done, tokens)
+        stop = _emit(stream, token, options.streaming)
         out = jax.lax.dynamic_update_index_in_dim(out, token, i, 1)
-        return i + 1, token, done, stop, out, state
+        kept = _record(kept, i, scores, logp)
+        return i + 1, token, done, stop, out, state, tokens, kept
 
-    carry = (jnp.int32(1), first, done, stop, out, state)
-    return jax.lax.while_loop(more, body, carry)[4]
+    carry = (jnp.int32(1), first, done, stop, out, state, tokens, kept)
+    i, _, _, _, out, _, _, kept = jax.lax.while_loop(more, body, carry)
+    return (out, i, *kept) if options.scores else (out, i, None, None)

@@ -124,6 +124,37 @@ def default_pad_id(config: Any, vocab_size: int) -> int:
     return 0
 
 
+def warp(
+    logits: Float[Array, "batch vocab"],
+    temperature: Array,
+    top_p: Array,
+    mode: Sampling,
+) -> Float[Array, "batch vocab"]:
+    """The scores sampling draws from, as `transformers`' warpers make them: the
+    logits divided by `temperature`, kept (others `-inf`) to the `top_k` largest,
+    then to the smallest set holding `top_p` of the probability. Greedy decoding
+    uses the logits as they are."""
+    if mode.greedy:
+        return logits
+    logits = logits / temperature
+    if mode.top_k is not None:
+        kth = jax.lax.top_k(logits, mode.top_k)[0][:, -1:]
+        logits = jnp.where(logits < kth, -jnp.inf, logits)
+    if mode.nucleus:
+        logits = jnp.where(logits < _nucleus_floor(logits, top_p), -jnp.inf, logits)
+    return logits
+
+
+def draw(
+    scores: Float[Array, "batch vocab"], key: Array, mode: Sampling
+) -> Int[Array, " batch"]:
+    """The next token of every row: the largest score, or a draw from the
+    softmax of `scores`."""
+    if mode.greedy:
+        return jnp.argmax(scores, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(key, scores, axis=-1).astype(jnp.int32)
+
+
 def pick(
     logits: Float[Array, "batch vocab"],
     key: Array,
@@ -131,27 +162,16 @@ def pick(
     top_p: Array,
     mode: Sampling,
 ) -> Int[Array, " batch"]:
-    """The next token of every row: the most likely one, or a sample from the
-    logits divided by `temperature`, kept to the `top_k` most likely tokens and
-    then to the smallest set holding `top_p` of the probability."""
-    logits = logits.astype(jnp.float32)
-    if mode.greedy:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    if mode.top_k is not None:
-        kth = jax.lax.top_k(logits, mode.top_k)[0][:, -1:]
-        logits = jnp.where(logits < kth, -jnp.inf, logits)
-    logits = logits / temperature
-    if mode.nucleus:
-        logits = jnp.where(logits < _nucleus_floor(logits, top_p), -jnp.inf, logits)
-    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+    """The next token of every row from its logits (`warp`, then `draw`)."""
+    scores = warp(logits.astype(jnp.float32), temperature, top_p, mode)
+    return draw(scores, key, mode)
 
 
 def _nucleus_floor(logits: Array, top_p: Array) -> Array:
-    """Per row, the smallest logit of the nucleus: tokens taken from the most
-    likely down while the probability before them is under `top_p` (so the most
-    likely token always stays)."""
-    ranked = jnp.sort(logits, axis=-1)[:, ::-1]
-    probabilities = jax.nn.softmax(ranked, axis=-1)
-    before = jnp.cumsum(probabilities, axis=-1) - probabilities
-    kept = jnp.where(before < top_p, ranked, jnp.inf)
-    return jnp.min(kept, axis=-1, keepdims=True)
+    """Per row, the smallest logit of the nucleus. As `transformers` computes it:
+    tokens ranked from the least likely up are dropped while the probability up
+    to and including them is at most `1 - top_p`; the most likely always stays."""
+    ranked = jnp.sort(logits, axis=-1)
+    upto = jnp.cumsum(jax.nn.softmax(ranked, axis=-1), axis=-1)
+    dropped = (upto <= 1 - top_p).at[:, -1].set(False)
+    return jnp.min(jnp.where(dropped, jnp.inf, ranked), axis=-1, keepdims=True)
