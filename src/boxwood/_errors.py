@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._filters import is_array
+from ._tracebacks import user_frames
 from ._unvmap import unvmap_any, unvmap_max
 
 
@@ -37,6 +38,8 @@ class BoxwoodRuntimeError(RuntimeError):
 EquinoxRuntimeError = BoxwoodRuntimeError  # Equinox's name for the same class
 
 _MARKER = "BoxwoodRuntimeError: "
+
+_SITE = "The check that failed (traced inside the compiled function):"
 
 _HINT = (
     "\n\n(raised by `boxwood.error_if` inside a compiled function. To debug: set "
@@ -369,6 +372,9 @@ def branched_error_if(
             "check runs when `x` is computed, and only if the result is used); got "
             f"{type(x).__name__} {x!r} with none. Pass an array the computation uses."
         )
+    site = user_frames()
+    if site:  # the failure names where the check was written, as a traceback would
+        msgs = tuple(f"{m}\n\n{_SITE}\n{site}" for m in msgs)
     checked = _check([leaves[i] for i in where], pred, index, msgs, on_error)
     for i, value in zip(where, checked):
         leaves[i] = value
