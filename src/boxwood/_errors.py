@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._filters import is_array
-from ._tracebacks import user_frames
+from ._tracebacks import hiding_own_frames, user_frames
 from ._unvmap import unvmap_any, unvmap_max
 
 
@@ -317,6 +317,7 @@ def _resolve_now(x: Any, pred: Any, index: Any, msgs: tuple, on_error: str) -> A
     return x
 
 
+@hiding_own_frames
 def branched_error_if(
     x: Any,
     pred: Any,
@@ -398,6 +399,7 @@ def _largest(index: Any) -> Any:
         return unvmap_max(index)
 
 
+@hiding_own_frames
 def error_if(x: Any, pred: Any, msg: str, *, on_error: str = "default") -> Any:
     """Raise an error if `pred` is true: at once when `pred` is known, otherwise when
     the computation runs (inside `jax.jit`, `boxwood.filter_jit`, `vmap`, `grad`...).

@@ -16,13 +16,14 @@ step into them); elsewhere they are removed, with JAX's note saying so.
 from __future__ import annotations
 
 import builtins
+import functools
 import importlib
 import linecache
 import os
 import sys
 import types
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import jax
 
@@ -87,10 +88,7 @@ def hide_own_frames(error: BaseException) -> None:
         return
     tb = error.__traceback__
     if mode == "tracebackhide":
-        while tb is not None:
-            if is_own_file(tb.tb_frame.f_code.co_filename):
-                tb.tb_frame.f_locals["__tracebackhide__"] = True
-            tb = tb.tb_next
+        _mark(error)
         return
     kept: list[types.TracebackType] = []
     removed = False
@@ -135,7 +133,9 @@ def user_frames() -> str:
         name = frame.f_code.co_filename
         if name == boundary:
             break
-        if not (is_own_file(name) or name.startswith(_JAX) or name.startswith("<frozen")):
+        if not (
+            is_own_file(name) or name.startswith(_JAX) or name.startswith("<frozen")
+        ):
             found.append((name, frame.f_lineno, frame.f_code.co_name))
         frame = frame.f_back
     lines = []
@@ -147,6 +147,23 @@ def user_frames() -> str:
     return "\n".join(lines)
 
 
+def _mark(error: BaseException) -> None:
+    """Mark boxwood's frames in `error`'s traceback `__tracebackhide__`. IPython
+    shows the innermost frame even so: a run of boxwood's frames at the inner end
+    (where boxwood raised the error) is removed instead."""
+    tb, last_user = error.__traceback__, None
+    while tb is not None:
+        if is_own_file(tb.tb_frame.f_code.co_filename):
+            tb.tb_frame.f_locals["__tracebackhide__"] = True
+        else:
+            last_user = tb
+        tb = tb.tb_next
+    if last_user is None:
+        error.with_traceback(None)
+    else:
+        last_user.tb_next = None
+
+
 _F = TypeVar("_F", bound=Callable)
 
 
@@ -155,6 +172,7 @@ def hiding_own_frames(fun: _F) -> _F:
     for entry points off the warm path (`lower`, the filtered transformations).
     The frame it adds is boxwood's, hidden too."""
 
+    @functools.wraps(fun)
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fun(*args, **kwargs)
@@ -162,13 +180,7 @@ def hiding_own_frames(fun: _F) -> _F:
             hide_own_frames(error)
             raise
 
-    call.__wrapped__ = fun  # type: ignore[attr-defined]
-    for name in ("__name__", "__qualname__", "__doc__", "__module__"):
-        try:
-            setattr(call, name, getattr(fun, name))
-        except (AttributeError, TypeError):
-            pass
-    return call  # type: ignore[return-value]
+    return cast(_F, call)
 
 
 exclude_own_frames()
