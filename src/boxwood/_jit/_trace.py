@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-from jax.extend.core import find_top_trace
 
 from .._filters import is_array
 from . import _convention, _shardings
@@ -107,8 +106,10 @@ def has_side_effects(arrays: list) -> bool:
     others by weak reference (dead code is dropped); that list is not public, so
     on a JAX without it this answers `False`."""
     try:
+        from jax.extend.core import find_top_trace
+
         equations = find_top_trace(arrays).frame.tracing_eqns
-    except AttributeError:
+    except (ImportError, AttributeError):
         return False
     return any(
         not isinstance(e, weakref.ReferenceType) and getattr(e, "effects", None)
