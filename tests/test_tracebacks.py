@@ -160,6 +160,17 @@ def test_a_method_of_a_module_under_filter_jit_and_eagerly():
         assert files.count(__file__) == 4  # this test, Outer, Inner, _deepest
 
 
+def test_the_users_own_error_keeps_its_text():
+    # boxwood adds no note: `pytest.raises(match=...)` reads the error's own text
+    class Model(bw.Module):
+        def __call__(self, x):
+            raise ValueError("mine")
+
+    with pytest.raises(ValueError, match="^mine$") as info:
+        Model()(1.0)
+    assert _own(_files(info.value)) == []
+
+
 def _loss(x, w):
     return _deepest(x, w).sum()
 

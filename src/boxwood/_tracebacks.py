@@ -10,7 +10,7 @@ every frame is its own or the user's; boxwood's frames above that boundary
 It follows JAX's setting `JAX_TRACEBACK_FILTERING` (`jax_traceback_filtering`):
 `off` shows every frame; under IPython the frames are marked
 `__tracebackhide__` (IPython's and pytest's convention: a debugger can still
-step into them); elsewhere they are removed, with JAX's note saying so.
+step into them); elsewhere they are removed.
 """
 
 from __future__ import annotations
@@ -31,13 +31,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _PREFIX = _HERE + os.sep
 # generated code named outside the package: the output builders (`_jit/_rebuild.py`)
 _GENERATED = "<boxwood "
-
-_NOTE = (
-    "--------------------\n"
-    "For simplicity, boxwood has removed its internal frames from the traceback "
-    "of the following exception. Set JAX_TRACEBACK_FILTERING=off to include these."
-)
-_SWITCH = "JAX_TRACEBACK_FILTERING"  # in JAX's note and in boxwood's
 
 
 def exclude_own_frames() -> None:
@@ -103,10 +96,9 @@ def hide_own_frames(error: BaseException) -> None:
     out = None
     for old in reversed(kept):
         out = types.TracebackType(out, old.tb_frame, old.tb_lasti, old.tb_lineno)
+    # (no note of boxwood's own is added, unlike JAX's: a note is part of the text
+    # that `pytest.raises(match=...)` reads, and the user's own errors pass here)
     error.with_traceback(out)
-    notes = getattr(error, "__notes__", ())
-    if hasattr(error, "add_note") and not any(_SWITCH in str(n) for n in notes):
-        error.add_note(_NOTE)
 
 
 _JAX = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
