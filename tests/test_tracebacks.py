@@ -117,6 +117,14 @@ def test_an_error_shows_no_frame_of_boxwood_and_no_more_than_jax_jit(case):
         assert fun.__name__ in printed  # the user's own frames are kept
 
 
+@pytest.mark.parametrize("case", ["if", "shape"])
+def test_no_more_frames_than_equinox(case):
+    eqx = pytest.importorskip("equinox")
+    fun, args = _CASES[case]
+    ours = _files(_raised(bw.filter_jit(fun), *args))
+    assert len(ours) <= len(_files(_raised(eqx.filter_jit(fun), *args)))
+
+
 def test_the_shape_error_keeps_every_user_frame_down_to_the_matmul():
     fun, args = _CASES["shape"]
     names = [
