@@ -85,6 +85,24 @@ _CASES = {
 }
 
 
+@contextlib.contextmanager
+def _filtering(mode):
+    before = jax.config.jax_traceback_filtering
+    jax.config.update("jax_traceback_filtering", mode)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_traceback_filtering", before)
+
+
+@pytest.fixture(autouse=True)
+def _jax_filtering_as_by_default():
+    """The tests below read tracebacks as JAX's default setting shapes them
+    (whatever `JAX_TRACEBACK_FILTERING` the suite runs with)."""
+    with _filtering("auto"):
+        yield
+
+
 def _raised(fun, *args):
     """The error `fun(*args)` raises, its results waited for."""
     with pytest.raises(Exception) as info:
@@ -217,22 +235,15 @@ def test_the_filtered_transformations_hide_boxwoods_frames(name):
 
 def test_jax_traceback_filtering_off_shows_every_frame():
     fun, args = _CASES["shape"]
-    jax.config.update("jax_traceback_filtering", "off")
-    try:
+    with _filtering("off"):
         error = _raised(bw.filter_jit(fun), *args)
-    finally:
-        jax.config.update("jax_traceback_filtering", "auto")
     assert _own(_files(error)) != []
 
 
 def test_tracebackhide_marks_the_frames_for_pytest():
     fun, args = _CASES["shape"]
-    jax.config.update("jax_traceback_filtering", "tracebackhide")
-    try:
-        with pytest.raises(TypeError) as info:
-            bw.filter_jit(fun)(*args)
-    finally:
-        jax.config.update("jax_traceback_filtering", "auto")
+    with _filtering("tracebackhide"), pytest.raises(TypeError) as info:
+        bw.filter_jit(fun)(*args)
     entries = info.traceback
     own = [e for e in entries if str(e.path).startswith(BOXWOOD)]
     assert own  # kept (a debugger can step into them), and hidden:
