@@ -97,10 +97,12 @@ def has_side_effects(arrays: list) -> bool:
     A program whose one output is also reduced for a side effect
     (`jax.debug.print("{}", y.sum())` beside `return y`) fails to compile on
     XLA's CPU backend (jaxlib 0.10: "RET_CHECK failure ... is live and cannot be
-    removed", with plain `jax.jit` too); with a second output it compiles, so such
-    a program gets an unused scalar after its one output (the output builders
-    read the leading results only). Programs without side effects, where the
-    extra output would only cost time, are left as they are.
+    removed", under plain `jax.jit` too; it compiles with XLA's YNNPACK fusion
+    off, `--xla_cpu_experimental_ynn_fusion_type=`). With a second output it
+    compiles (Equinox's wrapper always returns one), so such a program gets an
+    unused scalar after its one output; the output builders read the leading
+    results only. Programs without side effects, where the extra output would
+    only cost time, are left as they are.
 
     JAX keeps the equations of a trace with effects by strong reference and the
     others by weak reference (dead code is dropped); that list is not public, so
