@@ -107,5 +107,7 @@ def test_as_boxwood_error_recovers_the_message_from_xla():
             jax.block_until_ready(f(jnp.array(-1.0)))
         recovered = as_boxwood_error(info.value)
         assert isinstance(recovered, bw.BoxwoodRuntimeError)
-        assert str(recovered) == "line one\nline two"
+        message, _, site = str(recovered).partition("\n\n")
+        assert message == "line one\nline two"
+        assert site.startswith("The check that failed") and __file__ in site
     assert as_boxwood_error(ValueError("unrelated")) is None

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._filters import is_array
+from ._tracebacks import hiding_own_frames, user_frames
 from ._unvmap import unvmap_any, unvmap_max
 
 
@@ -37,6 +38,8 @@ class BoxwoodRuntimeError(RuntimeError):
 EquinoxRuntimeError = BoxwoodRuntimeError  # Equinox's name for the same class
 
 _MARKER = "BoxwoodRuntimeError: "
+
+_SITE = "The check that failed (traced inside the compiled function):"
 
 _HINT = (
     "\n\n(raised by `boxwood.error_if` inside a compiled function. To debug: set "
@@ -314,6 +317,7 @@ def _resolve_now(x: Any, pred: Any, index: Any, msgs: tuple, on_error: str) -> A
     return x
 
 
+@hiding_own_frames
 def branched_error_if(
     x: Any,
     pred: Any,
@@ -369,6 +373,9 @@ def branched_error_if(
             "check runs when `x` is computed, and only if the result is used); got "
             f"{type(x).__name__} {x!r} with none. Pass an array the computation uses."
         )
+    site = user_frames()
+    if site:  # the failure names where the check was written, as a traceback would
+        msgs = tuple(f"{m}\n\n{_SITE}\n{site}" for m in msgs)
     checked = _check([leaves[i] for i in where], pred, index, msgs, on_error)
     for i, value in zip(where, checked):
         leaves[i] = value
@@ -392,6 +399,7 @@ def _largest(index: Any) -> Any:
         return unvmap_max(index)
 
 
+@hiding_own_frames
 def error_if(x: Any, pred: Any, msg: str, *, on_error: str = "default") -> Any:
     """Raise an error if `pred` is true: at once when `pred` is known, otherwise when
     the computation runs (inside `jax.jit`, `boxwood.filter_jit`, `vmap`, `grad`...).

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._errors import raise_as_boxwood_error
+from .._tracebacks import hide_own_frames
 from . import _convention
 from ._diagnostics import restore_warnings
 
@@ -70,7 +71,11 @@ class Compiled:
         self._call = call
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(self.flat, args, kwargs)
+        try:
+            return self._call(self.flat, args, kwargs)
+        except Exception as error:  # boxwood's frames hidden, as JAX hides its own
+            hide_own_frames(error)
+            raise
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("flat", "_call"):

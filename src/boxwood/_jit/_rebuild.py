@@ -288,14 +288,19 @@ def compile_builder(
 def _merging_unflatten(
     treedef: Any, constants: dict[int, Any]
 ) -> Callable[[list], Any]:
+    n = treedef.num_leaves
     if not constants:
-        return treedef.unflatten
+
+        def unflatten(dyn: list) -> Any:
+            # a program may return more (`_trace.has_side_effects`): the leading ones
+            return treedef.unflatten(dyn[:n])
+
+        return unflatten
 
     fresh = {i: _copies(v) for i, v in constants.items()}
 
     def build(dyn: list) -> Any:
         it = iter(dyn)
-        n = treedef.num_leaves
         return treedef.unflatten(
             [
                 (copy.copy(constants[i]) if fresh[i] else constants[i])

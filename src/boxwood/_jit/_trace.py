@@ -73,6 +73,8 @@ def traced_function(
         if out_shardings is not None:
             out = _shardings.constrain_output(out_shardings, out)
         arrays = _record_output(out, entry_ref(), signature([*fun_dyn, *dyn]))
+        if len(arrays) == 1 and has_side_effects(arrays):
+            arrays.append(jax.numpy.zeros((), bool))  # (see `has_side_effects`)
         if silence:  # JAX warns while lowering, right after this returns
             silence_donation_warning()
         return arrays
@@ -86,6 +88,35 @@ def traced_function(
     if source is not None:
         inner.__wrapped__ = source  # type: ignore[attr-defined]
     return inner
+
+
+def has_side_effects(arrays: list) -> bool:
+    """Whether the trace that computed `arrays` holds an operation with a side
+    effect (`jax.debug.print`, `io_callback`, ...).
+
+    A program whose one output is also reduced for a side effect
+    (`jax.debug.print("{}", y.sum())` beside `return y`) fails to compile on
+    XLA's CPU backend (jaxlib 0.10: "RET_CHECK failure ... is live and cannot be
+    removed", under plain `jax.jit` too; it compiles with XLA's YNNPACK fusion
+    off, `--xla_cpu_experimental_ynn_fusion_type=`). With a second output it
+    compiles (Equinox's wrapper always returns one), so such a program gets an
+    unused scalar after its one output; the output builders read the leading
+    results only. Programs without side effects, where the extra output would
+    only cost time, are left as they are.
+
+    JAX keeps the equations of a trace with effects by strong reference and the
+    others by weak reference (dead code is dropped); that list is not public, so
+    on a JAX without it this answers `False`."""
+    try:
+        from jax.extend.core import find_top_trace
+
+        equations = find_top_trace(arrays).frame.tracing_eqns
+    except (ImportError, AttributeError):
+        return False
+    return any(
+        not isinstance(e, weakref.ReferenceType) and getattr(e, "effects", None)
+        for e in equations
+    )
 
 
 def _record_output(out: Any, entry: Entry | None, shapes: Any) -> list:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._tracebacks import hide_own_frames
 from . import _convention
 from ._dispatch import Dispatch
 from ._flat_cache import call_key
@@ -45,32 +46,37 @@ def warm_call(dispatch: Dispatch) -> Callable:
 
     def call(*args: Any, **kwargs: Any) -> Any:
         nonlocal hits
-        if by_name and kwargs:  # the first argument, by keyword: positional
-            args, kwargs = dispatch.leading.positional(args, kwargs)
-        dyn: list = []
-        found = fast_plans.get(key_of(args, kwargs, dyn))  # (`None`: not walked)
-        if found is None:
-            return slow(args, kwargs)
-        plan, entry = found
-        if store.tracing:
-            return locked(plan, entry, dyn, args, kwargs)
-        traces = store.traces
+        # one `try` around the whole body: free unless something is raised
         try:
-            if plain:
-                result = entry.jitted(dyn)
+            if by_name and kwargs:  # the first argument, by keyword: positional
+                args, kwargs = dispatch.leading.positional(args, kwargs)
+            dyn: list = []
+            found = fast_plans.get(key_of(args, kwargs, dyn))  # (`None`: not walked)
+            if found is None:
+                return slow(args, kwargs)
+            plan, entry = found
+            if store.tracing:
+                return locked(plan, entry, dyn, args, kwargs)
+            traces = store.traces
+            try:
+                if plain:
+                    result = entry.jitted(dyn)
+                else:
+                    result = invoke(entry.jitted, dyn, plan)
+            except BaseException as error:
+                on_error(error)  # raises a failed `error_if` check's error
+                raise
+            if store.traces != traces:
+                after_trace(args, kwargs, plan)
             else:
-                result = invoke(entry.jitted, dyn, plan)
-        except BaseException as error:
-            on_error(error)  # raises a failed `error_if` check's error
+                hits += 1
+            build = entry.fast_build
+            if build is not None:
+                return build(result)
+            return output(entry, dyn, result)
+        except Exception as error:  # boxwood's frames hidden, as JAX hides its own
+            hide_own_frames(error)
             raise
-        if store.traces != traces:
-            after_trace(args, kwargs, plan)
-        else:
-            hits += 1
-        build = entry.fast_build
-        if build is not None:
-            return build(result)
-        return output(entry, dyn, result)
 
     return call
 

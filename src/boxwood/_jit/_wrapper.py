@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .._module import _flat_form, as_pytree_function
+from .._tracebacks import hiding_own_frames
 from . import _aot, _convention
 from ._diagnostics import restore_warnings
 from ._dispatch import Dispatch, prepare
@@ -82,7 +83,7 @@ class JitWrapper:
         functools.update_wrapper(call, wrapped, updated=())
         call.cache_info = self.cache_info
         call.clear_cache = clear_cache
-        call.lower = lower or self.lower
+        call.lower = hiding_own_frames(lower or self.lower)
         call._boxwood_jit = self
         return call
 

@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from .._tracebacks import hide_own_frames
 from . import _flat_form, _reload
 from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
@@ -349,7 +350,11 @@ class BoundMethod(Module):
     instance: Any
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.func(self.instance, *args, **kwargs)
+        try:
+            return self.func(self.instance, *args, **kwargs)
+        except Exception as error:  # this frame hidden, as JAX hides its own
+            hide_own_frames(error)
+            raise
 
     @property
     def __self__(self) -> Any:

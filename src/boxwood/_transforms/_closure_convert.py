@@ -11,6 +11,7 @@ import jax.core
 
 from .._filters import is_array
 from .._module import Module, field
+from .._tracebacks import hiding_own_frames
 from ._eval_shape import filter_eval_shape
 from ._split import OutBox, static_equal
 
@@ -169,6 +170,7 @@ class _JaxprFunction(Module):
         return self.outputs.treedef.unflatten(leaves)
 
 
+@hiding_own_frames
 def filter_closure_convert(fn: Callable, *args: Any, **kwargs: Any) -> Callable:
     """`jax.closure_convert` for functions of arbitrary pytrees: the arrays (and
     tracers) `fn` closes over become leaves of the returned function.

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from .._filters import combine, is_array, is_inexact_array, partition
+from .._tracebacks import hiding_own_frames
 from ._split import OutBox, Slots, keystr, split_out
 
 
@@ -110,6 +111,7 @@ class filter_custom_jvp:
         self.fn_jvp = fn_jvp
         return fn_jvp
 
+    @hiding_own_frames
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         name = getattr(self.fn, "__name__", "function")
         if self.fn_jvp is None:
@@ -306,6 +308,7 @@ class filter_custom_vjp:
 
         self.fn_fwd, self.fn_bwd = fwd, bwd
 
+    @hiding_own_frames
     def __call__(self, vjp_arg: Any, /, *args: Any, **kwargs: Any) -> Any:
         name = getattr(self.fn, "__name__", "function")
         missing = [

@@ -9,6 +9,7 @@ import jax
 
 from .._filters import is_array
 from .._module import as_pytree_function
+from .._tracebacks import hiding_own_frames
 from ._split import OutBox, Slots
 
 
@@ -17,6 +18,7 @@ def is_struct(x: Any) -> bool:
     return is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
 
 
+@hiding_own_frames
 def filter_eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
     """`jax.eval_shape` for functions of arbitrary Python objects.
 

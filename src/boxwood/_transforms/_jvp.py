@@ -9,6 +9,7 @@ import jax
 from jax.interpreters import ad
 
 from .._filters import is_array, is_inexact_array, is_inexact_array_like
+from .._tracebacks import hiding_own_frames
 from ._split import OutBox, Sieve
 
 
@@ -65,6 +66,7 @@ def _sort_output(out: Any, trace: Any) -> tuple[list, Any, list]:
     return leaves, treedef, kinds
 
 
+@hiding_own_frames
 def filter_jvp(
     fn: Callable[..., Any], primals: Sequence, tangents: Sequence, **kwargs: Any
 ) -> tuple[Any, Any]:
@@ -136,6 +138,7 @@ def _assemble(
     return out_def.unflatten(out), out_def.unflatten(tangent)
 
 
+@hiding_own_frames
 def filter_vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple:
     """`jax.vjp` for functions of arbitrary pytrees.
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from .._filters import combine, is_array, partition
 from .._module import as_pytree_function
+from .._tracebacks import hiding_own_frames
 from ._split import OutBox, describe, keystr, split_out, static_equal
 
 
@@ -72,6 +73,7 @@ def _as_pair(out: Any) -> tuple[Any, Any]:
     return out
 
 
+@hiding_own_frames
 def filter_scan(
     fun: Callable[[Any, Any], tuple[Any, Any]],
     init: Any,
@@ -128,6 +130,7 @@ def filter_scan(
     return combine(carry_arrays, init_static), combine(ys_arrays, box.get())
 
 
+@hiding_own_frames
 def unrolled_scan(
     fun: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, length: int
 ) -> tuple[Any, Any]:

@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..._tracebacks import hide_own_frames
 from ..._warnings import user_stacklevel
 from .arguments import warn_fixed_reads
 from .reads import globals_of
@@ -34,22 +35,26 @@ from .values import MISSING, MSG_CHANGED, MSG_UNFOLLOWED, CapturedValueWarning, 
 _CALL_TEMPLATE = """
 def _bw_make(_bw_g, _bw_cells, _bw_state, _bw_core, _bw_slow):
     def call({params}):
-        _bw_s = _bw_state.snap
         try:
-            {reads}
-        except (KeyError, ValueError, IndexError):
-            return _bw_slow({args}, {kwargs}) if _bw_g is not _bw_cells else None
-        if {tests}:
-            return _bw_slow({args}, {kwargs})
-        {forward}
+            _bw_s = _bw_state.snap
+            try:
+                {reads}
+            except (KeyError, ValueError, IndexError):
+                return _bw_slow({args}, {kwargs}) if _bw_g is not _bw_cells else None
+            if {tests}:
+                return _bw_slow({args}, {kwargs})
+            {forward}
+        except Exception as _bw_error:  # boxwood's frames hidden (`_tracebacks.py`)
+            _bw_hide(_bw_error)
+            raise
     return call
 """
 # `*args, **kwargs` (any signature), or the function's own parameters when it has
 # only plain positional ones: no tuple or dict is packed and unpacked on the way
 # (about half the layer's cost).
 _FORWARD_ANY = """if kwargs:
-            return _bw_core({hidden}*args, **kwargs)
-        return _bw_core({hidden}*args)"""
+                return _bw_core({hidden}*args, **kwargs)
+            return _bw_core({hidden}*args)"""
 _FORWARD_PLAIN = "return _bw_core({hidden}{names})"
 
 
@@ -113,7 +118,7 @@ def _source(capture: Capture, params: list[str] | None, hidden: bool) -> str:
         forward = _FORWARD_PLAIN.format(hidden=first, names=sig)
     return _CALL_TEMPLATE.format(
         params=sig,
-        reads="\n            ".join(reads) or "pass",
+        reads="\n                ".join(reads) or "pass",
         args=args,
         kwargs=kwargs,
         tests=" or ".join(f"_bw_v{i} is not _bw_s[{i}]" for i in range(n)) or "False",
@@ -158,7 +163,7 @@ class Layer:
     def _generate(self, into: Callable | None) -> Callable:
         capture = self.capture
         source = _source(capture, self.params, self.hidden)
-        namespace: dict[str, Any] = {}
+        namespace: dict[str, Any] = {"_bw_hide": hide_own_frames}
         # named inside this package, so that warnings skip the frame (`user_stacklevel`)
         where = os.path.join(os.path.dirname(__file__), f"<captures of {self.name}>")
         exec(compile(source, where, "exec"), namespace)
