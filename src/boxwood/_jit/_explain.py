@@ -113,9 +113,11 @@ def diff(old: dict, new: dict) -> list[str]:
 
 
 def explain(previous: list[dict], new: dict) -> list[str]:
-    """Differences between `new` and the closest of the `previous` descriptions."""
+    """Differences between `new` and the closest of the `previous` descriptions
+    (the latest of equally close ones: a value changed twice is explained by its
+    last change, `0.0 -> 1.0`, not its first)."""
     best: list[str] | None = None
-    for old in previous:
+    for old in reversed(previous):
         lines = diff(old, new)
         if best is None or len(lines) < len(best):
             best = lines

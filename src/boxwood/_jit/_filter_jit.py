@@ -152,7 +152,7 @@ def _wrap(fun: Callable, options: JitOptions) -> Any:
             fun,
             options.key,  # what the core is compiled with
             lambda traced: JitWrapper(traced, options, traced.capture.labels),
-            lambda plain: JitWrapper(plain, options),
+            lambda bound, labels, name: JitWrapper(bound, options, labels, name),
         )
         if layer is not None:
             return layer.core.decorate(layer.call, fun, layer.clear_cache, layer.lower)

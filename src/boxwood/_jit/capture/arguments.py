@@ -1,13 +1,14 @@
-"""At a first call: arrays that methods read from their globals, fixed at the trace.
+"""At a first trace: arrays that methods of module arguments read from their
+globals, fixed at the trace.
 
 A method runs from its class, so what it reads from globals is fixed when the
-function that calls it is traced (the rule in README.md). boxwood watches such
-reads in the classes it can find from the function (`reads.py`: names the function
-reads, the callable given to `filter_jit`), and warns when one is rebound. The class
-of a module passed as an *argument* is only known at the call: `warn_argument_methods`
-looks at those classes when a function is traced and warns once per method and
-global, at that first trace, that the value is fixed (naming the function, the
-method and the global, and the fix). Classes of installed libraries (boxwood's own
+function that calls it is traced. boxwood watches such reads in the classes it can
+find from the function (`reads.py`: names the function reads, the callable given
+to `filter_jit`) and keys the compiled code by them. The class of a module passed
+as an *argument* is only known at the call: `warn_argument_methods` looks at those
+classes when a function is traced and warns once per method and global, at that
+first trace, that an array read there is fixed (naming the function, the method
+and the global, and the fix). Classes of installed libraries (boxwood's own
 layers, Equinox, diffrax, ...) are left alone: their module-level arrays are
 constants by design.
 """
@@ -30,9 +31,8 @@ from .reads import class_functions, scan_code
 from .values import (
     MISSING,
     MSG_ARGUMENT_METHOD,
-    MSG_FIXED_READ,
     CapturedValueWarning,
-    is_input,
+    has_arrays,
     short,
 )
 
@@ -118,27 +118,6 @@ def warn_argument_methods(name: str, args: tuple, kwargs: dict) -> None:
     for cls in _module_classes((args, kwargs)):
         for method, g, global_name in _global_reads(cls):
             value = g.get(global_name, MISSING)
-            if value is not MISSING and is_input(value):
+            if value is not MISSING and has_arrays(value):
                 key = (cls.__module__, method, global_name)
                 _warn_once(key, MSG_ARGUMENT_METHOD, value, name=name)
-
-
-def warn_fixed_reads(name: str | None, reads: dict[str, str], g: dict) -> None:
-    """Warn (once per method and global) about the arrays read from globals inside
-    methods and callable objects that boxwood finds but cannot pass them to
-    (`reads`: `{global name: method qualname}`, the capture layer's `unfollowed`;
-    `g`: their globals): at the first call of function `name` that reaches them by
-    name, or of the callable object itself (`name=None`)."""
-    module = str(g.get("__name__", "?"))
-    where = "" if name is None else f", which {name} reaches"
-    fix = (
-        ""
-        if name is None
-        else f" (or read it in {name} itself, where what the function reads from "
-        "globals is an input)"
-    )
-    for global_name, method in reads.items():
-        value = g.get(global_name, MISSING)
-        if value is not MISSING and is_input(value):
-            key = (module, method, global_name)
-            _warn_once(key, MSG_FIXED_READ, value, where=where, fix=fix)

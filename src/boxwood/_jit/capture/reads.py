@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..._module import BoundMethod, Module
-from .values import MISSING, closure_label, contents, is_input
+from .values import MISSING, closure_label, contents
 
 MAX_FUNCTIONS = 64  # functions scanned per wrapped function
 _MAX_DEPTH = 4  # wrappers and containers looked through from one value
@@ -299,4 +299,7 @@ def _functions(value: Any, g: dict) -> frozenset:
 
 
 def _unfollowed_watch(value: Any, name: str) -> bool:
-    return value is not MISSING and not _is_module(value) and is_input(value)
+    """Whether a global read inside a method is watched: whatever it holds but a
+    Python module (a number, a function, a class, an array: a trace-time constant
+    of the method, part of the cache key)."""
+    return value is not MISSING and not _is_module(value)

@@ -9,6 +9,7 @@ variables."""
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import types
 import weakref
@@ -21,16 +22,38 @@ from .reads import Reads, unwrap_jitted
 from .values import (
     METHOD,
     MISSING,
+    Same,
     contents,
-    equal,
+    describe_value,
     global_label,
     has_arrays,
-    is_input,
     join_callable,
     split_callable,
+    value_key,
 )  # fmt: skip
 
 _CONTAINERS = (dict, list, tuple)
+_NAMES = itertools.count(1)  # static names are never reused in a process
+_MAX_STATICS = 256  # static names kept per capture (then it starts over)
+_UNBOUND = ("unbound",)  # the key of a name not bound (yet)
+_MAX_DESCRIBED = 4096
+# static name -> `{label: text}` of its constants, for `traced.describe_captures`
+DESCRIBED: dict[str, dict[str, str]] = {}
+_DESCRIBED_LOCK = threading.Lock()
+
+
+def describe(name: str, texts: dict[str, str]) -> None:
+    with _DESCRIBED_LOCK:
+        DESCRIBED[name] = texts
+        while len(DESCRIBED) > _MAX_DESCRIBED:  # the oldest first
+            DESCRIBED.pop(next(iter(DESCRIBED)), None)
+
+
+def _key(value: Any) -> Any:
+    try:
+        return value_key(value)
+    except Exception:  # an object that breaks the walk (a tuple subclass...)
+        return Same(value)
 
 
 def copy_function(
@@ -68,15 +91,14 @@ class Capture:
         self._cell_label = {id(cell): label for label, cell in self.reads.cells}
         self.warn_only = {global_label(n) for n in self.reads.warn_only}
         self.unfollowed = {global_label(n): f for n, f in self.reads.unfollowed.items()}
-        self.baseline: dict[str, Any] = {}  # label -> value read at the last trace
         self.layers: weakref.WeakSet = weakref.WeakSet()  # the per-call layers
         self.lock = threading.Lock()
-        # Which names hold bound methods or partials, with their functions: each
-        # combination is named by a string (`global 'f': partial of loss`), passed
-        # as the hidden tuple's last entry: a static part of the cache key, so that
-        # another function retraces, and the explanation shows it.
-        self._signature_names: dict[tuple, str] = {}
+        # The static names (see `hidden`): the keys of the trace-time constants and
+        # the functions of bound methods and partials -> the name; the name -> those
+        # functions; `(label, text)` -> the keys whose text reads so (numbered).
+        self._statics: dict[tuple, str] = {}
         self._signatures: dict[str, tuple] = {}
+        self._texts: dict[tuple[str, str], list] = {}
 
     def adopt(self, other: Capture) -> bool:
         """Take the names of a new scan of the same function (`other`); `True` when
@@ -90,57 +112,100 @@ class Capture:
             self.cells, self._cell_label = other.cells, other._cell_label
             self.warn_only, self.unfollowed = other.warn_only, other.unfollowed
             if moved:
-                self.baseline = {}
-                self._signature_names.clear()
+                self._statics.clear()
                 self._signatures.clear()
+                self._texts.clear()
             return moved
 
-    def hidden(self, values: list[Any]) -> tuple | None:
-        """The hidden argument for `values` (one per label): the value where it
-        holds arrays, else `None`; the data part of a bound method or partial that
-        holds arrays, and then the name of their functions as one more entry; or
-        `None` itself when no name holds arrays (the argument walk takes it in one
-        step, where an all-`None` tuple would cost a tuple walk on every call)."""
+    def hidden(self, values: list[Any]) -> Any:
+        """The hidden argument for `values` (one per label).
+
+        Entries: the value where it holds arrays (an input), the data part of a
+        bound method or partial that holds arrays, else `None`. Every other value
+        (a number, a string, a function, a class, an optax transformation, ...),
+        and every value read inside a method, is a trace-time constant: its key
+        (`values.value_key`) goes into one string, the *static name*, which ends
+        the tuple and is a static leaf, so that a rebinding to another value
+        retraces with it, and rebinding it back finds the code traced for it.
+        With no input at all the static name alone is the hidden argument (or
+        `None` when there is nothing to key): the argument walk takes it in one
+        step, where a tuple of `None`s would cost a tuple walk on every call."""
         entries: list[Any] = []
         functions = []
-        for label, value in zip(self.labels, values):
-            if value is MISSING or label in self.warn_only:
-                entries.append(None)
-                continue
-            split = split_callable(value)
-            if split is not None:
-                functions.append((len(entries), *split[0]))
-                entries.append(split[1])
-            else:
-                entries.append(value if has_arrays(value) else None)
-        if functions:
-            return (*entries, self._signature_name(tuple(functions)))
-        return None if all(e is None for e in entries) else tuple(entries)
+        keys = []
+        for i, (label, value) in enumerate(zip(self.labels, values)):
+            if value is not MISSING and label not in self.warn_only:
+                split = split_callable(value)
+                if split is not None:
+                    functions.append((len(entries), *split[0]))
+                    entries.append(split[1])
+                    continue
+                if has_arrays(value):
+                    entries.append(value)
+                    if label in self.unfollowed:  # a method reads it too
+                        keys.append((i, Same(value)))
+                    continue
+            entries.append(None)
+            keys.append((i, _UNBOUND if value is MISSING else _key(value)))
+        static = (
+            self._static_name(tuple(functions), tuple(keys), values)
+            if functions or keys
+            else None
+        )
+        if all(e is None for e in entries):
+            return static
+        return tuple(entries) if static is None else (*entries, static)
 
-    def _signature_name(self, signature: tuple) -> str:
+    def _static_name(self, functions: tuple, keys: tuple, values: list[Any]) -> str:
+        """The static name of these functions (of bound methods and partials) and
+        keys of constants: one per distinct combination (and capture), never
+        reused for another in the process, so that wrappers sharing compiled code
+        never confuse two."""
+        key = (functions, keys)
         with self.lock:
-            name = self._signature_names.get(signature)
+            name = self._statics.get(key)
             if name is None:
-                name = "; ".join(
-                    f"{self.labels[i]}: "
-                    f"{'bound method' if kind == METHOD else 'functools.partial'} of "
-                    f"{getattr(func, '__qualname__', type(func).__name__)}"
-                    for i, kind, func in signature
-                )
-                if name in self._signatures:  # same names, other functions
-                    name += f" (#{len(self._signatures)})"
-                self._signature_names[signature] = name
-                self._signatures[name] = signature
+                if len(self._statics) >= _MAX_STATICS:  # a long session: start over
+                    self._statics.clear()
+                name = f"captured values #{next(_NAMES)}"
+                self._statics[key] = name
+                if functions:
+                    self._signatures[name] = functions
+                describe(name, self._describe(functions, keys, values))
             return name
 
-    def _joined(self, hidden: tuple | None) -> tuple:
-        """`hidden` with bound methods and partials put back together."""
-        if hidden is None:
+    def _describe(self, functions: tuple, keys: tuple, values: list[Any]) -> dict:
+        """`{label: text}` of the constants in a static name, for explanations."""
+        out = {}
+        for i, key in keys:
+            label, value = self.labels[i], values[i]
+            if type(key) is Same and label not in self.warn_only:
+                label += f" (read inside `{self.unfollowed.get(label, '?')}`)"
+            if value is MISSING:
+                out[label] = "unbound"
+                continue
+            seen = self._texts.setdefault((label, describe_value(value, 1)), [])
+            if key not in seen:
+                seen.append(key)
+            out[label] = describe_value(value, seen.index(key) + 1)
+        if functions:
+            out["captured callables"] = "; ".join(
+                f"{self.labels[i]}: "
+                f"{'bound method' if kind == METHOD else 'functools.partial'} of "
+                f"{getattr(func, '__qualname__', type(func).__name__)}"
+                for i, kind, func in functions
+            )
+        return out
+
+    def _joined(self, hidden: Any) -> tuple:
+        """The entries of `hidden` with bound methods and partials put back
+        together (empty when no name holds arrays)."""
+        if hidden is None or type(hidden) is str:
             return ()
         if len(hidden) == len(self.labels):
             return tuple(hidden)
         entries = list(hidden[:-1])
-        for i, kind, func in self._signatures[hidden[-1]]:
+        for i, kind, func in self._signatures.get(hidden[-1], ()):
             entries[i] = join_callable(kind, func, entries[i])
         return tuple(entries)
 
@@ -166,11 +231,6 @@ class Capture:
             for label, value in zip(self.labels, self._joined(hidden))
             if value is not None
         }
-        self.baseline = {
-            label: value
-            for label, value in zip(self.labels, self.read())
-            if label not in given or label in self.unfollowed
-        }
         new_g = dict(g)
         rebuilder = Rebuilder(self, given, new_g)
         for label, value in given.items():
@@ -187,23 +247,6 @@ class Capture:
             value = traced_globals.get(name, MISSING)
             if value is not MISSING and value is not self.g.get(name, MISSING):
                 self.g[name] = value
-
-    def changed(self, values: list[Any], warned: set[str]) -> list[tuple]:
-        """`(label, old, new)` for trace-time constants that differ from the traced
-        ones, and for values read inside methods (`unfollowed`) that changed (each
-        label once; the labels are added to `warned`)."""
-        out = []
-        for label, value in zip(self.labels, values):
-            if label in warned or label not in self.baseline:
-                continue
-            old = self.baseline[label]
-            if old is value or equal(old, value):
-                continue
-            if label not in self.unfollowed and is_input(value):
-                continue
-            warned.add(label)
-            out.append((label, old, value))
-        return out
 
 
 class Rebuilder:
