@@ -24,6 +24,7 @@ warm path; every other call goes to `_dispatch.py`).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -37,6 +38,7 @@ from ._options import (
     JitOptions,
     check_jit_kwargs,
 )
+from ._warm import detour
 from ._wrapper import CacheInfo as CacheInfo
 from ._wrapper import JitWrapper
 
@@ -148,12 +150,51 @@ def _wrap(fun: Callable, options: JitOptions) -> Any:
     """The callable `filter_jit(fun)` returns: the capture layer's where `fun`
     reads watched names (`capture/`), else the wrapper's own call."""
     if options.capture == "inputs":
+
+        def make_core(traced: _capture.Traced) -> JitWrapper:
+            return JitWrapper(traced, options, traced.capture.labels)
+
         layer = _capture.wrap(
             fun,
             options.key,  # what the core is compiled with
-            lambda traced: JitWrapper(traced, options, traced.capture.labels),
+            make_core,
             lambda bound, labels, name: JitWrapper(bound, options, labels, name),
         )
         if layer is not None:
             return layer.core.decorate(layer.call, fun, layer.clear_cache, layer.lower)
+        if type(fun) is types.FunctionType:  # its module arguments' methods may read
+            core = JitWrapper(fun, options)  # its globals: watched from the trace on
+            _capture.watch_plain(
+                fun, options.key, core, make_core, lambda layer: _promote(core, layer)
+            )
+            return core.call
     return JitWrapper(fun, options).call
+
+
+def _promote(core: JitWrapper, layer: _capture.Layer) -> None:
+    """Send the calls of `core`, a plain function's wrapper that the user holds, to
+    `layer` (the function turned out to read watched names through the methods of
+    its module arguments; this runs during `core`'s first trace). The layer's
+    core inherits what `core` recorded of that trace, so that the next trace is
+    explained as a recompile, and `cache_info`, `clear_cache` and `lower` cover
+    both."""
+    call = core.call
+    old, new = core.dispatch.store, layer.core.dispatch.store
+    constants = _capture.describe_captures(
+        layer.state.hidden_now(), layer.capture.labels
+    )  # their values now: those of the trace under way
+    with new.trace_lock:
+        new.records[:0] = [constants | record for record in old.records]
+        new.traces += old.traces
+    detour(call, lambda args, kwargs: layer.call(*args, **kwargs))
+
+    def cache_info() -> CacheInfo:
+        a, b = core.cache_info(), layer.core.cache_info()
+        return CacheInfo(*(x + y for x, y in zip(a, b)))
+
+    def clear_cache() -> None:
+        core.clear_cache()
+        layer.clear_cache()
+
+    call.cache_info, call.clear_cache, call.lower = cache_info, clear_cache, layer.lower
+    call._boxwood_jit = layer.core

@@ -27,7 +27,7 @@ import jax
 
 from ..._module._register import MODULE_TYPES
 from ..._warnings import user_stacklevel
-from .reads import class_functions, scan_code
+from .reads import Reads, class_functions, scan_code
 from .values import (
     MISSING,
     MSG_ARGUMENT_METHOD,
@@ -40,6 +40,8 @@ from .values import (
 # once per class (weakly: classes defined in a notebook cell come and go)
 _READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _WARNED: set[tuple[str, str, str]] = set()  # (module, method qualname, name)
+# class -> `{global name: method qualname}` its methods read (`argument_reads`)
+_CLASS_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 _LIBRARY_ROOTS = tuple(
     {
@@ -111,12 +113,35 @@ def _warn_once(key: tuple[str, str, str], template: str, value: Any, **more: str
     )
 
 
-def warn_argument_methods(name: str, args: tuple, kwargs: dict) -> None:
+def argument_reads(g: dict, args: tuple, kwargs: dict) -> dict[str, str]:
+    """`{global name: method qualname}`: the globals in `g` that the methods of the
+    module classes in `args` and `kwargs` read, for the classes defined with
+    globals `g` (a notebook's, or a script's own classes), with the functions and
+    classes those methods reach by name (`reads.Reads`, scanned once per class).
+    They are watched and keyed like what the function's own methods read."""
+    out: dict[str, str] = {}
+    for cls in _module_classes((args, kwargs)):
+        module = sys.modules.get(cls.__module__)
+        if getattr(module, "__dict__", None) is not g:
+            continue
+        reads = _CLASS_READS.get(cls)
+        if reads is None:
+            reads = _CLASS_READS[cls] = dict(Reads(cls, g).unfollowed)
+        for global_name, method in reads.items():
+            out.setdefault(global_name, method)
+    return out
+
+
+def warn_argument_methods(
+    name: str, args: tuple, kwargs: dict, keyed: dict | None = None
+) -> None:
     """Warn (once per method and global) about the arrays read from globals by
     methods of the modules in `args` and `kwargs`, which function `name` is being
-    traced with."""
+    traced with (`keyed`: globals watched and keyed instead, not warned about)."""
     for cls in _module_classes((args, kwargs)):
         for method, g, global_name in _global_reads(cls):
+            if g is keyed:
+                continue
             value = g.get(global_name, MISSING)
             if value is not MISSING and has_arrays(value):
                 key = (cls.__module__, method, global_name)

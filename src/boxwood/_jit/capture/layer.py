@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._module import as_pytree_function, bind_method
+from .arguments import argument_reads, warn_argument_methods
 from .reads import globals_of
 from .rebuild import Capture
 from .traced import Traced, traced_for
@@ -143,6 +144,7 @@ class Layer:
         self.state = CallState(capture)
         self.call = self._generate(None)
         capture.layers.add(self)
+        core.dispatch.watch_methods = self.traced_with  # see `traced_with`
 
     def _generate(self, into: Callable | None) -> Callable:
         capture = self.capture
@@ -176,10 +178,27 @@ class Layer:
         capture, state = self.capture, self.state
         if capture.reads.roots and capture.reads.stale(capture.g):
             self.rescan()
+        self.watch_arguments(args, kwargs)
         values = capture.read()
         hidden = capture.hidden(values)
         state.snap = (*values, hidden)
         return self.core_call(hidden, *args, **kwargs)
+
+    def watch_arguments(self, args: tuple, kwargs: dict) -> None:
+        """Watch what the methods of the module arguments read from the
+        function's globals (a notebook's `SCALE` read inside `Model.__call__`)."""
+        extra = argument_reads(self.capture.g, args, kwargs)
+        if extra and self.capture.extend(extra):
+            for layer in list(self.capture.layers):
+                layer.rewatch()
+
+    def traced_with(self, name: str, args: tuple, kwargs: dict) -> None:
+        """Called by the core when it traces, with the user's arguments: a module
+        class not seen by `slow` (the watched values had not changed) has its
+        methods' global reads watched from the next call on; an array read by a
+        method of a class defined elsewhere warns that it is fixed."""
+        warn_argument_methods(name, args, kwargs, keyed=self.capture.g)
+        self.watch_arguments(args, kwargs)
 
     def rescan(self) -> None:
         """Scan the function again (a helper was defined or redefined since the
@@ -251,3 +270,27 @@ def wrap(
     bound = bind_method(call_keyed, as_pytree_function(fun))
     core = make_plain(bound, capture.labels, callable_name(fun))
     return Layer(fun, capture, core)
+
+
+def watch_plain(
+    fun: Any, variant: Any, core: Any, make_core: Callable, promote: Callable
+) -> None:
+    """For a function that reads no watched name (`core`: its plain wrapper): when
+    it is first traced with module arguments whose methods read the function's
+    globals, it gets a layer after all (`promote(layer)` sends the wrapper's calls
+    to the layer's from then on), so that rebinding them is seen."""
+    g = fun.__globals__
+    promoted: list[Layer] = []
+
+    def traced_with(name: str, args: tuple, kwargs: dict) -> None:
+        warn_argument_methods(name, args, kwargs, keyed=g)
+        extra = argument_reads(g, args, kwargs)
+        if not extra or promoted:
+            return
+        traced = traced_for(fun, variant)
+        traced.capture.extend(extra)
+        layer = Layer(fun, traced.capture, make_core(traced))
+        promoted.append(layer)
+        promote(layer)
+
+    core.dispatch.watch_methods = traced_with

@@ -93,6 +93,7 @@ class Capture:
         self.unfollowed = {global_label(n): f for n, f in self.reads.unfollowed.items()}
         self.layers: weakref.WeakSet = weakref.WeakSet()  # the per-call layers
         self.lock = threading.Lock()
+        self.extra: dict[str, str] = {}  # watched for module arguments (`extend`)
         # The static names (see `hidden`): the keys of the trace-time constants and
         # the functions of bound methods and partials -> the name; the name -> those
         # functions; `(label, text)` -> the keys whose text reads so (numbered).
@@ -100,11 +101,40 @@ class Capture:
         self._signatures: dict[str, tuple] = {}
         self._texts: dict[tuple[str, str], list] = {}
 
+    def extend(self, extra: dict[str, str]) -> bool:
+        """Watch the globals in `extra` too (`{name: method qualname}`: read inside
+        methods of module arguments, found at a call), as trace-time constants of
+        those methods; `True` when a name is new (the per-call checks must then
+        read it: `layer.Layer.rewatch`)."""
+        with self.lock:
+            new = {
+                n: m
+                for n, m in extra.items()
+                if global_label(n) not in self.unfollowed and n not in self.reads.stored
+            }
+            if not new:
+                return False
+            self.extra.update(new)
+            self._add(new)
+            return True
+
+    def _add(self, extra: dict[str, str]) -> None:
+        for name, method in extra.items():
+            label = global_label(name)
+            self.unfollowed.setdefault(label, method)
+            if label not in self._global:
+                self.reads.globals.append(name)
+                self._global[label] = name
+                self.warn_only.add(label)
+        self.labels[:] = [*self._global, *(label for label, _ in self.reads.cells)]
+
     def adopt(self, other: Capture) -> bool:
         """Take the names of a new scan of the same function (`other`); `True` when
         the watched names changed (the per-call check must then read the new ones:
         `layer.Layer.rewatch`). `labels` is updated in place: the compiled core
         holds that list to name the hidden argument's entries in messages."""
+        other._add(self.extra)
+        other.extra = self.extra
         with self.lock:
             moved = other.labels != self.labels or other.warn_only != self.warn_only
             self.reads, self._global = other.reads, other._global
