@@ -175,17 +175,25 @@ def _promote(core: JitWrapper, layer: _capture.Layer) -> None:
     """Send the calls of `core`, a plain function's wrapper that the user holds, to
     `layer` (the function turned out to read watched names through the methods of
     its module arguments; this runs during `core`'s first trace). The layer's
-    core inherits what `core` recorded of that trace, so that the next trace is
-    explained as a recompile, and `cache_info`, `clear_cache` and `lower` cover
-    both."""
+    core, at its own first trace (the same signature), inherits what `core`
+    recorded, so that the next trace is explained as a recompile; `cache_info`,
+    `clear_cache` and `lower` cover both."""
     call = core.call
-    old, new = core.dispatch.store, layer.core.dispatch.store
+    old, dispatch = core.dispatch.store, layer.core.dispatch
     constants = _capture.describe_captures(
         layer.state.hidden_now(), layer.capture.labels
     )  # their values now: those of the trace under way
-    with new.trace_lock:
-        new.records[:0] = [constants | record for record in old.records]
-        new.traces += old.traces
+    watch = dispatch.watch_methods
+
+    def first_trace(name: str, args: tuple, kwargs: dict) -> None:
+        # the layer's first trace repeats this one: not explained, but the next is
+        dispatch.watch_methods = watch
+        with dispatch.store.trace_lock:
+            earlier = [constants | record for record in old.records]
+            dispatch.store.records[:0] = earlier
+        watch(name, args, kwargs)
+
+    dispatch.watch_methods = first_trace
     detour(call, lambda args, kwargs: layer.call(*args, **kwargs))
 
     def cache_info() -> CacheInfo:
