@@ -19,6 +19,7 @@ import os
 import sys
 import sysconfig
 import threading
+import types
 import warnings
 import weakref
 from typing import Any
@@ -27,7 +28,7 @@ import jax
 
 from ..._module._register import MODULE_TYPES
 from ..._warnings import user_stacklevel
-from .reads import Reads, class_functions, scan_code
+from .reads import Reads, class_functions, scan_code, unbound
 from .values import (
     MISSING,
     MSG_ARGUMENT_METHOD,
@@ -113,6 +114,19 @@ def _warn_once(key: tuple[str, str, str], template: str, value: Any, **more: str
     )
 
 
+def _class_globals(cls: type) -> dict | None:
+    """The globals of the functions a class defines (those of the file or
+    notebook that defined it), or `None` when it defines none."""
+    for name, item in vars(cls).items():
+        # (protocol methods may be generated elsewhere: a dataclass's `__init__`)
+        if name.startswith("__") and name != "__call__":
+            continue
+        item = unbound(item, cls)
+        if type(item) is types.FunctionType:
+            return item.__globals__
+    return None
+
+
 def argument_reads(g: dict, args: tuple, kwargs: dict) -> dict[str, str]:
     """`{global name: method qualname}`: the globals in `g` that the methods of the
     module classes in `args` and `kwargs` read, for the classes defined with
@@ -121,8 +135,7 @@ def argument_reads(g: dict, args: tuple, kwargs: dict) -> dict[str, str]:
     They are watched and keyed like what the function's own methods read."""
     out: dict[str, str] = {}
     for cls in _module_classes((args, kwargs)):
-        module = sys.modules.get(cls.__module__)
-        if getattr(module, "__dict__", None) is not g:
+        if _class_globals(cls) is not g:
             continue
         reads = _CLASS_READS.get(cls)
         if reads is None:

@@ -80,10 +80,10 @@ def class_functions(cls: type, g: dict) -> Iterator[Any]:
             for name, item in vars(klass).items():
                 # construction and other protocol methods do not run in a call
                 if not name.startswith("__") or name == "__call__":
-                    yield _unbound(item, klass)
+                    yield unbound(item, klass)
 
 
-def _unbound(item: Any, klass: type) -> Any:
+def unbound(item: Any, klass: type) -> Any:
     """A class attribute as reading it on the class gives it (a static method, a
     module's method: the function), a property as its getter."""
     if isinstance(item, property):
@@ -151,7 +151,7 @@ def globals_of(fun: Any) -> dict | None:
     one (a module, a bound method, a `functools.partial`)."""
     for candidate in (
         getattr(fun, "__func__", None), getattr(fun, "func", None),
-        _unbound(inspect.getattr_static(type(fun), "__call__", None), type(fun)),
+        unbound(inspect.getattr_static(type(fun), "__call__", None), type(fun)),
     ):  # fmt: skip
         if type(candidate) is types.FunctionType:
             return candidate.__globals__
