@@ -93,13 +93,15 @@ def filter_jit(
     - `explain`: `True` warns with a [`boxwood.RecompileWarning`][] on every retrace
       after the first, naming what changed; `None` follows
       `boxwood.config.explain_recompiles`.
-    - `capture`: `"inputs"` (default): arrays, modules and pytrees of arrays that
-      `fun` reads from its globals or closure are inputs, like arguments, so
-      rebinding them is seen on the next call (their arrays are never donated);
-      other values read there are fixed at trace time, with a
-      [`boxwood.CapturedValueWarning`][] when one changes. `"constants"`: everything
-      `fun` reads is fixed at trace time, as with `jax.jit`. See the docs' section
-      on captured values for what is followed.
+    - `capture`: `"inputs"` (default): what `fun` reads from its globals or
+      closure (directly, through the functions it calls, or inside the methods of
+      modules it reads or is given) is never stale. Arrays, modules and pytrees
+      of arrays are inputs, like arguments, so rebinding them is seen on the next
+      call without a retrace (their arrays are never donated); every other value
+      is compiled in at the trace and is part of the cache key, so rebinding it
+      traces once more with the new value. `"constants"`: everything `fun` reads
+      is fixed at its first trace, as with `jax.jit`. See the docs' section on
+      captured values for what is followed.
     - `in_shardings`, `out_shardings`: pytree prefixes of the positional arguments
       (a tuple, one entry per argument) and of the output, with a
       `jax.sharding.Sharding`, a `jax.Device` or `None` (unspecified) at each

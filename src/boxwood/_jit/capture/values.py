@@ -168,10 +168,10 @@ def value_key(value: Any, depth: int = 0) -> Any:
         return (typ, value)
     if typ is float:  # the hex form tells -0.0 from 0.0, and nan equals itself
         return (float, value.hex())
+    if isinstance(value, types.FunctionType):
+        return (Same(value), value.__code__)
     if isinstance(value, tuple) and depth < _MAX_KEY_DEPTH:  # NamedTuples too
         return (typ, tuple(value_key(x, depth + 1) for x in value))
-    if typ is types.FunctionType:
-        return (Same(value), value.__code__)
     if isinstance(value, type):
         return (Same(value), class_code(value))
     return Same(value)
