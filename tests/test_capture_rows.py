@@ -226,6 +226,10 @@ def test_a_script_that_never_rebinds_stays_on_the_warm_path():
     for _ in range(5):
         step(X)
     assert step.cache_info() == (5, 1, 1, 1)
+    cells = dict(zip(step.__code__.co_freevars, step.__closure__))
+    # the first constants need no static name: the hidden argument stays `None`,
+    # as for a function whose constants were not keyed
+    assert cells["_bw_state"].cell_contents.snap[-1] is None
 
 
 def test_the_third_compile_prints_a_note_under_ipython(monkeypatch, capsys):

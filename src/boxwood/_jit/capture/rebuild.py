@@ -66,6 +66,14 @@ def copy_function(
     return new
 
 
+class Labels(list):
+    """The labels of a capture's names (`global 'LR'`, `closure 'w'`), in the
+    order of the hidden argument's entries; `first`: `{label: text}` of the
+    constants that a hidden argument without a static name stands for."""
+
+    first: dict[str, str] = {}
+
+
 class Capture:
     """The captured names of one function and how to rebuild it around new values.
 
@@ -86,7 +94,13 @@ class Capture:
         self.g: dict = g
         self.reads = Reads(fun, self.g)
         self._global = {global_label(n): n for n in self.reads.globals}
-        self.labels = [*self._global, *(label for label, _ in self.reads.cells)]
+        self.labels = Labels([*self._global, *(label for label, _ in self.reads.cells)])
+        # The first combination of constants a function's capture keys stands for
+        # itself (no static name): a program that never rebinds a name passes the
+        # hidden argument it passed before constants were keyed (`None` when no
+        # name holds arrays). Only for a plain function: its capture is the one
+        # all its wrappers share (`traced.traced_for`), so `None` means one thing.
+        self._none_first = plain
         self.cells = [cell for _, cell in self.reads.cells]
         self._cell_label = {id(cell): label for label, cell in self.reads.cells}
         self.warn_only = {global_label(n) for n in self.reads.warn_only}
@@ -97,7 +111,7 @@ class Capture:
         # The static names (see `hidden`): the keys of the trace-time constants and
         # the functions of bound methods and partials -> the name; the name -> those
         # functions; `(label, text)` -> the keys whose text reads so (numbered).
-        self._statics: dict[tuple, str] = {}
+        self._statics: dict[tuple, str | None] = {}
         self._signatures: dict[str, tuple] = {}
         self._texts: dict[tuple[str, str], list] = {}
 
@@ -142,6 +156,7 @@ class Capture:
             self.cells, self._cell_label = other.cells, other._cell_label
             self.warn_only, self.unfollowed = other.warn_only, other.unfollowed
             if moved:
+                self.labels.first = {}
                 self._statics.clear()
                 self._signatures.clear()
                 self._texts.clear()
@@ -186,22 +201,31 @@ class Capture:
             return static
         return tuple(entries) if static is None else (*entries, static)
 
-    def _static_name(self, functions: tuple, keys: tuple, values: list[Any]) -> str:
+    def _static_name(
+        self, functions: tuple, keys: tuple, values: list[Any]
+    ) -> str | None:
         """The static name of these functions (of bound methods and partials) and
         keys of constants: one per distinct combination (and capture), never
         reused for another in the process, so that wrappers sharing compiled code
-        never confuse two."""
+        never confuse two; `None` for the first combination of constants alone of
+        a plain function (see `_none_first`), described in `labels.first`."""
         key = (functions, keys)
         with self.lock:
-            name = self._statics.get(key)
-            if name is None:
-                if len(self._statics) >= _MAX_STATICS:  # a long session: start over
-                    self._statics.clear()
-                name = f"captured values #{next(_NAMES)}"
-                self._statics[key] = name
-                if functions:
-                    self._signatures[name] = functions
-                describe(name, self._describe(functions, keys, values))
+            if key in self._statics:
+                return self._statics[key]
+            if len(self._statics) >= _MAX_STATICS:  # a long session: start over
+                self._statics.clear()
+            texts = self._describe(functions, keys, values)
+            if self._none_first and not functions:
+                self._none_first = False  # never again: `None` is this one
+                self._statics[key] = None
+                self.labels.first = texts
+                return None
+            name = f"captured values #{next(_NAMES)}"
+            self._statics[key] = name
+            if functions:
+                self._signatures[name] = functions
+            describe(name, texts)
             return name
 
     def _describe(self, functions: tuple, keys: tuple, values: list[Any]) -> dict:

@@ -83,7 +83,9 @@ def describe_captures(hidden: Any, labels: list[str]) -> dict[str, tuple[str, st
                 for path, text in describe_call((value,), {}).items():
                     out[label + path.removeprefix("args[0]")] = text
         static = hidden[-1] if len(hidden) > len(labels) else None
-    if type(static) is str:
-        for label, text in DESCRIBED.get(static, {}).items():
-            out[label] = ("field", text)
+    texts = DESCRIBED.get(static, {}) if type(static) is str else None
+    if texts is None:  # the first constants (`Capture._static_name`)
+        texts = getattr(labels, "first", {})
+    for label, text in texts.items():
+        out[label] = ("field", text)
     return out
