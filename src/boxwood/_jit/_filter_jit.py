@@ -38,7 +38,7 @@ from ._options import (
     JitOptions,
     check_jit_kwargs,
 )
-from ._warm import detour
+from ._warm import detour, warm_call
 from ._wrapper import CacheInfo as CacheInfo
 from ._wrapper import JitWrapper
 
@@ -176,26 +176,22 @@ def _wrap(fun: Callable, options: JitOptions) -> Any:
 def _promote(core: JitWrapper, layer: _capture.Layer) -> None:
     """Send the calls of `core`, a plain function's wrapper that the user holds, to
     `layer` (the function turned out to read watched names through the methods of
-    its module arguments; this runs during `core`'s first trace). The layer's
-    core, at its own first trace (the same signature), inherits what `core`
-    recorded, so that the next trace is explained as a recompile; `cache_info`,
-    `clear_cache` and `lower` cover both."""
+    its module arguments; this runs during `core`'s first trace). The constants
+    of this trace are the capture's first (no static name): calls with them go on
+    to `core`'s compiled code (a warm call of its own), the others to the layer's
+    core, which inherits what `core` recorded, so that its first trace is
+    explained as a recompile; `cache_info`, `clear_cache` and `lower` cover
+    both."""
     call = core.call
-    old, dispatch = core.dispatch.store, layer.core.dispatch
-    constants = _capture.describe_captures(
-        layer.state.hidden_now(), layer.capture.labels
-    )  # their values now: those of the trace under way
-    watch = dispatch.watch_methods
-
-    def first_trace(name: str, args: tuple, kwargs: dict) -> None:
-        # the layer's first trace repeats this one: not explained, but the next is
-        dispatch.watch_methods = watch
-        with dispatch.store.trace_lock:
-            earlier = [constants | record for record in old.records]
-            dispatch.store.records[:0] = earlier
-        watch(name, args, kwargs)
-
-    dispatch.watch_methods = first_trace
+    old, new = core.dispatch.store, layer.core.dispatch.store
+    hidden = layer.state.hidden_now()  # keys the constants of the trace under way
+    constants = _capture.describe_captures(hidden, layer.capture.labels)
+    with new.trace_lock:
+        new.records[:0] = [constants | record for record in old.records]
+        new.traces += old.traces
+    if hidden is None:  # (else another wrapper of the function keyed first)
+        core.call = warm_call(core.dispatch)  # counted by `core.cache_info`
+        layer.route_first(core.call)
     detour(call, lambda args, kwargs: layer.call(*args, **kwargs))
 
     def cache_info() -> CacheInfo:

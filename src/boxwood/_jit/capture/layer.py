@@ -184,6 +184,20 @@ class Layer:
         state.snap = (*values, hidden)
         return self.core_call(hidden, *args, **kwargs)
 
+    def route_first(self, first: Callable) -> None:
+        """Send the calls whose hidden argument is `None` (the first constants of
+        a plain function's capture, those `first` was traced with) to `first`,
+        which takes no hidden argument; the others to the core."""
+        core_call = self.core.call
+
+        def call(hidden: Any, *args: Any, **kwargs: Any) -> Any:
+            if hidden is None:
+                return first(*args, **kwargs)
+            return core_call(hidden, *args, **kwargs)
+
+        self.core_call = call
+        self._generate(self.call)
+
     def watch_arguments(self, args: tuple, kwargs: dict) -> None:
         """Watch what the methods of the module arguments read from the
         function's globals (a notebook's `SCALE` read inside `Model.__call__`)."""
@@ -278,14 +292,19 @@ def watch_plain(
     """For a function that reads no watched name (`core`: its plain wrapper): when
     it is first traced with module arguments whose methods read the function's
     globals, it gets a layer after all (`promote(layer)` sends the wrapper's calls
-    to the layer's from then on), so that rebinding them is seen."""
+    to the layer's from then on, and the layer's calls with the constants of
+    that trace back to `core`: `Layer.route_first`), so that rebinding them is
+    seen, with no trace more than a change needs."""
     g = fun.__globals__
     promoted: list[Layer] = []
 
     def traced_with(name: str, args: tuple, kwargs: dict) -> None:
         warn_argument_methods(name, args, kwargs, keyed=g)
+        if promoted:  # a module class not seen before: watched from now on
+            promoted[0].watch_arguments(args, kwargs)
+            return
         extra = argument_reads(g, args, kwargs)
-        if not extra or promoted:
+        if not extra:
             return
         traced = traced_for(fun, variant)
         traced.capture.extend(extra)
