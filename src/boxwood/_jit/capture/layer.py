@@ -32,18 +32,30 @@ from .values import MISSING
 # free variables of `call` are the same whatever is watched, so that a new scan
 # can give the same function new code (`Layer.rewatch`).
 _CALL_TEMPLATE = """
-def _bw_make(_bw_g, _bw_cells, _bw_state, _bw_core, _bw_slow):
+def _bw_make(_bw_g, _bw_cells, _bw_state, _bw_core, _bw_slow, _bw_first):
     def call({params}):
         _bw_s = _bw_state.snap
         try:
             {reads}
         except (KeyError, ValueError, IndexError):
-            return _bw_slow({args}, {kwargs}) if _bw_g is not _bw_cells else None
+            if _bw_g is _bw_cells or _bw_g is _bw_first:  # (never: keeps them free)
+                return None
+            return _bw_slow({args}, {kwargs})
         if {tests}:
             return _bw_slow({args}, {kwargs})
         {forward}
     return call
 """
+# With `Layer.route_first`: the first constants (no static name: a hidden
+# argument of `None`) go to the compiled code that takes no hidden argument.
+_FIRST_ANY = """if _bw_s[{n}] is None:
+            if kwargs:
+                return _bw_first(*args, **kwargs)
+            return _bw_first(*args)
+        """
+_FIRST_PLAIN = """if _bw_s[{n}] is None:
+            return _bw_first({names})
+        """
 # `*args, **kwargs` (any signature), or the function's own parameters when it has
 # only plain positional ones: no tuple or dict is packed and unpacked on the way
 # (about half the layer's cost).
@@ -91,7 +103,7 @@ class CallState:
         return self.capture.hidden(self.capture.read())
 
 
-def _source(capture: Capture, params: list[str] | None) -> str:
+def _source(capture: Capture, params: list[str] | None, routed: bool) -> str:
     globals_ = capture.reads.globals
     n = len(capture.labels)
     reads = [f"_bw_v{i} = _bw_g[{name!r}]" for i, name in enumerate(globals_)]
@@ -103,10 +115,14 @@ def _source(capture: Capture, params: list[str] | None) -> str:
     if params is None:
         sig, args, kwargs = "*args, **kwargs", "args", "kwargs"
         forward = _FORWARD_ANY.format(hidden=first)
+        route = _FIRST_ANY.format(n=n)
     else:
         sig = ", ".join(params)
         args, kwargs = f"({sig}{',' if params else ''})", "{}"
         forward = _FORWARD_PLAIN.format(hidden=first, names=sig)
+        route = _FIRST_PLAIN.format(n=n, names=sig)
+    if routed:
+        forward = route + forward
     return _CALL_TEMPLATE.format(
         params=sig,
         reads="\n            ".join(reads) or "pass",
@@ -142,20 +158,21 @@ class Layer:
             self.name = fun.__name__
         self.params = plain_parameters(fun) if plain else None
         self.state = CallState(capture)
+        self.first: Callable | None = None  # see `route_first`
         self.call = self._generate(None)
         capture.layers.add(self)
         core.dispatch.watch_methods = self.traced_with  # see `traced_with`
 
     def _generate(self, into: Callable | None) -> Callable:
         capture = self.capture
-        source = _source(capture, self.params)
+        source = _source(capture, self.params, self.first is not None)
         namespace: dict[str, Any] = {}
         # named inside this package, so that warnings skip the frame (`user_stacklevel`)
         where = os.path.join(os.path.dirname(__file__), f"<captures of {self.name}>")
         exec(compile(source, where, "exec"), namespace)
         cells = tuple(capture.cells)
         call = namespace["_bw_make"](
-            capture.g, cells, self.state, self.core_call, self.slow
+            capture.g, cells, self.state, self.core_call, self.slow, self.first
         )
         # errors about the call's arguments name the user's function
         code = call.__code__.replace(co_name=self.name, co_qualname=self.qualname)
@@ -182,20 +199,15 @@ class Layer:
         values = capture.read()
         hidden = capture.hidden(values)
         state.snap = (*values, hidden)
+        if hidden is None and self.first is not None:  # see `route_first`
+            return self.first(*args, **kwargs)
         return self.core_call(hidden, *args, **kwargs)
 
     def route_first(self, first: Callable) -> None:
         """Send the calls whose hidden argument is `None` (the first constants of
         a plain function's capture, those `first` was traced with) to `first`,
         which takes no hidden argument; the others to the core."""
-        core_call = self.core.call
-
-        def call(hidden: Any, *args: Any, **kwargs: Any) -> Any:
-            if hidden is None:
-                return first(*args, **kwargs)
-            return core_call(hidden, *args, **kwargs)
-
-        self.core_call = call
+        self.first = first
         self._generate(self.call)
 
     def watch_arguments(self, args: tuple, kwargs: dict) -> None:
