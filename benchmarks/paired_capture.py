@@ -8,7 +8,9 @@ measures, as ratios to `jax.jit` of the same function on the same arguments (the
 median over interleaved batches): `filter_jit(apply)` at 4 and 130 leaves (the
 model passed as an argument: the dispatch figures), and at 4 leaves a function that
 also reads a global float and a helper function (watched names, no arrays: the
-capture layer's per-call check, keyed constants). The table gives, per cell, the
+capture layer's per-call check, keyed constants), and at 4 leaves a module
+argument whose method reads a global function (watched from the first trace on).
+The table gives, per cell, the
 median over the processes of A and of B and the difference B - A. Only public API
 is used, so any two versions compare.
 """
@@ -41,6 +43,13 @@ def build(leaves):
     return MLP(tuple(jax.random.normal(jax.random.fold_in(k, i), (4, 4)) for i in range(n)),
                tuple(jnp.zeros(4) for _ in range(n)))
 
+class MLPAct(MLP):  # its method reads a global: watched for module arguments
+    def __call__(self, x):
+        for w, b in zip(self.ws, self.bs):
+            x = act(w @ x + b)
+        return x
+
+act = jnp.tanh
 LR = 0.1
 
 def shifted(v):
@@ -75,6 +84,10 @@ m = build(4)
 f, g = bw.filter_jit(apply_reading), jax.jit(apply_reading)
 out["4 leaves, reads a global float and a helper"] = ratio(
     lambda: f(m, x), lambda: g(m, x), 1000)
+mact = MLPAct(m.ws, m.bs)
+f, g = bw.filter_jit(apply), jax.jit(apply)
+out["4 leaves, its method reads a global"] = ratio(
+    lambda: f(mact, x), lambda: g(mact, x), 1000)
 print(json.dumps(out))
 """
 
