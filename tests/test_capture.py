@@ -137,23 +137,20 @@ def test_nested_pytree_global_nested_function_and_helper():
         PARAMS, W = saved
 
 
-def test_changed_non_array_global_warns_once_and_stays_baked_in():
+def test_changed_non_array_global_retraces_with_the_new_value():
     global LR
-    f = bw.filter_jit(lambda x: x * LR)
+    f = bw.filter_jit(lambda x: x * LR, explain=True)
     x = jnp.ones(())
     try:
         assert f(x) == pytest.approx(0.1)
-        LR = 0.01
-        with pytest.warns(
-            bw.CapturedValueWarning,
-            match=r"global 'LR' changed from 0\.1 to 0\.01 since <lambda> was "
-            r"compiled; it is baked in at trace time",
-        ):
-            assert f(x) == pytest.approx(0.1)
-        LR = 0.02
-        assert f(x) == pytest.approx(0.1)  # no second warning for the same name
-        f.clear_cache()
-        assert f(x) == pytest.approx(0.02)
+        LR = 0.0
+        with pytest.warns(bw.RecompileWarning, match=r"  global 'LR': 0\.1 -> 0\.0$"):
+            assert f(x) == 0.0
+        LR = 1.0  # a second change: traced again, explained by its last change
+        with pytest.warns(bw.RecompileWarning, match=r"  global 'LR': 0\.0 -> 1\.0$"):
+            assert f(x) == 1.0
+        assert f(x) == 1.0
+        assert f.cache_info() == (1, 3, 3, 3)
     finally:
         LR = 0.1
 
@@ -416,13 +413,12 @@ def test_partial_holding_arrays_is_an_input(getkey):
     apply = functools.partial(loss, other, scale=3.0)  # a static value: retrace
     with pytest.warns(bw.RecompileWarning, match=r"closure 'apply'\[1\]\['scale'\]"):
         np.testing.assert_allclose(f(x), loss(other, x, 3.0), rtol=1e-6)
-    # a partial without arrays is a trace-time constant, as before
+    # a partial without arrays is a trace-time constant, keyed by identity
     add = functools.partial(jnp.add, 1.0)
     g = bw.filter_jit(lambda x: add(x))
     assert g(jnp.zeros(())) == 1.0
-    add = functools.partial(jnp.add, 2.0)
-    with pytest.warns(bw.CapturedValueWarning, match="closure 'add' changed"):
-        assert g(jnp.zeros(())) == 1.0
+    add = functools.partial(jnp.add, 2.0)  # another object: traced again
+    assert g(jnp.zeros(())) == 2.0
 
 
 def test_bound_method_of_a_pytree_is_an_input():

@@ -1,7 +1,6 @@
-"""Captured arrays read through helpers (`_jit/capture/`): each case gives the
-eager result, or warns (`CapturedValueWarning`, naming the global and where it is
-read) at the first call that the value is fixed, and again on the first call where
-the compiled code would differ."""
+"""Captured values read through helpers and methods (`_jit/capture/`): each case
+gives the eager result. Arrays read by the functions a compiled function reaches
+are inputs; what methods read is part of the cache key (a retrace per change)."""
 
 import functools
 import warnings
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-from boxwood._jit.capture import CapturedValueWarning
 
 Y = jnp.zeros((4, 1))
 X = jnp.ones((4, 2))
@@ -138,10 +136,11 @@ def test_helper_redefined_after_the_first_call():
     np.testing.assert_allclose(step(X), X + 12.0)
     _rebind(4.0)
     np.testing.assert_allclose(step(X), X + 16.0)
-    # redefined again, reading the same names: a trace-time constant, warned
+    traces = step.cache_info().traces
+    # redefined again, reading the same names: the new helper is traced once
     globals()["_LATER2"] = lambda x: x - Y.sum()
-    with pytest.warns(CapturedValueWarning, match="global '_LATER2' changed"):
-        step(X)
+    np.testing.assert_allclose(step(X), X - 16.0)
+    assert step.cache_info().traces == traces + 1
 
 
 def test_helper_in_a_dict():
@@ -160,66 +159,30 @@ def test_partial_of_a_helper_read_from_a_global():
 
 
 @pytest.mark.parametrize(
-    "make, where",
+    "make",
     [
-        (lambda m: bw.filter_jit(m), r"Affine\.__call__"),
-        (lambda m: bw.filter_jit(m.__call__), r"Affine\.__call__"),
-        (lambda m: bw.filter_jit(lambda v: m(v)), r"Affine\.__call__"),
-        (lambda m: bw.filter_jit(lambda v: Helpers.shift(v)), r"Helpers\.shift"),
-        (
-            lambda m: bw.filter_jit(
-                functools.partial(lambda a, v: _shifted(v) * a, 1.0)
-            ),
-            r"_shifted",
-        ),
+        lambda m: bw.filter_jit(m),
+        lambda m: bw.filter_jit(m.__call__),
+        lambda m: bw.filter_jit(lambda v: m(v)),
+        lambda m: bw.filter_jit(lambda v: Helpers.shift(v)),
+        lambda m: bw.filter_jit(functools.partial(lambda a, v: _shifted(v) * a, 1.0)),
     ],
     ids=["module", "bound_method", "lambda_calls_module", "staticmethod", "partial"],
 )
-def test_unfollowed_reads_warn_when_the_global_changes(make, where):
+def test_globals_read_inside_methods_are_keyed(make):
     step = make(_model())
-    step.clear_cache()  # same structure as in other tests: shared compiled code
-    with pytest.warns(
-        CapturedValueWarning,
-        match=rf"global 'Y' \(an array float32\[4, 1\]\) is read inside `{where}`"
-        r".*keeps the value it has at this first trace",
-    ):
-        first = step(X)  # the first call says the value is fixed
-    np.testing.assert_allclose(step(X), first)  # unchanged: no warning
-    _rebind(1.0)
-    with pytest.warns(
-        CapturedValueWarning, match=rf"global 'Y' changed.*{where}.*argument"
-    ):
-        stale = step(X)
-    np.testing.assert_allclose(stale, first)  # what the warning says
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        step(X)  # once per name
-    step.clear_cache()
-    expected = first + 4.0
-    np.testing.assert_allclose(step(X), expected)  # retraced with the new value
-
-
-def test_the_first_call_names_the_function_the_method_and_the_global():
-    step = bw.filter_jit(lambda v: _model()(v))
-    with pytest.warns(CapturedValueWarning) as record:
-        step(X)
-    assert len(record) == 1
-    assert str(record[0].message) == (
-        "global 'Y' (an array float32[4, 1]) is read inside `Affine.__call__`, which "
-        "<lambda> reaches: a method runs from its class (as does the function of a "
-        "callable object given to `filter_jit`), so boxwood cannot pass that global "
-        "to it as an input, and the compiled code keeps the value it has at this "
-        "first trace; a later rebinding is not seen (it warns). Store it in a field "
-        "of the module or pass it as an argument (or read it in <lambda> itself, "
-        "where what the function reads from globals is an input)."
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        # once per method and global, whichever function reaches it
-        again = bw.filter_jit(_model())
-        again.clear_cache()  # same structure as in other tests: shared compiled code
-        again(X)
-        bw.filter_jit(lambda v: _model()(v) * 2.0)(X)
+        warnings.simplefilter("error")  # nothing to warn about: never stale
+        first = step(X)
+        np.testing.assert_allclose(step(X), first)
+        traces = step.cache_info().traces
+        _rebind(1.0)
+        np.testing.assert_allclose(step(X), first + 4.0)  # traced with the new value
+        np.testing.assert_allclose(step(X), first + 4.0)
+        assert step.cache_info().traces == traces + 1
+        _rebind(0.0)  # another array: a constant of the method, traced again
+        np.testing.assert_allclose(step(X), first)
+        assert step.cache_info().traces == traces + 2
 
 
 def test_a_method_reading_only_numbers_says_nothing_at_the_first_call():
@@ -239,32 +202,22 @@ _FACTOR = 2.0
 
 def test_a_watched_method_global_is_checked_on_every_call():
     step = bw.filter_jit(_model())
-    step.clear_cache()  # same structure as in other tests: shared compiled code
-    with pytest.warns(CapturedValueWarning, match="at this first trace"):
-        step(X)
+    step(X)
     hits = step.cache_info().hits
     for _ in range(3):
         step(X)
     assert step.cache_info().hits == hits + 3
     _rebind(2.0)
-    with pytest.warns(CapturedValueWarning, match=r"global 'Y'.*Affine\.__call__"):
-        step(X)
+    np.testing.assert_allclose(step(X), X @ jnp.ones((2, 1)) + 8.0)
 
 
-def test_wrappers_sharing_compiled_code_compare_with_its_trace():
-    # two wrappers of same-structured modules share compiled code: the second
-    # compares the global with the value the shared code was traced with
+def test_wrappers_of_same_structured_modules_each_see_the_global():
     first = bw.filter_jit(_model())
-    first.clear_cache()
-    with pytest.warns(CapturedValueWarning, match="at this first trace"):
-        first(X)
+    np.testing.assert_allclose(first(X), X @ jnp.ones((2, 1)))
     _rebind(1.0)
     second = bw.filter_jit(_model())
-    with pytest.warns(CapturedValueWarning, match=r"global 'Y'.*Affine\.__call__"):
-        stale = second(X)
-    np.testing.assert_allclose(stale, X @ jnp.ones((2, 1)))  # traced with Y = 0
-    second.clear_cache()
     np.testing.assert_allclose(second(X), X @ jnp.ones((2, 1)) + 4.0)
+    np.testing.assert_allclose(first(X), X @ jnp.ones((2, 1)) + 4.0)
 
 
 def test_unfollowed_reads_of_constants_cost_nothing():

@@ -135,7 +135,8 @@ def test_unhashable_static_values_are_accepted(value):
         x: jax.Array
         sizes: object = bw.field(static=True)
 
-    cfg = Cfg(jnp.ones(2), value)
+    with pytest.warns(UserWarning, match=r"`Cfg\.sizes` is a static field holding"):
+        cfg = Cfg(jnp.ones(2), value)  # it can change in place: warned, accepted
     leaves, treedef = jax.tree_util.tree_flatten(cfg)
     assert jax.tree_util.tree_unflatten(treedef, leaves).sizes is value
     assert float(jax.tree_util.tree_map(lambda v: v + 1, cfg).x[0]) == 2.0
@@ -168,7 +169,8 @@ def test_static_field_with_custom_init_takes_a_list():
             self.sizes = sizes
 
     assert Cfg((1, 2)).sizes == (1, 2)
-    assert Cfg([1, 2]).sizes == [1, 2]
+    with pytest.warns(UserWarning, match="holding a list.*Use a tuple"):
+        assert Cfg([1, 2]).sizes == [1, 2]
 
 
 def test_check_init_runs_for_each_class_in_mro():

@@ -15,7 +15,7 @@ from .._filters import is_array
 from .._pretty import array_summary
 from .._warnings import RecompileWarning, user_stacklevel
 from . import _convention
-from ._explain import describe_call, explain
+from ._explain import NOTE_AT, describe_call, explain, in_ipython, note
 from .capture import captured_path, describe_captures
 
 if TYPE_CHECKING:
@@ -197,11 +197,16 @@ def on_trace(
         store.records.append(record)
         del store.records[:-_MAX_EXPLAIN_RECORDS]
     enabled = config.explain_recompiles if options.explain is None else options.explain
-    if enabled and previous:
+    # under IPython, the third compile prints a one-line note (`_explain.note`)
+    noted = store.traces == NOTE_AT and config.recompile_notes and in_ipython()
+    if (enabled or noted) and previous:
         lines = explain(previous, record) or [
             "no difference in the arguments' structure, static values, shapes or "
             "dtypes (JAX retraced for another reason, e.g. cleared caches)"
         ]
+        if noted and not enabled:
+            note(name, lines)
+            return
         text = "\n".join("  " + line for line in lines)
         warnings.warn(
             f"filter_jit({name}) is recompiling (trace {store.traces}; "

@@ -24,6 +24,7 @@ from ._diagnostics import restore_warnings, unhashable_error, warn_undonated
 from ._flat_cache import call_key, remember_walkable
 from ._options import JitOptions
 from ._trace import traced_function
+from .capture import warn_argument_methods
 
 _flatten = jax.tree_util.tree_flatten
 
@@ -39,9 +40,11 @@ class Dispatch:
         self.options = options
         self.leading = leading
         self.name = name
-        # capture="inputs": warn about arrays that methods of module arguments read
-        # from their globals (fixed at the trace: `capture/arguments.py`)
-        self.watch_methods = options.capture == "inputs"
+        # capture="inputs": what methods of module arguments read from their globals,
+        # told at each trace (`capture/`: watched, or warned about where it cannot be)
+        self.watch_methods: Any = (
+            warn_argument_methods if options.capture == "inputs" else None
+        )
         self.split = options.donates and leading.count > 0
         self.store, self.fun_dyn = store_for(fun, options)
         self.conv = _convention.convention(bool(self.store.fun_dyn_idx), self.split)

@@ -10,6 +10,7 @@ against the closest recorded one.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import jax
@@ -113,10 +114,35 @@ def diff(old: dict, new: dict) -> list[str]:
 
 
 def explain(previous: list[dict], new: dict) -> list[str]:
-    """Differences between `new` and the closest of the `previous` descriptions."""
+    """Differences between `new` and the closest of the `previous` descriptions
+    (the latest of equally close ones: a value changed twice is explained by its
+    last change, `0.0 -> 1.0`, not its first)."""
     best: list[str] | None = None
-    for old in previous:
+    for old in reversed(previous):
         lines = diff(old, new)
         if best is None or len(lines) < len(best):
             best = lines
     return best or []
+
+
+NOTE_AT = 3  # the compile of one function that prints a note under IPython
+
+
+def in_ipython() -> bool:
+    """Whether an IPython shell (a Jupyter kernel, the IPython terminal) runs."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    try:
+        return callable(get) and get() is not None
+    except Exception:  # an IPython that cannot say: no note
+        return False
+
+
+def note(name: str, lines: list[str]) -> None:
+    """Print the one-line note of a function's third compile (`lines`: what
+    changed, from `explain`)."""
+    changes = "; ".join(line.strip() for line in lines)
+    print(
+        f"boxwood: filter_jit({name}) compiled for the {NOTE_AT}rd time: {changes} "
+        "(`boxwood.config.recompile_notes = False` silences this)"
+    )

@@ -24,6 +24,7 @@ warm path; every other call goes to `_dispatch.py`).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -37,6 +38,7 @@ from ._options import (
     JitOptions,
     check_jit_kwargs,
 )
+from ._warm import detour, warm_call
 from ._wrapper import CacheInfo as CacheInfo
 from ._wrapper import JitWrapper
 
@@ -91,13 +93,15 @@ def filter_jit(
     - `explain`: `True` warns with a [`boxwood.RecompileWarning`][] on every retrace
       after the first, naming what changed; `None` follows
       `boxwood.config.explain_recompiles`.
-    - `capture`: `"inputs"` (default): arrays, modules and pytrees of arrays that
-      `fun` reads from its globals or closure are inputs, like arguments, so
-      rebinding them is seen on the next call (their arrays are never donated);
-      other values read there are fixed at trace time, with a
-      [`boxwood.CapturedValueWarning`][] when one changes. `"constants"`: everything
-      `fun` reads is fixed at trace time, as with `jax.jit`. See the docs' section
-      on captured values for what is followed.
+    - `capture`: `"inputs"` (default): what `fun` reads from its globals or
+      closure (directly, through the functions it calls, or inside the methods of
+      modules it reads or is given) is never stale. Arrays, modules and pytrees
+      of arrays are inputs, like arguments, so rebinding them is seen on the next
+      call without a retrace (their arrays are never donated); every other value
+      is compiled in at the trace and is part of the cache key, so rebinding it
+      traces once more with the new value. `"constants"`: everything `fun` reads
+      is fixed at its first trace, as with `jax.jit`. See the docs' section on
+      captured values for what is followed.
     - `in_shardings`, `out_shardings`: pytree prefixes of the positional arguments
       (a tuple, one entry per argument) and of the output, with a
       `jax.sharding.Sharding`, a `jax.Device` or `None` (unspecified) at each
@@ -148,12 +152,55 @@ def _wrap(fun: Callable, options: JitOptions) -> Any:
     """The callable `filter_jit(fun)` returns: the capture layer's where `fun`
     reads watched names (`capture/`), else the wrapper's own call."""
     if options.capture == "inputs":
+
+        def make_core(traced: _capture.Traced) -> JitWrapper:
+            return JitWrapper(traced, options, traced.capture.labels)
+
         layer = _capture.wrap(
             fun,
             options.key,  # what the core is compiled with
-            lambda traced: JitWrapper(traced, options, traced.capture.labels),
-            lambda plain: JitWrapper(plain, options),
+            make_core,
+            lambda bound, labels, name: JitWrapper(bound, options, labels, name),
         )
         if layer is not None:
             return layer.core.decorate(layer.call, fun, layer.clear_cache, layer.lower)
+        if type(fun) is types.FunctionType:  # its module arguments' methods may read
+            core = JitWrapper(fun, options)  # its globals: watched from the trace on
+            _capture.watch_plain(
+                fun, options.key, core, make_core, lambda layer: _promote(core, layer)
+            )
+            return core.call
     return JitWrapper(fun, options).call
+
+
+def _promote(core: JitWrapper, layer: _capture.Layer) -> None:
+    """Send the calls of `core`, a plain function's wrapper that the user holds, to
+    `layer` (the function turned out to read watched names through the methods of
+    its module arguments; this runs during `core`'s first trace). The constants
+    of this trace are the capture's first (no static name): calls with them go on
+    to `core`'s compiled code (a warm call of its own), the others to the layer's
+    core, which inherits what `core` recorded, so that its first trace is
+    explained as a recompile; `cache_info`, `clear_cache` and `lower` cover
+    both."""
+    call = core.call
+    old, new = core.dispatch.store, layer.core.dispatch.store
+    hidden = layer.state.hidden_now()  # keys the constants of the trace under way
+    constants = _capture.describe_captures(hidden, layer.capture.labels)
+    with new.trace_lock:
+        new.records[:0] = [constants | record for record in old.records]
+        new.traces += old.traces
+    if hidden is None:  # (else another wrapper of the function keyed first)
+        core.call = warm_call(core.dispatch)  # counted by `core.cache_info`
+        layer.route_first(core.call)
+    detour(call, lambda args, kwargs: layer.call(*args, **kwargs))
+
+    def cache_info() -> CacheInfo:
+        a, b = core.cache_info(), layer.core.cache_info()
+        return CacheInfo(*(x + y for x, y in zip(a, b)))
+
+    def clear_cache() -> None:
+        core.clear_cache()
+        layer.clear_cache()
+
+    call.cache_info, call.clear_cache, call.lower = cache_info, clear_cache, layer.lower
+    call._boxwood_jit = layer.core

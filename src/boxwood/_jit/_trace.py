@@ -20,7 +20,6 @@ import jax
 
 from .._filters import is_array
 from . import _convention, _shardings
-from . import capture as _capture
 from ._cache import Entry, Out, Plan, Store, merge, signature
 from ._diagnostics import on_trace, rename_arguments, silence_donation_warning
 from ._options import JitOptions
@@ -37,13 +36,14 @@ def traced_function(
     name: str,
     conv: Any,
     leading: _convention.Leading,
-    watch_methods: bool,
+    watch_methods: Callable[[str, tuple, dict], None] | None,
 ) -> Callable:
     """The function `jax.jit` compiles for `entry` of `plan` (static leaves
     `statics`) of the wrapper of `fun` named `name`. `leading`: how its positional
     arguments begin (the hidden argument of captured values); `watch_methods`:
-    warn about globals that methods of module arguments read
-    (`capture/arguments.py`)."""
+    told at each trace the function name and the user's arguments, to watch
+    (or warn about) what methods of module arguments read from globals
+    (`capture/`)."""
     # JAX's "not usable" warning is replaced by `warn_undonated` ("warn" modes),
     # which names the buffers, or dropped ("all" modes)
     silence = options.donates
@@ -58,9 +58,8 @@ def traced_function(
         else:
             args, kwargs = plan.treedef.unflatten(leaves), {}
         on_trace(options, name, store, args, kwargs, leading.labels)
-        if watch_methods:  # (captured modules are watched already)
-            user_args = leading.user_args(args)
-            _capture.warn_argument_methods(name, user_args, kwargs)
+        if watch_methods is not None:  # (captured modules are watched already)
+            watch_methods(name, leading.user_args(args), kwargs)
         function = store.function(fun_dyn)
         store.begin_trace()
         try:

@@ -112,5 +112,11 @@ def detour(call: Callable, first: Callable[[tuple, dict], Any]) -> None:
     for name, cell in zip(names, call.__closure__ or ()):
         if name == "fast_plans":
             cell.cell_contents = {}  # no key is found
+        elif name == "key_of":  # ... and none is made
+            cell.cell_contents = _no_key
         elif name == "slow":
             cell.cell_contents = first
+
+
+def _no_key(args: tuple, kwargs: dict, dyn: list) -> None:
+    return None

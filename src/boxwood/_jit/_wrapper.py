@@ -48,10 +48,13 @@ class JitWrapper:
         fun: Callable,
         options: JitOptions,
         hidden: list[str] | None = None,
+        name: str | None = None,
     ):
         self._fun = as_pytree_function(fun)
         wrapped = getattr(fun, "__func__", fun)
-        self.__qualname__ = getattr(wrapped, "__qualname__", type(wrapped).__name__)
+        self.__qualname__ = name or getattr(
+            wrapped, "__qualname__", type(wrapped).__name__
+        )
         leading = _convention.Leading(self._fun, hidden, options.except_first)
         self.dispatch = Dispatch(self._fun, options, leading, self.__qualname__)
         self.call = self.decorate(warm_call(self.dispatch), wrapped, self.clear_cache)

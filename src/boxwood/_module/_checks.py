@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import sysconfig
 import warnings
 from typing import Any
 
@@ -41,8 +44,34 @@ MSG_ABSTRACT = (
     "property)."
 )
 
+MSG_MUTABLE_STATIC = (
+    "`{cls}.{name}` is a static field holding a {kind}: static fields are part of "
+    "the compiled code's cache key, and a {kind} can be changed in place after "
+    "construction, where no cache can see it (a compiled call would keep using "
+    "the old contents). Use {fix}."
+)
+_MUTABLE = {
+    list: "a tuple",
+    dict: "a tuple of `(key, value)` pairs (or a module holding the values)",
+    set: "a frozenset",
+}
+
+_LIBRARY_ROOTS = tuple(
+    {
+        os.path.normcase(sysconfig.get_paths()[kind]) + os.sep
+        for kind in ("purelib", "platlib", "stdlib", "platstdlib")
+    }
+)
+
+
+def _library_class(cls: type) -> bool:
+    """A class of an installed library (whose fields its users cannot change)."""
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return path is not None and os.path.normcase(path).startswith(_LIBRARY_ROOTS)
+
+
 # (class, field) pairs already warned about: each warns once
-_WARNED: set[tuple[type, str]] = set()
+_WARNED: set[tuple] = set()  # (class, field), and (class, field, list)
 
 
 def _has_arrays(value: Any) -> bool:
@@ -60,10 +89,27 @@ def check_static_value(cls: type, name: str, value: Any) -> None:
 
     Equinox accepts this with a warning, so boxwood does too: the module can be
     built, flattened and mapped over; only what compares or hashes its structure
-    (a jit cache lookup) fails. Unhashable values (a list, a treedef inside a
-    tuple) are accepted without a word: structures are compared with `==`, and
+    (a jit cache lookup) fails. A list, dict or set warns too (once per class
+    and field, for classes outside installed libraries), since it can be changed
+    in place where no cache can see it; it is accepted, as in Equinox. Other unhashable values (a treedef inside a tuple)
+    are accepted without a word: structures are compared with `==`, and
     `filter_jit` says which field when it does need a hash.
     """
+    if type(value) in _MUTABLE:
+        if (cls, name, list) in _WARNED or _library_class(cls):
+            return
+        _WARNED.add((cls, name, list))
+        warnings.warn(
+            MSG_MUTABLE_STATIC.format(
+                cls=cls.__name__,
+                name=name,
+                kind=type(value).__name__,
+                fix=_MUTABLE[type(value)],
+            ),  # fmt: skip
+            UserWarning,
+            stacklevel=5,
+        )
+        return
     if (cls, name) in _WARNED or not _has_arrays(value):
         return
     _WARNED.add((cls, name))

@@ -2,23 +2,21 @@
 input (see README.md)."""
 
 from .arguments import warn_argument_methods
-from .layer import CallState, Layer, plain_parameters, wrap
+from .layer import CallState, Layer, plain_parameters, watch_plain, wrap
 from .reads import Reads, unwrap_jitted
 from .rebuild import Capture
 from .traced import Traced, captured_path, describe_captures, traced_for
 from .values import (
-    MSG_CHANGED,
-    MSG_UNFOLLOWED,
     CapturedValueWarning,
     global_label,
     has_arrays,
-    is_input,
     split_callable,
+    value_key,
 )
 
 __all__ = [
-    "MSG_CHANGED", "MSG_UNFOLLOWED", "CallState", "Capture", "CapturedValueWarning",
-    "Layer", "Reads", "Traced", "captured_path", "describe_captures", "global_label",
-    "has_arrays", "is_input", "plain_parameters", "split_callable", "traced_for",
-    "unwrap_jitted", "warn_argument_methods", "wrap",
+    "CallState", "Capture", "CapturedValueWarning", "Layer", "Reads", "Traced",
+    "captured_path", "describe_captures", "global_label", "has_arrays",
+    "plain_parameters", "split_callable", "traced_for", "unwrap_jitted",
+    "value_key", "warn_argument_methods", "watch_plain", "wrap",
 ]  # fmt: skip

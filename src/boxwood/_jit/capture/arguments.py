@@ -1,13 +1,14 @@
-"""At a first call: arrays that methods read from their globals, fixed at the trace.
+"""At a first trace: arrays that methods of module arguments read from their
+globals, fixed at the trace.
 
 A method runs from its class, so what it reads from globals is fixed when the
-function that calls it is traced (the rule in README.md). boxwood watches such
-reads in the classes it can find from the function (`reads.py`: names the function
-reads, the callable given to `filter_jit`), and warns when one is rebound. The class
-of a module passed as an *argument* is only known at the call: `warn_argument_methods`
-looks at those classes when a function is traced and warns once per method and
-global, at that first trace, that the value is fixed (naming the function, the
-method and the global, and the fix). Classes of installed libraries (boxwood's own
+function that calls it is traced. boxwood watches such reads in the classes it can
+find from the function (`reads.py`: names the function reads, the callable given
+to `filter_jit`) and keys the compiled code by them. The class of a module passed
+as an *argument* is only known at the call: `warn_argument_methods` looks at those
+classes when a function is traced and warns once per method and global, at that
+first trace, that an array read there is fixed (naming the function, the method
+and the global, and the fix). Classes of installed libraries (boxwood's own
 layers, Equinox, diffrax, ...) are left alone: their module-level arrays are
 constants by design.
 """
@@ -18,6 +19,7 @@ import os
 import sys
 import sysconfig
 import threading
+import types
 import warnings
 import weakref
 from typing import Any
@@ -26,13 +28,12 @@ import jax
 
 from ..._module._register import MODULE_TYPES
 from ..._warnings import user_stacklevel
-from .reads import class_functions, scan_code
+from .reads import Reads, class_functions, scan_code, unbound
 from .values import (
     MISSING,
     MSG_ARGUMENT_METHOD,
-    MSG_FIXED_READ,
     CapturedValueWarning,
-    is_input,
+    has_arrays,
     short,
 )
 
@@ -40,6 +41,8 @@ from .values import (
 # once per class (weakly: classes defined in a notebook cell come and go)
 _READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _WARNED: set[tuple[str, str, str]] = set()  # (module, method qualname, name)
+# class -> `{global name: method qualname}` its methods read (`argument_reads`)
+_CLASS_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 _LIBRARY_ROOTS = tuple(
     {
@@ -111,34 +114,48 @@ def _warn_once(key: tuple[str, str, str], template: str, value: Any, **more: str
     )
 
 
-def warn_argument_methods(name: str, args: tuple, kwargs: dict) -> None:
+def _class_globals(cls: type) -> dict | None:
+    """The globals of the functions a class defines (those of the file or
+    notebook that defined it), or `None` when it defines none."""
+    for name, item in vars(cls).items():
+        # (protocol methods may be generated elsewhere: a dataclass's `__init__`)
+        if name.startswith("__") and name != "__call__":
+            continue
+        item = unbound(item, cls)
+        if type(item) is types.FunctionType:
+            return item.__globals__
+    return None
+
+
+def argument_reads(g: dict, args: tuple, kwargs: dict) -> dict[str, str]:
+    """`{global name: method qualname}`: the globals in `g` that the methods of the
+    module classes in `args` and `kwargs` read, for the classes defined with
+    globals `g` (a notebook's, or a script's own classes), with the functions and
+    classes those methods reach by name (`reads.Reads`, scanned once per class).
+    They are watched and keyed like what the function's own methods read."""
+    out: dict[str, str] = {}
+    for cls in _module_classes((args, kwargs)):
+        if _class_globals(cls) is not g:
+            continue
+        reads = _CLASS_READS.get(cls)
+        if reads is None:
+            reads = _CLASS_READS[cls] = dict(Reads(cls, g).unfollowed)
+        for global_name, method in reads.items():
+            out.setdefault(global_name, method)
+    return out
+
+
+def warn_argument_methods(
+    name: str, args: tuple, kwargs: dict, keyed: dict | None = None
+) -> None:
     """Warn (once per method and global) about the arrays read from globals by
     methods of the modules in `args` and `kwargs`, which function `name` is being
-    traced with."""
+    traced with (`keyed`: globals watched and keyed instead, not warned about)."""
     for cls in _module_classes((args, kwargs)):
         for method, g, global_name in _global_reads(cls):
+            if g is keyed:
+                continue
             value = g.get(global_name, MISSING)
-            if value is not MISSING and is_input(value):
+            if value is not MISSING and has_arrays(value):
                 key = (cls.__module__, method, global_name)
                 _warn_once(key, MSG_ARGUMENT_METHOD, value, name=name)
-
-
-def warn_fixed_reads(name: str | None, reads: dict[str, str], g: dict) -> None:
-    """Warn (once per method and global) about the arrays read from globals inside
-    methods and callable objects that boxwood finds but cannot pass them to
-    (`reads`: `{global name: method qualname}`, the capture layer's `unfollowed`;
-    `g`: their globals): at the first call of function `name` that reaches them by
-    name, or of the callable object itself (`name=None`)."""
-    module = str(g.get("__name__", "?"))
-    where = "" if name is None else f", which {name} reaches"
-    fix = (
-        ""
-        if name is None
-        else f" (or read it in {name} itself, where what the function reads from "
-        "globals is an input)"
-    )
-    for global_name, method in reads.items():
-        value = g.get(global_name, MISSING)
-        if value is not MISSING and is_input(value):
-            key = (module, method, global_name)
-            _warn_once(key, MSG_FIXED_READ, value, where=where, fix=fix)

@@ -1,12 +1,14 @@
-"""Per call: read the watched names, pass those holding arrays as the hidden
-first argument, warn about changed trace-time constants.
+"""Per call: read the watched names, pass the hidden first argument (the values
+holding arrays, and the static name that keys the trace-time constants).
 
 `wrap(fun, ...)` returns a `Layer`: the generated function `call` (one dict lookup
 or cell read and one identity test per name: when every name is bound to the same
-object as on the previous call, the previous hidden tuple is passed again). Any
-other call goes to `Layer.slow`, which classifies the values again, warns, scans again when a
-helper was defined or redefined since the scan (`Reads.stale`), and takes a new
-snapshot in one assignment, so that concurrent calls see either snapshot whole.
+object as on the previous call, the previous hidden argument is passed again). Any
+other call goes to `Layer.slow`, which classifies and keys the values again, scans
+again when a helper was defined or redefined since the scan (`Reads.stale`), and
+takes a new snapshot in one assignment, so that concurrent calls see either
+snapshot whole. A changed constant changes the hidden argument's static name, so
+the compiled core traces once for it; the same value again finds its code.
 """
 
 from __future__ import annotations
@@ -16,31 +18,31 @@ import inspect
 import os
 import threading
 import types
-import warnings
-import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..._module import as_pytree_function, bind_method
 from ..._tracebacks import hide_own_frames
-from ..._warnings import user_stacklevel
-from .arguments import warn_fixed_reads
+from .arguments import argument_reads, warn_argument_methods
 from .reads import globals_of
 from .rebuild import Capture
 from .traced import Traced, traced_for
-from .values import MISSING, MSG_CHANGED, MSG_UNFOLLOWED, CapturedValueWarning, short
+from .values import MISSING
 
 # Internal names start with `_bw_` so that they cannot shadow a parameter. The
 # free variables of `call` are the same whatever is watched, so that a new scan
 # can give the same function new code (`Layer.rewatch`).
 _CALL_TEMPLATE = """
-def _bw_make(_bw_g, _bw_cells, _bw_state, _bw_core, _bw_slow):
+def _bw_make(_bw_g, _bw_cells, _bw_state, _bw_core, _bw_slow, _bw_first):
     def call({params}):
         try:
             _bw_s = _bw_state.snap
             try:
                 {reads}
             except (KeyError, ValueError, IndexError):
-                return _bw_slow({args}, {kwargs}) if _bw_g is not _bw_cells else None
+                if _bw_g is _bw_cells or _bw_g is _bw_first:  # (never: keeps them free)
+                    return None
+                return _bw_slow({args}, {kwargs})
             if {tests}:
                 return _bw_slow({args}, {kwargs})
             {forward}
@@ -49,6 +51,16 @@ def _bw_make(_bw_g, _bw_cells, _bw_state, _bw_core, _bw_slow):
             raise
     return call
 """
+# With `Layer.route_first`: the first constants (no static name: a hidden
+# argument of `None`) go to the compiled code that takes no hidden argument.
+_FIRST_ANY = """if _bw_s[{n}] is None:
+                if kwargs:
+                    return _bw_first(*args, **kwargs)
+                return _bw_first(*args)
+            """
+_FIRST_PLAIN = """if _bw_s[{n}] is None:
+                return _bw_first({names})
+            """
 # `*args, **kwargs` (any signature), or the function's own parameters when it has
 # only plain positional ones: no tuple or dict is packed and unpacked on the way
 # (about half the layer's cost).
@@ -78,29 +90,25 @@ def plain_parameters(fun: Any) -> list[str] | None:
 
 
 class CallState:
-    """One wrapper's view of its captures: the last values read, and the names
-    already warned about (cleared by `clear_cache`)."""
+    """One wrapper's view of its captures: the last values read, and the hidden
+    argument made of them."""
 
-    __slots__ = ("snap", "warned", "capture")
+    __slots__ = ("snap", "capture")
 
     def __init__(self, capture: Capture) -> None:
         self.capture = capture
-        self.warned: set[str] = set()
         self.reset()
 
     def reset(self) -> None:
         """A snapshot no call matches: the next call takes a new one."""
         self.snap: tuple = (MISSING,) * len(self.capture.labels) + (None,)
 
-    def forget(self) -> None:
-        self.warned.clear()
-
     def hidden_now(self) -> tuple | None:
         """The hidden argument for the names' current values."""
         return self.capture.hidden(self.capture.read())
 
 
-def _source(capture: Capture, params: list[str] | None, hidden: bool) -> str:
+def _source(capture: Capture, params: list[str] | None, routed: bool) -> str:
     globals_ = capture.reads.globals
     n = len(capture.labels)
     reads = [f"_bw_v{i} = _bw_g[{name!r}]" for i, name in enumerate(globals_)]
@@ -108,14 +116,18 @@ def _source(capture: Capture, params: list[str] | None, hidden: bool) -> str:
         f"_bw_v{i + len(globals_)} = _bw_cells[{i}].cell_contents"
         for i in range(len(capture.cells))
     ]
-    first = f"_bw_s[{n}], " if hidden else ""
+    first = f"_bw_s[{n}], "
     if params is None:
         sig, args, kwargs = "*args, **kwargs", "args", "kwargs"
         forward = _FORWARD_ANY.format(hidden=first)
+        route = _FIRST_ANY.format(n=n)
     else:
         sig = ", ".join(params)
         args, kwargs = f"({sig}{',' if params else ''})", "{}"
         forward = _FORWARD_PLAIN.format(hidden=first, names=sig)
+        route = _FIRST_PLAIN.format(n=n, names=sig)
+    if routed:
+        forward = route + forward
     return _CALL_TEMPLATE.format(
         params=sig,
         reads="\n                ".join(reads) or "pass",
@@ -127,10 +139,6 @@ def _source(capture: Capture, params: list[str] | None, hidden: bool) -> str:
 
 
 _RESCAN_LOCK = threading.Lock()
-# A callable object's compiled code is shared by every wrapper of the same
-# function and structure (`_cache.Store`): the values of its watched names when
-# it was last traced are kept with it, so that each wrapper compares with those.
-_BASELINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Layer:
@@ -141,35 +149,35 @@ class Layer:
 
     - `fun`: the user's function or callable object.
     - `capture`: its names (`Capture`).
-    - `core`: the compiled wrapper (`JitWrapper`): of `Traced(fun)` when `hidden`,
-      else of `fun` itself (a callable object whose methods read arrays from
-      globals: watched only to warn when they change).
-    - `hidden`: whether the core takes the hidden argument first.
+    - `core`: the compiled wrapper (`JitWrapper`), which takes the hidden argument
+      first: of `Traced(fun)` for a function, of `call_keyed` bound to a callable
+      object (whose methods' global reads are keyed, never passed).
     """
 
-    def __init__(self, fun: Any, capture: Capture, core: Any, hidden: bool) -> None:
-        self.fun, self.capture, self.core, self.hidden = fun, capture, core, hidden
+    def __init__(self, fun: Any, capture: Capture, core: Any) -> None:
+        self.fun, self.capture, self.core = fun, capture, core
         self.core_call = core.call
-        wrapped = getattr(fun, "__func__", fun)
-        self.name = getattr(wrapped, "__name__", type(wrapped).__name__)
-        self.qualname = getattr(wrapped, "__qualname__", self.name)
-        if not hidden:  # a callable object: named by what it runs
-            self.name = self.qualname = _callable_name(fun)
-        self.params = plain_parameters(fun) if hidden else None
+        plain = type(fun) is types.FunctionType
+        self.name = self.qualname = callable_name(fun)
+        if plain:
+            self.name = fun.__name__
+        self.params = plain_parameters(fun) if plain else None
         self.state = CallState(capture)
+        self.first: Callable | None = None  # see `route_first`
         self.call = self._generate(None)
         capture.layers.add(self)
+        core.dispatch.watch_methods = self.traced_with  # see `traced_with`
 
     def _generate(self, into: Callable | None) -> Callable:
         capture = self.capture
-        source = _source(capture, self.params, self.hidden)
+        source = _source(capture, self.params, self.first is not None)
         namespace: dict[str, Any] = {"_bw_hide": hide_own_frames}
         # named inside this package, so that warnings skip the frame (`user_stacklevel`)
         where = os.path.join(os.path.dirname(__file__), f"<captures of {self.name}>")
         exec(compile(source, where, "exec"), namespace)
         cells = tuple(capture.cells)
         call = namespace["_bw_make"](
-            capture.g, cells, self.state, self.core_call, self.slow
+            capture.g, cells, self.state, self.core_call, self.slow, self.first
         )
         # errors about the call's arguments name the user's function
         code = call.__code__.replace(co_name=self.name, co_qualname=self.qualname)
@@ -185,42 +193,43 @@ class Layer:
         return into
 
     def slow(self, args: tuple, kwargs: dict) -> Any:
+        """A call after a watched name was bound to another object: the values
+        read again, a new snapshot (the next calls are warm again), the call with
+        the new hidden argument (a changed constant changes its static name: the
+        core traces once for it)."""
         capture, state = self.capture, self.state
         if capture.reads.roots and capture.reads.stale(capture.g):
             self.rescan()
+        self.watch_arguments(args, kwargs)
         values = capture.read()
-        if capture.unfollowed:  # fixed at the trace: said at the first call
-            name = self.name if self.hidden else None
-            warn_fixed_reads(name, capture.reads.unfollowed, capture.g)
-        hidden = capture.hidden(values) if self.hidden else None
-        store = None if self.hidden else self.core._store
-        with capture.lock:
-            if store is not None:  # what the shared compiled code was traced with
-                capture.baseline = _BASELINES.get(store, {})
-            changed = capture.changed(values, state.warned)
+        hidden = capture.hidden(values)
         state.snap = (*values, hidden)
-        for label, old, new in changed:
-            via = capture.unfollowed.get(label)
-            text = MSG_UNFOLLOWED if via else MSG_CHANGED
-            warnings.warn(
-                text.format(
-                    label=label,
-                    old=short(old),
-                    new=short(new, old),
-                    name=self.name,
-                    via=f"`{via}`",
-                ),  # fmt: skip
-                CapturedValueWarning,
-                stacklevel=user_stacklevel(),
-            )
-        if self.hidden:
-            return self.core_call(hidden, *args, **kwargs)
-        assert store is not None  # set whenever the core takes no hidden argument
-        traces = store.traces
-        out = self.core_call(*args, **kwargs)
-        if store.traces != traces:  # traced now, with these values
-            _BASELINES[store] = dict(zip(capture.labels, values))
-        return out
+        if hidden is None and self.first is not None:  # see `route_first`
+            return self.first(*args, **kwargs)
+        return self.core_call(hidden, *args, **kwargs)
+
+    def route_first(self, first: Callable) -> None:
+        """Send the calls whose hidden argument is `None` (the first constants of
+        a plain function's capture, those `first` was traced with) to `first`,
+        which takes no hidden argument; the others to the core."""
+        self.first = first
+        self._generate(self.call)
+
+    def watch_arguments(self, args: tuple, kwargs: dict) -> None:
+        """Watch what the methods of the module arguments read from the
+        function's globals (a notebook's `SCALE` read inside `Model.__call__`)."""
+        extra = argument_reads(self.capture.g, args, kwargs)
+        if extra and self.capture.extend(extra):
+            for layer in list(self.capture.layers):
+                layer.rewatch()
+
+    def traced_with(self, name: str, args: tuple, kwargs: dict) -> None:
+        """Called by the core when it traces, with the user's arguments: a module
+        class not seen by `slow` (the watched values had not changed) has its
+        methods' global reads watched from the next call on; an array read by a
+        method of a class defined elsewhere warns that it is fixed."""
+        warn_argument_methods(name, args, kwargs, keyed=self.capture.g)
+        self.watch_arguments(args, kwargs)
 
     def rescan(self) -> None:
         """Scan the function again (a helper was defined or redefined since the
@@ -242,22 +251,28 @@ class Layer:
 
     def clear_cache(self) -> None:
         self.core.clear_cache()
-        self.state.forget()
-        if not self.hidden:
-            _BASELINES.pop(self.core._store, None)
+        self.state.reset()
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
-        if not self.hidden:
-            return self.core.lower(*args, **kwargs)
         lower_with = getattr(self.core, "lower_with", None)
         if lower_with is not None:  # the core binds the hidden argument itself
             return lower_with(lambda: (self.state.hidden_now(),), args, kwargs)
         return self.core.lower(self.state.hidden_now(), *args, **kwargs)
 
 
-def _callable_name(fun: Any) -> str:
+def call_keyed(fun: Any, hidden: Any, *args: Any, **kwargs: Any) -> Any:
+    """What the core of a callable object given to `filter_jit` runs, bound to it
+    (`fun`, a pytree child: its arrays are traced): `fun` called, the hidden
+    argument (the static name of the constants its methods read) only keying the
+    compiled code."""
+    del hidden
+    return fun(*args, **kwargs)
+
+
+def callable_name(fun: Any) -> str:
+    """How messages name a function or callable object given to `filter_jit`."""
     if isinstance(fun, functools.partial):
-        return f"functools.partial({_callable_name(fun.func)})"
+        return f"functools.partial({callable_name(fun.func)})"
     func = getattr(fun, "__func__", None)
     if func is None and not isinstance(fun, types.FunctionType):
         return f"{type(fun).__qualname__}.__call__"
@@ -268,19 +283,50 @@ def wrap(
     fun: Any, variant: Any, make_core: Callable[[Traced], Any], make_plain: Callable
 ) -> Layer | None:
     """`filter_jit`'s layer for a function that reads values from its closure or
-    globals, or for a callable object whose methods read arrays from globals:
+    globals, or for a callable object whose methods read globals:
     `make_core(traced)` compiles `traced(hidden, *args, **kwargs)`,
-    `make_plain(fun)` compiles a callable object as it is. `None` when nothing is
-    watched."""
+    `make_plain(bound, labels, name)` compiles `call_keyed` bound to the callable
+    object. `None` when nothing is watched."""
     if type(fun) is types.FunctionType:
         traced = traced_for(fun, variant)
         if traced.capture.empty:
             return None
-        return Layer(fun, traced.capture, make_core(traced), hidden=True)
+        return Layer(fun, traced.capture, make_core(traced))
     g = globals_of(fun)
     if type(g) is not dict:
         return None
     capture = Capture(fun, g)
     if capture.empty:
         return None
-    return Layer(fun, capture, make_plain(fun), hidden=False)
+    bound = bind_method(call_keyed, as_pytree_function(fun))
+    core = make_plain(bound, capture.labels, callable_name(fun))
+    return Layer(fun, capture, core)
+
+
+def watch_plain(
+    fun: Any, variant: Any, core: Any, make_core: Callable, promote: Callable
+) -> None:
+    """For a function that reads no watched name (`core`: its plain wrapper): when
+    it is first traced with module arguments whose methods read the function's
+    globals, it gets a layer after all (`promote(layer)` sends the wrapper's calls
+    to the layer's from then on, and the layer's calls with the constants of
+    that trace back to `core`: `Layer.route_first`), so that rebinding them is
+    seen, with no trace more than a change needs."""
+    g = fun.__globals__
+    promoted: list[Layer] = []
+
+    def traced_with(name: str, args: tuple, kwargs: dict) -> None:
+        warn_argument_methods(name, args, kwargs, keyed=g)
+        if promoted:  # a module class not seen before: watched from now on
+            promoted[0].watch_arguments(args, kwargs)
+            return
+        extra = argument_reads(g, args, kwargs)
+        if not extra:
+            return
+        traced = traced_for(fun, variant)
+        traced.capture.extend(extra)
+        layer = Layer(fun, traced.capture, make_core(traced))
+        promoted.append(layer)
+        promote(layer)
+
+    core.dispatch.watch_methods = traced_with

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..._module import BoundMethod, Module
-from .values import MISSING, closure_label, contents, is_input
+from .values import MISSING, closure_label, contents
 
 MAX_FUNCTIONS = 64  # functions scanned per wrapped function
 _MAX_DEPTH = 4  # wrappers and containers looked through from one value
@@ -80,10 +80,10 @@ def class_functions(cls: type, g: dict) -> Iterator[Any]:
             for name, item in vars(klass).items():
                 # construction and other protocol methods do not run in a call
                 if not name.startswith("__") or name == "__call__":
-                    yield _unbound(item, klass)
+                    yield unbound(item, klass)
 
 
-def _unbound(item: Any, klass: type) -> Any:
+def unbound(item: Any, klass: type) -> Any:
     """A class attribute as reading it on the class gives it (a static method, a
     module's method: the function), a property as its getter."""
     if isinstance(item, property):
@@ -151,7 +151,7 @@ def globals_of(fun: Any) -> dict | None:
     one (a module, a bound method, a `functools.partial`)."""
     for candidate in (
         getattr(fun, "__func__", None), getattr(fun, "func", None),
-        _unbound(inspect.getattr_static(type(fun), "__call__", None), type(fun)),
+        unbound(inspect.getattr_static(type(fun), "__call__", None), type(fun)),
     ):  # fmt: skip
         if type(candidate) is types.FunctionType:
             return candidate.__globals__
@@ -299,4 +299,7 @@ def _functions(value: Any, g: dict) -> frozenset:
 
 
 def _unfollowed_watch(value: Any, name: str) -> bool:
-    return value is not MISSING and not _is_module(value) and is_input(value)
+    """Whether a global read inside a method is watched: whatever it holds but a
+    Python module (a number, a function, a class, an array: a trace-time constant
+    of the method, part of the cache key)."""
+    return value is not MISSING and not _is_module(value)

@@ -9,6 +9,7 @@ variables."""
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import types
 import weakref
@@ -21,16 +22,38 @@ from .reads import Reads, unwrap_jitted
 from .values import (
     METHOD,
     MISSING,
+    Same,
     contents,
-    equal,
+    describe_value,
     global_label,
     has_arrays,
-    is_input,
     join_callable,
     split_callable,
+    value_key,
 )  # fmt: skip
 
 _CONTAINERS = (dict, list, tuple)
+_NAMES = itertools.count(1)  # static names are never reused in a process
+_MAX_STATICS = 256  # static names kept per capture (then it starts over)
+_UNBOUND = ("unbound",)  # the key of a name not bound (yet)
+_MAX_DESCRIBED = 4096
+# static name -> `{label: text}` of its constants, for `traced.describe_captures`
+DESCRIBED: dict[str, dict[str, str]] = {}
+_DESCRIBED_LOCK = threading.Lock()
+
+
+def describe(name: str, texts: dict[str, str]) -> None:
+    with _DESCRIBED_LOCK:
+        DESCRIBED[name] = texts
+        while len(DESCRIBED) > _MAX_DESCRIBED:  # the oldest first
+            DESCRIBED.pop(next(iter(DESCRIBED)), None)
+
+
+def _key(value: Any) -> Any:
+    try:
+        return value_key(value)
+    except Exception:  # an object that breaks the walk (a tuple subclass...)
+        return Same(value)
 
 
 def copy_function(
@@ -41,6 +64,14 @@ def copy_function(
     new.__qualname__ = fun.__qualname__
     new.__dict__.update(fun.__dict__)
     return new
+
+
+class Labels(list):
+    """The labels of a capture's names (`global 'LR'`, `closure 'w'`), in the
+    order of the hidden argument's entries; `first`: `{label: text}` of the
+    constants that a hidden argument without a static name stands for."""
+
+    first: dict[str, str] = {}
 
 
 class Capture:
@@ -63,26 +94,61 @@ class Capture:
         self.g: dict = g
         self.reads = Reads(fun, self.g)
         self._global = {global_label(n): n for n in self.reads.globals}
-        self.labels = [*self._global, *(label for label, _ in self.reads.cells)]
+        self.labels = Labels([*self._global, *(label for label, _ in self.reads.cells)])
+        # The first combination of constants a function's capture keys stands for
+        # itself (no static name): a program that never rebinds a name passes the
+        # hidden argument it passed before constants were keyed (`None` when no
+        # name holds arrays). Only for a plain function: its capture is the one
+        # all its wrappers share (`traced.traced_for`), so `None` means one thing.
+        self._none_first = plain
         self.cells = [cell for _, cell in self.reads.cells]
         self._cell_label = {id(cell): label for label, cell in self.reads.cells}
         self.warn_only = {global_label(n) for n in self.reads.warn_only}
         self.unfollowed = {global_label(n): f for n, f in self.reads.unfollowed.items()}
-        self.baseline: dict[str, Any] = {}  # label -> value read at the last trace
         self.layers: weakref.WeakSet = weakref.WeakSet()  # the per-call layers
         self.lock = threading.Lock()
-        # Which names hold bound methods or partials, with their functions: each
-        # combination is named by a string (`global 'f': partial of loss`), passed
-        # as the hidden tuple's last entry: a static part of the cache key, so that
-        # another function retraces, and the explanation shows it.
-        self._signature_names: dict[tuple, str] = {}
+        self.extra: dict[str, str] = {}  # watched for module arguments (`extend`)
+        # The static names (see `hidden`): the keys of the trace-time constants and
+        # the functions of bound methods and partials -> the name; the name -> those
+        # functions; `(label, text)` -> the keys whose text reads so (numbered).
+        self._statics: dict[tuple, str | None] = {}
         self._signatures: dict[str, tuple] = {}
+        self._texts: dict[tuple[str, str], list] = {}
+
+    def extend(self, extra: dict[str, str]) -> bool:
+        """Watch the globals in `extra` too (`{name: method qualname}`: read inside
+        methods of module arguments, found at a call), as trace-time constants of
+        those methods; `True` when a name is new (the per-call checks must then
+        read it: `layer.Layer.rewatch`)."""
+        with self.lock:
+            new = {
+                n: m
+                for n, m in extra.items()
+                if global_label(n) not in self.unfollowed and n not in self.reads.stored
+            }
+            if not new:
+                return False
+            self.extra.update(new)
+            self._add(new)
+            return True
+
+    def _add(self, extra: dict[str, str]) -> None:
+        for name, method in extra.items():
+            label = global_label(name)
+            self.unfollowed.setdefault(label, method)
+            if label not in self._global:
+                self.reads.globals.append(name)
+                self._global[label] = name
+                self.warn_only.add(label)
+        self.labels[:] = [*self._global, *(label for label, _ in self.reads.cells)]
 
     def adopt(self, other: Capture) -> bool:
         """Take the names of a new scan of the same function (`other`); `True` when
         the watched names changed (the per-call check must then read the new ones:
         `layer.Layer.rewatch`). `labels` is updated in place: the compiled core
         holds that list to name the hidden argument's entries in messages."""
+        other._add(self.extra)
+        other.extra = self.extra
         with self.lock:
             moved = other.labels != self.labels or other.warn_only != self.warn_only
             self.reads, self._global = other.reads, other._global
@@ -90,57 +156,110 @@ class Capture:
             self.cells, self._cell_label = other.cells, other._cell_label
             self.warn_only, self.unfollowed = other.warn_only, other.unfollowed
             if moved:
-                self.baseline = {}
-                self._signature_names.clear()
+                self.labels.first = {}
+                self._statics.clear()
                 self._signatures.clear()
+                self._texts.clear()
             return moved
 
-    def hidden(self, values: list[Any]) -> tuple | None:
-        """The hidden argument for `values` (one per label): the value where it
-        holds arrays, else `None`; the data part of a bound method or partial that
-        holds arrays, and then the name of their functions as one more entry; or
-        `None` itself when no name holds arrays (the argument walk takes it in one
-        step, where an all-`None` tuple would cost a tuple walk on every call)."""
+    def hidden(self, values: list[Any]) -> Any:
+        """The hidden argument for `values` (one per label).
+
+        Entries: the value where it holds arrays (an input), the data part of a
+        bound method or partial that holds arrays, else `None`. Every other value
+        (a number, a string, a function, a class, an optax transformation, ...),
+        and every value read inside a method, is a trace-time constant: its key
+        (`values.value_key`) goes into one string, the *static name*, which ends
+        the tuple and is a static leaf, so that a rebinding to another value
+        retraces with it, and rebinding it back finds the code traced for it.
+        With no input at all the static name alone is the hidden argument (or
+        `None` when there is nothing to key): the argument walk takes it in one
+        step, where a tuple of `None`s would cost a tuple walk on every call."""
         entries: list[Any] = []
         functions = []
-        for label, value in zip(self.labels, values):
-            if value is MISSING or label in self.warn_only:
-                entries.append(None)
-                continue
-            split = split_callable(value)
-            if split is not None:
-                functions.append((len(entries), *split[0]))
-                entries.append(split[1])
-            else:
-                entries.append(value if has_arrays(value) else None)
-        if functions:
-            return (*entries, self._signature_name(tuple(functions)))
-        return None if all(e is None for e in entries) else tuple(entries)
+        keys = []
+        for i, (label, value) in enumerate(zip(self.labels, values)):
+            if value is not MISSING and label not in self.warn_only:
+                split = split_callable(value)
+                if split is not None:
+                    functions.append((len(entries), *split[0]))
+                    entries.append(split[1])
+                    continue
+                if has_arrays(value):
+                    entries.append(value)
+                    if label in self.unfollowed:  # a method reads it too
+                        keys.append((i, Same(value)))
+                    continue
+            entries.append(None)
+            keys.append((i, _UNBOUND if value is MISSING else _key(value)))
+        static = (
+            self._static_name(tuple(functions), tuple(keys), values)
+            if functions or keys
+            else None
+        )
+        if all(e is None for e in entries):
+            return static
+        return tuple(entries) if static is None else (*entries, static)
 
-    def _signature_name(self, signature: tuple) -> str:
+    def _static_name(
+        self, functions: tuple, keys: tuple, values: list[Any]
+    ) -> str | None:
+        """The static name of these functions (of bound methods and partials) and
+        keys of constants: one per distinct combination (and capture), never
+        reused for another in the process, so that wrappers sharing compiled code
+        never confuse two; `None` for the first combination of constants alone of
+        a plain function (see `_none_first`), described in `labels.first`."""
+        key = (functions, keys)
         with self.lock:
-            name = self._signature_names.get(signature)
-            if name is None:
-                name = "; ".join(
-                    f"{self.labels[i]}: "
-                    f"{'bound method' if kind == METHOD else 'functools.partial'} of "
-                    f"{getattr(func, '__qualname__', type(func).__name__)}"
-                    for i, kind, func in signature
-                )
-                if name in self._signatures:  # same names, other functions
-                    name += f" (#{len(self._signatures)})"
-                self._signature_names[signature] = name
-                self._signatures[name] = signature
+            if key in self._statics:
+                return self._statics[key]
+            if len(self._statics) >= _MAX_STATICS:  # a long session: start over
+                self._statics.clear()
+            texts = self._describe(functions, keys, values)
+            if self._none_first and not functions:
+                self._none_first = False  # never again: `None` is this one
+                self._statics[key] = None
+                self.labels.first = texts
+                return None
+            name = f"captured values #{next(_NAMES)}"
+            self._statics[key] = name
+            if functions:
+                self._signatures[name] = functions
+            describe(name, texts)
             return name
 
-    def _joined(self, hidden: tuple | None) -> tuple:
-        """`hidden` with bound methods and partials put back together."""
-        if hidden is None:
+    def _describe(self, functions: tuple, keys: tuple, values: list[Any]) -> dict:
+        """`{label: text}` of the constants in a static name, for explanations."""
+        out = {}
+        for i, key in keys:
+            label, value = self.labels[i], values[i]
+            if type(key) is Same and label not in self.warn_only:
+                label += f" (read inside `{self.unfollowed.get(label, '?')}`)"
+            if value is MISSING:
+                out[label] = "unbound"
+                continue
+            seen = self._texts.setdefault((label, describe_value(value, 1)), [])
+            if key not in seen:
+                seen.append(key)
+            out[label] = describe_value(value, seen.index(key) + 1)
+        if functions:
+            out["captured callables"] = "; ".join(
+                f"{self.labels[i]}: "
+                f"{'bound method' if kind == METHOD else 'functools.partial'} of "
+                f"{getattr(func, '__qualname__', type(func).__name__)}"
+                for i, kind, func in functions
+            )
+        return out
+
+    def _joined(self, hidden: Any) -> tuple:
+        """The entries of `hidden` with bound methods and partials put back
+        together (empty when no name holds arrays)."""
+        if hidden is None or type(hidden) is str:
             return ()
         if len(hidden) == len(self.labels):
             return tuple(hidden)
         entries = list(hidden[:-1])
-        for i, kind, func in self._signatures[hidden[-1]]:
+        for i, kind, func in self._signatures.get(hidden[-1], ()):
             entries[i] = join_callable(kind, func, entries[i])
         return tuple(entries)
 
@@ -166,11 +285,6 @@ class Capture:
             for label, value in zip(self.labels, self._joined(hidden))
             if value is not None
         }
-        self.baseline = {
-            label: value
-            for label, value in zip(self.labels, self.read())
-            if label not in given or label in self.unfollowed
-        }
         new_g = dict(g)
         rebuilder = Rebuilder(self, given, new_g)
         for label, value in given.items():
@@ -187,23 +301,6 @@ class Capture:
             value = traced_globals.get(name, MISSING)
             if value is not MISSING and value is not self.g.get(name, MISSING):
                 self.g[name] = value
-
-    def changed(self, values: list[Any], warned: set[str]) -> list[tuple]:
-        """`(label, old, new)` for trace-time constants that differ from the traced
-        ones, and for values read inside methods (`unfollowed`) that changed (each
-        label once; the labels are added to `warned`)."""
-        out = []
-        for label, value in zip(self.labels, values):
-            if label in warned or label not in self.baseline:
-                continue
-            old = self.baseline[label]
-            if old is value or equal(old, value):
-                continue
-            if label not in self.unfollowed and is_input(value):
-                continue
-            warned.add(label)
-            out.append((label, old, value))
-        return out
 
 
 class Rebuilder:

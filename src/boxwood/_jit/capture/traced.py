@@ -10,7 +10,7 @@ from typing import Any
 import jax
 
 from .._explain import describe_call
-from .rebuild import Capture
+from .rebuild import DESCRIBED, Capture
 
 
 class Traced:
@@ -71,15 +71,21 @@ def captured_path(keys: tuple, labels: list[str]) -> str:
     return labels[index.idx] + jax.tree_util.keystr(tuple(rest))
 
 
-def describe_captures(
-    hidden: tuple | None, labels: list[str]
-) -> dict[str, tuple[str, str]]:
-    """`_explain.describe_call` for the captured values, under their labels."""
+def describe_captures(hidden: Any, labels: list[str]) -> dict[str, tuple[str, str]]:
+    """`_explain.describe_call` for the captured values, under their labels, and
+    the trace-time constants of the hidden argument's static name
+    (`global 'LR': 0.1`)."""
     out = {}
-    for label, value in zip(labels, hidden or ()):
-        if value is not None:
-            for path, text in describe_call((value,), {}).items():
-                out[label + path.removeprefix("args[0]")] = text
-    if hidden is not None and len(hidden) > len(labels):  # bound methods, partials
-        out["captured callables"] = ("field", hidden[-1])
+    static = hidden
+    if type(hidden) is tuple:
+        for label, value in zip(labels, hidden):
+            if value is not None:
+                for path, text in describe_call((value,), {}).items():
+                    out[label + path.removeprefix("args[0]")] = text
+        static = hidden[-1] if len(hidden) > len(labels) else None
+    texts = DESCRIBED.get(static, {}) if type(static) is str else None
+    if texts is None:  # the first constants (`Capture._static_name`)
+        texts = getattr(labels, "first", {})
+    for label, text in texts.items():
+        out[label] = ("field", text)
     return out

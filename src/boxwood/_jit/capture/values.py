@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import types
+import weakref
 from typing import Any
 
 import jax
@@ -20,32 +21,11 @@ _PLAIN = frozenset(
 
 
 class CapturedValueWarning(UserWarning):
-    """A value read by a `filter_jit` function from its globals or closure has
-    changed since the function was traced, and the compiled code still uses the old
-    value: a number, string or other non-array value, or an array read where
-    boxwood cannot pass it as an input (inside a method)."""
+    """A value read by a `filter_jit` function from its globals or closure may be
+    stale in the compiled code: an array that a method of a module *argument* reads
+    from its globals is fixed at the trace (boxwood cannot watch those names)."""
 
 
-MSG_CHANGED = (
-    "{label} changed from {old} to {new} since {name} was compiled; it is baked in "
-    "at trace time. Pass it as an argument (or as an array, to trace it), or call "
-    "`clear_cache()` on the compiled function to trace again with the new value."
-)
-MSG_UNFOLLOWED = (
-    "{label} changed from {old} to {new} since {name} was compiled, but it is read "
-    "inside {via}, which boxwood cannot pass it to (a method, a class attribute, or "
-    "the function of a callable object given to `filter_jit`): the compiled code "
-    "still uses the old value. Pass it as an argument (or store it in a field of "
-    "the module), or call `clear_cache()` on the compiled function to trace again "
-    "with the new value."
-)
-MSG_FIXED_READ = (
-    "{label} ({value}) is read inside {via}{where}: a method runs from its class (as "
-    "does the function of a callable object given to `filter_jit`), so boxwood "
-    "cannot pass that global to it as an input, and the compiled code keeps the "
-    "value it has at this first trace; a later rebinding is not seen (it warns). "
-    "Store it in a field of the module or pass it as an argument{fix}."
-)
 MSG_ARGUMENT_METHOD = (
     "{label} ({value}) is read inside {via}, a method of a module passed to {name}: "
     "a method runs from its class, so boxwood cannot pass that global to it as an "
@@ -114,25 +94,11 @@ def split_callable(value: Any) -> tuple[tuple[str, Any], Any] | None:
     return None
 
 
-def is_input(value: Any) -> bool:
-    """Whether a captured value is passed to the compiled code (it holds arrays)."""
-    return has_arrays(value) or split_callable(value) is not None
-
-
 def join_callable(kind: str, func: Any, part: Any) -> Any:
     if kind == METHOD:
         return types.MethodType(func, part)
     args, keywords = part
     return functools.partial(func, *args, **keywords)
-
-
-def equal(a: Any, b: Any) -> bool:
-    if is_array(a) or is_array(b):
-        return a is b
-    try:
-        return bool(a == b)
-    except Exception:  # e.g. an ambiguous truth value: treat as changed
-        return False
 
 
 def short(x: Any, old: Any = MISSING) -> str:
@@ -154,3 +120,82 @@ def short(x: Any, old: Any = MISSING) -> str:
     ):
         text += " (a new object with the same name: a class or function defined again?)"
     return text
+
+
+class Same:
+    """An object in a cache key, equal only to itself (held weakly where it can be:
+    a key never keeps an old value alive, and a dead one equals nothing)."""
+
+    __slots__ = ("ref", "hash")
+
+    def __init__(self, obj: Any) -> None:
+        try:
+            self.ref: Any = weakref.ref(obj)
+        except TypeError:  # not weakly referenceable: held
+            self.ref = lambda obj=obj: obj
+        self.hash = id(obj)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Same:
+            return False
+        mine = self.ref()
+        return mine is not None and mine is other.ref()
+
+    def __hash__(self) -> int:
+        return self.hash
+
+
+_BY_VALUE = frozenset({int, bool, str, bytes, complex, type(None)})
+_MAX_KEY_DEPTH = 8
+
+
+def value_key(value: Any, depth: int = 0) -> Any:
+    """The part of the cache key that stands for a trace-time constant: numbers,
+    strings and tuples by value (`1`, `1.0` and `True` apart, `-0.0` apart from
+    `0.0`), functions by identity and code (`__code__` replaced in place, as
+    `%autoreload` does, is a change), classes by identity and the code of their
+    methods, anything else by identity.
+
+    **Arguments:**
+
+    - `value`: what a watched name is bound to.
+
+    >>> value_key(0.1) == value_key(0.1), value_key(1) == value_key(1.0)
+    (True, False)
+    """
+    typ = type(value)
+    if typ in _BY_VALUE:
+        return (typ, value)
+    if typ is float:  # the hex form tells -0.0 from 0.0, and nan equals itself
+        return (float, value.hex())
+    if isinstance(value, types.FunctionType):
+        return (Same(value), value.__code__)
+    if isinstance(value, tuple) and depth < _MAX_KEY_DEPTH:  # NamedTuples too
+        return (typ, tuple(value_key(x, depth + 1) for x in value))
+    if isinstance(value, type):
+        return (Same(value), class_code(value))
+    return Same(value)
+
+
+def class_code(cls: type) -> tuple:
+    """The code of the functions a class defines itself (its methods, static and
+    class methods, property getters)."""
+    out = []
+    for item in vars(cls).values():
+        item = getattr(item, "__func__", getattr(item, "fget", item))
+        code = getattr(item, "__code__", None)
+        if type(code) is types.CodeType:
+            out.append(code)
+    return tuple(out)
+
+
+def describe_value(value: Any, definition: int) -> str:
+    """`value` in a recompile explanation; `definition`: how many distinct objects
+    the name has been bound to whose text would read the same (a function or class
+    defined again), so that the two sides of a change differ."""
+    if type(value) is types.FunctionType or isinstance(value, type):
+        kind = "function" if type(value) is types.FunctionType else "class"
+        text = f"{kind} {value.__qualname__}"
+    else:
+        text = short(value)
+    return text if definition <= 1 else f"{text} (definition {definition})"
