@@ -47,14 +47,21 @@ def _committed(path):
     return notebook, code, outputs, text
 
 
+def _outputs(notebook):
+    return [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_committed_with_its_outputs(path):
-    """Every code cell ran, in order, without an error: a reader sees the outputs
+    """Every code cell ran, in order, without an error (but in a cell tagged
+    `raises-exception`, which shows one on purpose): a reader sees the outputs
     on the repository page, and nbval compares a fresh run of the notebook with
     them (notebooks/conftest.py; the suite's one run of each notebook)."""
     _, code, outputs, _ = _committed(path)
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
-    assert not [o for o in outputs if o.output_type == "error"]
+    raising = [c for c in code if "raises-exception" in c.metadata.get("tags", ())]
+    errors = [c for c in code if any(o.output_type == "error" for o in c.outputs)]
+    assert errors == raising
     # no run's timestamps (`record_timing`): a refresh changes only outputs
     assert not [c for c in code if "execution" in c.metadata]
     # no warning on stderr, no progress bar (what a reader should not see)
@@ -74,9 +81,20 @@ def test_notebook_outputs_make_the_claims_of_its_prose(path):
         assert "model expects f32[8,1]" in text
         difference = float(text.split("max difference to PyTorch:")[1].split()[0])
         assert difference < 1e-5
+    if path.name == "experimenting.ipynb":
+        assert "compiled for the 3rd time: global 'LR': 0.0 -> 1.0" in text
+        assert "True CacheInfo(hits=0, misses=2, traces=2, size=2)" in text
+        assert "True 2.0\nTrue 3.0\n" in text  # new optimizer, edited helper
+        assert "[1. 1.]\n[10. 10.]\n" in text  # the redefined class
+        assert "[3. 3.] [3. 3.] True" in text  # reloaded: old instance, new code
+        (error,) = [o for o in _outputs(notebook) if o.output_type == "error"]
+        assert "dot_general requires contracting dimensions" in error.evalue
+        shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.traceback))
+        assert "in deep" in shown and "boxwood/_jit" not in shown
     if path.name == "captured_globals.ipynb":
         assert "global 'model'.weight: f32[1,2] -> f32[1,4]" in text
-        assert "global 'lr' changed from 0.1 to 0.01 since step was compiled" in text
+        assert "-0.1\n-0.01\n" in text  # the re-bound learning rate is used
+        assert "global 'lr': 0.1 -> 0.01" in text
         assert "CacheInfo(hits=2, misses=1, traces=1, size=1)" in text
     if path.name == "scaling_out.ipynb":
         assert "devices: 8" in text
