@@ -228,7 +228,11 @@ class _NoHead(bw.Module):
         (dict(chunk_size=2.5), TypeError, r"`chunk_size` must be an int"),
         (dict(chunk_size=True), TypeError, r"`chunk_size` must be an int"),
         (dict(labels=jnp.full(6, VOCAB)), ValueError, r"from 0 to 36 .* got 37"),
-        (dict(labels=jnp.full(6, -1)), ValueError, r"or -100 \(ignored\); got -1"),
+        (
+            dict(labels=jnp.full(6, -1)),
+            ValueError,
+            r"or -100 for a position left out of the loss; got -1 at position 1 ",
+        ),
     ],
 )
 def test_errors(model, kwargs, error, match):

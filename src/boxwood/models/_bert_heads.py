@@ -173,9 +173,17 @@ class BertForMaskedLM(BertHead):
         """The masked-LM loss of `transformers`: softmax cross entropy of
         `logits` (any leading shape, e.g. a batch from `jax.vmap(model)`)
         against token ids `labels`, averaged over the positions whose label is
-        not `-100` (the unmasked tokens)."""
+        not `-100` (the unmasked tokens); 0 when every label is `-100`.
+
+        **Raises:** `ValueError` for a label outside `[0, vocab_size)` other than
+        `-100` (a `boxwood.BoxwoodRuntimeError` when computed under a trace; see
+        [`boxwood.models.BertForSequenceClassification`][]`.loss`)."""
         return classification_loss(
-            logits, labels, "single_label_classification", "BertForMaskedLM.loss"
+            logits,
+            labels,
+            "single_label_classification",
+            "BertForMaskedLM.loss",
+            "vocab_size",
         )
 
 
@@ -249,9 +257,18 @@ class BertForSequenceClassification(BertClassifierHead):
           against float `labels` of shape `logits.shape[:-1]` (or `logits.shape`);
         - integer `labels` (class ids, shape `logits.shape[:-1]`):
           `"single_label_classification"`, softmax cross entropy (ids `-100`
-          left out);
+          left out; 0 when every id is `-100`, as in every loss of
+          `boxwood.models`, where PyTorch gives NaN);
         - float `labels` of the shape of `logits` (targets in `[0, 1]`):
           `"multi_label_classification"`, sigmoid binary cross entropy.
+
+        **Raises:** `ValueError` for a class id outside `[0, num_labels)` other
+        than `-100` (PyTorch's "Target -1 is out of bounds"; a GLUE test split
+        labels its rows -1): at once when `labels` is a concrete array, else (under
+        a trace) a `boxwood.BoxwoodRuntimeError` when the computation runs. Under
+        `boxwood.filter_jit` that error carries the message alone; under a plain
+        `jax.jit`, XLA reports it as its own runtime error, whose text ends with
+        `BoxwoodRuntimeError: <the message>`.
         """
         return classification_loss(
             logits,
@@ -293,7 +310,12 @@ class BertForTokenClassification(BertClassifierHead):
         """`transformers`' token-classification loss: softmax cross entropy of
         `logits` (any leading shape, e.g. `(batch, seq, num_labels)` from
         `jax.vmap(model)`) against class ids `labels`, averaged over the tokens
-        whose label is not `-100` (padding, continued words)."""
+        whose label is not `-100` (padding, continued words); 0 when every label
+        is `-100`.
+
+        **Raises:** `ValueError` for a class id outside `[0, num_labels)` other
+        than `-100` (see [`boxwood.models.BertForSequenceClassification`][]`.loss`).
+        """
         return classification_loss(
             logits,
             labels,

@@ -14,6 +14,7 @@ from jaxtyping import Array, Float
 from ..nn import Linear
 from . import _training as training
 from ._config import ConfigError
+from ._id_ranges import IGNORE_INDEX, check_labels
 
 #: The `problem_type`s `transformers` knows; `None` lets the loss decide from
 #: `num_labels` and the labels' dtype.
@@ -23,10 +24,6 @@ PROBLEM_TYPES = (
     "single_label_classification",
     "multi_label_classification",
 )
-#: Labels at this value do not count in the cross-entropy losses (PyTorch's
-#: `ignore_index`, which `transformers` keeps).
-IGNORE_INDEX = -100
-
 
 #: What `read_labels` reads besides `id2label` and `label2id` (options of every
 #: `config.json`).
@@ -117,13 +114,17 @@ def classification_loss(
     labels: Array,
     problem_type: str | None,
     where: str,
+    classes: str = "num_labels",
 ) -> Float[Array, ""]:
     """The mean loss of `logits` against `labels`, over every leading position:
 
     - `"regression"`: the squared error (`labels` shaped as `logits`, or without
       its last axis when there is one label);
     - `"single_label_classification"`: softmax cross entropy with integer class
-      ids `labels` (shape `logits.shape[:-1]`), ids equal to `-100` left out;
+      ids `labels` (shape `logits.shape[:-1]`), ids equal to `-100` left out (0
+      when every id is `-100`, as `causal_lm_loss`); any other id outside
+      `[0, num_labels)` raises (`check_labels`; `classes` names the config
+      option that counts the classes in its message);
     - `"multi_label_classification"`: sigmoid binary cross entropy with
       `labels` of the shape of `logits` (targets in `[0, 1]`).
 
@@ -140,6 +141,8 @@ def classification_loss(
                 f"{where}: single-label classification takes integer class ids as "
                 f"`labels`, got dtype {labels.dtype}."
             )
+        kind = "class ids" if classes == "num_labels" else "token ids"
+        labels = check_labels(where, labels, num_labels, kind, classes)
         return _cross_entropy(logits, labels)
     if problem == "regression" and num_labels == 1 and labels.shape != logits.shape:
         labels = labels[..., None]
@@ -160,7 +163,8 @@ def _cross_entropy(logits: Array, labels: Array) -> Array:
     log_probs = jax.nn.log_softmax(logits, axis=-1)
     picked = jnp.take_along_axis(log_probs, safe[..., None], axis=-1)[..., 0]
     total = jnp.sum(jnp.where(counted, -picked, 0.0))
-    return total / jnp.sum(counted).astype(total.dtype)
+    # a batch whose every label is ignored counts 0, not 0 / 0
+    return total / jnp.maximum(jnp.sum(counted), 1).astype(total.dtype)
 
 
 def _check_label_shape(labels: Array, shape: tuple, where: str, what: str) -> None:
