@@ -117,3 +117,42 @@ def test_other_families_take_overrides(tmp_path):
             tmp_path / "v", num_labels=4, ignore_mismatched_sizes=True
         )
     assert model.classifier.weight.shape == (4, 8)
+
+
+def test_num_labels_disagreeing_with_id2label_is_an_error_naming_both(files):
+    directory, _ = files["head"]
+    both = r"`num_labels` = 3 disagrees with `id2label`, which names 2 labels"
+    with pytest.raises(
+        bm.ConfigError, match=r"from_pretrained\(num_labels=, id2label=\): " + both
+    ):
+        SEQ.from_pretrained(directory, num_labels=3, id2label={0: "a", 1: "b"})
+    with pytest.raises(bm.ConfigError, match=both):
+        bm.BertConfig.from_dict({"num_labels": 3, "id2label": {"0": "a", "1": "b"}})
+    with pytest.raises(
+        bm.ConfigError, match=r"BertConfig\(num_labels=, id2label=\): `num_labels`"
+    ):
+        bm.BertConfig(num_labels=3, id2label={0: "a", 1: "b"})
+    with pytest.raises(
+        bm.ConfigError, match="`num_labels` = 3 disagrees with `labels`"
+    ):
+        bm.BertConfig(num_labels=3, labels=("a", "b"))
+    # agreeing, they are one choice
+    agreed = SEQ.from_pretrained(directory, num_labels=2, id2label={0: "x", 1: "y"})
+    assert agreed.config.labels == ("x", "y")
+
+
+def test_a_config_takes_the_keywords_from_dict_and_from_pretrained_take():
+    built = bm.BertConfig(vocab_size=32, num_labels=3, use_cache=False)
+    read = bm.BertConfig.from_dict(
+        {"vocab_size": 32, "num_labels": 3, "use_cache": False}
+    )
+    assert built == read and built.labels == ("LABEL_0", "LABEL_1", "LABEL_2")
+    assert dict(built.extra) == {"use_cache": False}
+    named = bm.BertConfig(32, id2label={1: "pos", 0: "neg"}, extra={"prefix": "p"})
+    assert named.labels == ("neg", "pos") and named.vocab_size == 32
+    assert dict(named.extra) == {"prefix": "p"}
+    assert bm.ViTConfig(num_labels=4).num_labels == 4
+    with pytest.raises(
+        TypeError, match=r"BertConfig\(\) got an unexpected keyword .*`hiden_size`"
+    ):
+        bm.BertConfig(hiden_size=8)

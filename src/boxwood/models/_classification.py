@@ -40,27 +40,49 @@ DEFAULT_LABELS = default_labels(2)
 
 def read_labels(options: Mapping[str, Any], where: str) -> dict[str, Any]:
     """`options` with `id2label`, `label2id` and `num_labels` replaced by one
-    `labels` tuple (the names in id order), as `transformers` reads them: a
-    `num_labels` that disagrees with `id2label` wins, with generic names."""
+    `labels` tuple (the names in id order): `id2label`'s names, else `num_labels`
+    generic ones. Both given and disagreeing is a `ConfigError` naming both
+    (`transformers` warns and keeps `id2label`'s count, or the last one set)."""
     options = dict(options)
     id2label = options.pop("id2label", None)
     options.pop("label2id", None)  # the inverse of `id2label`, written anew
     count = options.pop("num_labels", None)
-    if id2label is not None:
-        try:
-            ids = sorted(id2label, key=int)
-        except (TypeError, ValueError):
+    if count is not None and (
+        isinstance(count, bool) or not isinstance(count, int) or count < 1
+    ):
+        raise ConfigError(
+            f"{where}`num_labels` must be a positive integer, got {count!r}."
+        )
+    given = options.get("labels")  # the field itself (a config built in Python)
+    if id2label is None:
+        if given is not None and count is not None and len(given) != count:
             raise ConfigError(
-                f"{where}`id2label` must map label ids (integers) to names, got "
-                f"{id2label!r}."
-            ) from None
-        options["labels"] = tuple(str(id2label[i]) for i in ids)
-    if count is not None and len(options.get("labels", DEFAULT_LABELS)) != count:
-        if not isinstance(count, int) or count < 1:
-            raise ConfigError(
-                f"{where}`num_labels` must be a positive integer, got {count!r}."
+                f"{where}`num_labels` = {count} disagrees with `labels`, which "
+                f"names {len(given)} ({given!r}); give one of them."
             )
-        options["labels"] = default_labels(count)
+        if count is not None and given is None:
+            options["labels"] = default_labels(count)
+        return options
+    try:
+        ids = sorted(id2label, key=int)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{where}`id2label` must map label ids (integers) to names, got "
+            f"{id2label!r}."
+        ) from None
+    options["labels"] = tuple(str(id2label[i]) for i in ids)
+    if given is not None and tuple(given) != options["labels"]:
+        raise ConfigError(
+            f"{where}`labels` = {tuple(given)!r} disagrees with `id2label` = "
+            f"{id2label!r}; give one of them."
+        )
+    if count is not None and count != len(ids):
+        raise ConfigError(
+            f"{where}`num_labels` = {count} disagrees with `id2label`, which names "
+            f"{len(ids)} label{'s' if len(ids) != 1 else ''} ({id2label!r}). Give "
+            "one of them: `id2label` (with the names; it sets the number), or "
+            "`num_labels` alone (generic names LABEL_0, LABEL_1, ...)."
+        )
     return options
 
 

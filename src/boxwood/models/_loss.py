@@ -29,6 +29,7 @@ def causal_lm_loss(
     attention_mask: Array | None = None,
     key: Any = None,
     chunk_size: int = 1024,
+    predicted_from_padding: bool = False,
 ) -> Float[Array, ""]:
     """The mean next-token cross entropy of a causal language model, computed
     without ever holding the logits of every position at once.
@@ -63,12 +64,25 @@ def causal_lm_loss(
       for padding (left or right), as a tokenizer returns it. The model attends
       to real tokens only (`model(ids, attention_mask)`), and a position counts
       only where both it and its target are real tokens: padding gets no loss,
-      and the mean is over the real targets.
+      and the mean is over the real targets. With left padding this leaves out
+      each row's first real token, which only a pad could predict (see
+      `predicted_from_padding`).
     - `key`: a `jax.random` key for dropout; needed when the model is in
       training mode with a nonzero dropout rate (one key per row is split
       from it).
     - `chunk_size`: the number of positions whose logits are computed at once.
-      (Keyword only, as are `mask`, `attention_mask` and `key`.)
+    - `predicted_from_padding`: with `attention_mask`, whether a real token that
+      follows padding (the first of a left-padded row) counts as a target,
+      predicted from the pad before it. `False` (the default): it does not, as
+      only real tokens predict. `True`: every real token but a row's first
+      column counts, as in `transformers`' usual recipe (`labels` equal to
+      `input_ids` with -100 on the pads, and the `attention_mask` given to the
+      model). The pad's own output then predicts it, which depends on how
+      padding attends: boxwood's pads attend to the pads before them, as in
+      `transformers`' Llama family (its GPT-2's average them uniformly: a
+      different loss). A left-padded row's loss then differs from that of its
+      unpadded sequence, whose first token predicts nothing.
+      (Keyword only, as are `mask`, `attention_mask`, `key` and `chunk_size`.)
 
     **Returns:** a float32 scalar (float64 for float64 models).
 
@@ -82,6 +96,11 @@ def causal_lm_loss(
     """
     _check_model(model)
     size = _check_chunk_size(chunk_size)
+    if not isinstance(predicted_from_padding, bool):
+        raise TypeError(
+            "`causal_lm_loss`: `predicted_from_padding` must be True or False, got "
+            f"{predicted_from_padding!r}."
+        )
     input_ids = _as_array(input_ids)
     ids = _check_input_ids(input_ids)
     shape = jnp.shape(input_ids)
@@ -93,7 +112,8 @@ def causal_lm_loss(
         real = attention.astype(bool)
         previous = jnp.concatenate([jnp.zeros_like(real[:, :1]), real[:, :-1]], 1)
         # the label at `j` is the target of `j - 1`: it counts where both are real
-        keep = real & previous
+        # (or, predicted from padding, where it is)
+        keep = real if predicted_from_padding else real & previous
         if mask is not None:
             keep = keep & _aligned("mask", mask, shape, ids).astype(bool)
         mask = keep.reshape(shape)

@@ -52,6 +52,7 @@ from ._stacking import (
     layer_names,
     layer_shardings,
 )
+from ._torch_habits import habit_error
 
 # `transformers`' generation defaults, beside `config.json`
 GENERATION_CONFIG = "generation_config.json"
@@ -87,6 +88,11 @@ class Pretrained(Module):
     OTHER_HEADS: ClassVar[str | None] = None
     # `save_pretrained`'s `architectures` entry, where not the config's own
     ARCHITECTURE: ClassVar[str | None] = None
+
+    def __getattr__(self, name: str) -> Any:
+        # Only a missed lookup gets here: the fields and methods are found by
+        # normal attribute access, at its usual speed.
+        raise habit_error(self, name)
 
     def __check_init__(self) -> None:
         # The key/value cache's indices are named after their places now, so two
