@@ -264,7 +264,7 @@ class Pretrained(Module):
             # one region of memory, unless `_load`'s serves them all already
             one_region=one_region,
         )
-        if new:
+        if new or unused:  # what was drawn and dropped is always listed
             message = new_parameters_message(cls, directory, new, unused, resized)
             warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
         return model
