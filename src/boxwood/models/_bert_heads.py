@@ -37,14 +37,14 @@ _BODY = FileLayout(
 # The parts of BERT's heads, as `save_pretrained` names them: each head class
 # draws its own anew where a file lacks them (`NEW_ON_LOAD`) and drops the
 # others' (`OTHER_HEADS`).
-_POOLER = r"bert\.pooler\..*"
-_PREDICTIONS = r"cls\.predictions\..*"  # the masked-LM head
-_NEXT_SENTENCE = r"cls\.seq_relationship\..*"  # `BertForPreTraining`'s other head
-_CLASSIFIER = r"classifier\..*"
-_QUESTION_ANSWERING = r"qa_outputs\..*"
+POOLER = r"bert\.pooler\..*"
+PREDICTIONS = r"cls\.predictions\..*"  # the masked-LM head
+NEXT_SENTENCE = r"cls\.seq_relationship\..*"  # `BertForPreTraining`'s other head
+CLASSIFIER = r"classifier\..*"
+QUESTION_ANSWERING = r"qa_outputs\..*"
 
 
-def _any(*patterns: str) -> str:
+def any_of(*patterns: str) -> str:
     return "|".join(patterns)
 
 
@@ -128,9 +128,9 @@ class BertForMaskedLM(BertHead):
     DROPPED: ClassVar[str | None] = (
         r"bert\.embeddings\.position_ids|cls\.predictions\.decoder\..*"
     )
-    NEW_ON_LOAD: ClassVar[str | None] = _PREDICTIONS
-    OTHER_HEADS: ClassVar[str | None] = _any(
-        _POOLER, _NEXT_SENTENCE, _CLASSIFIER, _QUESTION_ANSWERING
+    NEW_ON_LOAD: ClassVar[str | None] = PREDICTIONS
+    OTHER_HEADS: ClassVar[str | None] = any_of(
+        POOLER, NEXT_SENTENCE, CLASSIFIER, QUESTION_ANSWERING
     )
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
@@ -183,7 +183,7 @@ class BertForMaskedLM(BertHead):
             labels,
             "single_label_classification",
             "BertForMaskedLM.loss",
-            "vocab_size",
+            ("token ids", "vocab_size"),
         )
 
 
@@ -226,9 +226,9 @@ class BertForSequenceClassification(BertClassifierHead):
     `num_labels` logits (`len(config.labels)`)."""
 
     ARCHITECTURE: ClassVar[str | None] = "BertForSequenceClassification"
-    NEW_ON_LOAD: ClassVar[str | None] = _any(_CLASSIFIER, _POOLER)
-    OTHER_HEADS: ClassVar[str | None] = _any(
-        _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
+    NEW_ON_LOAD: ClassVar[str | None] = any_of(CLASSIFIER, POOLER)
+    OTHER_HEADS: ClassVar[str | None] = any_of(
+        PREDICTIONS, NEXT_SENTENCE, QUESTION_ANSWERING
     )
     POOLED: ClassVar[bool] = True
 
@@ -284,9 +284,9 @@ class BertForTokenClassification(BertClassifierHead):
     `num_labels` logits per token. The body has no pooler."""
 
     ARCHITECTURE: ClassVar[str | None] = "BertForTokenClassification"
-    NEW_ON_LOAD: ClassVar[str | None] = _CLASSIFIER
-    OTHER_HEADS: ClassVar[str | None] = _any(
-        _POOLER, _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
+    NEW_ON_LOAD: ClassVar[str | None] = CLASSIFIER
+    OTHER_HEADS: ClassVar[str | None] = any_of(
+        POOLER, PREDICTIONS, NEXT_SENTENCE, QUESTION_ANSWERING
     )
     POOLED: ClassVar[bool] = False
 

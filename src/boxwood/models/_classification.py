@@ -136,7 +136,8 @@ def classification_loss(
     labels: Array,
     problem_type: str | None,
     where: str,
-    classes: str = "num_labels",
+    classes: tuple[str, str] = ("class ids", "num_labels"),
+    argument: str = "labels",
 ) -> Float[Array, ""]:
     """The mean loss of `logits` against `labels`, over every leading position:
 
@@ -145,8 +146,9 @@ def classification_loss(
     - `"single_label_classification"`: softmax cross entropy with integer class
       ids `labels` (shape `logits.shape[:-1]`), ids equal to `-100` left out (0
       when every id is `-100`, as `causal_lm_loss`); any other id outside
-      `[0, num_labels)` raises (`check_labels`; `classes` names the config
-      option that counts the classes in its message);
+      `[0, num_labels)` raises (`check_labels`; `classes`, what the ids are and
+      what counts them, and `argument`, the name of `labels`, word its
+      message);
     - `"multi_label_classification"`: sigmoid binary cross entropy with
       `labels` of the shape of `logits` (targets in `[0, 1]`).
 
@@ -157,14 +159,13 @@ def classification_loss(
     num_labels = logits.shape[-1]
     problem = problem_of(problem_type, num_labels, labels)
     if problem == "single_label_classification":
-        _check_label_shape(labels, logits.shape[:-1], where, "class ids")
+        _check_label_shape(labels, logits.shape[:-1], where, classes[0], argument)
         if not jnp.issubdtype(labels.dtype, jnp.integer):
             raise TypeError(
                 f"{where}: single-label classification takes integer class ids as "
-                f"`labels`, got dtype {labels.dtype}."
+                f"`{argument}`, got dtype {labels.dtype}."
             )
-        kind = "class ids" if classes == "num_labels" else "token ids"
-        labels = check_labels(where, labels, num_labels, kind, classes)
+        labels = check_labels(where, labels, num_labels, *classes, argument)
         return _cross_entropy(logits, labels)
     if problem == "regression" and num_labels == 1 and labels.shape != logits.shape:
         labels = labels[..., None]
@@ -189,9 +190,11 @@ def _cross_entropy(logits: Array, labels: Array) -> Array:
     return total / jnp.maximum(jnp.sum(counted), 1).astype(total.dtype)
 
 
-def _check_label_shape(labels: Array, shape: tuple, where: str, what: str) -> None:
+def _check_label_shape(
+    labels: Array, shape: tuple, where: str, what: str, argument: str = "labels"
+) -> None:
     if labels.shape != tuple(shape):
         raise ValueError(
-            f"{where}: `labels` ({what}) must have shape {tuple(shape)}, got "
+            f"{where}: `{argument}` ({what}) must have shape {tuple(shape)}, got "
             f"{labels.shape}."
         )

@@ -82,17 +82,23 @@ def check_ids_below(
 
 
 def check_labels(
-    where: str, labels: jax.Array, size: int, kind: str, option: str
+    where: str,
+    labels: jax.Array,
+    size: int,
+    kind: str,
+    option: str,
+    argument: str = "labels",
 ) -> jax.Array:
     """The labels of a loss (`where`, such as `"`causal_lm_loss`"`) must be ids
     in `[0, size)` or `IGNORE_INDEX`; `kind` names them (`"class ids"`) and
-    `option` the config option that sets `size` (`"num_labels"`). As
+    `option` the config option that sets `size` (`"num_labels"`), `argument`
+    the loss's argument that holds them. As
     `check_ids_below`: an eager `ValueError` naming the first bad label and its
     position, else a `boxwood.error_if` attached to the returned array (always:
     labels are never known to be in range)."""
-    _check_integers(where, "labels", labels)
+    _check_integers(where, argument, labels)
     rule = (
-        f"{where}: `labels` must hold {kind} from 0 to {size - 1} (`{option}` = "
+        f"{where}: `{argument}` must hold {kind} from 0 to {size - 1} (`{option}` = "
         f"{size}), or {IGNORE_INDEX} for a position left out of the loss"
     )
     return _checked(
