@@ -103,8 +103,14 @@ def test_other_families_take_overrides(tmp_path):
     bm.GPT2LMHeadModel(config, key=jax.random.key(0)).save_pretrained(tmp_path / "g")
     model = bm.from_pretrained(tmp_path / "g", attn_pdrop=0.0, resid_pdrop=0.25)
     assert (model.config.attn_pdrop, model.config.resid_pdrop) == (0.0, 0.25)
-    with pytest.raises(TypeError, match=r"`num_labels`: .*GPT2Config"):
-        bm.GPT2LMHeadModel.from_pretrained(tmp_path / "g", num_labels=3)
+    with pytest.raises(TypeError, match=r"`type_vocab_size`: .*GPT2Config"):
+        bm.GPT2LMHeadModel.from_pretrained(tmp_path / "g", type_vocab_size=3)
+    # a language model's file read as a classifier: the new `score` is drawn
+    with pytest.warns(UserWarning, match=r"has no `score\.weight`"):
+        scorer = bm.GPT2ForSequenceClassification.from_pretrained(
+            tmp_path / "g", num_labels=3
+        )
+    assert scorer.score.weight.shape == (3, 8) and scorer.score.bias is None
     vit = bm.ViTConfig(
         hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=8, image_size=8, patch_size=4, labels=("a", "b", "c"),

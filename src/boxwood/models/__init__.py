@@ -26,6 +26,9 @@ from ._llama_variants import Qwen2Config as Qwen2Config
 from ._llama_variants import Qwen2ForCausalLM as Qwen2ForCausalLM
 from ._loss import causal_lm_loss as causal_lm_loss
 from ._pretrained import save_pretrained as save_pretrained
+from ._sequence_heads import (
+    GPT2ForSequenceClassification as GPT2ForSequenceClassification,
+)
 from ._sharding_rules import sharding_rules as sharding_rules
 from ._vit import ViTConfig as ViTConfig
 from ._vit import ViTForImageClassification as ViTForImageClassification

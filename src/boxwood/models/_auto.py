@@ -19,6 +19,7 @@ from ._config import ConfigError, config_from, read_json
 from ._gpt2 import GPT2LMHeadModel
 from ._llama import LlamaForCausalLM
 from ._llama_variants import GemmaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from ._sequence_heads import GPT2ForSequenceClassification
 from ._vit import ViTForImageClassification
 
 # Further classes of a `model_type`, chosen by the file's `architectures`.
@@ -28,6 +29,7 @@ _HEADS = (
     BertForTokenClassification,
     BertForQuestionAnswering,
     BertForMultipleChoice,
+    GPT2ForSequenceClassification,
 )
 
 
@@ -64,7 +66,8 @@ def from_pretrained(
     """Load the model in a local `save_pretrained` directory, choosing the class
     from `config.json`'s `architectures` (`BertForMaskedLM`,
     `BertForSequenceClassification`, `BertForTokenClassification`,
-    `BertForQuestionAnswering`, `BertForMultipleChoice`), else from
+    `BertForQuestionAnswering`, `BertForMultipleChoice`,
+    `GPT2ForSequenceClassification`), else from
     its `model_type` (`BertModel` for other BERT files).
 
     Reads files only; never uses the network. See `GPT2LMHeadModel.from_pretrained`
