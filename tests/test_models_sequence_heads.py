@@ -1,4 +1,5 @@
-"""`GPT2ForSequenceClassification` against `transformers`: the logits read at
+"""`GPT2ForSequenceClassification` and `LlamaForSequenceClassification` against
+`transformers`: the logits read at
 the last token that is not padding, the loss, the class chosen from the file's
 `architectures`, and the round trip back through `transformers`."""
 
@@ -18,19 +19,32 @@ IDS[0, 5:] = 0  # right padding (`pad_token_id` 0)
 IDS[1, 1] = 0  # a pad id inside a row is not the end: the last non-pad is
 
 
-@pytest.fixture(scope="module")
-def gpt2_scorer():
-    torch.manual_seed(0)
-    config = CONFIGS["gpt2"](**WIDE, num_labels=3, pad_token_id=0)
-    reference = transformers.GPT2ForSequenceClassification(config).eval()
-    directory = scratch_directory("gpt2-scorer")
-    reference.save_pretrained(str(directory))
-    return bm.from_pretrained(directory), reference
+KINDS = {
+    "gpt2": "GPT2ForSequenceClassification",
+    "llama": "LlamaForSequenceClassification",
+}
+_PAIRS = {}
 
 
-def test_matches_transformers_at_the_last_real_token(gpt2_scorer):
-    model, reference = gpt2_scorer
-    assert type(model) is bm.GPT2ForSequenceClassification
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def scorer(request):
+    """`(boxwood model, reference)`: a random `transformers` classifier of three
+    labels, pad id 0, saved and read."""
+    kind = request.param
+    if kind not in _PAIRS:
+        torch.manual_seed(0)
+        pad = {"pad_token_id": 0} if kind == "gpt2" else {}  # (Llama's is 0)
+        config = CONFIGS[kind](**WIDE, num_labels=3, **pad)
+        reference = getattr(transformers, KINDS[kind])(config).eval()
+        directory = scratch_directory(kind)
+        reference.save_pretrained(str(directory))
+        _PAIRS[kind] = bm.from_pretrained(directory), reference
+    return _PAIRS[kind]
+
+
+def test_matches_transformers_at_the_last_real_token(scorer):
+    model, reference = scorer
+    assert type(model).__name__ == type(reference).__name__
     mask = (IDS != 0).astype(np.int32)
     mask[1, 1] = 1
     logits = boxwood.filter_jit(jax.vmap(model))(IDS, mask)
@@ -43,16 +57,14 @@ def test_matches_transformers_at_the_last_real_token(gpt2_scorer):
         )
     np.testing.assert_allclose(logits, out.logits.numpy(), atol=1e-5)
     np.testing.assert_allclose(model.loss(logits, labels), out.loss.item(), rtol=1e-5)
-    with pytest.raises(
-        ValueError, match=r"GPT2ForSequenceClassification\.loss: `labels`"
-    ):
+    with pytest.raises(ValueError, match=rf"{type(model).__name__}\.loss: `labels`"):
         model.loss(logits, np.array([2, 0, 3]))
 
 
-def test_saved_back_loads_in_transformers_and_boxwood(gpt2_scorer, tmp_path):
-    model, reference = gpt2_scorer
+def test_saved_back_loads_in_transformers_and_boxwood(scorer, tmp_path):
+    model, reference = scorer
     model.save_pretrained(tmp_path)
-    theirs = transformers.GPT2ForSequenceClassification.from_pretrained(str(tmp_path))
+    theirs = type(reference).from_pretrained(str(tmp_path))
     assert theirs.config.num_labels == 3
     mine, before = theirs.state_dict(), reference.state_dict()
     assert mine.keys() == before.keys()
@@ -61,8 +73,14 @@ def test_saved_back_loads_in_transformers_and_boxwood(gpt2_scorer, tmp_path):
     again = bm.from_pretrained(tmp_path)
     for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(model), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    # the language model reads the body, and names the head it drops
-    with pytest.warns(
-        UserWarning, match=r"holds `score\.weight`, which GPT2LMHeadModel"
-    ):
-        bm.GPT2LMHeadModel.from_pretrained(tmp_path)
+    # the language model reads the body, and names the head it drops (tied:
+    # the file has no `lm_head`)
+    language_model, options = {
+        bm.GPT2ForSequenceClassification: (bm.GPT2LMHeadModel, {}),
+        bm.LlamaForSequenceClassification: (
+            bm.LlamaForCausalLM,
+            {"tie_word_embeddings": True},
+        ),
+    }[type(model)]
+    with pytest.warns(UserWarning, match=r"holds `score\.weight`, which .* dropped"):
+        language_model.from_pretrained(tmp_path, **options)

@@ -29,6 +29,9 @@ from ._pretrained import save_pretrained as save_pretrained
 from ._sequence_heads import (
     GPT2ForSequenceClassification as GPT2ForSequenceClassification,
 )
+from ._sequence_heads import (
+    LlamaForSequenceClassification as LlamaForSequenceClassification,
+)
 from ._sharding_rules import sharding_rules as sharding_rules
 from ._vit import ViTConfig as ViTConfig
 from ._vit import ViTForImageClassification as ViTForImageClassification

@@ -19,7 +19,10 @@ from ._config import ConfigError, config_from, read_json
 from ._gpt2 import GPT2LMHeadModel
 from ._llama import LlamaForCausalLM
 from ._llama_variants import GemmaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
-from ._sequence_heads import GPT2ForSequenceClassification
+from ._sequence_heads import (
+    GPT2ForSequenceClassification,
+    LlamaForSequenceClassification,
+)
 from ._vit import ViTForImageClassification
 
 # Further classes of a `model_type`, chosen by the file's `architectures`.
@@ -30,6 +33,7 @@ _HEADS = (
     BertForQuestionAnswering,
     BertForMultipleChoice,
     GPT2ForSequenceClassification,
+    LlamaForSequenceClassification,
 )
 
 
@@ -67,7 +71,7 @@ def from_pretrained(
     from `config.json`'s `architectures` (`BertForMaskedLM`,
     `BertForSequenceClassification`, `BertForTokenClassification`,
     `BertForQuestionAnswering`, `BertForMultipleChoice`,
-    `GPT2ForSequenceClassification`), else from
+    `GPT2ForSequenceClassification`, `LlamaForSequenceClassification`), else from
     its `model_type` (`BertModel` for other BERT files).
 
     Reads files only; never uses the network. See `GPT2LMHeadModel.from_pretrained`
