@@ -134,6 +134,8 @@ ROWS_WITHOUT_SITE = (
     "| boxwood-demo: error: ... (exit status 2)",  # the command line's summary row
     # built by models._new_parameters.resized_message
     "| CheckpointError: ….from_pretrained: the checkpoint in … holds …'s head",
+    # built by models._id_ranges.check_labels for each loss
+    "| ValueError: …: labels must hold … from 0 to …",
 )
 
 

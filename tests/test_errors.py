@@ -26,6 +26,23 @@ def test_inside_jit_raises_when_run():
         jax.block_until_ready(f(jnp.array([-4.0])))  # async off the CPU
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="words of the CPU runtime")
+def test_plain_jit_report_is_short():
+    """XLA's CPU runtime reports the Python call stack above the raise: the
+    check's error is raised with a traceback of one frame, so that the message
+    is the third line, not the last of dozens."""
+
+    def deep(n, x):
+        return deep(n - 1, x) if n else jax.jit(f)(x).block_until_ready()
+
+    f = lambda x: bw.error_if(x, x < 0, "negative input")
+    with pytest.raises(Exception, match="negative input") as info:
+        deep(20, jnp.array(-4.0))
+    lines = str(info.value).splitlines()
+    assert lines[1:] == [lines[1], "BoxwoodRuntimeError: negative input"], lines
+    assert "in failed_check" in lines[1]
+
+
 def test_inside_filter_jit_raises_when_run():
     @bw.filter_jit
     def f(x, name):

@@ -103,8 +103,14 @@ def test_other_families_take_overrides(tmp_path):
     bm.GPT2LMHeadModel(config, key=jax.random.key(0)).save_pretrained(tmp_path / "g")
     model = bm.from_pretrained(tmp_path / "g", attn_pdrop=0.0, resid_pdrop=0.25)
     assert (model.config.attn_pdrop, model.config.resid_pdrop) == (0.0, 0.25)
-    with pytest.raises(TypeError, match=r"`num_labels`: .*GPT2Config"):
-        bm.GPT2LMHeadModel.from_pretrained(tmp_path / "g", num_labels=3)
+    with pytest.raises(TypeError, match=r"`type_vocab_size`: .*GPT2Config"):
+        bm.GPT2LMHeadModel.from_pretrained(tmp_path / "g", type_vocab_size=3)
+    # a language model's file read as a classifier: the new `score` is drawn
+    with pytest.warns(UserWarning, match=r"has no `score\.weight`"):
+        scorer = bm.GPT2ForSequenceClassification.from_pretrained(
+            tmp_path / "g", num_labels=3
+        )
+    assert scorer.score.weight.shape == (3, 8) and scorer.score.bias is None
     vit = bm.ViTConfig(
         hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=8, image_size=8, patch_size=4, labels=("a", "b", "c"),
@@ -133,3 +139,42 @@ def test_config_from_file_reads_config_json(tmp_path):
     path.write_text('{"vocab_size": 40, "n_embd": "wide"}')
     with pytest.raises(bm.ConfigError, match="`n_embd` = .wide. must be of type int"):
         bm.GPT2Config.from_file(path)
+
+
+def test_num_labels_disagreeing_with_id2label_is_an_error_naming_both(files):
+    directory, _ = files["head"]
+    both = r"`num_labels` = 3 disagrees with `id2label`, which names 2 labels"
+    with pytest.raises(
+        bm.ConfigError, match=r"from_pretrained\(num_labels=, id2label=\): " + both
+    ):
+        SEQ.from_pretrained(directory, num_labels=3, id2label={0: "a", 1: "b"})
+    with pytest.raises(bm.ConfigError, match=both):
+        bm.BertConfig.from_dict({"num_labels": 3, "id2label": {"0": "a", "1": "b"}})
+    with pytest.raises(
+        bm.ConfigError, match=r"BertConfig\(num_labels=, id2label=\): `num_labels`"
+    ):
+        bm.BertConfig(num_labels=3, id2label={0: "a", 1: "b"})
+    with pytest.raises(
+        bm.ConfigError, match="`num_labels` = 3 disagrees with `labels`"
+    ):
+        bm.BertConfig(num_labels=3, labels=("a", "b"))
+    # agreeing, they are one choice
+    agreed = SEQ.from_pretrained(directory, num_labels=2, id2label={0: "x", 1: "y"})
+    assert agreed.config.labels == ("x", "y")
+
+
+def test_a_config_takes_the_keywords_from_dict_and_from_pretrained_take():
+    built = bm.BertConfig(vocab_size=32, num_labels=3, use_cache=False)
+    read = bm.BertConfig.from_dict(
+        {"vocab_size": 32, "num_labels": 3, "use_cache": False}
+    )
+    assert built == read and built.labels == ("LABEL_0", "LABEL_1", "LABEL_2")
+    assert dict(built.extra) == {"use_cache": False}
+    named = bm.BertConfig(32, id2label={1: "pos", 0: "neg"}, extra={"prefix": "p"})
+    assert named.labels == ("neg", "pos") and named.vocab_size == 32
+    assert dict(named.extra) == {"prefix": "p"}
+    assert bm.ViTConfig(num_labels=4).num_labels == 4
+    with pytest.raises(
+        TypeError, match=r"BertConfig\(\) got an unexpected keyword .*`hiden_size`"
+    ):
+        bm.BertConfig(hiden_size=8)

@@ -4,6 +4,7 @@ switched by `boxwood.nn.inference_mode`), the key they need, the rates measured,
 one compile per mode, and the fused attention kept where dropout is off."""
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,7 @@ import pytest
 import boxwood
 import boxwood.models as bm
 import boxwood.models._attention as layers
+import boxwood.models._training as training
 from _hf_models import shared_model
 from boxwood.models._attention import Step, attend
 
@@ -90,7 +92,8 @@ def test_training_mode_without_a_key_is_an_error_naming_key_and_the_fix():
     assert _llama(0.0)(IDS).shape == (16, 64)
 
 
-def test_dropout_changes_the_outputs_and_inference_does_not():
+def test_dropout_changes_the_outputs_and_inference_does_not(monkeypatch):
+    monkeypatch.setattr(training, "_KEY_IN_INFERENCE_WARNED", set())
     model = _gpt2()
     a = model(IDS, key=jax.random.key(1))
     b = model(IDS, key=jax.random.key(2))
@@ -99,7 +102,14 @@ def test_dropout_changes_the_outputs_and_inference_does_not():
     np.testing.assert_array_equal(np.asarray(a), np.asarray(again))
     assert not np.allclose(a, b)
     plain = off(IDS)
-    np.testing.assert_array_equal(np.asarray(off(IDS, key=jax.random.key(1))), plain)
+    # a key in inference mode drops nothing, and says so (once per class)
+    warning = r"GPT2LMHeadModel was given a dropout `key` but is in inference mode"
+    with pytest.warns(UserWarning, match=warning + r".*inference_mode\(model, False\)"):
+        keyed = off(IDS, key=jax.random.key(1))
+    np.testing.assert_array_equal(np.asarray(keyed), plain)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        off(IDS, key=jax.random.key(2))  # warned once
     assert not np.allclose(a, plain)
 
 
@@ -116,8 +126,10 @@ def test_each_mode_compiles_once():
     for seed in range(3):
         loss(model, IDS[None], jax.random.key(seed))
     assert len(traces) == 1
-    for seed in range(3):
-        loss(off, IDS[None], jax.random.key(seed))
+    with warnings.catch_warnings():  # (a key in inference mode: it warns once)
+        warnings.simplefilter("ignore")
+        for seed in range(3):
+            loss(off, IDS[None], jax.random.key(seed))
     assert len(traces) == 2
 
 

@@ -285,6 +285,20 @@ def test_attention_mask_of_other_values_raises_under_jit(quiet_bert):
     np.testing.assert_allclose(ones, booleans, atol=1e-6)
 
 
+def test_float_attention_masks_are_taken_as_the_causal_lms_take_them(quiet_bert):
+    ints = quiet_bert(IDS, jnp.asarray([1, 1, 1, 0]))
+    floats = jnp.asarray([1.0, 1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(quiet_bert(IDS, floats), ints)
+    call = boxwood.filter_jit(lambda m, mask: m(IDS, mask))
+    np.testing.assert_allclose(call(quiet_bert, floats), ints, atol=1e-6)
+    with pytest.raises(
+        ValueError,
+        match=r"BertModel: `attention_mask` must hold only 1 \(a real token\) and 0 "
+        r"\(padding\); got 0.5 at position 2",
+    ):
+        quiet_bert(IDS, jnp.asarray([1.0, 1.0, 0.5, 0.0]))
+
+
 def test_padding_lookups_pass_no_gradient_to_their_row(quiet_bert):
     ids = jnp.asarray([5, 0, 0, 9])  # 0 is `pad_token_id`
     grads = boxwood.filter_jit(boxwood.filter_grad(lambda m: jnp.sum(m(ids) ** 2)))(

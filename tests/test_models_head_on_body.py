@@ -114,3 +114,19 @@ def test_a_missing_body_tensor_is_still_an_error(saved, tmp_path):
         boxwood.CheckpointError, match=r"bert\.encoder\.layer\.0\.output\.bias: missing"
     ):
         bm.BertForSequenceClassification.from_pretrained(tmp_path)
+
+
+def test_dropped_tensors_are_listed_even_when_nothing_is_drawn(tmp_path):
+    """A sequence classifier's file read by a token classifier: the classifier
+    fits (same labels), and the pooler, which it does not use, is named."""
+    head = bm.BertForSequenceClassification(CONFIG, key=jax.random.key(3))
+    head.save_pretrained(tmp_path)
+    match = (
+        r"BertForTokenClassification\.from_pretrained: the checkpoint in .* holds "
+        r"`bert\.pooler\.dense\.bias`, `bert\.pooler\.dense\.weight`, which "
+        r"BertForTokenClassification does not use .*: they were dropped"
+    )
+    with pytest.warns(UserWarning, match=match) as record:
+        model = bm.BertForTokenClassification.from_pretrained(tmp_path)
+    assert len(record) == 1
+    _same(model.classifier, head.classifier)

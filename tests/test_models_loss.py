@@ -228,7 +228,11 @@ class _NoHead(bw.Module):
         (dict(chunk_size=2.5), TypeError, r"`chunk_size` must be an int"),
         (dict(chunk_size=True), TypeError, r"`chunk_size` must be an int"),
         (dict(labels=jnp.full(6, VOCAB)), ValueError, r"from 0 to 36 .* got 37"),
-        (dict(labels=jnp.full(6, -1)), ValueError, r"or -100 \(ignored\); got -1"),
+        (
+            dict(labels=jnp.full(6, -1)),
+            ValueError,
+            r"or -100 for a position left out of the loss; got -1 at position 1 ",
+        ),
     ],
 )
 def test_errors(model, kwargs, error, match):
@@ -273,3 +277,40 @@ def test_equals_transformers_labels_loss(kind, options):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
     shapes = _logit_shapes(model, ids, chunk_size=5, vocab=97)
     assert (5, 97) in shapes and not shapes & {(13, 97), (2, 13, 97), (26, 97)}
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [("gpt2", {}), ("llama", dict(tie_word_embeddings=False))],
+)
+def test_both_left_padding_conventions_equal_transformers(kind, options):
+    """With left padding, the default leaves out each row's first real token
+    (only a pad precedes it); `predicted_from_padding=True` scores it, as
+    `transformers`' recipe (labels -100 on the pads) does."""
+    from _hf_models import WIDE, shared_model, token_ids, torch
+
+    model, reference = shared_model(kind, **WIDE, **options)
+    ids = token_ids(9, (2, 8))
+    mask = np.ones((2, 8), np.int64)
+    mask[0, :3] = 0
+    ids[0, :3] = 0
+    on_pads = np.where(mask == 1, ids, -100)  # `transformers`' recipe
+    first_too = on_pads.copy()
+    first_too[0, 3] = -100
+
+    def theirs(labels):
+        tensors = dict(input_ids=ids, attention_mask=mask, labels=labels)
+        with torch.no_grad():
+            out = reference(**{k: torch.tensor(v) for k, v in tensors.items()})
+        return out.loss.item()
+
+    loss = bw.filter_jit(bm.causal_lm_loss)
+    default = loss(model, ids, attention_mask=mask)
+    np.testing.assert_allclose(default, theirs(first_too), rtol=1e-5)
+    scored = loss(model, ids, attention_mask=mask, predicted_from_padding=True)
+    assert abs(float(scored) - float(default)) > 1e-3  # the conventions differ
+    # the first real token is then predicted from a pad's output, which follows
+    # how padding attends: as boxwood's in the Llama family (GPT-2's pads attend
+    # to each other uniformly in `transformers`)
+    if kind == "llama":
+        np.testing.assert_allclose(scored, theirs(on_pads), rtol=1e-5)

@@ -9,6 +9,8 @@ from ._bert_heads import (
     BertForSequenceClassification as BertForSequenceClassification,
 )
 from ._bert_heads import BertForTokenClassification as BertForTokenClassification
+from ._bert_task_heads import BertForMultipleChoice as BertForMultipleChoice
+from ._bert_task_heads import BertForQuestionAnswering as BertForQuestionAnswering
 from ._config import ConfigError as ConfigError
 from ._config import IgnoredOptions as IgnoredOptions
 from ._generate import generate as generate
@@ -28,6 +30,12 @@ from ._pretrained import save_pretrained as save_pretrained
 from ._remat_choice import RematChoice as RematChoice
 from ._remat_choice import RematRow as RematRow
 from ._remat_choice import choose_remat as choose_remat
+from ._sequence_heads import (
+    GPT2ForSequenceClassification as GPT2ForSequenceClassification,
+)
+from ._sequence_heads import (
+    LlamaForSequenceClassification as LlamaForSequenceClassification,
+)
 from ._sharding_rules import sharding_rules as sharding_rules
 from ._vit import ViTConfig as ViTConfig
 from ._vit import ViTForImageClassification as ViTForImageClassification

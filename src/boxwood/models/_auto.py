@@ -13,15 +13,28 @@ from ._bert_heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from ._bert_task_heads import BertForMultipleChoice, BertForQuestionAnswering
 from ._checkpoint_files import config_path
 from ._config import ConfigError, config_from, read_json
 from ._gpt2 import GPT2LMHeadModel
 from ._llama import LlamaForCausalLM
 from ._llama_variants import GemmaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from ._sequence_heads import (
+    GPT2ForSequenceClassification,
+    LlamaForSequenceClassification,
+)
 from ._vit import ViTForImageClassification
 
 # Further classes of a `model_type`, chosen by the file's `architectures`.
-_HEADS = (BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification)
+_HEADS = (
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertForQuestionAnswering,
+    BertForMultipleChoice,
+    GPT2ForSequenceClassification,
+    LlamaForSequenceClassification,
+)
 
 
 def pretrained_classes() -> dict[str, type]:
@@ -56,7 +69,9 @@ def from_pretrained(
 ) -> Any:
     """Load the model in a local `save_pretrained` directory, choosing the class
     from `config.json`'s `architectures` (`BertForMaskedLM`,
-    `BertForSequenceClassification`, `BertForTokenClassification`), else from
+    `BertForSequenceClassification`, `BertForTokenClassification`,
+    `BertForQuestionAnswering`, `BertForMultipleChoice`,
+    `GPT2ForSequenceClassification`, `LlamaForSequenceClassification`), else from
     its `model_type` (`BertModel` for other BERT files).
 
     Reads files only; never uses the network. See `GPT2LMHeadModel.from_pretrained`

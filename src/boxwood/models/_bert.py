@@ -32,7 +32,7 @@ from ._config import (
     false_or_unset,
 )
 from ._id_ranges import check_ids_below
-from ._inputs import check_input_ids
+from ._inputs import check_attention_mask, check_input_ids
 from ._pretrained import Pretrained
 
 # how BERT and its heads are called with a dropout key (named by the error
@@ -382,10 +382,13 @@ class BertModel(Pretrained):
 
 
 def _checked_mask(mask: Any, seq: int) -> Array:
-    """`attention_mask` of `seq` entries, each 0 or 1 (or a boolean)."""
+    """`attention_mask` of `seq` entries, each 0 or 1 (integers, booleans, or
+    floats as the causal LMs and `transformers` take them)."""
     mask = _ids_like("attention_mask", mask, seq, 1)
     if mask.dtype == jnp.bool_:
         return mask
+    if jnp.issubdtype(mask.dtype, jnp.floating):
+        return check_attention_mask("BertModel", mask, (seq,))
     return check_ids_below(
         "BertModel", "attention_mask", mask, 2, "", rule="BertModel: "
         "`attention_mask` must hold only 1 (a token to attend to) and 0 (padding)",
@@ -401,8 +404,11 @@ def _ids_like(name: str, value: Any, seq: int, fill: int) -> Array:
             f"BertModel: `{name}` must have the shape of `input_ids`, ({seq},), got "
             f"{jnp.shape(value)}."
         )
+    floats = name == "attention_mask" and jnp.issubdtype(value.dtype, jnp.floating)
     if not (jnp.issubdtype(value.dtype, jnp.integer) or value.dtype == jnp.bool_):
-        raise TypeError(
-            f"BertModel: `{name}` must be an integer or boolean array, got dtype {value.dtype}."
-        )
+        if not floats:
+            raise TypeError(
+                f"BertModel: `{name}` must be an integer or boolean array, got "
+                f"dtype {value.dtype}."
+            )
     return value

@@ -37,14 +37,14 @@ _BODY = FileLayout(
 # The parts of BERT's heads, as `save_pretrained` names them: each head class
 # draws its own anew where a file lacks them (`NEW_ON_LOAD`) and drops the
 # others' (`OTHER_HEADS`).
-_POOLER = r"bert\.pooler\..*"
-_PREDICTIONS = r"cls\.predictions\..*"  # the masked-LM head
-_NEXT_SENTENCE = r"cls\.seq_relationship\..*"  # `BertForPreTraining`'s other head
-_CLASSIFIER = r"classifier\..*"
-_QUESTION_ANSWERING = r"qa_outputs\..*"
+POOLER = r"bert\.pooler\..*"
+PREDICTIONS = r"cls\.predictions\..*"  # the masked-LM head
+NEXT_SENTENCE = r"cls\.seq_relationship\..*"  # `BertForPreTraining`'s other head
+CLASSIFIER = r"classifier\..*"
+QUESTION_ANSWERING = r"qa_outputs\..*"
 
 
-def _any(*patterns: str) -> str:
+def any_of(*patterns: str) -> str:
     return "|".join(patterns)
 
 
@@ -128,9 +128,9 @@ class BertForMaskedLM(BertHead):
     DROPPED: ClassVar[str | None] = (
         r"bert\.embeddings\.position_ids|cls\.predictions\.decoder\..*"
     )
-    NEW_ON_LOAD: ClassVar[str | None] = _PREDICTIONS
-    OTHER_HEADS: ClassVar[str | None] = _any(
-        _POOLER, _NEXT_SENTENCE, _CLASSIFIER, _QUESTION_ANSWERING
+    NEW_ON_LOAD: ClassVar[str | None] = PREDICTIONS
+    OTHER_HEADS: ClassVar[str | None] = any_of(
+        POOLER, NEXT_SENTENCE, CLASSIFIER, QUESTION_ANSWERING
     )
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
@@ -173,9 +173,17 @@ class BertForMaskedLM(BertHead):
         """The masked-LM loss of `transformers`: softmax cross entropy of
         `logits` (any leading shape, e.g. a batch from `jax.vmap(model)`)
         against token ids `labels`, averaged over the positions whose label is
-        not `-100` (the unmasked tokens)."""
+        not `-100` (the unmasked tokens); 0 when every label is `-100`.
+
+        **Raises:** `ValueError` for a label outside `[0, vocab_size)` other than
+        `-100` (a `boxwood.BoxwoodRuntimeError` when computed under a trace; see
+        [`boxwood.models.BertForSequenceClassification`][]`.loss`)."""
         return classification_loss(
-            logits, labels, "single_label_classification", "BertForMaskedLM.loss"
+            logits,
+            labels,
+            "single_label_classification",
+            "BertForMaskedLM.loss",
+            ("token ids", "vocab_size"),
         )
 
 
@@ -218,9 +226,9 @@ class BertForSequenceClassification(BertClassifierHead):
     `num_labels` logits (`len(config.labels)`)."""
 
     ARCHITECTURE: ClassVar[str | None] = "BertForSequenceClassification"
-    NEW_ON_LOAD: ClassVar[str | None] = _any(_CLASSIFIER, _POOLER)
-    OTHER_HEADS: ClassVar[str | None] = _any(
-        _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
+    NEW_ON_LOAD: ClassVar[str | None] = any_of(CLASSIFIER, POOLER)
+    OTHER_HEADS: ClassVar[str | None] = any_of(
+        PREDICTIONS, NEXT_SENTENCE, QUESTION_ANSWERING
     )
     POOLED: ClassVar[bool] = True
 
@@ -249,9 +257,18 @@ class BertForSequenceClassification(BertClassifierHead):
           against float `labels` of shape `logits.shape[:-1]` (or `logits.shape`);
         - integer `labels` (class ids, shape `logits.shape[:-1]`):
           `"single_label_classification"`, softmax cross entropy (ids `-100`
-          left out);
+          left out; 0 when every id is `-100`, as in every loss of
+          `boxwood.models`, where PyTorch gives NaN);
         - float `labels` of the shape of `logits` (targets in `[0, 1]`):
           `"multi_label_classification"`, sigmoid binary cross entropy.
+
+        **Raises:** `ValueError` for a class id outside `[0, num_labels)` other
+        than `-100` (PyTorch's "Target -1 is out of bounds"; a GLUE test split
+        labels its rows -1): at once when `labels` is a concrete array, else (under
+        a trace) a `boxwood.BoxwoodRuntimeError` when the computation runs. Under
+        `boxwood.filter_jit` that error carries the message alone; under a plain
+        `jax.jit`, XLA reports it as its own runtime error, whose text ends with
+        `BoxwoodRuntimeError: <the message>`.
         """
         return classification_loss(
             logits,
@@ -267,9 +284,9 @@ class BertForTokenClassification(BertClassifierHead):
     `num_labels` logits per token. The body has no pooler."""
 
     ARCHITECTURE: ClassVar[str | None] = "BertForTokenClassification"
-    NEW_ON_LOAD: ClassVar[str | None] = _CLASSIFIER
-    OTHER_HEADS: ClassVar[str | None] = _any(
-        _POOLER, _PREDICTIONS, _NEXT_SENTENCE, _QUESTION_ANSWERING
+    NEW_ON_LOAD: ClassVar[str | None] = CLASSIFIER
+    OTHER_HEADS: ClassVar[str | None] = any_of(
+        POOLER, PREDICTIONS, NEXT_SENTENCE, QUESTION_ANSWERING
     )
     POOLED: ClassVar[bool] = False
 
@@ -293,7 +310,12 @@ class BertForTokenClassification(BertClassifierHead):
         """`transformers`' token-classification loss: softmax cross entropy of
         `logits` (any leading shape, e.g. `(batch, seq, num_labels)` from
         `jax.vmap(model)`) against class ids `labels`, averaged over the tokens
-        whose label is not `-100` (padding, continued words)."""
+        whose label is not `-100` (padding, continued words); 0 when every label
+        is `-100`.
+
+        **Raises:** `ValueError` for a class id outside `[0, num_labels)` other
+        than `-100` (see [`boxwood.models.BertForSequenceClassification`][]`.loss`).
+        """
         return classification_loss(
             logits,
             labels,

@@ -14,6 +14,7 @@ from jaxtyping import Array, Float
 from ..nn import Linear
 from . import _training as training
 from ._config import ConfigError
+from ._id_ranges import IGNORE_INDEX, check_labels
 
 #: The `problem_type`s `transformers` knows; `None` lets the loss decide from
 #: `num_labels` and the labels' dtype.
@@ -23,10 +24,6 @@ PROBLEM_TYPES = (
     "single_label_classification",
     "multi_label_classification",
 )
-#: Labels at this value do not count in the cross-entropy losses (PyTorch's
-#: `ignore_index`, which `transformers` keeps).
-IGNORE_INDEX = -100
-
 
 #: What `read_labels` reads besides `id2label` and `label2id` (options of every
 #: `config.json`).
@@ -43,27 +40,49 @@ DEFAULT_LABELS = default_labels(2)
 
 def read_labels(options: Mapping[str, Any], where: str) -> dict[str, Any]:
     """`options` with `id2label`, `label2id` and `num_labels` replaced by one
-    `labels` tuple (the names in id order), as `transformers` reads them: a
-    `num_labels` that disagrees with `id2label` wins, with generic names."""
+    `labels` tuple (the names in id order): `id2label`'s names, else `num_labels`
+    generic ones. Both given and disagreeing is a `ConfigError` naming both
+    (`transformers` warns and keeps `id2label`'s count, or the last one set)."""
     options = dict(options)
     id2label = options.pop("id2label", None)
     options.pop("label2id", None)  # the inverse of `id2label`, written anew
     count = options.pop("num_labels", None)
-    if id2label is not None:
-        try:
-            ids = sorted(id2label, key=int)
-        except (TypeError, ValueError):
+    if count is not None and (
+        isinstance(count, bool) or not isinstance(count, int) or count < 1
+    ):
+        raise ConfigError(
+            f"{where}`num_labels` must be a positive integer, got {count!r}."
+        )
+    given = options.get("labels")  # the field itself (a config built in Python)
+    if id2label is None:
+        if given is not None and count is not None and len(given) != count:
             raise ConfigError(
-                f"{where}`id2label` must map label ids (integers) to names, got "
-                f"{id2label!r}."
-            ) from None
-        options["labels"] = tuple(str(id2label[i]) for i in ids)
-    if count is not None and len(options.get("labels", DEFAULT_LABELS)) != count:
-        if not isinstance(count, int) or count < 1:
-            raise ConfigError(
-                f"{where}`num_labels` must be a positive integer, got {count!r}."
+                f"{where}`num_labels` = {count} disagrees with `labels`, which "
+                f"names {len(given)} ({given!r}); give one of them."
             )
-        options["labels"] = default_labels(count)
+        if count is not None and given is None:
+            options["labels"] = default_labels(count)
+        return options
+    try:
+        ids = sorted(id2label, key=int)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{where}`id2label` must map label ids (integers) to names, got "
+            f"{id2label!r}."
+        ) from None
+    options["labels"] = tuple(str(id2label[i]) for i in ids)
+    if given is not None and tuple(given) != options["labels"]:
+        raise ConfigError(
+            f"{where}`labels` = {tuple(given)!r} disagrees with `id2label` = "
+            f"{id2label!r}; give one of them."
+        )
+    if count is not None and count != len(ids):
+        raise ConfigError(
+            f"{where}`num_labels` = {count} disagrees with `id2label`, which names "
+            f"{len(ids)} label{'s' if len(ids) != 1 else ''} ({id2label!r}). Give "
+            "one of them: `id2label` (with the names; it sets the number), or "
+            "`num_labels` alone (generic names LABEL_0, LABEL_1, ...)."
+        )
     return options
 
 
@@ -117,13 +136,19 @@ def classification_loss(
     labels: Array,
     problem_type: str | None,
     where: str,
+    classes: tuple[str, str] = ("class ids", "num_labels"),
+    argument: str = "labels",
 ) -> Float[Array, ""]:
     """The mean loss of `logits` against `labels`, over every leading position:
 
     - `"regression"`: the squared error (`labels` shaped as `logits`, or without
       its last axis when there is one label);
     - `"single_label_classification"`: softmax cross entropy with integer class
-      ids `labels` (shape `logits.shape[:-1]`), ids equal to `-100` left out;
+      ids `labels` (shape `logits.shape[:-1]`), ids equal to `-100` left out (0
+      when every id is `-100`, as `causal_lm_loss`); any other id outside
+      `[0, num_labels)` raises (`check_labels`; `classes`, what the ids are and
+      what counts them, and `argument`, the name of `labels`, word its
+      message);
     - `"multi_label_classification"`: sigmoid binary cross entropy with
       `labels` of the shape of `logits` (targets in `[0, 1]`).
 
@@ -134,12 +159,13 @@ def classification_loss(
     num_labels = logits.shape[-1]
     problem = problem_of(problem_type, num_labels, labels)
     if problem == "single_label_classification":
-        _check_label_shape(labels, logits.shape[:-1], where, "class ids")
+        _check_label_shape(labels, logits.shape[:-1], where, classes[0], argument)
         if not jnp.issubdtype(labels.dtype, jnp.integer):
             raise TypeError(
                 f"{where}: single-label classification takes integer class ids as "
-                f"`labels`, got dtype {labels.dtype}."
+                f"`{argument}`, got dtype {labels.dtype}."
             )
+        labels = check_labels(where, labels, num_labels, *classes, argument)
         return _cross_entropy(logits, labels)
     if problem == "regression" and num_labels == 1 and labels.shape != logits.shape:
         labels = labels[..., None]
@@ -160,12 +186,15 @@ def _cross_entropy(logits: Array, labels: Array) -> Array:
     log_probs = jax.nn.log_softmax(logits, axis=-1)
     picked = jnp.take_along_axis(log_probs, safe[..., None], axis=-1)[..., 0]
     total = jnp.sum(jnp.where(counted, -picked, 0.0))
-    return total / jnp.sum(counted).astype(total.dtype)
+    # a batch whose every label is ignored counts 0, not 0 / 0
+    return total / jnp.maximum(jnp.sum(counted), 1).astype(total.dtype)
 
 
-def _check_label_shape(labels: Array, shape: tuple, where: str, what: str) -> None:
+def _check_label_shape(
+    labels: Array, shape: tuple, where: str, what: str, argument: str = "labels"
+) -> None:
     if labels.shape != tuple(shape):
         raise ValueError(
-            f"{where}: `labels` ({what}) must have shape {tuple(shape)}, got "
+            f"{where}: `{argument}` ({what}) must have shape {tuple(shape)}, got "
             f"{labels.shape}."
         )

@@ -111,8 +111,60 @@ class IgnoredOptions(Mapping[str, Any]):
         return f"IgnoredOptions({dict(self)!r})"
 
 
+class _ReadsOptions(type):
+    """The metaclass of the configs: a config built with keywords that are no
+    fields of its own (`BertConfig(num_labels=3)`, `id2label=`, `use_cache=`, an
+    older spelling) reads them as `from_dict` reads a `config.json`, so a config
+    takes the same options however it is built."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        config_class: Any = cls  # (a dataclass: the configs are)
+        fields = [f for f in dataclasses.fields(config_class) if f.init]
+        if set(kwargs) <= {f.name for f in fields}:
+            return super().__call__(*args, **kwargs)
+        return _read_options(cls, fields, args, kwargs)
+
+
+def _read_options(cls: Any, fields: list, args: tuple, kwargs: dict) -> Any:
+    """`cls(*args, **kwargs)`, where `kwargs` holds options that are no fields."""
+    positional = [f.name for f in fields if not f.kw_only]
+    if len(args) > len(positional):
+        raise TypeError(
+            f"{cls.__name__}() takes at most {len(positional)} positional "
+            f"arguments ({len(args)} given)."
+        )
+    options = dict(zip(positional, args))
+    for name, value in kwargs.items():
+        if name in options:
+            raise TypeError(f"{cls.__name__}() got multiple values for `{name}`.")
+        options[name] = value
+    kept = {n: options.pop(n) for n in _NOT_OPTIONS if n in options}
+    for name in options:
+        if name not in cls.option_names() and name not in cls._option_fields():
+            raise unknown_option(cls, name, cls.__name__)
+    given = ", ".join(f"{name}=" for name in kwargs)
+    config = cls.from_dict(options, f"{cls.__name__}({given})")
+    if not kept:
+        return config
+    extra = {**config.extra, **dict(kept.get("extra") or {})}
+    return dataclasses.replace(config, **{**kept, "extra": extra})
+
+
+def unknown_option(config_class: Any, name: str, caller: str) -> TypeError:
+    """The error of a keyword argument that is no option of `config_class`."""
+    fields = sorted(config_class._option_fields() | config_class.READ_OPTIONS)
+    return TypeError(
+        f"{caller}() got an unexpected keyword argument `{name}`: it is "
+        f"neither an argument of {caller} nor an option of the config, "
+        f"boxwood.models.{config_class.__name__}. The options it sets: the "
+        f"fields of {config_class.__name__} ({', '.join(fields)}) and the "
+        "options every `config.json` may hold (`id2label`, `use_cache`, "
+        "...)."
+    )
+
+
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(metaclass=_ReadsOptions):
     """Shared reading and writing of `config.json`; one subclass per architecture.
 
     A subclass lists the options it understands as dataclass fields (with
@@ -355,18 +407,19 @@ def config_from(
     known = config_class.option_names()
     for name in overrides:
         if name not in known:
-            fields = sorted(config_class._option_fields() | config_class.READ_OPTIONS)
-            raise TypeError(
-                f"{caller}() got an unexpected keyword argument `{name}`: it is "
-                f"neither an argument of {caller} nor an option of the config, "
-                f"boxwood.models.{config_class.__name__}. The options it sets: the "
-                f"fields of {config_class.__name__} ({', '.join(fields)}) and the "
-                "options every `config.json` may hold (`id2label`, `use_cache`, "
-                "...)."
-            )
+            raise unknown_option(config_class, name, caller)
     options = dict(options)
+    # an override of the labels, or of their number, replaces the file's (the
+    # file's names kept for the same number; both overridden and disagreeing is
+    # an error of `read_labels`)
     if "id2label" in overrides and "num_labels" not in overrides:
-        options.pop("num_labels", None)  # which would win over the new labels
+        options.pop("num_labels", None)
+    if "num_labels" in overrides and "id2label" not in overrides:
+        options.pop("num_labels", None)
+        names = options.get("id2label")
+        if not isinstance(names, Mapping) or len(names) != overrides["num_labels"]:
+            options.pop("id2label", None)
+            options.pop("label2id", None)
     given = ", ".join(f"{name}=" for name in overrides)
     return config_class.from_dict(
         {**options, **overrides}, f"{source} with {caller}({given})"

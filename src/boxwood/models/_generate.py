@@ -20,7 +20,7 @@ from ._beam_search import beam_search, check_beams
 from ._generate_layout import bucket, joined, layout
 from ._generate_loop import Options, Stream, decode_loop
 from ._generate_output import GenerateOutput
-from ._inputs import check_input_ids
+from ._inputs import check_input_ids, warn_right_padding
 from ._sampling import (
     check_sampling,
     count,
@@ -165,7 +165,7 @@ def generate(
     model = inference_mode(model, True)  # dropout off: generation is inference
     vocab = model.config.vocab_size
     prompts, single = (
-        _prompts(name, input_ids, vocab)
+        _prompts(name, input_ids, vocab, pad_token_id)
         if attention_mask is None
         else _masked_prompts(name, input_ids, attention_mask, vocab)
     )
@@ -355,8 +355,20 @@ _SHAPES = (
 )
 
 
-def _prompts(name: str, input_ids: Any, vocab: int) -> tuple[list[np.ndarray], bool]:
-    """The prompts as 1-D host arrays, checked, and whether there was one."""
+def _prompts(
+    name: str, input_ids: Any, vocab: int, pad_token_id: Any
+) -> tuple[list[np.ndarray], bool]:
+    """The prompts as 1-D host arrays, checked, and whether there was one; a
+    batch whose rows end with `pad_token_id` warned of (right padding)."""
+    prompts, single = _unmasked_prompts(name, input_ids, vocab)
+    if not single:
+        warn_right_padding(prompts, pad_token_id)
+    return prompts, single
+
+
+def _unmasked_prompts(
+    name: str, input_ids: Any, vocab: int
+) -> tuple[list[np.ndarray], bool]:
     if isinstance(input_ids, list | tuple):
         if not input_ids:
             raise ValueError(

@@ -27,6 +27,13 @@ from ._blocks import (
 )
 from ._causal_lm import CausalLM
 from ._checkpoint_files import FileLayout
+from ._classification import (
+    DEFAULT_LABELS,
+    LABEL_OPTIONS,
+    check_problem_type,
+    read_labels,
+    write_labels,
+)
 from ._config import (
     ConfigError,
     ModelConfig,
@@ -55,6 +62,9 @@ class GPT2Config(ModelConfig):
     embd_pdrop: float = 0.1
     attn_pdrop: float = 0.1
     resid_pdrop: float = 0.1
+    # read by `GPT2ForSequenceClassification` (`id2label`, its loss's choice)
+    labels: tuple[str, ...] = DEFAULT_LABELS
+    problem_type: str | None = None
 
     model_type: ClassVar[str] = "gpt2"
     architecture: ClassVar[str] = "GPT2LMHeadModel"
@@ -67,6 +77,19 @@ class GPT2Config(ModelConfig):
         "add_cross_attention": (false_or_unset, "only `false` (no cross-attention)"),
         "scale_attn_by_inverse_layer_idx": (false_or_unset, "only `false`"),
     }
+    READ_OPTIONS: ClassVar[frozenset[str]] = LABEL_OPTIONS
+
+    @classmethod
+    def from_dict(cls, options: Any, source: str = "") -> GPT2Config:
+        where = f"{source}: " if source else ""
+        return super().from_dict(read_labels(options, where), source)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return write_labels(super().to_dict())
 
     def validate(self, where: str) -> None:
         if self.activation_function not in ACTIVATION_NAMES:
@@ -88,6 +111,7 @@ class GPT2Config(ModelConfig):
             raise ConfigError(f"{where}`n_embd` must be divisible by `n_head`.")
         check_rates(self, ("embd_pdrop", "attn_pdrop", "resid_pdrop"), where)
         check_initializer_range(self, where)
+        check_problem_type(self.problem_type, self.num_labels, where)
 
 
 class Conv1D(Module):
@@ -260,6 +284,8 @@ class GPT2LMHeadModel(CausalLM):
         ),
     )
     DROPPED: ClassVar[str | None] = r"transformer\.h\.\d+\.attn\.(bias|masked_bias)"
+    # `GPT2ForSequenceClassification`'s head, dropped from its files
+    OTHER_HEADS: ClassVar[str | None] = r"score\..*"
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
-"""Range checks of integer id arrays (`input_ids`, BERT's `token_type_ids`):
-an id indexes an embedding table, where JAX would clamp one
-past the end to the last row and wrap a negative one around, silently.
+"""Range checks of integer id arrays (`input_ids`, BERT's `token_type_ids`, the
+losses' `labels`): an id indexes an embedding table (or picks a log-probability),
+where JAX would clamp one past the end to the last row and wrap a negative one
+around, silently.
 
 `ids_known_in_range()` marks a trace whose ids are in range by construction
 (`generate`'s loop: a prompt checked before tracing, and sampled tokens): the
@@ -20,6 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import error_if
+
+#: Labels at this value do not count in the cross-entropy losses (PyTorch's
+#: `ignore_index`, which `transformers` keeps).
+IGNORE_INDEX = -100
 
 # True while tracing code whose id arrays are known to lie in range. A context
 # variable, not a global flag: each thread (and task) sees only its own setting.
@@ -66,28 +71,70 @@ def check_ids_below(
     the returned array, so use the result (inside `ids_known_in_range()`, traced
     ids are returned unchecked).
     """
-    dtype = jnp.result_type(ids)
-    if not jnp.issubdtype(dtype, jnp.integer):
-        raise TypeError(
-            f"{model}: `{argument}` must be an integer array of ids, got dtype "
-            f"{dtype}. Convert it with `.astype(jnp.int32)`."
-        )
+    _check_integers(model, argument, ids)
     rule = rule or (
         f"{model}: `{argument}` must hold ids from 0 to {size - 1} "
         f"(`{option}` = {size} in the config)"
     )
+    if isinstance(ids, jax.core.Tracer) and _KNOWN_IN_RANGE.get():
+        return ids
+    return _checked(ids, lambda v: (v < 0) | (v >= size), rule, "an id")
+
+
+def check_labels(
+    where: str,
+    labels: jax.Array,
+    size: int,
+    kind: str,
+    option: str,
+    argument: str = "labels",
+) -> jax.Array:
+    """The labels of a loss (`where`, such as `"`causal_lm_loss`"`) must be ids
+    in `[0, size)` or `IGNORE_INDEX`; `kind` names them (`"class ids"`) and
+    `option` the config option that sets `size` (`"num_labels"`), `argument`
+    the loss's argument that holds them. As
+    `check_ids_below`: an eager `ValueError` naming the first bad label and its
+    position, else a `boxwood.error_if` attached to the returned array (always:
+    labels are never known to be in range)."""
+    _check_integers(where, argument, labels)
+    rule = (
+        f"{where}: `{argument}` must hold {kind} from 0 to {size - 1} (`{option}` = "
+        f"{size}), or {IGNORE_INDEX} for a position left out of the loss"
+    )
+    return _checked(
+        labels,
+        lambda v: (v != IGNORE_INDEX) & ((v < 0) | (v >= size)),
+        rule,
+        "a label",
+        f". Set the label of an example without one (a GLUE test split's -1) to "
+        f"{IGNORE_INDEX}, or leave the example out",
+    )
+
+
+def _check_integers(where: str, argument: str, ids: Any) -> None:
+    dtype = jnp.result_type(ids)
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise TypeError(
+            f"{where}: `{argument}` must be an integer array of ids, got dtype "
+            f"{dtype}. Convert it with `.astype(jnp.int32)`."
+        )
+
+
+def _checked(ids: Any, outside: Any, rule: str, one: str, fix: str = "") -> Any:
+    """`ids`, checked to have no entry where `outside(ids)`: at once for concrete
+    `ids`, else by a `boxwood.error_if` on the returned array."""
     if isinstance(ids, jax.core.Tracer):
-        if _KNOWN_IN_RANGE.get():
-            return ids
-        bad = (ids < 0) | (ids >= size)
-        checked: Any = error_if(ids, bad, f"{rule}; got an id outside that range.")
+        message = f"{rule}; got {one} outside that range{fix}."
+        checked: Any = error_if(ids, outside(ids), message)
         return checked
     values = np.asarray(ids)
-    where = np.flatnonzero((values < 0) | (values >= size))
+    where = np.flatnonzero(outside(values))
     if where.size:
         first = int(where[0])
+        at = tuple(int(i) for i in np.unravel_index(first, values.shape))
         raise ValueError(
-            f"{rule}; got {int(values[first])} at position {first} "
-            f"({where.size} out of range in all)."
+            f"{rule}; got {int(values.reshape(-1)[first])} at position "
+            f"{at[0] if len(at) == 1 else at} ({where.size} out of range in all)"
+            f"{fix}."
         )
     return ids

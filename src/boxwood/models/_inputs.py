@@ -1,9 +1,11 @@
 """The checks of a model call's inputs: `input_ids` (shape, dtype, length, ids
 within the vocabulary) and `attention_mask` (its shape and its 0/1 values): eager
-`ValueError`s on concrete inputs, `boxwood.error_if` under a trace."""
+`ValueError`s on concrete inputs, `boxwood.error_if` under a trace; and the
+warning of `generate` on prompts that look right-padded."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -12,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import error_if
+from .._warnings import user_stacklevel
 from ._id_ranges import check_ids_below, known_in_range
 
 
@@ -103,4 +106,27 @@ def _ids_in_vocabulary(model: str, input_ids: Any, vocab_size: int) -> Any:
     )
     return check_ids_below(
         model, "input_ids", input_ids, vocab_size, "vocab_size", rule
+    )
+
+
+def warn_right_padding(prompts: list[np.ndarray], pad_token_id: Any) -> None:
+    """`generate`'s warning (as `transformers`') where rows of a batch given
+    without an `attention_mask` end with `pad_token_id`: right padding, which
+    is read as part of the prompt, so the new tokens would follow the pads."""
+    if not isinstance(pad_token_id, int | np.integer):
+        return
+    rows = [i for i, p in enumerate(prompts) if len(p) and p[-1] == pad_token_id]
+    if not rows:
+        return
+    shown = ", ".join(map(str, rows[:8])) + (", ..." if len(rows) > 8 else "")
+    warnings.warn(
+        f"`generate`: {'rows' if len(rows) > 1 else 'row'} {shown} of "
+        f"`input_ids` {'end' if len(rows) > 1 else 'ends'} with `pad_token_id` = "
+        f"{pad_token_id}: right padding was detected. "
+        "Without an `attention_mask` the pads are read as part of the prompt and "
+        "the new tokens follow them. Pass the tokenizer's `attention_mask=` (left "
+        "or right padding is then taken out), pad on the left, or give the "
+        "prompts unpadded as a list.",
+        UserWarning,
+        stacklevel=user_stacklevel(),
     )

@@ -31,6 +31,13 @@ from ._blocks import (
     write_cache,
 )
 from ._causal_lm import CausalLM
+from ._classification import (
+    DEFAULT_LABELS,
+    LABEL_OPTIONS,
+    check_problem_type,
+    read_labels,
+    write_labels,
+)
 from ._config import (
     ConfigError,
     ModelConfig,
@@ -83,6 +90,9 @@ class LlamaConfig(ModelConfig):
     rope_scaling: Scaling | Mapping[str, Any] = None  # kept as `Scaling`
     initializer_range: float = 0.02
     attention_dropout: float = 0.0
+    # read by `LlamaForSequenceClassification` (`id2label`, its loss's choice)
+    labels: tuple[str, ...] = DEFAULT_LABELS
+    problem_type: str | None = None
 
     model_type: ClassVar[str] = "llama"
     architecture: ClassVar[str] = "LlamaForCausalLM"
@@ -103,9 +113,15 @@ class LlamaConfig(ModelConfig):
             scaling = normalise_scaling(self.rope_scaling, "`rope_scaling`")
             object.__setattr__(self, "rope_scaling", scaling)
 
+    READ_OPTIONS: ClassVar[frozenset[str]] = LABEL_OPTIONS
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
     @classmethod
     def from_dict(cls, options: Any, source: str = "") -> Any:
-        options = dict(options)
+        options = read_labels(options, f"{source}: " if source else "")
         theta, scaling = read_rope(options, 10000.0, f"{source}: " if source else "")
         options["rope_theta"], options["rope_scaling"] = theta, scaling
         return super().from_dict(options, source)
@@ -122,6 +138,7 @@ class LlamaConfig(ModelConfig):
             )
         check_rates(self, ("attention_dropout",), where)
         check_initializer_range(self, where)
+        check_problem_type(self.problem_type, self.num_labels, where)
 
     @property
     def kv_heads(self) -> int:
@@ -155,7 +172,7 @@ class LlamaConfig(ModelConfig):
         theta, scaling = out.pop("rope_theta"), self.rope_scaling
         out.pop("rope_scaling")
         out["rope_parameters"] = scaling_dict(theta, cast(Scaling, scaling))
-        return out
+        return write_labels(out)
 
 
 class LlamaAttention(Module):
@@ -335,6 +352,8 @@ class LlamaForCausalLM(CausalLM):
 
     config_class: ClassVar[type] = LlamaConfig
     DROPPED: ClassVar[str | None] = r".*rotary_emb\.inv_freq"
+    # `LlamaForSequenceClassification`'s head, dropped from its files
+    OTHER_HEADS: ClassVar[str | None] = r"score\..*"
 
     def __init__(
         self,

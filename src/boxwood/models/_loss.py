@@ -14,12 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._errors import error_if
+from ._id_ranges import IGNORE_INDEX, check_labels
 from ._inputs import check_attention_mask
 from ._pretrained import Pretrained
 from ._training import dropout_key
-
-IGNORE_INDEX = -100  # `transformers`' (and PyTorch's) `ignore_index`
 
 
 def causal_lm_loss(
@@ -31,6 +29,7 @@ def causal_lm_loss(
     attention_mask: Array | None = None,
     key: Any = None,
     chunk_size: int = 1024,
+    predicted_from_padding: bool = False,
 ) -> Float[Array, ""]:
     """The mean next-token cross entropy of a causal language model, computed
     without ever holding the logits of every position at once.
@@ -65,12 +64,25 @@ def causal_lm_loss(
       for padding (left or right), as a tokenizer returns it. The model attends
       to real tokens only (`model(ids, attention_mask)`), and a position counts
       only where both it and its target are real tokens: padding gets no loss,
-      and the mean is over the real targets.
+      and the mean is over the real targets. With left padding this leaves out
+      each row's first real token, which only a pad could predict (see
+      `predicted_from_padding`).
     - `key`: a `jax.random` key for dropout; needed when the model is in
       training mode with a nonzero dropout rate (one key per row is split
       from it).
     - `chunk_size`: the number of positions whose logits are computed at once.
-      (Keyword only, as are `mask`, `attention_mask` and `key`.)
+    - `predicted_from_padding`: with `attention_mask`, whether a real token that
+      follows padding (the first of a left-padded row) counts as a target,
+      predicted from the pad before it. `False` (the default): it does not, as
+      only real tokens predict. `True`: every real token but a row's first
+      column counts, as in `transformers`' usual recipe (`labels` equal to
+      `input_ids` with -100 on the pads, and the `attention_mask` given to the
+      model). The pad's own output then predicts it, which depends on how
+      padding attends: boxwood's pads attend to the pads before them, as in
+      `transformers`' Llama family (its GPT-2's average them uniformly: a
+      different loss). A left-padded row's loss then differs from that of its
+      unpadded sequence, whose first token predicts nothing.
+      (Keyword only, as are `mask`, `attention_mask`, `key` and `chunk_size`.)
 
     **Returns:** a float32 scalar (float64 for float64 models).
 
@@ -78,10 +90,17 @@ def causal_lm_loss(
     `labels` or a `chunk_size` that is not an int; `ValueError` for `labels` or
     `mask` of another shape than `input_ids`, a `chunk_size` below 1, or a label
     outside `[0, vocab_size)` other than `-100` (under a trace, a
-    `boxwood.BoxwoodRuntimeError` when the computation runs).
+    `boxwood.BoxwoodRuntimeError` when the computation runs; see
+    [`boxwood.models.BertForSequenceClassification`][]`.loss` for the text under
+    a plain `jax.jit`).
     """
     _check_model(model)
     size = _check_chunk_size(chunk_size)
+    if not isinstance(predicted_from_padding, bool):
+        raise TypeError(
+            "`causal_lm_loss`: `predicted_from_padding` must be True or False, got "
+            f"{predicted_from_padding!r}."
+        )
     input_ids = _as_array(input_ids)
     ids = _check_input_ids(input_ids)
     shape = jnp.shape(input_ids)
@@ -93,17 +112,17 @@ def causal_lm_loss(
         real = attention.astype(bool)
         previous = jnp.concatenate([jnp.zeros_like(real[:, :1]), real[:, :-1]], 1)
         # the label at `j` is the target of `j - 1`: it counts where both are real
-        keep = real & previous
+        # (or, predicted from padding, where it is)
+        keep = real if predicted_from_padding else real & previous
         if mask is not None:
             keep = keep & _aligned("mask", mask, shape, ids).astype(bool)
         mask = keep.reshape(shape)
-    targets = _next_token_targets(ids, shape, labels, mask)
+    weight = model.output_embedding()
+    targets = _next_token_targets(ids, shape, labels, mask, weight.shape[0])
     key = _dropout_key(model, key)
     hidden = _hidden_states(model, ids, attention, key)
-    weight = model.output_embedding()
-    targets = _labels_in_vocabulary(targets.reshape(-1), weight.shape[0])
     total, count = _chunked_nll(
-        weight, size, hidden.reshape(-1, hidden.shape[-1]), targets
+        weight, size, hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     )
     return total / jnp.maximum(count, 1).astype(total.dtype)
 
@@ -192,9 +211,10 @@ def _aligned(name: str, value: Any, shape: tuple[int, ...], ids: Any) -> Any:
 
 
 def _next_token_targets(
-    ids: Any, shape: tuple[int, ...], labels: Any, mask: Any
+    ids: Any, shape: tuple[int, ...], labels: Any, mask: Any, vocab_size: int
 ) -> Any:
-    """`(batch, seq)`: at position `t`, the label of `t + 1`, or `IGNORE_INDEX`."""
+    """`(batch, seq)`: at position `t`, the label of `t + 1`, or `IGNORE_INDEX`;
+    the labels that are targets checked to lie in the vocabulary."""
     if labels is None:
         labels = ids
     else:
@@ -207,22 +227,16 @@ def _next_token_targets(
     if mask is not None:
         keep = _aligned("mask", mask, shape, ids).astype(bool)
         labels = jnp.where(keep, labels, IGNORE_INDEX)
-    last = jnp.full((ids.shape[0], 1), IGNORE_INDEX, labels.dtype)
-    return jnp.concatenate([labels[:, 1:], last], axis=1)
-
-
-def _labels_in_vocabulary(targets: Any, vocab_size: int) -> Any:
-    rule = (
-        f"`causal_lm_loss`: `labels` must hold token ids from 0 to {vocab_size - 1} "
-        f"(the model's vocabulary) or {IGNORE_INDEX} (ignored)"
+    # The first label is no target (nothing predicts it): it is not checked.
+    # The check sees the labels in the caller's shape, so that it names the
+    # position as the caller indexes it.
+    targets = labels.at[:, 0].set(IGNORE_INDEX).reshape(shape)
+    targets = check_labels(
+        "`causal_lm_loss`", targets, vocab_size, "token ids", "vocab_size"
     )
-    outside = (targets != IGNORE_INDEX) & ((targets < 0) | (targets >= vocab_size))
-    if isinstance(targets, jax.core.Tracer):
-        return error_if(targets, outside, f"{rule}; got a label outside that range.")
-    if bool(jnp.any(outside)):
-        bad = int(targets[jnp.argmax(outside)])
-        raise ValueError(f"{rule}; got {bad}.")
-    return targets
+    targets = targets.reshape(ids.shape)
+    last = jnp.full((ids.shape[0], 1), IGNORE_INDEX, labels.dtype)
+    return jnp.concatenate([targets[:, 1:], last], axis=1)
 
 
 def _chunked_nll(

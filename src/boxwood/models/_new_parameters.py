@@ -119,6 +119,8 @@ def new_parameters_message(
     tensors `unused`, all by their checkpoint names."""
     name = cls.__name__
     listed = lambda names: ", ".join(f"`{n}`" for n in names)
+    if not new:
+        return dropped_message(cls, directory, unused)
     resized = resized or {}
     absent = [n for n in new if n not in resized]
     has = f"has no {listed(absent)}" if absent else ""
@@ -138,6 +140,20 @@ def new_parameters_message(
             "head's parameters) and were dropped."
         )
     return text
+
+
+def dropped_message(cls: type, directory: str, unused: list[str]) -> str:
+    """The warning of a load that drew nothing but dropped the other heads'
+    tensors `unused` (a sequence classifier's pooler, read by a token
+    classifier)."""
+    name = cls.__name__
+    listed = ", ".join(f"`{n}`" for n in unused)
+    return (
+        f"{name}.from_pretrained: the checkpoint in {directory} holds {listed}, "
+        f"which {name} does not use (another head's parameters): they were "
+        "dropped. Load the file with the class it was saved from "
+        "(`boxwood.models.from_pretrained` chooses it) to keep them."
+    )
 
 
 @register_cache_clear

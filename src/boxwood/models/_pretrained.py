@@ -20,7 +20,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._caches import register_cache_clear
-from .._checkpoint import CheckpointError, atomic_write, read_region, write_file
+from .._checkpoint import CheckpointError, atomic_write, read_region
 from .._module import Module
 from .._transforms import filter_eval_shape
 from .._tree import tree_at
@@ -45,6 +45,7 @@ from ._new_parameters import (
     resized_head,
     resized_message,
 )
+from ._save_files import cast_arrays, shard_bytes, write_weights
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import (
     assemble_layers,
@@ -52,6 +53,7 @@ from ._stacking import (
     layer_names,
     layer_shardings,
 )
+from ._torch_habits import habit_error
 
 # `transformers`' generation defaults, beside `config.json`
 GENERATION_CONFIG = "generation_config.json"
@@ -87,6 +89,11 @@ class Pretrained(Module):
     OTHER_HEADS: ClassVar[str | None] = None
     # `save_pretrained`'s `architectures` entry, where not the config's own
     ARCHITECTURE: ClassVar[str | None] = None
+
+    def __getattr__(self, name: str) -> Any:
+        # Only a missed lookup gets here: the fields and methods are found by
+        # normal attribute access, at its usual speed.
+        raise habit_error(self, name)
 
     def __check_init__(self) -> None:
         # The key/value cache's indices are named after their places now, so two
@@ -258,7 +265,7 @@ class Pretrained(Module):
             # one region of memory, unless `_load`'s serves them all already
             one_region=one_region,
         )
-        if new:
+        if new or unused:  # what was drawn and dropped is always listed
             message = new_parameters_message(cls, directory, new, unused, resized)
             warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
         return model
@@ -324,21 +331,38 @@ class Pretrained(Module):
             is_leaf=is_attention,
         )
 
-    def save_pretrained(self, path: str | os.PathLike) -> None:
+    def save_pretrained(
+        self,
+        path: str | os.PathLike,
+        *,
+        max_shard_size: int | str | None = None,
+        dtype: Any = None,
+    ) -> None:
         """Write the model as `transformers`' `save_pretrained` does: `config.json`
         and `model.safetensors` in the directory `path` (created if needed), so
         that `transformers`' `from_pretrained(path)` loads it, and
         `generation_config.json` where the model was loaded with one. Each file
         is replaced crash-safely (written aside, then renamed over the old one).
 
-        **Arguments:** `path`: the directory.
+        **Arguments:**
+
+        - `path`: the directory.
+        - `max_shard_size`: if given (bytes, or `"5GB"`, `"500MB"`, `"2GiB"`),
+          the tensors are written in file order to shards of at most this size
+          (`model-00001-of-0000N.safetensors`, a larger tensor alone in its
+          shard) with the index `model.safetensors.index.json`, as `transformers`
+          writes them; one file when they all fit. (Keyword only.)
+        - `dtype`: if given, the floating tensors are written in this dtype (such
+          as `jnp.bfloat16`), and `config.json`'s `dtype` says so. (Keyword only.)
         """
         directory = os.fspath(path)
+        max_bytes = shard_bytes(max_shard_size)
         os.makedirs(directory, exist_ok=True)
         arrays = [
             (self.checkpoint_name(name), self.export_array(name, array))
             for name, array in layer_arrays(self)
         ]
+        arrays = cast_arrays(arrays, dtype)
         # every subclass declares its `config` field
         options = cast(Any, self).config.to_dict()
         if self.ARCHITECTURE is not None:
@@ -347,9 +371,7 @@ class Pretrained(Module):
         # each file crash-safely: a save that fails or is killed part way leaves
         # the directory's previous files whole (the weights are written first, so
         # a new config never describes old weights)
-        write_file(
-            os.path.join(directory, "model.safetensors"), arrays, {"format": "pt"}
-        )
+        write_weights(directory, arrays, max_bytes)
         _write_json(os.path.join(directory, "config.json"), options)
         generation = cast(Any, self).config.generation_config
         if generation is not None:
@@ -453,7 +475,7 @@ def _with_shardings(abstract: Any, shardings: Any) -> Any:
     return jtu.tree_map(put, abstract, shardings, is_leaf=lambda x: x is None)
 
 
-def save_pretrained(model: Pretrained, path: str | os.PathLike) -> None:
+def save_pretrained(model: Pretrained, path: str | os.PathLike, **options: Any) -> None:
     """Write `model` as `transformers`' `save_pretrained` does (`config.json`,
     `model.safetensors`), so that `transformers`' `from_pretrained(path)` loads it.
 
@@ -461,10 +483,11 @@ def save_pretrained(model: Pretrained, path: str | os.PathLike) -> None:
 
     - `model`: a model of `boxwood.models`.
     - `path`: the directory (created if needed).
+    - `max_shard_size`, `dtype`: as the model's `save_pretrained` takes them.
     """
     if not isinstance(model, Pretrained):
         raise TypeError(
             "`save_pretrained` takes a model of `boxwood.models`, got "
             f"{type(model).__name__}; save other trees with `boxwood.save`."
         )
-    model.save_pretrained(path)
+    model.save_pretrained(path, **options)

@@ -2,11 +2,13 @@
 initialisers `transformers` draws a freshly built model with (`N(0,
 initializer_range)` weights, zero biases, a zeroed padding row, ViT's
 truncated draws), on boxwood's fast initialisation path; and dropout's keys
-(the check that a model in training mode is given one, and the keys of its
-parts and layers)."""
+(the check that a model in training mode is given one, the warning that a key
+given to a model in inference mode drops nothing, and the keys of its parts and
+layers)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,7 @@ import numpy as np
 
 from .. import _init
 from .._init import Initializer
+from .._warnings import user_stacklevel
 from ..nn import Dropout, Embedding, Linear, Stacked
 
 # Initialisation
@@ -114,14 +117,25 @@ def active(dropout: Dropout) -> bool:
     return not dropout.inference and dropout.p > 0
 
 
+# the model classes already warned of a key given in inference mode: once each
+_KEY_IN_INFERENCE_WARNED: set[type] = set()
+
+
 def dropout_key(model: Any, key: Any, call: str) -> Any:
     """`key` for a call of `model`, checked: a model whose dropout is active (in
     training mode, a rate above 0) needs one, and raises the `RuntimeError`
     `boxwood.nn.Dropout` raises without one, naming the model, `call` (how to
     pass `key=`) and `boxwood.nn.inference_mode`. `None` where no dropout is
-    active, so that a call with a key and one without share one program."""
-    rates = sorted({d.p for d in dropouts(model) if active(d)})
+    active, so that a call with a key and one without share one program.
+
+    A key given to a model in inference mode whose config has dropout warns
+    (once per class): a training loop ported from PyTorch (`model.train()`)
+    would otherwise fine-tune a loaded model without dropout, silently."""
+    layers = dropouts(model)
+    rates = sorted({d.p for d in layers if active(d)})
     if not rates:
+        if key is not None and any(d.p > 0 for d in layers):
+            _warn_key_in_inference(model)
         return None
     if key is None:
         raise RuntimeError(
@@ -133,6 +147,22 @@ def dropout_key(model: Any, key: Any, call: str) -> Any:
             "returns a model in inference mode)."
         )
     return key
+
+
+def _warn_key_in_inference(model: Any) -> None:
+    cls = type(model)
+    if cls in _KEY_IN_INFERENCE_WARNED:
+        return
+    _KEY_IN_INFERENCE_WARNED.add(cls)
+    warnings.warn(
+        f"{cls.__name__} was given a dropout `key` but is in inference mode (as "
+        "`from_pretrained` returns it, `transformers`' `eval()`), so it applies "
+        "no dropout. To train with its config's dropout, switch it to training "
+        "mode first: `model = boxwood.nn.inference_mode(model, False)` (PyTorch's "
+        "`model.train()`). (Warned once per model class.)",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 def split(key: Any, n: int) -> tuple[Any, ...]:

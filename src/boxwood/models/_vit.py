@@ -263,7 +263,8 @@ class ViTForImageClassification(Pretrained):
         e.g. a batch from `jax.vmap(model)`), averaged over them, chosen by
         `problem_type` as [`boxwood.models.BertForSequenceClassification`][]`.loss`
         chooses it (unset: regression for one label, single-label
-        classification for integer `labels`, multi-label for float ones)."""
+        classification for integer `labels`, multi-label for float ones), with
+        its checks of the class ids and its value (0) when every id is `-100`."""
         return classification_loss(
             logits, labels, self.config.problem_type, "ViTForImageClassification.loss"
         )

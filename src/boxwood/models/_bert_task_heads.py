@@ -1,0 +1,182 @@
+"""BERT's span and choice heads over `BertModel`: `BertForQuestionAnswering`
+(start and end logits of an answer span) and `BertForMultipleChoice` (one score
+per choice), with the names, initialisation, dropout and losses of
+`transformers`' classes."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from .._init import split_keys
+from ..nn import Dropout, Linear
+from . import _training as training
+from ._bert import BertConfig, BertModel
+from ._bert_heads import (
+    CLASSIFIER,
+    NEXT_SENTENCE,
+    POOLER,
+    PREDICTIONS,
+    QUESTION_ANSWERING,
+    BertHead,
+    any_of,
+)
+from ._classification import classification_loss
+from ._config import ConfigError
+
+
+class BertForQuestionAnswering(BertHead):
+    """BERT finding an answer span (extractive question answering, SQuAD): a
+    linear `qa_outputs` from each token's last hidden state to two logits, the
+    answer's start and its end. No pooler, no dropout of its own (as
+    `transformers`)."""
+
+    qa_outputs: Linear
+
+    ARCHITECTURE: ClassVar[str | None] = "BertForQuestionAnswering"
+    NEW_ON_LOAD: ClassVar[str | None] = QUESTION_ANSWERING
+    OTHER_HEADS: ClassVar[str | None] = any_of(
+        POOLER, PREDICTIONS, NEXT_SENTENCE, CLASSIFIER
+    )
+
+    def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
+        """**Arguments:** `config`, `dtype`, `key` as
+        [`boxwood.models.BertModel`][] takes them; `config.num_labels` must be 2
+        (the start and the end, `transformers`' default)."""
+        if config.num_labels != 2:
+            raise ConfigError(
+                "BertForQuestionAnswering: `num_labels` must be 2 (the logits of "
+                f"an answer's start and end), got {config.num_labels}."
+            )
+        k1, k2 = split_keys(key, 2)
+        dtype = dtype or jnp.float32
+        self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
+        self.qa_outputs = training.linear(
+            config.hidden_size, 2, dtype, config.initializer_range, key=k2
+        )
+        self.config = config
+
+    def __call__(
+        self,
+        input_ids: Int[Array, " seq"],
+        attention_mask: Int[Array, " seq"] | None = None,
+        token_type_ids: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> tuple[Float[Array, " seq"], Float[Array, " seq"]]:
+        """**Arguments:** as [`boxwood.models.BertModel`][] takes them (the
+        question and the context as the two segments of `token_type_ids`).
+
+        **Returns:** `(start_logits, end_logits)`, each `(seq,)`.
+        """
+        hidden, _ = self._hidden(input_ids, attention_mask, token_type_ids, key)
+        logits = jax.vmap(self.qa_outputs)(hidden)
+        return logits[:, 0], logits[:, 1]
+
+    def loss(
+        self,
+        start_logits: Float[Array, "*batch seq"],
+        end_logits: Float[Array, "*batch seq"],
+        start_positions: Int[Array, "*batch"],
+        end_positions: Int[Array, "*batch"],
+    ) -> Float[Array, ""]:
+        """`transformers`' span loss: the mean of the softmax cross entropies of
+        the start logits against `start_positions` and of the end logits against
+        `end_positions` (token indices; any leading shape, e.g. a batch from
+        `jax.vmap(model)`), each averaged over the examples whose position is
+        not `-100` (0 when none is).
+
+        **Raises:** `ValueError` for a position outside `[0, seq)` other than
+        `-100` (under a trace, a `boxwood.BoxwoodRuntimeError`). `transformers`
+        instead clamps a position to `[0, seq]` and ignores `seq`: a negative one
+        then counts as the first token, silently.
+        """
+        where = "BertForQuestionAnswering.loss"
+        kind = ("token indices", "seq")
+        start = classification_loss(
+            start_logits, start_positions, _SINGLE, where, kind, "start_positions"
+        )
+        end = classification_loss(
+            end_logits, end_positions, _SINGLE, where, kind, "end_positions"
+        )
+        return (start + end) / 2
+
+
+_SINGLE = "single_label_classification"
+
+
+class BertForMultipleChoice(BertHead):
+    """BERT choosing among several candidates (SWAG): each choice (the prompt
+    with one candidate) through the body, its pooled output, dropout
+    (`classifier_dropout`, else `hidden_dropout_prob`) and a linear
+    `classifier` to one score; the scores of the choices are the logits."""
+
+    dropout: Dropout
+    classifier: Linear
+
+    ARCHITECTURE: ClassVar[str | None] = "BertForMultipleChoice"
+    NEW_ON_LOAD: ClassVar[str | None] = any_of(CLASSIFIER, POOLER)
+    OTHER_HEADS: ClassVar[str | None] = any_of(
+        PREDICTIONS, NEXT_SENTENCE, QUESTION_ANSWERING
+    )
+
+    def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
+        """**Arguments:** `config`, `dtype`, `key` as
+        [`boxwood.models.BertModel`][] takes them (`num_labels` is not used: the
+        classifier has one output, a choice's score)."""
+        k1, k2 = split_keys(key, 2)
+        dtype = dtype or jnp.float32
+        self.bert = BertModel(config, dtype, add_pooling_layer=True, key=k1)
+        self.dropout = Dropout(config.classifier_rate)
+        self.classifier = training.linear(
+            config.hidden_size, 1, dtype, config.initializer_range, key=k2
+        )
+        self.config = config
+
+    def __call__(
+        self,
+        input_ids: Int[Array, "num_choices seq"],
+        attention_mask: Int[Array, "num_choices seq"] | None = None,
+        token_type_ids: Int[Array, "num_choices seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, " num_choices"]:
+        """**Arguments:** as [`boxwood.models.BertModel`][] takes them, with a
+        leading axis of choices: `(num_choices, seq)` each.
+
+        **Returns:** the logits of the choices, `(num_choices,)`.
+        """
+        if jnp.ndim(input_ids) != 2:
+            raise ValueError(
+                "BertForMultipleChoice: `input_ids` must have shape (num_choices, "
+                f"seq), one row per choice; got shape {jnp.shape(input_ids)}. For "
+                "a batch use `jax.vmap(model)`."
+            )
+        choices = jnp.shape(input_ids)[0]
+        key = training.dropout_key(self, key, "model(input_ids, key=key)")
+        keys = None if key is None else jax.random.split(key, choices)
+        return jax.vmap(self._score)(input_ids, attention_mask, token_type_ids, keys)
+
+    def _score(self, ids: Any, mask: Any, types: Any, key: Any) -> Array:
+        hidden, key = self._hidden(ids, mask, types, key)
+        pooled = self.dropout(self.bert.pooled(hidden), key=key)
+        return self.classifier(pooled)[0]
+
+    def loss(
+        self, logits: Float[Array, "*batch num_choices"], labels: Int[Array, "*batch"]
+    ) -> Float[Array, ""]:
+        """`transformers`' loss: softmax cross entropy of the choices' logits
+        (any leading shape, e.g. a batch from `jax.vmap(model)`) against the
+        index of the right choice, averaged over the examples whose label is not
+        `-100` (0 when none is).
+
+        **Raises:** `ValueError` for a label outside `[0, num_choices)` other
+        than `-100` (under a trace, a `boxwood.BoxwoodRuntimeError`).
+        """
+        kind = ("choice indices", "num_choices")
+        return classification_loss(
+            logits, labels, _SINGLE, "BertForMultipleChoice.loss", kind
+        )
