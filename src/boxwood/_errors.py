@@ -267,7 +267,10 @@ def _with_short_traceback(error: BaseException) -> BaseException:
         finally:
             done.release()
 
-    _thread.start_new_thread(failed_check, ())
+    try:
+        _thread.start_new_thread(failed_check, ())
+    except RuntimeError:  # no thread to be had: the long report, same error
+        return error
     done.acquire()
     return error
 
