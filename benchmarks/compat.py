@@ -108,13 +108,15 @@ class Side:
 
 
 def _result(side, lines, wall, load, code, tail) -> dict:
-    tests = {}
+    tests, ends = {}, {}
     for line in lines:
         entry = json.loads(line)
         tests[entry["id"]] = (entry["outcome"], entry["error"])
+        ends[entry["id"]] = entry["t"]
     return {
         "side": side,
         "tests": tests,
+        "ends": ends,  # seconds from the process's start to each test's end
         "wall_s": round(wall, 1),
         "load_before": [round(x, 2) for x in load],
         "load_after": [round(x, 2) for x in os.getloadavg()],
@@ -164,17 +166,25 @@ def compare(runs: dict[str, dict]) -> dict:
     ]
     only = {"equinox": collections.defaultdict(list)}
     only["boxwood"] = collections.defaultdict(list)
-    both = 0
+    both, last = 0, ""
     for test_id in ids:
         a, b = outcome_of(eq, test_id), outcome_of(bw, test_id)
         if a is None or b is None:
             continue
         both += 1
+        last = max(last, test_id, key=lambda t: eq["ends"].get(t, -1.0))
         if a[0] in PASSING and b[0] not in PASSING:
             only["equinox"][b[1]].append(test_id)
         elif b[0] in PASSING and a[0] not in PASSING:
             only["boxwood"][a[1]].append(test_id)
-    return {"compared": both, "pass_only_on": {k: dict(v) for k, v in only.items()}}
+    # Each side's time to the end of the last test both ran (in Equinox's order):
+    # with a deadline, the wall times alone are equal by construction.
+    upto = {s: runs[s]["ends"].get(last) for s in SIDES}
+    return {
+        "compared": both,
+        "time_to_common_s": upto,
+        "pass_only_on": {k: dict(v) for k, v in only.items()},
+    }
 
 
 def counts(run: dict) -> dict:
@@ -277,6 +287,13 @@ def report(rows: list[dict], opts) -> str:
             f"{row['compared']} tests ran on both sides. Wall time: Equinox "
             f"{_fmt_s(eq)}, boxwood {_fmt_s(bw)} (boxwood / Equinox {bw / eq:.2f})."
         )
+        upto = row["time_to_common_s"]
+        if None not in upto.values() and upto["equinox"]:
+            out[-1] += (
+                f" To the end of the last test both ran: Equinox "
+                f"{_fmt_s(upto['equinox'])}, boxwood {_fmt_s(upto['boxwood'])} "
+                f"({upto['boxwood'] / upto['equinox']:.2f})."
+            )
         for side, other in (("equinox", "boxwood"), ("boxwood", "equinox")):
             groups = row["pass_only_on"][side]
             n = sum(len(v) for v in groups.values())
