@@ -24,11 +24,12 @@ import pytest
 import boxwood as bw
 from _child_flags import child_env
 
-# test dependencies (the `test` extra); a machine without them (the TPU
-# machine's package index has none of them) skips the file
+# Optional: installed by the `test` extra, absent on a machine without a registry
+# (the TPU machine); the whole file skips there.
 diffrax = pytest.importorskip("diffrax")
-optx = pytest.importorskip("optimistix")
 eqx = pytest.importorskip("equinox")
+pytest.importorskip("lineax")
+optx = pytest.importorskip("optimistix")
 
 _SRC = str(Path(bw.__file__).resolve().parent.parent)
 

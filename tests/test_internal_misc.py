@@ -5,6 +5,7 @@ documentation helpers and finalisation."""
 
 import inspect
 import typing
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -298,6 +299,7 @@ def test_closure_to_pytree_details():
     assert leaves[1] == "u"  # non-array contents are leaves too
     plain = bwi.closure_to_pytree(lambda x: x + 1)
     assert plain(1) == 2 and jax.tree_util.tree_leaves(plain) == []
+    assert weakref.ref(f)() is f  # as Equinox's (a Module) is
 
 
 def test_getkey_seeds_and_sequence(monkeypatch):

@@ -63,3 +63,13 @@ def test_non_callable_is_an_error():
         TypeError, match="needs a callable as its first argument, got int"
     ):
         boxwood.Partial(3, 4)
+
+
+def test_subscriptable_as_a_generic_like_equinox():
+    # Libraries annotate with `eqx.Partial[...]` at import time (quax does).
+    alias = boxwood.Partial[int]
+    p = alias(lambda a, b: a + b, 1)
+    assert type(p) is boxwood.Partial and p(2) == 3
+    assert jax.tree_util.tree_structure(p) == jax.tree_util.tree_structure(
+        boxwood.Partial(p.func, 1)
+    )

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ._module import Module
 
+_Return = TypeVar("_Return")
 
-class Partial(Module):
+
+# Generic in the return type, as Equinox's is: libraries annotate with
+# `eqx.Partial[...]` (quax, at import; tests/test_partial.py pins it).
+class Partial(Module, Generic[_Return]):
     """Like `functools.partial`, but the function and the partially-applied arguments
     are all pytree children.
 
@@ -23,11 +27,11 @@ class Partial(Module):
     [<jnp.ufunc 'add'>, Array([1., 2.], dtype=float32)]
     """
 
-    func: Callable
+    func: Callable[..., _Return]
     args: tuple[Any, ...]
     keywords: dict[str, Any]
 
-    def __init__(self, func: Callable, /, *args: Any, **kwargs: Any):
+    def __init__(self, func: Callable[..., _Return], /, *args: Any, **kwargs: Any):
         """**Arguments:**
 
         - `func`: the callable to partially apply.
@@ -43,7 +47,7 @@ class Partial(Module):
         self.args = args
         self.keywords = kwargs
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> _Return:
         """Call `func(*self.args, *args, **self.keywords, **kwargs)`; as with
         `functools.partial`, keyword arguments given here override stored ones."""
         return self.func(*self.args, *args, **{**self.keywords, **kwargs})

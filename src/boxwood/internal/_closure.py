@@ -48,7 +48,11 @@ class _PytreeFunction:
     `_Recipe` the static part. Calling it calls the function rebuilt around the
     current children (which a transformation may have replaced by tracers)."""
 
-    __slots__ = ("recipe", "contents")
+    # Weakly referable, as Equinox's result (a Module) is: optimistix 0.1.0's
+    # `test_minimise`, after other tests in one process, failed with "cannot create
+    # weak reference to '_PytreeFunction' object"
+    # (tests/test_internal_misc.py::test_closure_to_pytree_details).
+    __slots__ = ("recipe", "contents", "__weakref__")
 
     def __init__(self, recipe: _Recipe, contents: tuple) -> None:
         self.recipe, self.contents = recipe, contents
