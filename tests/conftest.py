@@ -111,3 +111,9 @@ def pytest_collection_finish(session):
     `gc.collect()`, walks only what the tests themselves made."""
     gc.collect()
     gc.freeze()
+
+
+# Not a doctest module: notebooks/conftest.py is a "conftest" too, and whichever
+# pytest imports last owns that module name, so importing this file again for
+# `--doctest-modules` would find the other one.
+collect_ignore = ["conftest.py"]

@@ -50,7 +50,7 @@ def test_a_report_naming_the_message_claims_it_without_a_mark():
     text = "INTERNAL: callback failed: named in the report"
     recovered = _errors.as_boxwood_error(_report(text))
     assert isinstance(recovered, bw.BoxwoodRuntimeError)
-    assert str(recovered) == "named in the report"
+    assert str(recovered).startswith("named in the report\n\nThe check that failed")
 
 
 def test_a_stale_failure_never_attaches_to_an_unrelated_error():
@@ -183,7 +183,7 @@ def test_a_failure_claimed_at_a_wait_is_not_raised_again():
     checked(-jnp.ones(2))
     # the program waited first and recovered the check's error from JAX's report
     recovered = _errors.as_boxwood_error(checked.jitted.errors[0])
-    assert str(recovered) == "claimed where waited for"
+    assert str(recovered).startswith("claimed where waited for\n\nThe check that")
     np.testing.assert_array_equal(checked(jnp.ones(2)), jnp.ones(2))
 
 

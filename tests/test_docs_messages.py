@@ -9,6 +9,8 @@ catalogue row for every error the source builds, is tests/test_error_catalogue.p
 
 import dataclasses
 import re
+import importlib.util
+import sys
 import warnings
 from collections.abc import Callable
 
@@ -128,14 +130,27 @@ class Affine(bw.Module):
 
 
 def _method_reads_a_global(tmp_path):
-    model = Affine(jnp.ones((2, 1)))
+    """A module argument whose class comes from another file (a `models.py`
+    next to the notebook): what its method reads from that file's globals is
+    fixed at the trace, and warns."""
+    source = (
+        "import jax.numpy as jnp\nimport boxwood as bw\ny = jnp.ones(3)\n\n"
+        "class Model(bw.Module):\n    def __call__(self, v):\n        return v * y\n"
+    )
+    path = tmp_path / "models.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("models_of_the_docs", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import leaves it
+    spec.loader.exec_module(module)
+    namespace = vars(module)
 
-    def step(v):
+    def step(model, v):
         return model(v)
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        bw.filter_jit(step)(jnp.ones((4, 2)))
+        bw.filter_jit(step)(namespace["Model"](), jnp.ones(3))
 
 
 QUOTES = [
@@ -178,12 +193,14 @@ replicate this leaf with an earlier rule.""",
     Quote("docs/filter_jit.md", "the non-array value at `args[1].config.sizes` (of type list) is not hashable", _unhashable_argument, part=True),
     Quote(
         "docs/filter_jit.md",
-        """global 'y' (an array float32[4, 1]) is read inside `Affine.__call__`, which step
-reaches: a method runs from its class (...), so boxwood cannot pass that global to
-it as an input, and the compiled code keeps the value it has at this first trace;
-a later rebinding is not seen (it warns). Store it in a field of the module or pass
-it as an argument (or read it in step itself, ...).""",
+        """global 'y' (an array float32[3]) is read inside `Model.__call__`, a method of a
+module passed to step: a method runs from its class, so boxwood cannot pass that
+global to it as an input, and the compiled code keeps the value it has at this
+first trace; rebinding it later is not seen. Store it in a field of the module or
+pass it as an argument (or read it in step itself, where what the function reads
+from globals is an input).""",
         _method_reads_a_global, whole=True,
+        stand_ins=lambda tmp_path: {"_method_reads_a_global.<locals>.step": "step"},
     ),
     Quote("docs/concepts.md", "`Block.table` is a static field but holds an array", _array_in_static_field, part=True),
     Quote("docs/errors.md", "ValueError: summary: `max_rows` must be a positive int", lambda t: bw.summary([], max_rows=0)),

@@ -75,6 +75,9 @@ ALLOWED = {
     ("src/boxwood/internal/_nontraceable.py", "_unbatched", "ValueError"): (
         "carries the message the caller gave nonbatchable"
     ),
+    ("src/boxwood/_module/_module.py", "_Method.__getattr__", "AttributeError"): (
+        "attribute protocol: a name the method's function does not have"
+    ),
     ("src/boxwood/internal/_buffers.py", "_Buffer.__getattr__", "AttributeError"): (
         "attribute protocol: a name the buffer's array does not have"
     ),

@@ -30,7 +30,7 @@ def test_inside_jit_raises_when_run():
 def test_plain_jit_report_is_short():
     """XLA's CPU runtime reports the Python call stack above the raise: the
     check's error is raised with a traceback of one frame, so that the message
-    is the third line, not the last of dozens."""
+    is the third line, not the last of dozens; the check's site follows it."""
 
     def deep(n, x):
         return deep(n - 1, x) if n else jax.jit(f)(x).block_until_ready()
@@ -39,8 +39,14 @@ def test_plain_jit_report_is_short():
     with pytest.raises(Exception, match="negative input") as info:
         deep(20, jnp.array(-4.0))
     lines = str(info.value).splitlines()
-    assert lines[1:] == [lines[1], "BoxwoodRuntimeError: negative input"], lines
+    assert lines[2:5] == [
+        "BoxwoodRuntimeError: negative input",
+        "",
+        "The check that failed (traced inside the compiled function):",
+    ], lines
     assert "in failed_check" in lines[1]
+    assert "test_errors.py" in lines[5] and "error_if" in lines[6]
+    assert len(lines) == 7, lines  # no frame of the 20 calls above
 
 
 def test_inside_filter_jit_raises_when_run():

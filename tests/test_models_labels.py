@@ -113,14 +113,17 @@ def test_ignored_labels_pass_the_check_and_count_nothing():
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="words of the CPU runtime")
-def test_a_bad_label_under_plain_jit_reads_in_three_lines():
+def test_a_bad_label_under_plain_jit_reads_in_seven_lines():
     """XLA reports a failed check under `jax.jit` as its own error: the message
-    is on its third line, after one frame (not the whole call stack)."""
+    is on its third line, after one frame (not the whole call stack), and the
+    check's site (the user's frame) follows."""
     logits, labels = _inputs(3, [[1, 3]])
     with pytest.raises(Exception, match="CpuCallback|callback") as info:
         jax.jit(_sequence_loss)(logits, labels).block_until_ready()
     lines = str(info.value).splitlines()
-    assert len(lines) == 3, str(info.value)
+    assert len(lines) == 7, str(info.value)
+    assert lines[4].startswith("The check that failed")
+    assert "test_models_labels.py" in lines[5]
     assert lines[2].startswith(
         "BoxwoodRuntimeError: BertForSequenceClassification.loss: `labels` must "
         "hold class ids from 0 to 2 (`num_labels` = 3), or -100"

@@ -49,6 +49,13 @@ _HINT = (
 )
 
 
+def _named(message: str, text: str) -> bool:
+    """Whether a backend's report `text` names the failed check `message`: its
+    own words, without the site `error_if` added (`_SITE`), which a report may
+    leave out."""
+    return message.split(f"\n\n{_SITE}", 1)[0] in text
+
+
 class _FailedChecks:
     """The messages of the checks whose host callback raised, each with a serial
     number, until a compiled call's error claims one.
@@ -85,7 +92,7 @@ class _FailedChecks:
             return None
         with self._lock:
             found = next(
-                (r for r in reversed(self._log) if r[1] and r[1] in text), None
+                (r for r in reversed(self._log) if r[1] and _named(r[1], text)), None
             )
             if found is None and since is not None:
                 found = next((r for r in reversed(self._log) if r[0] > since), None)

@@ -249,8 +249,12 @@ class ModelConfig(metaclass=_ReadsOptions):
                     f"{', '.join(sorted(fields | set(cls.REQUIRED)))}."
                 )
         config = cls(**kwargs, extra=IgnoredOptions(extra))
+        try:
+            config.validate(where)  # its own messages first (a rate's range, ...)
+        except TypeError:  # arithmetic on a value of the wrong type: name it
+            _check_types(config, where)
+            raise
         _check_types(config, where)
-        config.validate(where)
         return config
 
     @classmethod
