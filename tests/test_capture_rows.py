@@ -273,3 +273,28 @@ def test_no_note_outside_ipython(capsys):
         LR = value
         step(X)
     assert capsys.readouterr().out == ""
+
+
+def test_no_note_for_boxwoods_own_functions(monkeypatch, capsys):
+    """boxwood's own compiled functions (such as `generate`'s decoding loop)
+    recompile for their callers' reasons: no note names them."""
+    import IPython
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object(), raising=False)
+
+    def scaled(x, factor):
+        return x * factor
+
+    scaled.__module__ = "boxwood.models._example"
+    loop = bw.filter_jit(scaled)
+    for factor in (1.0, 2.0, 3.0):
+        loop(X, factor)
+    assert capsys.readouterr().out == ""
+
+    def mine(x, factor):  # the same function, the user's: a note
+        return x * factor
+
+    user = bw.filter_jit(mine)
+    for factor in (1.0, 2.0, 3.0):
+        user(X, factor)
+    assert "compiled for the 3rd time: args[1]" in capsys.readouterr().out

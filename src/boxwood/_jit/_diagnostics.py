@@ -182,6 +182,7 @@ def on_trace(
     args: tuple,
     kwargs: dict,
     hidden: list[str] | None = None,
+    own: bool = False,
 ) -> None:
     with store.trace_lock:  # never `store.lock` in a trace: see `Store`
         store.traces += 1
@@ -198,7 +199,10 @@ def on_trace(
         del store.records[:-_MAX_EXPLAIN_RECORDS]
     enabled = config.explain_recompiles if options.explain is None else options.explain
     # under IPython, the third compile prints a one-line note (`_explain.note`)
-    noted = store.traces == NOTE_AT and config.recompile_notes and in_ipython()
+    # (not for boxwood's own functions, such as `generate`'s loop)
+    noted = (
+        store.traces == NOTE_AT and config.recompile_notes and not own and in_ipython()
+    )
     if (enabled or noted) and previous:
         lines = explain(previous, record) or [
             "no difference in the arguments' structure, static values, shapes or "

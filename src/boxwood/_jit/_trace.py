@@ -57,10 +57,10 @@ def traced_function(
             args, kwargs = plan.treedef.unflatten(leaves)
         else:
             args, kwargs = plan.treedef.unflatten(leaves), {}
-        on_trace(options, name, store, args, kwargs, leading.labels)
+        function = store.function(fun_dyn)
+        on_trace(options, name, store, args, kwargs, leading.labels, _own(function))
         if watch_methods is not None:  # (captured modules are watched already)
             watch_methods(name, leading.user_args(args), kwargs)
-        function = store.function(fun_dyn)
         store.begin_trace()
         try:
             out = function(*args, **kwargs)
@@ -138,3 +138,11 @@ def _source_function(fun: Any) -> Any:
         if hasattr(candidate, "__code__"):
             return candidate
     return None
+
+
+def _own(function: Any) -> bool:
+    """Whether `function` (or the function of a bound method) is boxwood's own,
+    such as `generate`'s decoding loop: its recompiles are not the user's to
+    read about in a note."""
+    module = getattr(getattr(function, "__func__", function), "__module__", None)
+    return isinstance(module, str) and module.startswith("boxwood.")
