@@ -8,8 +8,8 @@ catalogue row for every error the source builds, is tests/test_error_catalogue.p
 """
 
 import dataclasses
-import re
 import importlib.util
+import re
 import sys
 import warnings
 from collections.abc import Callable
