@@ -69,7 +69,7 @@ _CHILD = textwrap.dedent(
     quiet = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
     for root, tests in json.loads(sys.argv[1]):
         os.chdir(root)
-        pytest.main(["-p", "_compat_record", "-q", "-p", "no:cacheprovider", *quiet, *tests])
+        pytest.main(["-p", "_compat_record", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark", *quiet, *tests])
         print(f"CPU {time.process_time():.1f} s after {os.path.basename(root)}")
         # Another library's test files may have the same names (tests/test_utils.py).
         for name, module in list(sys.modules.items()):
