@@ -283,3 +283,104 @@ def test_method_descriptor_copies_without_recursion():
     bare = type(descriptor).__new__(type(descriptor))
     with pytest.raises(AttributeError, match="__name__"):
         bare.__name__  # noqa: B018
+
+
+def _internals(lib):
+    """The two internal names libraries that build modules themselves (quax)
+    import from `equinox._module._module`."""
+    module = bw._module._module if lib is bw else eqx._module._module
+    return module._currently_initialising, module.is_abstract_module
+
+
+@both
+def test_is_abstract_module_as_on_equinox(lib):
+    _, is_abstract_module = _internals(lib)
+
+    class Method(lib.Module):
+        @abc.abstractmethod
+        def f(self): ...
+
+    class MethodDone(Method):
+        def f(self):
+            return 1
+
+    class Var(lib.Module):
+        x: lib.AbstractVar[int]
+
+    class VarDone(Var):
+        x: int = 1
+
+    class ClassVar(lib.Module):
+        y: lib.AbstractClassVar[int]
+
+    class Declared(lib.Module, is_abstract=True):
+        pass
+
+    class DeclaredChild(Declared):
+        pass
+
+    abstract = [Method, Var, ClassVar, Declared]
+    concrete = [MethodDone, VarDone, DeclaredChild, lib.Module]
+    assert [is_abstract_module(k) for k in abstract] == [True] * 4
+    assert [is_abstract_module(k) for k in concrete] == [False] * 4
+
+
+@both
+def test_a_module_built_without_calling_its_class(lib):
+    """quax's fast construction: `__new__`, then `__init__` inside the init guard,
+    then the converters and checks by hand. The module flattens as one built by
+    calling its class (its treedef too: static key included)."""
+    guard, _ = _internals(lib)
+
+    class Scaled(lib.Module):
+        w: jax.Array
+        scale: float = lib.field(static=True)
+
+        def __init__(self, w, scale):
+            self.w = w
+            self.scale = scale
+
+    def fast(cls, *args):
+        self = cls.__new__(cls)
+        guard.add(self)
+        try:
+            cls.__init__(self, *args)
+        finally:
+            guard.remove(self)
+        return self
+
+    made = fast(Scaled, jnp.ones(2), 2.0)
+    called = Scaled(jnp.ones(2), 2.0)
+    assert jax.tree.structure(made) == jax.tree.structure(called)
+    if lib is bw:  # boxwood's treedefs tell `2.0` from `2` (Equinox's do not)
+        assert jax.tree.structure(made) != jax.tree.structure(Scaled(jnp.ones(2), 2))
+    assert bool(lib.tree_equal(made, called))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.w = jnp.zeros(2)
+    doubled = jax.jit(lambda m: jax.tree.map(lambda x: 2 * x, m))(made)
+    assert doubled.scale == 2.0 and doubled.w.tolist() == [2.0, 2.0]
+
+
+@both
+def test_a_metaclass_with_its_own_call(lib):
+    """A library's metaclass that defines `__call__` (quax's fast construction,
+    a counting or caching metaclass) runs for calls of the class; JAX's rebuilds
+    of its modules do not reach it."""
+    calls = []
+
+    class CountingMeta(type(lib.Module)):
+        def __call__(cls, *args, **kwargs):
+            calls.append(cls.__name__)
+            return super().__call__(*args, **kwargs)
+
+    class Counted(lib.Module, metaclass=CountingMeta):
+        w: jax.Array
+        n: int = lib.field(static=True, default=3)
+
+    c = Counted(jnp.ones(2))
+    assert calls == ["Counted"]
+    doubled = jax.tree.map(lambda x: 2 * x, c)
+    traced = jax.jit(lambda m: m)(c)
+    assert calls == ["Counted"]
+    assert doubled.w.tolist() == [2.0, 2.0] and doubled.n == 3
+    assert traced.n == 3 and bool(lib.tree_equal(traced, c))

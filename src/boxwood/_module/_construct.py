@@ -39,6 +39,46 @@ INITIALISING: set[int] = set()
 _new = object.__new__
 
 
+class InitGuard:
+    """`INITIALISING` by instance, for code that builds a module itself rather than
+    calling its class (quax's fast construction reaches for it under Equinox's name,
+    `equinox._module._module._currently_initialising`): `add(module)` before running
+    the class's `__init__` on it, `remove(module)` after.
+
+    `remove` gives the module its static key, as `construct` does after `__init__`
+    (without it the module would carry its class's key, and its treedef would
+    differ from that of the same module built by calling its class).
+    """
+
+    __slots__ = ()
+
+    def add(self, module: Any, /) -> None:
+        instance_dict(module).setdefault(REBUILD_NAME, type(module)._boxwood_rebuild)
+        INITIALISING.add(id(module))
+
+    def remove(self, module: Any, /) -> None:
+        INITIALISING.discard(id(module))
+        values = instance_dict(module)
+        if not _fill_defaults(
+            type(module), module, values
+        ):  # (else: the caller's error)
+            values[REBUILD_NAME] = _static_key.key(type(module), values)
+
+    def __contains__(self, module: Any) -> bool:
+        return id(module) in INITIALISING
+
+
+def is_abstract(cls: Any, /) -> bool:
+    """Whether calling `cls` is refused as abstract: it was declared with
+    `is_abstract=True`, or leaves an abstract method, `AbstractVar` or
+    `AbstractClassVar` unresolved."""
+    return bool(
+        cls.__dict__.get("_boxwood_is_abstract")
+        or cls.__boxwood_abstract__
+        or getattr(cls, "__abstractmethods__", ())
+    )
+
+
 def rebuild(cls: Any, values: dict) -> Any:
     """The module of class `cls` with these fields (and static key), for a class
     that keeps a field in `__slots__` (any other class is rebuilt inline by the
@@ -94,7 +134,9 @@ def _value(self: Any, values: dict, name: str) -> Any:
 _MISSING = object()
 
 
-def _finish(cls: Any, self: Any, values: dict) -> None:
+def _fill_defaults(cls: Any, self: Any, values: dict) -> list[str]:
+    """Give the fields `__init__` left unset their defaults; the names of those
+    that have none (and no value as a slot or property)."""
     missing = []
     for f in cls._boxwood_fields:
         if f.name in values:
@@ -105,6 +147,11 @@ def _finish(cls: Any, self: Any, values: dict) -> None:
             values[f.name] = f.default_factory()
         elif _value(self, values, f.name) is _MISSING:  # (a slot, a property)
             missing.append(f.name)
+    return missing
+
+
+def _finish(cls: Any, self: Any, values: dict) -> None:
+    missing = _fill_defaults(cls, self, values)
     if missing:
         raise TypeError(
             MSG_UNSET.format(cls=cls.__name__, first=missing[0], **plural(missing))

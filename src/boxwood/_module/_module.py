@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import inspect
 import types
 import warnings
@@ -14,7 +15,7 @@ from .._tracebacks import hide_own_frames
 from . import _flat_form, _reload
 from ._abstract import own_abstract, unresolved
 from ._checks import MSG_FROZEN, MSG_METHOD, MSG_POST_INIT
-from ._construct import INITIALISING, construct, rebuild
+from ._construct import INITIALISING, InitGuard, construct, is_abstract, rebuild
 from ._field import converter_of, field, is_static, static_field
 from ._field_descriptors import install_fields
 from ._register import REBUILD_NAME, register
@@ -31,6 +32,11 @@ except ImportError:  # pragma: no cover - Python 3.10
 # one by one (`_construct.rebuild`).
 SLOTTED: set[type] = set()
 _new = object.__new__
+
+# Equinox's internal names for these, which libraries that construct modules
+# themselves import from `equinox._module._module` (quax's fast construction path).
+_currently_initialising = InitGuard()
+is_abstract_module = is_abstract
 
 
 # Type checkers see each subclass as a dataclass: its fields, and the `__init__`
@@ -88,21 +94,47 @@ class _ModuleMeta(abc.ABCMeta):
         type.__setattr__(cls, name, value)
 
     def __call__(cls, /, *args, **kwargs):  # (a field may be named `cls`)
-        # JAX's rebuild (`_register.py`): the keywords, a fresh dict, become the
-        # instance dict.
         if args or kwargs.get(REBUILD_NAME).__class__ is not StaticKey:
             return construct(cls, args, kwargs)
-        if SLOTTED and cls in SLOTTED:
-            return rebuild(cls, kwargs)
-        obj = _new(cls)
-        set_dict(obj, kwargs)
-        return obj
+        return _rebuilt(cls, kwargs)
+
+    def __init_subclass__(mcs, **kwargs: Any) -> None:
+        # A metaclass built on this one (a library's) may define its own
+        # `__call__`: it runs for its users' calls, while JAX's rebuild, which also
+        # calls the class, still gets the instance dict it expects.
+        super().__init_subclass__(**kwargs)
+        own = mcs.__dict__.get("__call__")
+        if own is not None and not hasattr(own, "_boxwood_rebuilds"):
+            type.__setattr__(mcs, "__call__", _rebuilding(own))
 
     # `inspect.signature(cls)` would otherwise show `__call__`'s `(*args, **kwargs)`
     @property
     def __signature__(cls) -> inspect.Signature:
         signature = inspect.signature(cls.__init__)
         return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
+def _rebuilt(cls: Any, values: dict) -> Any:
+    """JAX's rebuild (`_register.py`): the keywords, a fresh dict, become the
+    instance dict."""
+    if SLOTTED and cls in SLOTTED:
+        return rebuild(cls, values)
+    obj = _new(cls)
+    set_dict(obj, values)
+    return obj
+
+
+def _rebuilding(call: Callable) -> Callable:
+    """A metaclass's own `__call__`, which JAX's rebuilds bypass."""
+
+    @functools.wraps(call)
+    def __call__(cls, /, *args, **kwargs):
+        if args or kwargs.get(REBUILD_NAME).__class__ is not StaticKey:
+            return call(cls, *args, **kwargs)
+        return _rebuilt(cls, kwargs)
+
+    __call__._boxwood_rebuilds = True  # pyright: ignore[reportFunctionMemberAccess]
+    return __call__
 
 
 def _has_dataclass_init(cls: Any) -> bool:
