@@ -133,7 +133,7 @@ def _rebuilding(call: Callable) -> Callable:
             return call(cls, *args, **kwargs)
         return _rebuilt(cls, kwargs)
 
-    __call__._boxwood_rebuilds = True  # pyright: ignore[reportFunctionMemberAccess]
+    __call__._boxwood_rebuilds = True  # pyright: ignore[reportAttributeAccessIssue]
     return __call__
 
 
