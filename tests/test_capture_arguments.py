@@ -1,11 +1,12 @@
-"""Methods of modules passed as arguments that read arrays from their globals, for
-classes defined in another file than the compiled function (a package of the
-user's; a class defined with the function's own globals is watched and keyed
-instead: `test_capture_rows.py`): the value is fixed at the trace (a method runs
-from its class), and boxwood says so at the first trace, naming the global, the
-method and the function, once per method and global
-(`boxwood/_jit/capture/arguments.py`)."""
+"""Methods of modules passed as arguments that read their globals, for classes
+defined in another file than the compiled function (a `layers.py` of the user's
+next to the notebook; a class defined with the function's own globals:
+`test_capture_rows.py`): what they read is watched in that file's globals and
+keyed, so rebinding it traces once more with the new value, and an explanation
+names it with its file (`global 'layers.SCALE'`). Classes of installed libraries
+are not looked at (`boxwood/_jit/capture/arguments.py`)."""
 
+import functools
 import warnings
 
 import jax
@@ -75,50 +76,79 @@ exec(compile("def _call(m, x):\n    return m(x)\n", "<elsewhere>", "exec"), _ELS
 _call = _ELSEWHERE["_call"]
 
 
-def test_the_first_trace_warns_naming_the_global_method_and_function():
+@pytest.fixture
+def rebind():
+    """`rebind(name, value)` for this file's globals, put back after the test."""
+    saved = {}
+
+    def set_(name, value):
+        saved.setdefault(name, globals()[name])
+        globals()[name] = value
+
+    yield set_
+    globals().update(saved)
+
+
+def _traces(f) -> int:
+    return f.cache_info().traces
+
+
+@pytest.mark.parametrize("name, value", [("_OFFSET", 5.0), ("_Y", jnp.ones(3))])
+def test_rebinding_a_global_read_in_another_files_method_is_seen(rebind, name, value):
+    cls = _AddsNumber if name == "_OFFSET" else _Adds
     step = bw.filter_jit(_call)
-    m = _Adds(jnp.ones(3))
-    with pytest.warns(
-        bw.CapturedValueWarning,
-        match=r"global '_Y' \(an array float32\[3\]\) is read inside `_Adds.__call__`, "
-        r"a method of a module passed to _call: .*keeps the value it has at this "
-        r"first trace; rebinding it later is not seen\. Store it in a field of the "
-        r"module or pass it as an argument",
-    ):
-        out = step(m, 1.0)
-    np.testing.assert_array_equal(out, [1.0, 1.0, 1.0])
+    m = cls(jnp.ones(3))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        step(m, 1.0)  # once per method and global
-        bw.filter_jit(lambda a, x: a(x))(m, 2.0)  # here: watched, not warned
+        before = step(m, 1.0)
+        rebind(name, value)
+        after = step(m, 1.0)
+        np.testing.assert_array_equal(after, m(1.0))  # as the eager call gives
+        assert not np.array_equal(before, after)
+        step(m, 1.0)
+    assert _traces(step) == 2  # one trace per change, then warm
 
 
-def test_a_nested_module_and_a_method_reached_through_another_are_seen():
-    step = bw.filter_jit(_call)
+def test_the_explanation_names_the_global_with_its_file(rebind):
+    step = bw.filter_jit(_call, explain=True)
+    m = _AddsNumber(jnp.ones(3))
+    step(m, 1.0)
+    rebind("_OFFSET", 7.0)
     with pytest.warns(
-        bw.CapturedValueWarning, match=r"global '_TABLE'.*`_InnerReadsTable.scaled`"
+        bw.RecompileWarning,
+        match=r"global '[\w.]*test_capture_arguments\._OFFSET': 2\.0 -> 7\.0",
     ):
-        step(_Outer(_InnerReadsTable(jnp.ones(3))), 1.0)
+        step(m, 1.0)
+    rebind("_OFFSET", 2.0)  # back: the first trace's code, no new trace
+    step(m, 1.0)
+    assert _traces(step) == 2
 
 
-def test_a_global_holding_a_module_warns():
-    global _INNER
-    _INNER = _Adds(jnp.ones(3))
-    with pytest.warns(bw.CapturedValueWarning, match=r"global '_INNER' \(_Adds"):
-        bw.filter_jit(_call)(_UsesGlobalModule(jnp.ones(3)), 1.0)
+def test_a_nested_module_and_a_method_reached_through_another_are_seen(rebind):
+    step = bw.filter_jit(_call)
+    m = _Outer(_InnerReadsTable(jnp.ones(3)))
+    np.testing.assert_array_equal(step(m, 1.0), [0.0, 1.0, 2.0])
+    rebind("_TABLE", jnp.full(3, 2.0))
+    np.testing.assert_array_equal(step(m, 1.0), [2.0, 2.0, 2.0])
 
 
-def test_numbers_constants_mode_and_library_layers_stay_silent():
+def test_a_global_holding_a_module_is_seen(rebind):
+    rebind("_INNER", _Adds(jnp.ones(3)))
+    step = bw.filter_jit(_call)
+    m = _UsesGlobalModule(jnp.ones(3))
+    np.testing.assert_array_equal(step(m, 1.0), [2.0, 2.0, 2.0])
+    rebind("_INNER", _Adds(jnp.full(3, 3.0)))
+    np.testing.assert_array_equal(step(m, 1.0), [4.0, 4.0, 4.0])
+
+
+def test_constants_mode_keeps_the_first_value_by_choice(rebind):
+    step = bw.filter_jit(_call, capture="constants")
+    m = _AddsForConstants(jnp.ones(3))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        # a number is a trace-time constant, as in JAX (checked when it changes)
-        bw.filter_jit(_call)(_AddsNumber(jnp.ones(3)), 1.0)
-        # capture="constants": everything is fixed at the trace, by choice
-        m = _AddsForConstants(jnp.ones(3))
-        bw.filter_jit(_call, capture="constants")(m, 1.0)
-        # boxwood's (and other installed libraries') classes are not looked at
-        layer = bw.nn.Linear(3, 2, key=jax.random.key(0))
-        bw.filter_jit(_call)(layer, jnp.ones(3))
+        step(m, 1.0)
+        rebind("_TABLE_FOR_CONSTANTS", jnp.zeros(3))
+        np.testing.assert_array_equal(step(m, 1.0), [2.0, 2.0, 2.0])
 
 
 def test_only_classes_of_the_users_code_are_looked_at():
@@ -130,30 +160,23 @@ def test_only_classes_of_the_users_code_are_looked_at():
     assert arguments._user_class(_Adds)  # a test file: the user's code
     for library_class in (bw.nn.Linear, equinox.nn.Linear, optax.ScaleByAdamState):
         assert not arguments._user_class(library_class)
+    layer = bw.nn.Linear(3, 2, key=jax.random.key(0))
+    assert arguments.argument_reads((layer,), {}) == {}
 
 
-def test_the_same_class_warns_in_capture_inputs_mode():
-    # (the class of the test above: silent only because of capture="constants")
-    with pytest.warns(bw.CapturedValueWarning, match="_TABLE_FOR_CONSTANTS"):
-        bw.filter_jit(_call)(_AddsForConstants(jnp.ones(3)), 1.0)
-
-
-class _AddsForBothModes(bw.Module):
-    w: jax.Array
-
-    def __call__(self, x):
-        return self.w * x + _TABLE_FOR_BOTH
-
-
-_TABLE_FOR_BOTH = jnp.ones(3)
-
-
-def test_an_inputs_wrapper_warns_after_a_constants_wrapper_of_the_same_function():
-    # the two modes never share compiled code, so the "inputs" wrapper traces
-    # (and looks at the argument's methods) itself
-    m = _AddsForBothModes(jnp.ones(3))
+def test_a_callable_that_takes_no_per_call_check_warns_once():
+    """A `functools.partial` given to `filter_jit` is compiled as it is: an array
+    read by a method of its module argument is fixed at the trace, and says so."""
+    step = bw.filter_jit(functools.partial(_call))
+    m = _Adds(jnp.ones(3))
+    with pytest.warns(
+        bw.CapturedValueWarning,
+        match=r"global '_Y' \(an array float32\[3\]\) is read inside `_Adds.__call__`, "
+        r"a method of a module passed to .*keeps the value it has at this first "
+        r"trace; rebinding it later is not seen\. Store it in a field of the module "
+        r"or pass it as an argument",
+    ):
+        step(m, 1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        bw.filter_jit(_call, capture="constants")(m, 1.0)
-    with pytest.warns(bw.CapturedValueWarning, match="_TABLE_FOR_BOTH"):
-        bw.filter_jit(_call)(m, 1.0)
+        step(m, 2.0)  # once per method and global

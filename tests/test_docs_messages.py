@@ -130,27 +130,32 @@ class Affine(bw.Module):
 
 
 def _method_reads_a_global(tmp_path):
-    """A module argument whose class comes from another file (a `models.py`
-    next to the notebook): what its method reads from that file's globals is
-    fixed at the trace, and warns."""
+    """A module argument whose class comes from another file (a `layers.py` next
+    to the notebook): what its method reads from that file's globals is keyed,
+    and the explanation of the next trace names it with its file."""
     source = (
         "import jax.numpy as jnp\nimport boxwood as bw\ny = jnp.ones(3)\n\n"
         "class Model(bw.Module):\n    def __call__(self, v):\n        return v * y\n"
     )
-    path = tmp_path / "models.py"
+    path = tmp_path / "layers.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location("models_of_the_docs", path)
+    spec = importlib.util.spec_from_file_location("layers", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # as an import leaves it
-    spec.loader.exec_module(module)
-    namespace = vars(module)
+    try:
+        spec.loader.exec_module(module)
 
-    def step(model, v):
-        return model(v)
+        def step(model, v):
+            return model(v)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        bw.filter_jit(step)(namespace["Model"](), jnp.ones(3))
+        compiled = bw.filter_jit(step, explain=True)
+        compiled(module.Model(), jnp.ones(3))
+        module.y = jnp.zeros(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            compiled(module.Model(), jnp.ones(3))
+    finally:
+        del sys.modules[spec.name]
 
 
 QUOTES = [
@@ -193,12 +198,8 @@ replicate this leaf with an earlier rule.""",
     Quote("docs/filter_jit.md", "the non-array value at `args[1].config.sizes` (of type list) is not hashable", _unhashable_argument, part=True),
     Quote(
         "docs/filter_jit.md",
-        """global 'y' (an array float32[3]) is read inside `Model.__call__`, a method of a
-module passed to step: a method runs from its class, so boxwood cannot pass that
-global to it as an input, and the compiled code keeps the value it has at this
-first trace; rebinding it later is not seen. Store it in a field of the module or
-pass it as an argument (or read it in step itself, where what the function reads
-from globals is an input).""",
+        """filter_jit(step) is recompiling (trace 2; 1 earlier signature(s)). Compared with the closest earlier call:
+  global 'layers.y': an array float32[3] -> an array float32[3] (definition 2)""",
         _method_reads_a_global, whole=True,
         stand_ins=lambda tmp_path: {"_method_reads_a_global.<locals>.step": "step"},
     ),

@@ -1,16 +1,16 @@
-"""At a first trace: arrays that methods of module arguments read from their
-globals, fixed at the trace.
+"""The globals that methods of module arguments read.
 
 A method runs from its class, so what it reads from globals is fixed when the
 function that calls it is traced. boxwood watches such reads in the classes it can
 find from the function (`reads.py`: names the function reads, the callable given
 to `filter_jit`) and keys the compiled code by them. The class of a module passed
-as an *argument* is only known at the call: `warn_argument_methods` looks at those
-classes when a function is traced and warns once per method and global, at that
-first trace, that an array read there is fixed (naming the function, the method
-and the global, and the fix). Classes of installed libraries (boxwood's own
-layers, Equinox, diffrax, ...) are left alone: their module-level arrays are
-constants by design.
+as an *argument* is only known at the call: `argument_reads` gives what the
+methods of those classes read, in the globals of the file or notebook that defined
+each, to be watched and keyed the same way (`layer.Layer.watch_arguments`). Where
+a callable cannot take that per-call check, `warn_argument_methods` warns once per
+method and global, at the first trace, that an array read there is fixed. Classes
+of installed libraries (boxwood's own layers, Equinox, diffrax, ...) are left
+alone: their module-level values are constants by design.
 """
 
 from __future__ import annotations
@@ -127,34 +127,36 @@ def _class_globals(cls: type) -> dict | None:
     return None
 
 
-def argument_reads(g: dict, args: tuple, kwargs: dict) -> dict[str, str]:
-    """`{global name: method qualname}`: the globals in `g` that the methods of the
-    module classes in `args` and `kwargs` read, for the classes defined with
-    globals `g` (a notebook's, or a script's own classes), with the functions and
-    classes those methods reach by name (`reads.Reads`, scanned once per class).
-    They are watched and keyed like what the function's own methods read."""
-    out: dict[str, str] = {}
+def argument_reads(args: tuple, kwargs: dict) -> dict[tuple[int, str], tuple]:
+    """`{(id(globals), name): (globals, method qualname)}`: the globals that the
+    methods of the module classes in `args` and `kwargs` read (with the functions
+    and classes those methods reach by name: `reads.Reads`, scanned once per
+    class), in the globals of the file or notebook that defined each class, for
+    the classes of the user's code (`_user_class`). They are watched and keyed
+    like what the function's own methods read."""
+    out: dict[tuple[int, str], tuple] = {}
     for cls in _module_classes((args, kwargs)):
-        if _class_globals(cls) is not g:
-            continue
         reads = _CLASS_READS.get(cls)
         if reads is None:
-            reads = _CLASS_READS[cls] = dict(Reads(cls, g).unfollowed)
-        for global_name, method in reads.items():
-            out.setdefault(global_name, method)
+            g = _class_globals(cls)
+            found = {}
+            if g is not None and _user_class(cls):
+                found = {
+                    (id(g), n): (g, m) for n, m in Reads(cls, g).unfollowed.items()
+                }
+            reads = _CLASS_READS[cls] = found
+        for key, value in reads.items():
+            out.setdefault(key, value)
     return out
 
 
-def warn_argument_methods(
-    name: str, args: tuple, kwargs: dict, keyed: dict | None = None
-) -> None:
+def warn_argument_methods(name: str, args: tuple, kwargs: dict) -> None:
     """Warn (once per method and global) about the arrays read from globals by
-    methods of the modules in `args` and `kwargs`, which function `name` is being
-    traced with (`keyed`: globals watched and keyed instead, not warned about)."""
+    methods of the modules in `args` and `kwargs`, which `name` is being traced
+    with: for a callable that cannot take the per-call check (one that is not a
+    plain function, and reads nothing watched itself)."""
     for cls in _module_classes((args, kwargs)):
         for method, g, global_name in _global_reads(cls):
-            if g is keyed:
-                continue
             value = g.get(global_name, MISSING)
             if value is not MISSING and has_arrays(value):
                 key = (cls.__module__, method, global_name)

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..._module import as_pytree_function, bind_method
 from ..._tracebacks import hide_own_frames
-from .arguments import argument_reads, warn_argument_methods
+from .arguments import argument_reads
 from .reads import globals_of
 from .rebuild import Capture
 from .traced import Traced, traced_for
@@ -33,15 +33,15 @@ from .values import MISSING
 # free variables of `call` are the same whatever is watched, so that a new scan
 # can give the same function new code (`Layer.rewatch`).
 _CALL_TEMPLATE = """
-def _bw_make(_bw_g, _bw_cells, _bw_state, _bw_core, _bw_slow, _bw_first):
+def _bw_make(_bw_g, _bw_cells, _bw_fd, _bw_state, _bw_core, _bw_slow, _bw_first):
     def call({params}):
         try:
             _bw_s = _bw_state.snap
             try:
                 {reads}
             except (KeyError, ValueError, IndexError):
-                if _bw_g is _bw_cells or _bw_g is _bw_first:  # (never: keeps them free)
-                    return None
+                if _bw_g is _bw_cells or _bw_g is _bw_first or _bw_g is _bw_fd:
+                    return None  # (never: keeps them free variables)
                 return _bw_slow({args}, {kwargs})
             if {tests}:
                 return _bw_slow({args}, {kwargs})
@@ -116,6 +116,11 @@ def _source(capture: Capture, params: list[str] | None, routed: bool) -> str:
         f"_bw_v{i + len(globals_)} = _bw_cells[{i}].cell_contents"
         for i in range(len(capture.cells))
     ]
+    done = len(globals_) + len(capture.cells)
+    reads += [  # another file's globals (`_bw_fd`: one dict per name)
+        f"_bw_v{i + done} = _bw_fd[{i}][{name!r}]"
+        for i, (_, name) in enumerate(capture.foreign)
+    ]
     first = f"_bw_s[{n}], "
     if params is None:
         sig, args, kwargs = "*args, **kwargs", "args", "kwargs"
@@ -176,8 +181,9 @@ class Layer:
         where = os.path.join(os.path.dirname(__file__), f"<captures of {self.name}>")
         exec(compile(source, where, "exec"), namespace)
         cells = tuple(capture.cells)
+        foreign = tuple(g for g, _ in capture.foreign)
         call = namespace["_bw_make"](
-            capture.g, cells, self.state, self.core_call, self.slow, self.first
+            capture.g, cells, foreign, self.state, self.core_call, self.slow, self.first
         )
         # errors about the call's arguments name the user's function
         code = call.__code__.replace(co_name=self.name, co_qualname=self.qualname)
@@ -216,9 +222,10 @@ class Layer:
         self._generate(self.call)
 
     def watch_arguments(self, args: tuple, kwargs: dict) -> None:
-        """Watch what the methods of the module arguments read from the
-        function's globals (a notebook's `SCALE` read inside `Model.__call__`)."""
-        extra = argument_reads(self.capture.g, args, kwargs)
+        """Watch what the methods of the module arguments read from their
+        globals (a notebook's `SCALE` read inside `Model.__call__`, or a
+        `layers.py` file's)."""
+        extra = argument_reads(args, kwargs)
         if extra and self.capture.extend(extra):
             for layer in list(self.capture.layers):
                 layer.rewatch()
@@ -226,9 +233,8 @@ class Layer:
     def traced_with(self, name: str, args: tuple, kwargs: dict) -> None:
         """Called by the core when it traces, with the user's arguments: a module
         class not seen by `slow` (the watched values had not changed) has its
-        methods' global reads watched from the next call on; an array read by a
-        method of a class defined elsewhere warns that it is fixed."""
-        warn_argument_methods(name, args, kwargs, keyed=self.capture.g)
+        methods' global reads watched from the next call on."""
+        del name
         self.watch_arguments(args, kwargs)
 
     def rescan(self) -> None:
@@ -307,20 +313,18 @@ def watch_plain(
     fun: Any, variant: Any, core: Any, make_core: Callable, promote: Callable
 ) -> None:
     """For a function that reads no watched name (`core`: its plain wrapper): when
-    it is first traced with module arguments whose methods read the function's
-    globals, it gets a layer after all (`promote(layer)` sends the wrapper's calls
+    it is first traced with module arguments whose methods read globals, it gets a layer after all (`promote(layer)` sends the wrapper's calls
     to the layer's from then on, and the layer's calls with the constants of
     that trace back to `core`: `Layer.route_first`), so that rebinding them is
     seen, with no trace more than a change needs."""
-    g = fun.__globals__
     promoted: list[Layer] = []
 
     def traced_with(name: str, args: tuple, kwargs: dict) -> None:
-        warn_argument_methods(name, args, kwargs, keyed=g)
+        del name
         if promoted:  # a module class not seen before: watched from now on
             promoted[0].watch_arguments(args, kwargs)
             return
-        extra = argument_reads(g, args, kwargs)
+        extra = argument_reads(args, kwargs)
         if not extra:
             return
         traced = traced_for(fun, variant)

@@ -25,6 +25,7 @@ from .values import (
     Same,
     contents,
     describe_value,
+    foreign_label,
     global_label,
     has_arrays,
     join_callable,
@@ -107,7 +108,11 @@ class Capture:
         self.unfollowed = {global_label(n): f for n, f in self.reads.unfollowed.items()}
         self.layers: weakref.WeakSet = weakref.WeakSet()  # the per-call layers
         self.lock = threading.Lock()
-        self.extra: dict[str, str] = {}  # watched for module arguments (`extend`)
+        # watched for module arguments (`extend`)
+        self.extra: dict[tuple[int, str], tuple[dict, str]] = {}
+        # Globals of other files (those of module arguments' classes) read inside
+        # methods: `(globals, name)`, after the closure cells in `labels`.
+        self.foreign: list[tuple[dict, str]] = []
         # The static names (see `hidden`): the keys of the trace-time constants and
         # the functions of bound methods and partials -> the name; the name -> those
         # functions; `(label, text)` -> the keys whose text reads so (numbered).
@@ -115,32 +120,46 @@ class Capture:
         self._signatures: dict[str, tuple] = {}
         self._texts: dict[tuple[str, str], list] = {}
 
-    def extend(self, extra: dict[str, str]) -> bool:
-        """Watch the globals in `extra` too (`{name: method qualname}`: read inside
-        methods of module arguments, found at a call), as trace-time constants of
-        those methods; `True` when a name is new (the per-call checks must then
-        read it: `layer.Layer.rewatch`)."""
+    def extend(self, extra: dict[tuple[int, str], tuple[dict, str]]) -> bool:
+        """Watch the globals in `extra` too (`{(id(globals), name): (globals,
+        method qualname)}`: read inside methods of module arguments, found at a
+        call, in this function's globals or another file's), as trace-time
+        constants of those methods; `True` when a name is new (the per-call checks
+        must then read it: `layer.Layer.rewatch`)."""
         with self.lock:
             new = {
-                n: m
-                for n, m in extra.items()
-                if global_label(n) not in self.unfollowed and n not in self.reads.stored
+                key: (g, method)
+                for key, (g, method) in extra.items()
+                if key not in self.extra
+                and (g is not self.g or key[1] not in self.reads.stored)
             }
             if not new:
                 return False
             self.extra.update(new)
-            self._add(new)
-            return True
+            return self._add(new)
 
-    def _add(self, extra: dict[str, str]) -> None:
-        for name, method in extra.items():
-            label = global_label(name)
+    def _add(self, extra: dict[tuple[int, str], tuple[dict, str]]) -> bool:
+        """Watch these; `True` when a label is new."""
+        before = len(self.labels)
+        for (_, name), (g, method) in extra.items():
+            if g is self.g:
+                label = global_label(name)
+                if label not in self._global:
+                    self.reads.globals.append(name)
+                    self._global[label] = name
+                    self.warn_only.add(label)
+            else:
+                label = foreign_label(g, name)
+                if label not in self.warn_only:
+                    self.foreign.append((g, name))
+                    self.warn_only.add(label)
             self.unfollowed.setdefault(label, method)
-            if label not in self._global:
-                self.reads.globals.append(name)
-                self._global[label] = name
-                self.warn_only.add(label)
-        self.labels[:] = [*self._global, *(label for label, _ in self.reads.cells)]
+        self.labels[:] = [
+            *self._global,
+            *(label for label, _ in self.reads.cells),
+            *(foreign_label(g, n) for g, n in self.foreign),
+        ]
+        return len(self.labels) != before
 
     def adopt(self, other: Capture) -> bool:
         """Take the names of a new scan of the same function (`other`); `True` when
@@ -154,6 +173,7 @@ class Capture:
             self.reads, self._global = other.reads, other._global
             self.labels[:] = other.labels
             self.cells, self._cell_label = other.cells, other._cell_label
+            self.foreign = other.foreign
             self.warn_only, self.unfollowed = other.warn_only, other.unfollowed
             if moved:
                 self.labels.first = {}
@@ -272,7 +292,8 @@ class Capture:
         """The current value of every watched name (`MISSING` where unbound)."""
         g = self.g
         values = [g.get(n, MISSING) for n in self.reads.globals]
-        return values + [contents(c) for c in self.cells]
+        values += [contents(c) for c in self.cells]
+        return values + [f.get(n, MISSING) for f, n in self.foreign]
 
     def rebuild(self, hidden: tuple | None) -> types.FunctionType:
         """The function with the values in `hidden` (one per label, `None`: not

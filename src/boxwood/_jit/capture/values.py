@@ -21,9 +21,11 @@ _PLAIN = frozenset(
 
 
 class CapturedValueWarning(UserWarning):
-    """A value read by a `filter_jit` function from its globals or closure may be
-    stale in the compiled code: an array that a method of a module *argument* reads
-    from its globals is fixed at the trace (boxwood cannot watch those names)."""
+    """A value read by a `filter_jit` function may be stale in the compiled code:
+    an array that a method of a module *argument* reads from its globals, where
+    the callable given to `filter_jit` takes no per-call check (a
+    `functools.partial` that reads nothing watched itself), is fixed at the
+    trace."""
 
 
 MSG_ARGUMENT_METHOD = (
@@ -38,6 +40,12 @@ MSG_ARGUMENT_METHOD = (
 
 def global_label(name: str) -> str:
     return f"global {name!r}"
+
+
+def foreign_label(g: dict, name: str) -> str:
+    """A global of another file (that of a module argument's class):
+    `global 'layers.SCALE'`."""
+    return global_label(f"{g.get('__name__', '?')}.{name}")
 
 
 def closure_label(name: str) -> str:
