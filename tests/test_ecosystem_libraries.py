@@ -29,7 +29,8 @@ CACHE = ROOT / "build" / "compat"
 # Each library's tests, chosen cheap and covering what boxwood must do for it:
 # paramax's wrappers, unwrapped inside flowjax's bijections by the method wrappers
 # flowjax's `__init_subclass__` installs (the two flowjax tests fail without them),
-# a flow built and sampled, an interpax interpolator (a Module with static fields).
+# a flow built and sampled, an interpax interpolator (a Module with static fields),
+# quax's own construction path.
 # The child takes about 20 s of CPU time, half of it importing flowjax under the
 # jaxtyping hook; each of interpax's parametrised interpolation tests takes more.
 SELECTION = {
@@ -42,6 +43,14 @@ SELECTION = {
     "flowjax": [
         "tests/test_flows.py::test_flow_sample[None-affine_coupling]",
         "tests/test_bijections/test_bijections.py::test_transform_inverse[Affine]",
+    ],
+    # quax's fast construction: Equinox's private `_currently_initialising` and
+    # `is_abstract_module`, and a metaclass `__call__` of its own
+    "quax": [
+        "tests/unit/test_fast_module.py::test_fast_path_available",
+        "tests/unit/test_fast_module.py::test_fast_path_actually_bypasses_equinox_slow_call",
+        "tests/unit/test_fast_module.py::test_static_field_and_pytree_roundtrip",
+        "tests/unit/test_fast_module.py::test_converter_is_applied",
     ],
 }
 
