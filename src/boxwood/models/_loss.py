@@ -17,7 +17,7 @@ from jaxtyping import Array, Float, Int
 from ._id_ranges import IGNORE_INDEX, check_labels
 from ._inputs import check_attention_mask
 from ._pretrained import Pretrained
-from ._training import dropout_key
+from ._training import dropout_key, stream_key
 
 
 def causal_lm_loss(
@@ -141,10 +141,14 @@ def _as_array(input_ids: Any) -> Any:
 
 def _dropout_key(model: Any, key: Any) -> Any:
     """`key`, checked to be given where the dropout of a model of
-    `boxwood.models` is active (another model's `key` is passed as it is)."""
+    `boxwood.models` is active, and converted for its layers (`stream_key`)
+    before it is split into the rows' keys, which then need no conversion of
+    their own (another model's `key` is passed as it is)."""
     if not isinstance(model, Pretrained):
         return key
-    return dropout_key(model, key, "causal_lm_loss(model, input_ids, key=key)")
+    return stream_key(
+        dropout_key(model, key, "causal_lm_loss(model, input_ids, key=key)")
+    )
 
 
 def _hidden_states(model: Any, ids: Array, attention: Any, key: Any) -> Array:
