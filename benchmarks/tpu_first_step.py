@@ -182,7 +182,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"parameters, AdamW; load average {meta['load']}; persistent cache: "
         f"{meta['cache'] or 'off'}; BOXWOOD_ON_ERROR {meta['on_error'] or 'unset'}; "
         f"order {meta['order']}"
-        f"{', after a warm-up step' if meta['warm'] else ''}.", "",
+        f"{', after a warm-up step' if meta['warm'] is True else ''}"
+        f"{'; warm-up ' + meta['warm'] if isinstance(meta['warm'], str) else ''}.", "",
         "| step | first step s | trace s | lower s | XLA compile s | programs | "
         "StableHLO lines | threefry calls | RBG draws | host callbacks | step ms | tokens/s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -254,7 +255,10 @@ def main() -> int:
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     if args.warm:
-        _warm_up(kind)
+        try:
+            _warm_up(kind)
+        except Exception as error:  # noqa: BLE001 - the figures go on without it
+            meta["warm"] = f"failed: {type(error).__name__}: {str(error)[:200]}"
     rows: list[dict] = []
     for key in order:
         if time.monotonic() - started > args.budget:
