@@ -3,7 +3,9 @@
 # benchmarks/README.md): installs what is missing from the machine's own package
 # index, runs benchmarks/accelerator.py within a time budget, then
 # benchmarks/train_curve.py, then the test suite in one process with a time limit,
-# all inside about 9.5 minutes. Run from the repository root:
+# all inside about 9.5 minutes; the phase "first" (not in the default phases) runs
+# benchmarks/tpu_first_step.py: first steps and steady steps side by side. Run
+# from the repository root:
 #
 #   bash benchmarks/tpu_run.sh            # full sizes
 #   bash benchmarks/tpu_run.sh --quick    # tiny sizes (a CPU check of this script)
@@ -11,10 +13,16 @@
 # Writes into $OUT (default benchmarks/results/tpu-run/), 8 files: run.txt (machine,
 # versions, the phases' times, the suite's summary), bench.log (the benchmarks'
 # output), accelerator.json and accelerator.md, train_curve.json and
-# train_curve.md, pytest.txt (the suite's output, -rA) and pytest-junit.xml.
+# train_curve.md, pytest.txt (the suite's output, -rA) and pytest-junit.xml;
+# the phase "first" writes first_step.json and first_step.md (with
+# TPU_RUN_FIRST_CACHE=1 instead first_step_nan_cold/ and first_step_nan_cached/:
+# a process that fills a persistent compilation cache and one that reads it,
+# both with BOXWOOD_ON_ERROR=nan).
 #
 # From the environment (seconds): TPU_RUN_TOTAL_S (570), TPU_RUN_BENCH_S (330),
-# TPU_RUN_CURVE_S (75); the suite gets what is left. TPU_RUN_PHASES (default
+# TPU_RUN_CURVE_S (75), TPU_RUN_FIRST_S (300, each process of the phase
+# "first"); the suite gets what is left. TPU_RUN_FIRST_ARGS (more options for
+# tpu_first_step.py, e.g. "--order jax,none,rbg,threefry"). TPU_RUN_PHASES (default
 # "bench,curve,tests"; e.g. "tests" to give the suite the whole run),
 # TPU_RUN_BENCH_ARGS (more options for accelerator.py, e.g. "--attention xla"),
 # TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, tests/test_tpu_only.py
@@ -37,6 +45,7 @@ START=$(date +%s)
 TOTAL=${TPU_RUN_TOTAL_S:-570}
 BENCH=${TPU_RUN_BENCH_S:-330}
 CURVE=${TPU_RUN_CURVE_S:-75}
+FIRST=${TPU_RUN_FIRST_S:-300}
 PHASES=${TPU_RUN_PHASES:-bench,curve,tests}
 OUT=${OUT:-$PWD/benchmarks/results/tpu-run}
 PY=${PYTHON:-python3}
@@ -86,7 +95,7 @@ if phase bench && [[ ",${TPU_RUN_BENCH_ARGS:-}," != *"--only"* || "${TPU_RUN_BEN
 fi
 phase tests && NEEDS_ECOSYSTEM=1
 GROUPS_TO_INSTALL=("$WANT_BASE")
-phase bench || phase curve && GROUPS_TO_INSTALL+=("$WANT_BENCH")
+phase bench || phase curve || phase first && GROUPS_TO_INSTALL+=("$WANT_BENCH")
 phase tests && GROUPS_TO_INSTALL+=("$WANT_TESTS")
 [ "$NEEDS_ECOSYSTEM" = 1 ] && GROUPS_TO_INSTALL+=("$WANT_FLAX")
 [ "${TPU_RUN_TORCH:-0}" = 1 ] && GROUPS_TO_INSTALL+=("transformers:transformers tokenizers:tokenizers")
@@ -122,6 +131,31 @@ if phase bench; then
   timeout -k 10 $((BENCH + 30)) "$PY" benchmarks/accelerator.py --budget "$BENCH" \
     --process-timeout 150 --out "$OUT" $QUICK ${TPU_RUN_BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
   say "accelerator.py exit $?"
+fi
+if phase first; then
+  # One process measures every contender's first step (after a tiny warm-up
+  # step that takes JAX's own first-use costs) and its steady step. With
+  # TPU_RUN_FIRST_CACHE=1 instead, two processes with BOXWOOD_ON_ERROR=nan (JAX
+  # never caches a program holding a host callback, as boxwood's id check is):
+  # the first fills a fresh persistent compilation cache, the second measures
+  # the first steps from it.
+  if [ "${TPU_RUN_FIRST_CACHE:-0}" = 1 ]; then
+    CACHE_DIR="$PWD/.tpu-first-cache"
+    rm -rf "$CACHE_DIR"
+    for RUN in cold cached; do
+      BOXWOOD_ON_ERROR=nan timeout -k 10 "$FIRST" "$PY" benchmarks/tpu_first_step.py --warm \
+        --out "$OUT/first_step_nan_$RUN" --cache "$CACHE_DIR" $QUICK ${TPU_RUN_FIRST_ARGS:-} \
+        >>"$OUT/bench.log" 2>&1
+      say "tpu_first_step.py ($RUN, BOXWOOD_ON_ERROR=nan) exit $? (124: stopped at its ${FIRST} s limit)"
+      [ -f "$OUT/first_step_nan_$RUN/first_step.md" ] && cat "$OUT/first_step_nan_$RUN/first_step.md" >>"$LOG"
+    done
+    rm -rf "$CACHE_DIR"
+  else
+    timeout -k 10 "$FIRST" "$PY" benchmarks/tpu_first_step.py --warm --out "$OUT" $QUICK \
+      ${TPU_RUN_FIRST_ARGS:-} >>"$OUT/bench.log" 2>&1
+    say "tpu_first_step.py exit $? (124: stopped at its ${FIRST} s limit)"
+    [ -f "$OUT/first_step.md" ] && cat "$OUT/first_step.md" >>"$LOG"
+  fi
 fi
 if phase curve; then
   timeout -k 10 "$CURVE" "$PY" benchmarks/train_curve.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1

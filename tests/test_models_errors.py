@@ -3,6 +3,7 @@
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -163,6 +164,26 @@ def test_out_of_vocabulary_ids_raise_under_jit(gpt2, bad):
     ):
         call(model, jnp.asarray([3, bad, 5])).block_until_ready()
     assert call(model, jnp.asarray([0, 96])).shape == (2, 97)
+
+
+def test_causal_lm_loss_checks_the_ids_once(gpt2):
+    """Without `labels` the targets are the ids, which the model checks itself:
+    the traced loss holds that one check (a conditional and a host callback in
+    the program), with `labels` a second one for them; an id outside the
+    vocabulary still raises the model's error."""
+
+    def checks(**labels):
+        loss = lambda ids: bm.causal_lm_loss(gpt2, ids, **labels)
+        return str(jax.make_jaxpr(loss)(ids)).count("pure_callback")
+
+    ids = jnp.asarray([[3, 5, 7]])
+    assert checks() == 1
+    assert checks(labels=ids) == 2
+    with pytest.raises(
+        boxwood.BoxwoodRuntimeError,
+        match=r"GPT2LMHeadModel: `input_ids` must hold token ids from 0 to 96 ",
+    ):
+        boxwood.filter_jit(bm.causal_lm_loss)(gpt2, jnp.asarray([[3, 97, 5]]))
 
 
 @pytest.mark.parametrize("kind", ["llama", "bert"])

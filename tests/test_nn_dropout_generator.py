@@ -3,6 +3,8 @@
 rates, independence across layers, positions, rows and steps, reproducibility,
 and "auto" choosing threefry off a TPU (so CPU results are unchanged)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -12,7 +14,8 @@ import pytest
 import boxwood
 import boxwood.models as bm
 import boxwood.nn as nn
-from boxwood.nn._dropout_generator import keep_mask, resolved_generator
+from boxwood.models._training import layer_key, split
+from boxwood.nn._dropout_generator import keep_mask, resolved_generator, stream_key
 
 N = 65536  # entries per mask: a rate's standard error is below 0.002
 
@@ -134,18 +137,90 @@ def test_an_unknown_name_is_an_error_naming_the_choices():
 def test_a_model_step_with_rbg_masks_is_reproducible_and_changes_with_the_key():
     """GPT-2's loss with its dropout (rates 0.1) drawn by the chip's generator:
     the same key gives the same loss and gradient, another key another loss,
-    and the loss differs from the inference model's."""
+    and the loss differs from the inference model's. The step is one compiled
+    program (no key work outside it), whose only threefry hash is the one that
+    turns the step's key into the generator's (the layers' keys, the rows' and
+    every mask's seed are `RngBitGenerator` draws): each hash would be a loop
+    of some 20 rounds, unrolled on a TPU, at every dropout forward and
+    recomputed backward."""
     config = bm.GPT2Config(
         vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=4
     )
     model = bm.GPT2LMHeadModel(config, key=jr.key(0))
     ids = jnp.arange(32, dtype=jnp.int32).reshape(2, 16) % 64
     grad = boxwood.filter_value_and_grad(bm.causal_lm_loss)
-    with nn.dropout_generator("rbg"):
-        step = boxwood.filter_jit(lambda m, k: grad(m, ids, key=k))
-        (a, ga), (b, gb), (c, _) = (step(model, k) for k in
-                                    (jr.key(1), jr.key(1), jr.key(2)))  # fmt: skip
+    keys = [jr.key(1), jr.key(1), jr.key(2)]
+    compiles = []
+
+    def listen(event, seconds, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        with nn.dropout_generator("rbg"):
+            step = boxwood.filter_jit(lambda m, k: grad(m, ids, key=k))
+            (a, ga), (b, gb), (c, _) = (step(model, k) for k in keys)
+            text = step.lower(model, keys[0]).as_text()  # (the call's trace)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(compiles) == 1
+    assert len(re.findall(r"call @_?threefry", text)) == 1
+    assert "rng_bit_generator" in text
     off = float(bm.causal_lm_loss(nn.inference_mode(model), ids))
     assert float(a) == float(b) and float(a) != float(c) and float(a) != off
     leaves = zip(jax.tree.leaves(ga), jax.tree.leaves(gb), strict=True)
     assert all(np.array_equal(x, y) for x, y in leaves)
+
+
+def test_model_keys_drawn_by_rbg_give_independent_masks():
+    """The keys as the models derive them with `rbg` (`stream_key` once, a key
+    per row split from it, `fold_in` of the layer inside the scan over the
+    layers, `split` into the block's parts, rows under `vmap`): every pair of
+    masks (rows, layers, parts) drops an entry together with probability p**2,
+    and the same step key draws the same masks."""
+    p = 0.5
+
+    def masks(step_key):
+        rows = jr.split(stream_key(step_key), 2)
+
+        def row(key):
+            def body(_, i):
+                parts = split(layer_key(key, i), 2)
+                return None, jnp.stack([keep_mask(k, 1 - p, (N,)) for k in parts])
+
+            return jax.lax.scan(body, None, jnp.arange(2))[1]
+
+        return jax.vmap(row)(rows).reshape(-1, N)  # rows x layers x parts
+
+    with nn.dropout_generator("rbg"):
+        draw = jax.jit(masks)
+        first, again = np.asarray(draw(jr.key(0))), np.asarray(draw(jr.key(0)))
+        other = np.asarray(draw(jr.key(1)))
+    np.testing.assert_array_equal(first, again)
+    every = np.concatenate([first, other])
+    assert len({m.tobytes() for m in every}) == 16
+    for i in range(16):
+        for j in range(i):
+            assert abs(_both_dropped(every[i], every[j]) - p * p) < 0.01
+
+
+def test_stream_key_with_threefry_is_the_key_and_with_rbg_draws_from_it():
+    key = jr.key(3)
+    with nn.dropout_generator("threefry"):
+        assert stream_key(key) is key
+        np.testing.assert_array_equal(  # the models' keys as before
+            jr.key_data(jnp.stack(split(key, 2))), jr.key_data(jr.split(key, 2))
+        )
+    with nn.dropout_generator("rbg"):
+        converted = stream_key(key)
+        assert str(jr.key_impl(converted)) == "unsafe_rbg"
+        assert stream_key(converted) is converted
+        np.testing.assert_array_equal(
+            jr.key_data(converted), jr.bits(key, (4,), jnp.uint32)
+        )
+        legacy = stream_key(jr.PRNGKey(3))
+        np.testing.assert_array_equal(jr.key_data(legacy), jr.key_data(converted))
+        rbg = jr.key(3, impl="rbg")  # its words are kept
+        np.testing.assert_array_equal(jr.key_data(stream_key(rbg)), jr.key_data(rbg))
+        assert stream_key(None) is None

@@ -19,7 +19,7 @@ from ._blocks import with_fields
 from ._id_ranges import ids_known_in_range
 from ._inputs import check_attention_mask, check_input_ids
 from ._pretrained import Pretrained
-from ._training import dropout_key
+from ._training import dropout_key, stream_key
 
 # how a causal LM is called with a dropout key (named by the missing-key error)
 _CALL = "model(input_ids, key=key)"
@@ -182,7 +182,8 @@ class CausalLM(Pretrained):
                 )
             mask = check_attention_mask(name, attention_mask, jnp.shape(input_ids))
             segments = segment_ids(mask)
-        key = dropout_key(self, key, _CALL)
+        # one key conversion per call, before the layers derive theirs from it
+        key = stream_key(dropout_key(self, key, _CALL))
         implementation = model.attention_implementation
         step = Step(
             start, pad, state is not None, implementation, extent, segments, key

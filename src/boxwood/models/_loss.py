@@ -14,10 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from ._causal_lm import CausalLM
 from ._id_ranges import IGNORE_INDEX, check_labels
 from ._inputs import check_attention_mask
 from ._pretrained import Pretrained
-from ._training import dropout_key
+from ._training import dropout_key, stream_key
 
 
 def causal_lm_loss(
@@ -118,7 +119,14 @@ def causal_lm_loss(
             keep = keep & _aligned("mask", mask, shape, ids).astype(bool)
         mask = keep.reshape(shape)
     weight = model.output_embedding()
-    targets = _next_token_targets(ids, shape, labels, mask, weight.shape[0])
+    # Without `labels` the targets are the ids, which a model of boxwood's checks
+    # against the same vocabulary under the same trace: one check (a
+    # conditional and a host callback in the program), not two.
+    checked = labels is None and isinstance(ids, jax.core.Tracer)
+    checked = checked and _checks_its_ids(model, weight.shape[0])
+    targets = _next_token_targets(
+        ids, shape, labels, mask, weight.shape[0], check=not checked
+    )
     key = _dropout_key(model, key)
     hidden = _hidden_states(model, ids, attention, key)
     total, count = _chunked_nll(
@@ -141,10 +149,14 @@ def _as_array(input_ids: Any) -> Any:
 
 def _dropout_key(model: Any, key: Any) -> Any:
     """`key`, checked to be given where the dropout of a model of
-    `boxwood.models` is active (another model's `key` is passed as it is)."""
+    `boxwood.models` is active, and converted for its layers (`stream_key`)
+    before it is split into the rows' keys, which then need no conversion of
+    their own (another model's `key` is passed as it is)."""
     if not isinstance(model, Pretrained):
         return key
-    return dropout_key(model, key, "causal_lm_loss(model, input_ids, key=key)")
+    return stream_key(
+        dropout_key(model, key, "causal_lm_loss(model, input_ids, key=key)")
+    )
 
 
 def _hidden_states(model: Any, ids: Array, attention: Any, key: Any) -> Array:
@@ -210,11 +222,26 @@ def _aligned(name: str, value: Any, shape: tuple[int, ...], ids: Any) -> Any:
     return jnp.asarray(value).reshape(ids.shape)
 
 
+def _checks_its_ids(model: Any, vocab_size: int) -> bool:
+    """Whether `model` checks the ids it is given to lie in `[0, vocab_size)`
+    (a causal LM of boxwood's, whose config's vocabulary is its output's)."""
+    config = getattr(model, "config", None)
+    return isinstance(model, CausalLM) and (
+        getattr(config, "vocab_size", None) == vocab_size
+    )
+
+
 def _next_token_targets(
-    ids: Any, shape: tuple[int, ...], labels: Any, mask: Any, vocab_size: int
+    ids: Any,
+    shape: tuple[int, ...],
+    labels: Any,
+    mask: Any,
+    vocab_size: int,
+    check: bool = True,
 ) -> Any:
     """`(batch, seq)`: at position `t`, the label of `t + 1`, or `IGNORE_INDEX`;
-    the labels that are targets checked to lie in the vocabulary."""
+    the labels that are targets checked to lie in the vocabulary (unless
+    `check` is false: the caller knows they are checked)."""
     if labels is None:
         labels = ids
     else:
@@ -227,14 +254,17 @@ def _next_token_targets(
     if mask is not None:
         keep = _aligned("mask", mask, shape, ids).astype(bool)
         labels = jnp.where(keep, labels, IGNORE_INDEX)
-    # The first label is no target (nothing predicts it): it is not checked.
-    # The check sees the labels in the caller's shape, so that it names the
-    # position as the caller indexes it.
-    targets = labels.at[:, 0].set(IGNORE_INDEX).reshape(shape)
-    targets = check_labels(
-        "`causal_lm_loss`", targets, vocab_size, "token ids", "vocab_size"
-    )
-    targets = targets.reshape(ids.shape)
+    targets = labels
+    if check:
+        # The first label is no target (nothing predicts it): it is not
+        # checked. The check sees the labels in the caller's shape, so that it
+        # names the position as the caller indexes it.
+        first = jnp.full_like(labels[:, :1], IGNORE_INDEX)
+        targets = jnp.concatenate([first, labels[:, 1:]], axis=1).reshape(shape)
+        targets = check_labels(
+            "`causal_lm_loss`", targets, vocab_size, "token ids", "vocab_size"
+        )
+        targets = targets.reshape(ids.shape)
     last = jnp.full((ids.shape[0], 1), IGNORE_INDEX, labels.dtype)
     return jnp.concatenate([targets[:, 1:], last], axis=1)
 

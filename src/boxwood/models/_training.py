@@ -22,6 +22,7 @@ from .. import _init
 from .._init import Initializer
 from .._warnings import user_stacklevel
 from ..nn import Dropout, Embedding, Linear, Stacked
+from ..nn._dropout_generator import stream_key
 
 # Initialisation
 
@@ -166,16 +167,17 @@ def _warn_key_in_inference(model: Any) -> None:
 
 
 def split(key: Any, n: int) -> tuple[Any, ...]:
-    """`n` keys from `key`, or `n` times `None` without one."""
+    """`n` keys from `key` (through `stream_key`: drawn by `RngBitGenerator`
+    when it draws the masks), or `n` times `None` without one."""
     if key is None:
         return (None,) * n
-    return tuple(jax.random.split(key, n))
+    return tuple(jax.random.split(stream_key(key), n))
 
 
 def layer_key(key: Any, layer: Any) -> Any:
     """Layer `layer`'s key (`layer` may be a traced index, inside the scan over
-    the layers), or `None` without a key."""
-    return None if key is None else jax.random.fold_in(key, layer)
+    the layers; through `stream_key`, as `split`), or `None` without a key."""
+    return None if key is None else jax.random.fold_in(stream_key(key), layer)
 
 
 def scan_layers(

@@ -1,5 +1,6 @@
-"""Which random bit generator draws dropout's masks: `dropout_generator`, and
-`keep_mask`, the mask itself."""
+"""Which random bit generator draws dropout's masks: `dropout_generator`,
+`keep_mask`, the mask itself, and `stream_key`, the key a model derives its
+layers' dropout keys from."""
 
 from __future__ import annotations
 
@@ -61,7 +62,9 @@ def dropout_generator(name: str) -> Iterator[None]:
       small threefry hash for a threefry key) seed XLA's `RngBitGenerator`,
       whose bits make the mask. On a TPU that is the chip's own generator, a
       few operations per word; threefry there costs some twenty vector
-      operations per word and a larger program to compile.
+      operations per word and a larger program to compile. The models of
+      `boxwood.models` turn their key into an `unsafe_rbg` key once per call
+      and derive their layers' keys from it with `RngBitGenerator` as well.
 
     ```python
     with boxwood.nn.dropout_generator("rbg"):
@@ -104,6 +107,35 @@ def _rbg_key(key: Any) -> Any:
             return key
     words = jr.bits(key, (4,), jnp.uint32)
     return jr.wrap_key_data(words, impl="rbg")
+
+
+def stream_key(key: Any) -> Any:
+    """The key from which a model derives the dropout keys of its parts and
+    layers (`split`, `fold_in`), as the generator of the masks wants it: with
+    threefry, `key` itself; with `rbg`, an `unsafe_rbg` key seeded by four words
+    drawn from `key` (a key of the `rbg` family keeps its words), whose `split`
+    and `fold_in` are draws of `RngBitGenerator` too. A model then hashes with
+    threefry once per call, here, where deriving threefry keys per layer and
+    per part (and seeding each mask from one) would put a threefry hash at every
+    dropout of every layer, forward and recomputed backward, into the compiled
+    program: on a TPU that doubled the step's program and its compile.
+
+    `None`, a batch of keys (not one key) and keys already converted come back
+    as they are."""
+    if key is None or resolved_generator() == "threefry":
+        return key
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    if typed:
+        if key.ndim:
+            return key
+        impl = str(jr.key_impl(key))
+        if impl == "unsafe_rbg":
+            return key
+        if impl == "rbg":
+            return jr.wrap_key_data(jr.key_data(key), impl="unsafe_rbg")
+    elif jnp.shape(key) != (2,):
+        return key
+    return jr.wrap_key_data(jr.bits(key, (4,), jnp.uint32), impl="unsafe_rbg")
 
 
 def keep_mask(key: Any, q: float, shape: tuple[int, ...]) -> Any:
