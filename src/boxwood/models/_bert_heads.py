@@ -71,6 +71,18 @@ class BertHead(Pretrained):
         [`boxwood.models.BertModel`][]`.with_unroll`)."""
         return tree_at(lambda m: m.bert, self, self.bert.with_unroll(unroll))
 
+    def _build_body(
+        self, config: BertConfig, dtype: Any, key: PRNGKeyArray, pooler: bool
+    ) -> tuple[Any, PRNGKeyArray]:
+        """Sets `bert` (with a pooler where `pooler`) and `config` in a head's
+        `__init__`; returns the parameters' dtype and the key left for the
+        head's own layers."""
+        k1, k2 = split_keys(key, 2)
+        dtype = dtype or jnp.float32
+        self.bert = BertModel(config, dtype, add_pooling_layer=pooler, key=k1)
+        self.config = config
+        return dtype, k2
+
     def _hidden(
         self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any
     ) -> tuple[Array, Any]:
@@ -144,11 +156,8 @@ class BertForMaskedLM(BertHead):
                 "the word embeddings) is not supported; boxwood's masked-LM head "
                 "decodes with the word embedding table."
             )
-        k1, k2 = split_keys(key, 2)
-        dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
-        self.cls = BertOnlyMLMHead(config, dtype, key=k2)
-        self.config = config
+        dtype, key = self._build_body(config, dtype, key, pooler=False)
+        self.cls = BertOnlyMLMHead(config, dtype, key=key)
 
     def __call__(
         self,
@@ -190,25 +199,24 @@ class BertForMaskedLM(BertHead):
 class BertClassifierHead(BertHead):
     """What the classification heads share: dropout (`classifier_dropout`, else
     `hidden_dropout_prob`) and a linear `classifier` to `num_labels` outputs
-    (`len(config.labels)`), over the pooled output (`POOLED`) or each token's
-    last hidden state."""
+    (`len(config.labels)`, or `OUTPUTS`), over the pooled output (`POOLED`) or
+    each token's last hidden state."""
 
     dropout: Dropout
     classifier: Linear
 
     # whether the classifier reads the pooled output (the body keeps its pooler)
     POOLED: ClassVar[bool]
+    # the classifier's outputs where not `num_labels` (a choice's one score)
+    OUTPUTS: ClassVar[int | None] = None
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:** `config`, `dtype`, `key` as
         [`boxwood.models.BertModel`][] takes them; `config.labels` (`id2label`)
         gives the number of outputs."""
-        k1, k2 = split_keys(key, 2)
-        dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, add_pooling_layer=self.POOLED, key=k1)
+        dtype, key = self._build_body(config, dtype, key, pooler=self.POOLED)
         self.dropout = Dropout(config.classifier_rate)
-        self.classifier = classifier_layer(config, dtype, k2)
-        self.config = config
+        self.classifier = classifier_layer(config, dtype, key, self.OUTPUTS)
 
     def _logits(
         self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any

@@ -11,20 +11,20 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._init import split_keys
-from ..nn import Dropout, Linear
+from ..nn import Linear
 from . import _training as training
-from ._bert import BertConfig, BertModel
+from ._bert import BertConfig
 from ._bert_heads import (
     CLASSIFIER,
     NEXT_SENTENCE,
     POOLER,
     PREDICTIONS,
     QUESTION_ANSWERING,
+    BertClassifierHead,
     BertHead,
     any_of,
 )
-from ._classification import classification_loss
+from ._classification import classification_loss, classifier_layer
 from ._config import ConfigError
 
 
@@ -51,13 +51,8 @@ class BertForQuestionAnswering(BertHead):
                 "BertForQuestionAnswering: `num_labels` must be 2 (the logits of "
                 f"an answer's start and end), got {config.num_labels}."
             )
-        k1, k2 = split_keys(key, 2)
-        dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
-        self.qa_outputs = training.linear(
-            config.hidden_size, 2, dtype, config.initializer_range, key=k2
-        )
-        self.config = config
+        dtype, key = self._build_body(config, dtype, key, pooler=False)
+        self.qa_outputs = classifier_layer(config, dtype, key)  # start, end
 
     def __call__(
         self,
@@ -108,33 +103,21 @@ class BertForQuestionAnswering(BertHead):
 _SINGLE = "single_label_classification"
 
 
-class BertForMultipleChoice(BertHead):
+class BertForMultipleChoice(BertClassifierHead):
     """BERT choosing among several candidates (SWAG): each choice (the prompt
     with one candidate) through the body, its pooled output, dropout
     (`classifier_dropout`, else `hidden_dropout_prob`) and a linear
-    `classifier` to one score; the scores of the choices are the logits."""
-
-    dropout: Dropout
-    classifier: Linear
+    `classifier` to one score; the scores of the choices are the logits.
+    (`num_labels` is not used: the classifier has one output, a choice's
+    score.)"""
 
     ARCHITECTURE: ClassVar[str | None] = "BertForMultipleChoice"
     NEW_ON_LOAD: ClassVar[str | None] = any_of(CLASSIFIER, POOLER)
     OTHER_HEADS: ClassVar[str | None] = any_of(
         PREDICTIONS, NEXT_SENTENCE, QUESTION_ANSWERING
     )
-
-    def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
-        """**Arguments:** `config`, `dtype`, `key` as
-        [`boxwood.models.BertModel`][] takes them (`num_labels` is not used: the
-        classifier has one output, a choice's score)."""
-        k1, k2 = split_keys(key, 2)
-        dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, add_pooling_layer=True, key=k1)
-        self.dropout = Dropout(config.classifier_rate)
-        self.classifier = training.linear(
-            config.hidden_size, 1, dtype, config.initializer_range, key=k2
-        )
-        self.config = config
+    POOLED: ClassVar[bool] = True
+    OUTPUTS: ClassVar[int | None] = 1
 
     def __call__(
         self,
@@ -161,9 +144,7 @@ class BertForMultipleChoice(BertHead):
         return jax.vmap(self._score)(input_ids, attention_mask, token_type_ids, keys)
 
     def _score(self, ids: Any, mask: Any, types: Any, key: Any) -> Array:
-        hidden, key = self._hidden(ids, mask, types, key)
-        pooled = self.dropout(self.bert.pooled(hidden), key=key)
-        return self.classifier(pooled)[0]
+        return self._logits(ids, mask, types, key)[0]
 
     def loss(
         self, logits: Float[Array, "*batch num_choices"], labels: Int[Array, "*batch"]
