@@ -93,6 +93,50 @@ def test_multiple_choice_matches_transformers(multiple_choice):
         model(CHOICES[0, 0])
 
 
+def _stacked(out):
+    """`transformers`' tuple of hidden states as one array, layers second."""
+    return np.stack([h.numpy() for h in out.hidden_states], axis=1)
+
+
+def test_span_and_choice_heads_return_hidden_states(
+    question_answering, multiple_choice
+):
+    model, reference = question_answering
+    call = lambda *args: model(*args, output_hidden_states=True)
+    (start, _), hidden = boxwood.filter_jit(jax.vmap(call))(IDS, MASK, TYPES)
+    with torch.no_grad():
+        out = reference(
+            input_ids=torch.tensor(IDS),
+            attention_mask=torch.tensor(MASK),
+            token_type_ids=torch.tensor(TYPES),
+            output_hidden_states=True,
+        )
+    real = MASK.astype(bool)[:, None, :, None]
+    expected = _stacked(out)
+    np.testing.assert_allclose(
+        np.where(real, hidden, 0), np.where(real, expected, 0), atol=TOL
+    )
+    np.testing.assert_allclose(start, out.start_logits.numpy(), atol=TOL)
+    model, reference = multiple_choice
+    call = lambda *args: model(*args, output_hidden_states=True)
+    logits, hidden = boxwood.filter_jit(jax.vmap(call))(CHOICES, CHOICE_MASK)
+    with torch.no_grad():
+        out = reference(
+            input_ids=torch.tensor(CHOICES),
+            attention_mask=torch.tensor(CHOICE_MASK),
+            output_hidden_states=True,
+        )
+    # (examples, layers, choices, seq, width); `transformers` folds the choices
+    # into the batch
+    assert hidden.shape == (2, 3, 3, 7, 32)
+    expected = _stacked(out).reshape(2, 3, 3, 7, 32).transpose(0, 2, 1, 3, 4)
+    real = CHOICE_MASK.astype(bool)[:, None, :, :, None]
+    np.testing.assert_allclose(
+        np.where(real, hidden, 0), np.where(real, expected, 0), atol=TOL
+    )
+    np.testing.assert_allclose(logits, out.logits.numpy(), atol=TOL)
+
+
 @pytest.mark.parametrize("head", ["BertForQuestionAnswering", "BertForMultipleChoice"])
 def test_saved_back_loads_in_transformers_and_boxwood(
     question_answering, multiple_choice, head, tmp_path

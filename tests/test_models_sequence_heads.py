@@ -84,3 +84,15 @@ def test_saved_back_loads_in_transformers_and_boxwood(scorer, tmp_path):
     }[type(model)]
     with pytest.warns(UserWarning, match=r"holds `score\.weight`, which .* dropped"):
         language_model.from_pretrained(tmp_path, **options)
+
+
+def test_hidden_states_match_transformers(scorer):
+    model, reference = scorer
+    call = lambda ids: model(ids, output_hidden_states=True)
+    logits, hidden = boxwood.filter_jit(jax.vmap(call))(IDS)
+    with torch.no_grad():
+        out = reference(input_ids=torch.tensor(IDS), output_hidden_states=True)
+    expected = np.stack([h.numpy() for h in out.hidden_states], axis=1)
+    assert hidden.shape == expected.shape == (3, 3, 7, 32)
+    np.testing.assert_allclose(hidden, expected, atol=1e-4)
+    np.testing.assert_allclose(logits, out.logits.numpy(), atol=1e-5)

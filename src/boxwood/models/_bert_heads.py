@@ -16,7 +16,7 @@ from .._tree import tree_at
 from ..nn import Dropout, LayerNorm, Linear
 from . import _training as training
 from ._bert import CALL, BertConfig, BertModel
-from ._blocks import activation
+from ._blocks import activation, with_every_layer
 from ._checkpoint_files import FileLayout
 from ._classification import classification_loss, classifier_layer
 from ._config import ConfigError
@@ -84,11 +84,25 @@ class BertHead(Pretrained):
         return dtype, k2
 
     def _hidden(
-        self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any
-    ) -> tuple[Array, Any]:
-        """The body's last hidden state and the key left for the head."""
+        self,
+        input_ids: Any,
+        attention_mask: Any,
+        token_type_ids: Any,
+        key: Any,
+        every: bool = False,
+    ) -> tuple[Array, Any, Array | None]:
+        """The body's last hidden state, the key left for the head and, where
+        `every`, every layer's hidden states (else `None`)."""
         k1, k2 = training.split(training.dropout_key(self, key, CALL), 2)
-        return self.bert(input_ids, attention_mask, token_type_ids, key=k1), k2
+        out = self.bert(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            key=k1,
+            output_hidden_states=every,
+        )
+        hidden, layers = out if every else (out, None)
+        return hidden, k2, layers
 
 
 class BertPredictionHeadTransform(Module):
@@ -116,6 +130,10 @@ class BertLMPredictionHead(Module):
     def __init__(self, config: BertConfig, dtype: Any, *, key: PRNGKeyArray):
         self.transform = BertPredictionHeadTransform(config, dtype, key=key)
         self.bias = zeros((config.vocab_size,), dtype)
+
+    def __call__(self, hidden: Array, table: Array) -> Array:
+        """The logits over the vocabulary, decoded with `table`."""
+        return self.transform(hidden) @ table.T + self.bias[None, :]
 
 
 class BertOnlyMLMHead(Module):
@@ -166,15 +184,22 @@ class BertForMaskedLM(BertHead):
         token_type_ids: Int[Array, " seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "seq vocab_size"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
 
-        **Returns:** the logits over the vocabulary, `(seq, vocab_size)`.
+        **Returns:** the logits over the vocabulary, `(seq, vocab_size)`; with
+        `output_hidden_states`, `(logits, hidden_states)`, `hidden_states` as
+        [`boxwood.models.BertModel`][] returns them.
         """
-        hidden, _ = self._hidden(input_ids, attention_mask, token_type_ids, key)
-        head = self.cls.predictions
-        table = self.bert.embeddings.word_embeddings.weight
-        return head.transform(hidden) @ table.T + head.bias[None, :]
+        hidden, _, every = self._hidden(
+            input_ids, attention_mask, token_type_ids, key, output_hidden_states
+        )
+        return with_every_layer(self.cls.predictions(hidden, self._table()), every)
+
+    def _table(self) -> Array:
+        """The decoder's weight: the word embedding table."""
+        return self.bert.embeddings.word_embeddings.weight
 
     def loss(
         self, logits: Float[Array, "*batch vocab_size"], labels: Int[Array, "*batch"]
@@ -219,13 +244,23 @@ class BertClassifierHead(BertHead):
         self.classifier = classifier_layer(config, dtype, key, self.OUTPUTS)
 
     def _logits(
-        self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any
-    ) -> Array:
-        """The classifier's outputs: `(num_labels,)` pooled, else per token."""
-        hidden, key = self._hidden(input_ids, attention_mask, token_type_ids, key)
+        self,
+        input_ids: Any,
+        attention_mask: Any,
+        token_type_ids: Any,
+        key: Any,
+        every: bool = False,
+    ) -> Any:
+        """The classifier's outputs: `(num_labels,)` pooled, else per token;
+        with `every`, and every layer's hidden states."""
+        hidden, key, layers = self._hidden(
+            input_ids, attention_mask, token_type_ids, key, every
+        )
         if self.POOLED:
-            return self.classifier(self.dropout(self.bert.pooled(hidden), key=key))
-        return jax.vmap(self.classifier)(self.dropout(hidden, key=key))
+            out = self.classifier(self.dropout(self.bert.pooled(hidden), key=key))
+        else:
+            out = jax.vmap(self.classifier)(self.dropout(hidden, key=key))
+        return with_every_layer(out, layers)
 
 
 class BertForSequenceClassification(BertClassifierHead):
@@ -247,12 +282,17 @@ class BertForSequenceClassification(BertClassifierHead):
         token_type_ids: Int[Array, " seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, " num_labels"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
 
-        **Returns:** the logits (or regression outputs), `(num_labels,)`.
+        **Returns:** the logits (or regression outputs), `(num_labels,)`; with `output_hidden_states`, `(logits,
+        hidden_states)`, `hidden_states` as [`boxwood.models.BertModel`][]
+        returns them.
         """
-        return self._logits(input_ids, attention_mask, token_type_ids, key)
+        return self._logits(
+            input_ids, attention_mask, token_type_ids, key, output_hidden_states
+        )
 
     def loss(
         self, logits: Float[Array, "*batch num_labels"], labels: Array
@@ -305,12 +345,17 @@ class BertForTokenClassification(BertClassifierHead):
         token_type_ids: Int[Array, " seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "seq num_labels"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
 
-        **Returns:** the logits of each token, `(seq, num_labels)`.
+        **Returns:** the logits of each token, `(seq, num_labels)`; with `output_hidden_states`, `(logits,
+        hidden_states)`, `hidden_states` as [`boxwood.models.BertModel`][]
+        returns them.
         """
-        return self._logits(input_ids, attention_mask, token_type_ids, key)
+        return self._logits(
+            input_ids, attention_mask, token_type_ids, key, output_hidden_states
+        )
 
     def loss(
         self, logits: Float[Array, "*batch num_labels"], labels: Int[Array, "*batch"]

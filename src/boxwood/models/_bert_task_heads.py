@@ -24,6 +24,7 @@ from ._bert_heads import (
     BertHead,
     any_of,
 )
+from ._blocks import with_every_layer
 from ._classification import classification_loss, classifier_layer
 from ._config import ConfigError
 
@@ -61,15 +62,20 @@ class BertForQuestionAnswering(BertHead):
         token_type_ids: Int[Array, " seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> tuple[Float[Array, " seq"], Float[Array, " seq"]]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them (the
         question and the context as the two segments of `token_type_ids`).
 
-        **Returns:** `(start_logits, end_logits)`, each `(seq,)`.
+        **Returns:** `(start_logits, end_logits)`, each `(seq,)`; with
+        `output_hidden_states`, `((start_logits, end_logits), hidden_states)`,
+        `hidden_states` as [`boxwood.models.BertModel`][] returns them.
         """
-        hidden, _ = self._hidden(input_ids, attention_mask, token_type_ids, key)
+        hidden, _, every = self._hidden(
+            input_ids, attention_mask, token_type_ids, key, output_hidden_states
+        )
         logits = jax.vmap(self.qa_outputs)(hidden)
-        return logits[:, 0], logits[:, 1]
+        return with_every_layer((logits[:, 0], logits[:, 1]), every)
 
     def loss(
         self,
@@ -126,11 +132,15 @@ class BertForMultipleChoice(BertClassifierHead):
         token_type_ids: Int[Array, "num_choices seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, " num_choices"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them, with a
         leading axis of choices: `(num_choices, seq)` each.
 
-        **Returns:** the logits of the choices, `(num_choices,)`.
+        **Returns:** the logits of the choices, `(num_choices,)`; with
+        `output_hidden_states`, `(logits, hidden_states)`, `hidden_states`
+        `(num_hidden_layers + 1, num_choices, seq, hidden_size)` (each choice's
+        as [`boxwood.models.BertModel`][] returns them).
         """
         if jnp.ndim(input_ids) != 2:
             raise ValueError(
@@ -141,10 +151,12 @@ class BertForMultipleChoice(BertClassifierHead):
         choices = jnp.shape(input_ids)[0]
         key = training.dropout_key(self, key, "model(input_ids, key=key)")
         keys = None if key is None else jax.random.split(key, choices)
-        return jax.vmap(self._score)(input_ids, attention_mask, token_type_ids, keys)
-
-    def _score(self, ids: Any, mask: Any, types: Any, key: Any) -> Array:
-        return self._logits(ids, mask, types, key)[0]
+        every = bool(output_hidden_states)
+        score = lambda i, m, t, k: self._logits(i, m, t, k, every)
+        out = jax.vmap(score)(input_ids, attention_mask, token_type_ids, keys)
+        if not every:
+            return out[:, 0]
+        return out[0][:, 0], jnp.moveaxis(out[1], 0, 1)  # layers first
 
     def loss(
         self, logits: Float[Array, "*batch num_choices"], labels: Int[Array, "*batch"]

@@ -28,6 +28,7 @@ from ._blocks import (
     rope_at,
     run_blocks,
     supported_activation,
+    with_last,
     write_cache,
 )
 from ._causal_lm import CausalLM
@@ -332,8 +333,11 @@ class LlamaModel(Module):
         if self.embed_scale is not None:
             # rounded to the activations' dtype first, as `transformers` does
             x = x * jnp.asarray(self.embed_scale, x.dtype)
-        x, state = run_blocks(self.layers, x, step, self.cache, state, self.windows)
-        return jax.vmap(self.norm)(x), state
+        x, state, every = run_blocks(
+            self.layers, x, step, self.cache, state, self.windows
+        )
+        x = jax.vmap(self.norm)(x)
+        return x, state, with_last(every, x)
 
 
 class LlamaForCausalLM(CausalLM):

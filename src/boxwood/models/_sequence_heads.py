@@ -15,6 +15,7 @@ from .._init import split_keys
 from ..nn import Linear
 from . import _training as training
 from ._attention import Implementation
+from ._blocks import with_every_layer
 from ._causal_lm import CausalLM
 from ._classification import classification_loss
 from ._gpt2 import GPT2LMHeadModel
@@ -78,16 +79,23 @@ class SequenceClassifierHead(CausalLM):
         attention_mask: Any = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, " num_labels"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as the causal language model takes them.
 
         **Returns:** the logits (or regression outputs), `(num_labels,)`: the
         `score` of the final hidden state of the last token that is not
-        `config.pad_token_id`.
+        `config.pad_token_id`; with `output_hidden_states`, `(logits,
+        hidden_states)` as the language model returns them.
         """
-        hidden = self.hidden_states(input_ids, attention_mask, key=key)
+        every = bool(output_hidden_states)
+        hidden, _, layers = self._hidden(
+            input_ids, None, 0, None, None, attention_mask, key, every
+        )
         pad = cast(Any, self).config.pad_token_id
-        return self.score(hidden[last_real_token(jnp.asarray(input_ids), pad)])
+        at = last_real_token(jnp.asarray(input_ids), pad)
+        logits = self.score(hidden[at])
+        return with_every_layer(logits, layers)
 
     def loss(
         self, logits: Float[Array, "*batch num_labels"], labels: Array
