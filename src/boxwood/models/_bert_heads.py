@@ -105,6 +105,17 @@ class BertHead(Pretrained):
         return hidden, k2, layers
 
 
+def check_tied(config: BertConfig, name: str) -> None:
+    """A masked-LM head decodes with the word embeddings: `ConfigError` where
+    the config unties them."""
+    if not config.extra.get("tie_word_embeddings", True):
+        raise ConfigError(
+            f"{name}: `tie_word_embeddings` = false (a decoder apart from the word "
+            "embeddings) is not supported; boxwood's masked-LM head decodes with "
+            "the word embedding table."
+        )
+
+
 class BertPredictionHeadTransform(Module):
     dense: Linear
     LayerNorm: LayerNorm
@@ -168,12 +179,7 @@ class BertForMaskedLM(BertHead):
         [`boxwood.models.BertModel`][] takes them (the head's weights drawn
         from `N(0, initializer_range)`, its biases zero). The body has no
         pooler."""
-        if not config.extra.get("tie_word_embeddings", True):
-            raise ConfigError(
-                "BertForMaskedLM: `tie_word_embeddings` = false (a decoder apart from "
-                "the word embeddings) is not supported; boxwood's masked-LM head "
-                "decodes with the word embedding table."
-            )
+        check_tied(config, "BertForMaskedLM")
         dtype, key = self._build_body(config, dtype, key, pooler=False)
         self.cls = BertOnlyMLMHead(config, dtype, key=key)
 
