@@ -278,6 +278,9 @@ class BertModel(Pretrained):
     OPTIONAL_PARTS: ClassVar[tuple[str, ...]] = ("pooler",)
     DROPPED: ClassVar[str | None] = r"embeddings\.position_ids"
     OTHER_HEADS: ClassVar[str | None] = r"cls\..*|classifier\..*|qa_outputs\..*"
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("embeddings.word_embeddings.weight", "embedding"),
+    )
 
     def __init__(
         self,

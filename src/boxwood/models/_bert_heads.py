@@ -60,6 +60,14 @@ class BertHead(Pretrained):
     RENAMES: ClassVar[tuple[tuple[str, str], ...]] = BertModel.RENAMES
     LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (_OLD_NORMS, _BODY)
     DROPPED: ClassVar[str | None] = r"bert\.embeddings\.position_ids"
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("bert.embeddings.word_embeddings.weight", "embedding"),
+    )
+    # the masked-LM heads' output bias, beside the table they decode with
+    WITH_OUTPUT_BIAS: ClassVar[tuple[tuple[str, str], ...]] = (
+        *VOCABULARY,
+        ("cls.predictions.bias", "zeros"),
+    )
 
     def with_remat(self, remat: Any) -> Any:
         """A copy whose layers are rematerialised on the backward pass (see
@@ -173,6 +181,7 @@ class BertForMaskedLM(BertHead):
     OTHER_HEADS: ClassVar[str | None] = any_of(
         POOLER, NEXT_SENTENCE, CLASSIFIER, QUESTION_ANSWERING
     )
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = BertHead.WITH_OUTPUT_BIAS
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:** `config`, `dtype`, `key` as

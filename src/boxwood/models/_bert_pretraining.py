@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._init import split_keys
@@ -62,6 +61,7 @@ class BertForPreTraining(BertHead):
     )
     NEW_ON_LOAD: ClassVar[str | None] = any_of(PREDICTIONS, NEXT_SENTENCE, POOLER)
     OTHER_HEADS: ClassVar[str | None] = any_of(CLASSIFIER, QUESTION_ANSWERING)
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = BertHead.WITH_OUTPUT_BIAS
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:** `config`, `dtype`, `key` as

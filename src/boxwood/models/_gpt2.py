@@ -288,6 +288,9 @@ class GPT2LMHeadModel(CausalLM):
     DROPPED: ClassVar[str | None] = r"transformer\.h\.\d+\.attn\.(bias|masked_bias)"
     # `GPT2ForSequenceClassification`'s head, dropped from its files
     OTHER_HEADS: ClassVar[str | None] = r"score\..*"
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("transformer.wte.weight", "normal"),  # no padding index in GPT-2
+    )
 
     def __init__(
         self,

@@ -358,6 +358,10 @@ class LlamaForCausalLM(CausalLM):
     DROPPED: ClassVar[str | None] = r".*rotary_emb\.inv_freq"
     # `LlamaForSequenceClassification`'s head, dropped from its files
     OTHER_HEADS: ClassVar[str | None] = r"score\..*"
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("model.embed_tokens.weight", "embedding"),
+        ("lm_head.weight", "normal"),  # skipped where tied (`None`)
+    )
 
     def __init__(
         self,
