@@ -21,7 +21,6 @@ import numpy as np
 
 from .._caches import register_cache_clear
 from .._checkpoint import CheckpointError, atomic_write, read_region
-from .._module import Module
 from .._transforms import filter_eval_shape
 from .._tree import tree_at
 from .._warnings import user_stacklevel
@@ -45,7 +44,7 @@ from ._new_parameters import (
     resized_head,
     resized_message,
 )
-from ._resize import resized_vocabulary
+from ._resize import Vocabulary
 from ._save_files import cast_arrays, shard_bytes, write_weights
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import (
@@ -60,7 +59,7 @@ from ._torch_habits import habit_error
 GENERATION_CONFIG = "generation_config.json"
 
 
-class Pretrained(Module):
+class Pretrained(Vocabulary):
     """A model whose parameters are named after a `transformers` checkpoint.
 
     A subclass says how its parameter names differ from the checkpoint's (`RENAMES`,
@@ -90,12 +89,6 @@ class Pretrained(Module):
     OTHER_HEADS: ClassVar[str | None] = None
     # `save_pretrained`'s `architectures` entry, where not the config's own
     ARCHITECTURE: ClassVar[str | None] = None
-    # The arrays whose leading axis is the vocabulary, `(attribute path, how
-    # `resize_token_embeddings` draws new rows)`: `"embedding"` (`N(0,
-    # initializer_range)`, the row `pad_token_id` zero as a padding index starts
-    # it), `"normal"` (no padding row: GPT-2's table, an untied `lm_head`) or
-    # `"zeros"` (an output bias). A path to `None` (a tied `lm_head`) is skipped.
-    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __getattr__(self, name: str) -> Any:
         # Only a missed lookup gets here: the fields and methods are found by
@@ -337,28 +330,6 @@ class Pretrained(Module):
             self,
             is_leaf=is_attention,
         )
-
-    def resize_token_embeddings(self, new_num_tokens: int, *, key: Any = None) -> Any:
-        """A copy whose vocabulary has `new_num_tokens` tokens, as `transformers`'
-        `model.resize_token_embeddings(new_num_tokens, mean_resizing=False)`
-        makes it (after adding tokens to a tokenizer): the token embedding's
-        first rows kept (all of them when it grows, the first `new_num_tokens`
-        when it shrinks), the new rows drawn as the family draws a new model's
-        (`N(0, initializer_range)`, a padding row `pad_token_id` among them
-        zero). A tied output projection stays the token embedding; an untied
-        one (Llama's `lm_head`) is resized the same way, and BERT's masked-LM
-        output bias gets zeros. `config.vocab_size` is the new size (also in a
-        head's body), so the new ids are valid inputs.
-
-        **Arguments:**
-
-        - `new_num_tokens`: the new vocabulary size.
-        - `key`: a `jax.random` key for the new rows (keyword only); default
-          `jax.random.key(0)`, as `from_pretrained` draws a new head.
-
-        **Returns:** the resized model (a new one: this one is unchanged).
-        """
-        return resized_vocabulary(self, new_num_tokens, key)
 
     def save_pretrained(
         self,

@@ -8,15 +8,50 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 
 from .._init import split_keys
+from .._module import Module
 from .._tree import tree_at
 from . import _training as training
 from ._blocks import with_fields
+
+
+class Vocabulary(Module):
+    """The base of `Pretrained` that resizes a model's vocabulary. A subclass
+    names its vocabulary arrays in `VOCABULARY`."""
+
+    # The arrays whose leading axis is the vocabulary, `(attribute path, how
+    # `resize_token_embeddings` draws new rows)`: `"embedding"` (`N(0,
+    # initializer_range)`, the row `pad_token_id` zero as a padding index starts
+    # it), `"normal"` (no padding row: GPT-2's table, an untied `lm_head`) or
+    # `"zeros"` (an output bias). A path to `None` (a tied `lm_head`) is skipped.
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    def resize_token_embeddings(self, new_num_tokens: int, *, key: Any = None) -> Any:
+        """A copy whose vocabulary has `new_num_tokens` tokens, as `transformers`'
+        `model.resize_token_embeddings(new_num_tokens, mean_resizing=False)`
+        makes it (after adding tokens to a tokenizer): the token embedding's
+        first rows kept (all of them when it grows, the first `new_num_tokens`
+        when it shrinks), the new rows drawn as the family draws a new model's
+        (`N(0, initializer_range)`, a padding row `pad_token_id` among them
+        zero). A tied output projection stays the token embedding; an untied
+        one (Llama's `lm_head`) is resized the same way, and BERT's masked-LM
+        output bias gets zeros. `config.vocab_size` is the new size (also in a
+        head's body), so the new ids are valid inputs.
+
+        **Arguments:**
+
+        - `new_num_tokens`: the new vocabulary size.
+        - `key`: a `jax.random` key for the new rows (keyword only); default
+          `jax.random.key(0)`, as `from_pretrained` draws a new head.
+
+        **Returns:** the resized model (a new one: this one is unchanged).
+        """
+        return resized_vocabulary(self, new_num_tokens, key)
 
 
 def _at(model: Any, path: str) -> Any:
