@@ -4,7 +4,7 @@ attention implementation or rematerialisation."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import jax
 import jax.core
@@ -37,6 +37,8 @@ class CausalLM(Pretrained):
     Equinox, and in inference mode in one from `from_pretrained`; switch with
     `boxwood.nn.inference_mode(model, value)`. In training mode with a nonzero
     rate, every call takes `key=`."""
+
+    GENERATES: ClassVar[bool] = True
 
     def __call__(
         self,

@@ -42,6 +42,7 @@ class SequenceClassifierHead(CausalLM):
     score: Linear
 
     NEW_ON_LOAD: ClassVar[str | None] = r"score\..*"
+    GENERATES: ClassVar[bool] = False  # a classifier
 
     def __init__(
         self,
