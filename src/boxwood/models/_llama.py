@@ -358,6 +358,9 @@ class LlamaForCausalLM(CausalLM):
     DROPPED: ClassVar[str | None] = r".*rotary_emb\.inv_freq"
     # `LlamaForSequenceClassification`'s head, dropped from its files
     OTHER_HEADS: ClassVar[str | None] = r"score\..*"
+    # an untied `lm_head` a file lacks (a sequence classifier's, which has none)
+    # is drawn anew, as `transformers` initialises it
+    NEW_ON_LOAD: ClassVar[str | None] = r"lm_head\.weight"
     VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = (
         ("model.embed_tokens.weight", "embedding"),
         ("lm_head.weight", "normal"),  # skipped where tied (`None`)
