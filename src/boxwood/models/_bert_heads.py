@@ -301,9 +301,9 @@ class BertForSequenceClassification(BertClassifierHead):
     ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
 
-        **Returns:** the logits (or regression outputs), `(num_labels,)`; with `output_hidden_states`, `(logits,
-        hidden_states)`, `hidden_states` as [`boxwood.models.BertModel`][]
-        returns them.
+        **Returns:** the logits (or regression outputs), `(num_labels,)`; with
+        `output_hidden_states`, `(logits, hidden_states)`, `hidden_states` as
+        [`boxwood.models.BertModel`][] returns them.
         """
         return self._logits(
             input_ids, attention_mask, token_type_ids, key, output_hidden_states
@@ -364,9 +364,9 @@ class BertForTokenClassification(BertClassifierHead):
     ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
 
-        **Returns:** the logits of each token, `(seq, num_labels)`; with `output_hidden_states`, `(logits,
-        hidden_states)`, `hidden_states` as [`boxwood.models.BertModel`][]
-        returns them.
+        **Returns:** the logits of each token, `(seq, num_labels)`; with
+        `output_hidden_states`, `(logits, hidden_states)`, `hidden_states` as
+        [`boxwood.models.BertModel`][] returns them.
         """
         return self._logits(
             input_ids, attention_mask, token_type_ids, key, output_hidden_states

@@ -29,8 +29,9 @@ class CausalLM(Pretrained):
     """A causal language model. A subclass has the field `attention_implementation`
     and gives its body (`body()`: a module called as `body(ids, step, state) ->
     (hidden, state, every)`, `every` the hidden states of every layer where
-    `step.every_layer`, else `None`), where its blocks sit (`blocks(model)`), its output matrix
-    (`output_embedding()`) and its number of positions (`max_positions`).
+    `step.every_layer`, else `None`), where its blocks sit (`blocks(model)`),
+    its output matrix (`output_embedding()`) and its number of positions
+    (`max_positions`).
 
     Its dropout layers (`boxwood.nn.Dropout`, rates from the config) are in
     training mode in a model built from a config, as in `transformers` and
