@@ -89,6 +89,32 @@ def test_head_matches_transformers(heads, head):
     assert np.abs(ours - expected).max() <= TOL
 
 
+def _stacked(hidden_states):
+    """`transformers`' tuple of hidden states as one `(batch, layers, ...)` array."""
+    return np.stack([h.numpy() for h in hidden_states], axis=1)
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_head_returns_every_layers_hidden_states(heads, head):
+    _, reference, model = heads[head]
+    call = lambda *args: model(*args, output_hidden_states=True)
+    logits, hidden = boxwood.filter_jit(jax.vmap(call))(IDS, MASK, TYPES)
+    with torch.no_grad():
+        theirs = reference(
+            input_ids=torch.tensor(IDS),
+            attention_mask=torch.tensor(MASK),
+            token_type_ids=torch.tensor(TYPES),
+            output_hidden_states=True,
+        )
+    expected = _stacked(theirs.hidden_states)
+    assert hidden.shape == expected.shape == (2, 3, 7, 32)
+    real = MASK.astype(bool)[:, None, :, None]  # padding positions unspecified
+    np.testing.assert_allclose(
+        np.where(real, hidden, 0), np.where(real, expected, 0), atol=TOL
+    )
+    assert np.abs(np.asarray(logits) - theirs.logits.numpy()).max() <= TOL
+
+
 @pytest.mark.parametrize("head", HEADS)
 def test_head_saved_back_loads_in_transformers_and_boxwood(heads, head, tmp_path):
     directory, reference, model = heads[head]

@@ -94,9 +94,19 @@ def test_generation_config_gives_the_default_end_and_pad_tokens(tmp_path):
     assert reference.eos_token_id == end and reference.pad_token_id == 7
     # not an option of `config.json`
     assert "generation_config" not in loaded.config.to_dict()
-    built = bm.GPT2LMHeadModel(model.config.__class__(n_embd=8, n_head=2, n_layer=1),
-                               key=jax.random.key(0))  # fmt: skip
-    bm.save_pretrained(built, tmp_path / "none")
+    # a model built from a config writes its config's token ids, as
+    # `transformers` writes them for a model it built
+    config = bm.GPT2Config(n_embd=8, n_head=2, n_layer=1, eos_token_id=3)
+    built = bm.GPT2LMHeadModel(config, key=jax.random.key(0))
+    bm.save_pretrained(built, tmp_path / "built")
+    written = json.loads((tmp_path / "built" / "generation_config.json").read_text())
+    assert written == {"_from_model_config": True, "eos_token_id": 3}
+    reference = transformers.GenerationConfig.from_pretrained(tmp_path / "built")
+    assert reference.eos_token_id == 3 and reference.bos_token_id is None
+    reloaded = bm.from_pretrained(tmp_path / "built")
+    assert reloaded.config.generation_config == written
+    # a model that does not generate writes none, as in `transformers`
+    bm.save_pretrained(shared_model("bert")[0], tmp_path / "none")
     assert not (tmp_path / "none" / "generation_config.json").exists()
 
 

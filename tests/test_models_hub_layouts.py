@@ -155,6 +155,14 @@ def test_hub_bert_base_uncased_layout(tmp_path):
     assert np.abs(np.asarray(hidden) - out.last_hidden_state[0].numpy()).max() <= ATOL
     pooled = model.pooled(hidden)
     assert np.abs(np.asarray(pooled) - out.pooler_output[0].numpy()).max() <= ATOL
+    # the whole file, both pre-training heads included
+    both = bm.BertForPreTraining.from_pretrained(tmp_path / "hub")
+    assert_same_model(both.bert, model)
+    for ours, theirs in [
+        (both.cls.seq_relationship.weight, reference.cls.seq_relationship.weight),
+        (both.cls.predictions.bias, reference.cls.predictions.bias),
+    ]:
+        np.testing.assert_array_equal(ours, theirs.detach().numpy())
 
 
 @pytest.mark.parametrize("head", ["BertForMaskedLM", "BertForTokenClassification"])

@@ -33,7 +33,11 @@ def test_sharded_bfloat16_files_load_in_transformers_and_boxwood(tmp_path):
     assert again.transformer.wte.weight.dtype == jnp.bfloat16
     # saved again in one file: the shards and their index are removed
     model.save_pretrained(tmp_path)
-    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "config.json",
+        "generation_config.json",  # (a language model's generation defaults)
+        "model.safetensors",
+    ]
 
 
 def test_bad_save_options_are_named(tmp_path):

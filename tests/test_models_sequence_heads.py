@@ -84,3 +84,43 @@ def test_saved_back_loads_in_transformers_and_boxwood(scorer, tmp_path):
     }[type(model)]
     with pytest.warns(UserWarning, match=r"holds `score\.weight`, which .* dropped"):
         language_model.from_pretrained(tmp_path, **options)
+
+
+def test_hidden_states_match_transformers(scorer):
+    model, reference = scorer
+    call = lambda ids: model(ids, output_hidden_states=True)
+    logits, hidden = boxwood.filter_jit(jax.vmap(call))(IDS)
+    with torch.no_grad():
+        out = reference(input_ids=torch.tensor(IDS), output_hidden_states=True)
+    expected = np.stack([h.numpy() for h in out.hidden_states], axis=1)
+    assert hidden.shape == expected.shape == (3, 3, 7, 32)
+    np.testing.assert_allclose(hidden, expected, atol=1e-4)
+    np.testing.assert_allclose(logits, out.logits.numpy(), atol=1e-5)
+
+
+def test_an_untied_language_model_draws_the_lm_head_a_classifier_file_lacks(
+    tmp_path,
+):
+    """`LlamaForCausalLM` of an (untied) `LlamaForSequenceClassification` file:
+    the body read, `lm_head` drawn anew and listed, `score` dropped and listed,
+    as `transformers` loads it."""
+    config = bm.LlamaConfig(
+        vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, tie_word_embeddings=False, initializer_range=0.5,
+    )  # fmt: skip
+    bm.LlamaForSequenceClassification(config, key=jax.random.key(0)).save_pretrained(
+        tmp_path
+    )
+    with pytest.warns(
+        UserWarning,
+        match=r"has no `lm_head\.weight`; these parameters of LlamaForCausalLM's "
+        r"head are newly initialised.*`score\.weight` are not used",
+    ):
+        model = bm.LlamaForCausalLM.from_pretrained(tmp_path)
+    assert model.lm_head.weight.shape == (40, 16)
+    assert 0.4 < float(np.std(model.lm_head.weight)) < 0.6  # `N(0, 0.5)`
+    theirs = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path))
+    np.testing.assert_array_equal(
+        theirs.model.embed_tokens.weight.detach().numpy(),
+        np.asarray(model.model.embed_tokens.weight),
+    )

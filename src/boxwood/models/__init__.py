@@ -9,6 +9,7 @@ from ._bert_heads import (
     BertForSequenceClassification as BertForSequenceClassification,
 )
 from ._bert_heads import BertForTokenClassification as BertForTokenClassification
+from ._bert_pretraining import BertForPreTraining as BertForPreTraining
 from ._bert_task_heads import BertForMultipleChoice as BertForMultipleChoice
 from ._bert_task_heads import BertForQuestionAnswering as BertForQuestionAnswering
 from ._config import ConfigError as ConfigError

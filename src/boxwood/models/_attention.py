@@ -40,8 +40,9 @@ class Step(NamedTuple):
     position, which `dynamic` RoPE scaling reads; `None`: from the positions),
     the segment ids of the queries and of the keys (`segments`, `(q_seq,)` and
     `(kv_seq,)` int32: a query attends only keys of its own segment; `None`: one
-    segment), and the dropout key (`key`, `None` without dropout: layer `i`'s
-    is `fold_in(key, i)`)."""
+    segment), the dropout key (`key`, `None` without dropout: layer `i`'s
+    is `fold_in(key, i)`), and whether the body returns every layer's hidden
+    states (`every_layer`, `transformers`' `output_hidden_states`)."""
 
     start: Any
     pad: Any = None
@@ -50,6 +51,7 @@ class Step(NamedTuple):
     extent: Any = None
     segments: tuple[Array, Array] | None = None
     key: Any = None
+    every_layer: bool = False
 
     def slots(self, seq: int) -> Array:
         """The cache slots of `seq` new tokens."""

@@ -13,6 +13,7 @@ from ._bert_heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from ._bert_pretraining import BertForPreTraining
 from ._bert_task_heads import BertForMultipleChoice, BertForQuestionAnswering
 from ._checkpoint_files import config_path
 from ._config import ConfigError, config_from, read_json
@@ -32,6 +33,7 @@ _HEADS = (
     BertForTokenClassification,
     BertForQuestionAnswering,
     BertForMultipleChoice,
+    BertForPreTraining,
     GPT2ForSequenceClassification,
     LlamaForSequenceClassification,
 )

@@ -227,9 +227,12 @@ class BertEncoder(Module):
             lambda k: BertLayer(config, dtype, key=k), config.num_hidden_layers, key=key
         )
 
-    def __call__(self, x: Array, mask: Array, key: PRNGKeyArray | None) -> Array:
+    def __call__(
+        self, x: Array, mask: Array, key: PRNGKeyArray | None, every: bool = False
+    ) -> Any:
+        """The last layer's output; with `every`, `(output, hidden_states)`."""
         call = lambda layer, h, k: layer(h, mask, k)
-        return training.scan_layers(self.layer, call, x, key)
+        return training.scan_layers(self.layer, call, x, key, every)
 
 
 class BertModel(Pretrained):
@@ -275,6 +278,9 @@ class BertModel(Pretrained):
     OPTIONAL_PARTS: ClassVar[tuple[str, ...]] = ("pooler",)
     DROPPED: ClassVar[str | None] = r"embeddings\.position_ids"
     OTHER_HEADS: ClassVar[str | None] = r"cls\..*|classifier\..*|qa_outputs\..*"
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("embeddings.word_embeddings.weight", "embedding"),
+    )
 
     def __init__(
         self,
@@ -317,7 +323,8 @@ class BertModel(Pretrained):
         token_type_ids: Int[Array, " seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "seq hidden_size"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:**
 
         - `input_ids`: token ids, shape `(seq,)`.
@@ -327,8 +334,14 @@ class BertModel(Pretrained):
         - `token_type_ids`: segment ids, shape `(seq,)`; default all `0`.
         - `key`: a `jax.random` key for dropout, needed in training mode (a new
           one each step). (Keyword only.)
+        - `output_hidden_states`: also return every layer's hidden states, as
+          `transformers` returns them (keyword only; default `False`).
 
-        **Returns:** the last hidden state, `(seq, hidden_size)`.
+        **Returns:** the last hidden state, `(seq, hidden_size)`; with
+        `output_hidden_states`, `(last_hidden_state, hidden_states)`, where
+        `hidden_states` is `(num_hidden_layers + 1, seq, hidden_size)`: the
+        embeddings' output, then each layer's (`transformers`' `hidden_states[i]`
+        is `hidden_states[i]`; the last is the last hidden state).
         """
         key = training.dropout_key(self, key, CALL)
         c = self.config
@@ -345,7 +358,7 @@ class BertModel(Pretrained):
         mask = attention_mask.astype(bool)  # the keys every token may attend to
         k1, k2 = training.split(key, 2)
         x = self.embeddings(input_ids, token_type_ids, k1)
-        return self.encoder(x, mask, k2)
+        return self.encoder(x, mask, k2, bool(output_hidden_states))
 
     def with_remat(self, remat: Any) -> Any:
         """A copy whose layers are rematerialised on the backward pass: `remat`

@@ -16,7 +16,7 @@ from .._tree import tree_at
 from ..nn import Dropout, LayerNorm, Linear
 from . import _training as training
 from ._bert import CALL, BertConfig, BertModel
-from ._blocks import activation
+from ._blocks import activation, with_every_layer
 from ._checkpoint_files import FileLayout
 from ._classification import classification_loss, classifier_layer
 from ._config import ConfigError
@@ -60,6 +60,14 @@ class BertHead(Pretrained):
     RENAMES: ClassVar[tuple[tuple[str, str], ...]] = BertModel.RENAMES
     LAYOUTS: ClassVar[tuple[FileLayout, ...]] = (_OLD_NORMS, _BODY)
     DROPPED: ClassVar[str | None] = r"bert\.embeddings\.position_ids"
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("bert.embeddings.word_embeddings.weight", "embedding"),
+    )
+    # the masked-LM heads' output bias, beside the table they decode with
+    WITH_OUTPUT_BIAS: ClassVar[tuple[tuple[str, str], ...]] = (
+        *VOCABULARY,
+        ("cls.predictions.bias", "zeros"),
+    )
 
     def with_remat(self, remat: Any) -> Any:
         """A copy whose layers are rematerialised on the backward pass (see
@@ -71,12 +79,49 @@ class BertHead(Pretrained):
         [`boxwood.models.BertModel`][]`.with_unroll`)."""
         return tree_at(lambda m: m.bert, self, self.bert.with_unroll(unroll))
 
+    def _build_body(
+        self, config: BertConfig, dtype: Any, key: PRNGKeyArray, pooler: bool
+    ) -> tuple[Any, PRNGKeyArray]:
+        """Sets `bert` (with a pooler where `pooler`) and `config` in a head's
+        `__init__`; returns the parameters' dtype and the key left for the
+        head's own layers."""
+        k1, k2 = split_keys(key, 2)
+        dtype = dtype or jnp.float32
+        self.bert = BertModel(config, dtype, add_pooling_layer=pooler, key=k1)
+        self.config = config
+        return dtype, k2
+
     def _hidden(
-        self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any
-    ) -> tuple[Array, Any]:
-        """The body's last hidden state and the key left for the head."""
+        self,
+        input_ids: Any,
+        attention_mask: Any,
+        token_type_ids: Any,
+        key: Any,
+        every: bool = False,
+    ) -> tuple[Array, Any, Array | None]:
+        """The body's last hidden state, the key left for the head and, where
+        `every`, every layer's hidden states (else `None`)."""
         k1, k2 = training.split(training.dropout_key(self, key, CALL), 2)
-        return self.bert(input_ids, attention_mask, token_type_ids, key=k1), k2
+        out = self.bert(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            key=k1,
+            output_hidden_states=every,
+        )
+        hidden, layers = out if every else (out, None)
+        return hidden, k2, layers
+
+
+def check_tied(config: BertConfig, name: str) -> None:
+    """A masked-LM head decodes with the word embeddings: `ConfigError` where
+    the config unties them."""
+    if not config.extra.get("tie_word_embeddings", True):
+        raise ConfigError(
+            f"{name}: `tie_word_embeddings` = false (a decoder apart from the word "
+            "embeddings) is not supported; boxwood's masked-LM head decodes with "
+            "the word embedding table."
+        )
 
 
 class BertPredictionHeadTransform(Module):
@@ -105,6 +150,10 @@ class BertLMPredictionHead(Module):
         self.transform = BertPredictionHeadTransform(config, dtype, key=key)
         self.bias = zeros((config.vocab_size,), dtype)
 
+    def __call__(self, hidden: Array, table: Array) -> Array:
+        """The logits over the vocabulary, decoded with `table`."""
+        return self.transform(hidden) @ table.T + self.bias[None, :]
+
 
 class BertOnlyMLMHead(Module):
     predictions: BertLMPredictionHead
@@ -132,23 +181,16 @@ class BertForMaskedLM(BertHead):
     OTHER_HEADS: ClassVar[str | None] = any_of(
         POOLER, NEXT_SENTENCE, CLASSIFIER, QUESTION_ANSWERING
     )
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = BertHead.WITH_OUTPUT_BIAS
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:** `config`, `dtype`, `key` as
         [`boxwood.models.BertModel`][] takes them (the head's weights drawn
         from `N(0, initializer_range)`, its biases zero). The body has no
         pooler."""
-        if not config.extra.get("tie_word_embeddings", True):
-            raise ConfigError(
-                "BertForMaskedLM: `tie_word_embeddings` = false (a decoder apart from "
-                "the word embeddings) is not supported; boxwood's masked-LM head "
-                "decodes with the word embedding table."
-            )
-        k1, k2 = split_keys(key, 2)
-        dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
-        self.cls = BertOnlyMLMHead(config, dtype, key=k2)
-        self.config = config
+        check_tied(config, "BertForMaskedLM")
+        dtype, key = self._build_body(config, dtype, key, pooler=False)
+        self.cls = BertOnlyMLMHead(config, dtype, key=key)
 
     def __call__(
         self,
@@ -157,15 +199,22 @@ class BertForMaskedLM(BertHead):
         token_type_ids: Int[Array, " seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "seq vocab_size"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
 
-        **Returns:** the logits over the vocabulary, `(seq, vocab_size)`.
+        **Returns:** the logits over the vocabulary, `(seq, vocab_size)`; with
+        `output_hidden_states`, `(logits, hidden_states)`, `hidden_states` as
+        [`boxwood.models.BertModel`][] returns them.
         """
-        hidden, _ = self._hidden(input_ids, attention_mask, token_type_ids, key)
-        head = self.cls.predictions
-        table = self.bert.embeddings.word_embeddings.weight
-        return head.transform(hidden) @ table.T + head.bias[None, :]
+        hidden, _, every = self._hidden(
+            input_ids, attention_mask, token_type_ids, key, output_hidden_states
+        )
+        return with_every_layer(self.cls.predictions(hidden, self._table()), every)
+
+    def _table(self) -> Array:
+        """The decoder's weight: the word embedding table."""
+        return self.bert.embeddings.word_embeddings.weight
 
     def loss(
         self, logits: Float[Array, "*batch vocab_size"], labels: Int[Array, "*batch"]
@@ -190,34 +239,43 @@ class BertForMaskedLM(BertHead):
 class BertClassifierHead(BertHead):
     """What the classification heads share: dropout (`classifier_dropout`, else
     `hidden_dropout_prob`) and a linear `classifier` to `num_labels` outputs
-    (`len(config.labels)`), over the pooled output (`POOLED`) or each token's
-    last hidden state."""
+    (`len(config.labels)`, or `OUTPUTS`), over the pooled output (`POOLED`) or
+    each token's last hidden state."""
 
     dropout: Dropout
     classifier: Linear
 
     # whether the classifier reads the pooled output (the body keeps its pooler)
     POOLED: ClassVar[bool]
+    # the classifier's outputs where not `num_labels` (a choice's one score)
+    OUTPUTS: ClassVar[int | None] = None
 
     def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
         """**Arguments:** `config`, `dtype`, `key` as
         [`boxwood.models.BertModel`][] takes them; `config.labels` (`id2label`)
         gives the number of outputs."""
-        k1, k2 = split_keys(key, 2)
-        dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, add_pooling_layer=self.POOLED, key=k1)
+        dtype, key = self._build_body(config, dtype, key, pooler=self.POOLED)
         self.dropout = Dropout(config.classifier_rate)
-        self.classifier = classifier_layer(config, dtype, k2)
-        self.config = config
+        self.classifier = classifier_layer(config, dtype, key, self.OUTPUTS)
 
     def _logits(
-        self, input_ids: Any, attention_mask: Any, token_type_ids: Any, key: Any
-    ) -> Array:
-        """The classifier's outputs: `(num_labels,)` pooled, else per token."""
-        hidden, key = self._hidden(input_ids, attention_mask, token_type_ids, key)
+        self,
+        input_ids: Any,
+        attention_mask: Any,
+        token_type_ids: Any,
+        key: Any,
+        every: bool = False,
+    ) -> Any:
+        """The classifier's outputs: `(num_labels,)` pooled, else per token;
+        with `every`, and every layer's hidden states."""
+        hidden, key, layers = self._hidden(
+            input_ids, attention_mask, token_type_ids, key, every
+        )
         if self.POOLED:
-            return self.classifier(self.dropout(self.bert.pooled(hidden), key=key))
-        return jax.vmap(self.classifier)(self.dropout(hidden, key=key))
+            out = self.classifier(self.dropout(self.bert.pooled(hidden), key=key))
+        else:
+            out = jax.vmap(self.classifier)(self.dropout(hidden, key=key))
+        return with_every_layer(out, layers)
 
 
 class BertForSequenceClassification(BertClassifierHead):
@@ -239,12 +297,17 @@ class BertForSequenceClassification(BertClassifierHead):
         token_type_ids: Int[Array, " seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, " num_labels"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
 
-        **Returns:** the logits (or regression outputs), `(num_labels,)`.
+        **Returns:** the logits (or regression outputs), `(num_labels,)`; with
+        `output_hidden_states`, `(logits, hidden_states)`, `hidden_states` as
+        [`boxwood.models.BertModel`][] returns them.
         """
-        return self._logits(input_ids, attention_mask, token_type_ids, key)
+        return self._logits(
+            input_ids, attention_mask, token_type_ids, key, output_hidden_states
+        )
 
     def loss(
         self, logits: Float[Array, "*batch num_labels"], labels: Array
@@ -297,12 +360,17 @@ class BertForTokenClassification(BertClassifierHead):
         token_type_ids: Int[Array, " seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "seq num_labels"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them.
 
-        **Returns:** the logits of each token, `(seq, num_labels)`.
+        **Returns:** the logits of each token, `(seq, num_labels)`; with
+        `output_hidden_states`, `(logits, hidden_states)`, `hidden_states` as
+        [`boxwood.models.BertModel`][] returns them.
         """
-        return self._logits(input_ids, attention_mask, token_type_ids, key)
+        return self._logits(
+            input_ids, attention_mask, token_type_ids, key, output_hidden_states
+        )
 
     def loss(
         self, logits: Float[Array, "*batch num_labels"], labels: Int[Array, "*batch"]

@@ -11,20 +11,21 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._init import split_keys
-from ..nn import Dropout, Linear
+from ..nn import Linear
 from . import _training as training
-from ._bert import BertConfig, BertModel
+from ._bert import BertConfig
 from ._bert_heads import (
     CLASSIFIER,
     NEXT_SENTENCE,
     POOLER,
     PREDICTIONS,
     QUESTION_ANSWERING,
+    BertClassifierHead,
     BertHead,
     any_of,
 )
-from ._classification import classification_loss
+from ._blocks import with_every_layer
+from ._classification import classification_loss, classifier_layer
 from ._config import ConfigError
 
 
@@ -51,13 +52,8 @@ class BertForQuestionAnswering(BertHead):
                 "BertForQuestionAnswering: `num_labels` must be 2 (the logits of "
                 f"an answer's start and end), got {config.num_labels}."
             )
-        k1, k2 = split_keys(key, 2)
-        dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, add_pooling_layer=False, key=k1)
-        self.qa_outputs = training.linear(
-            config.hidden_size, 2, dtype, config.initializer_range, key=k2
-        )
-        self.config = config
+        dtype, key = self._build_body(config, dtype, key, pooler=False)
+        self.qa_outputs = classifier_layer(config, dtype, key)  # start, end
 
     def __call__(
         self,
@@ -66,15 +62,20 @@ class BertForQuestionAnswering(BertHead):
         token_type_ids: Int[Array, " seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> tuple[Float[Array, " seq"], Float[Array, " seq"]]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them (the
         question and the context as the two segments of `token_type_ids`).
 
-        **Returns:** `(start_logits, end_logits)`, each `(seq,)`.
+        **Returns:** `(start_logits, end_logits)`, each `(seq,)`; with
+        `output_hidden_states`, `((start_logits, end_logits), hidden_states)`,
+        `hidden_states` as [`boxwood.models.BertModel`][] returns them.
         """
-        hidden, _ = self._hidden(input_ids, attention_mask, token_type_ids, key)
+        hidden, _, every = self._hidden(
+            input_ids, attention_mask, token_type_ids, key, output_hidden_states
+        )
         logits = jax.vmap(self.qa_outputs)(hidden)
-        return logits[:, 0], logits[:, 1]
+        return with_every_layer((logits[:, 0], logits[:, 1]), every)
 
     def loss(
         self,
@@ -108,33 +109,21 @@ class BertForQuestionAnswering(BertHead):
 _SINGLE = "single_label_classification"
 
 
-class BertForMultipleChoice(BertHead):
+class BertForMultipleChoice(BertClassifierHead):
     """BERT choosing among several candidates (SWAG): each choice (the prompt
     with one candidate) through the body, its pooled output, dropout
     (`classifier_dropout`, else `hidden_dropout_prob`) and a linear
-    `classifier` to one score; the scores of the choices are the logits."""
-
-    dropout: Dropout
-    classifier: Linear
+    `classifier` to one score; the scores of the choices are the logits.
+    (`num_labels` is not used: the classifier has one output, a choice's
+    score.)"""
 
     ARCHITECTURE: ClassVar[str | None] = "BertForMultipleChoice"
     NEW_ON_LOAD: ClassVar[str | None] = any_of(CLASSIFIER, POOLER)
     OTHER_HEADS: ClassVar[str | None] = any_of(
         PREDICTIONS, NEXT_SENTENCE, QUESTION_ANSWERING
     )
-
-    def __init__(self, config: BertConfig, dtype: Any = None, *, key: PRNGKeyArray):
-        """**Arguments:** `config`, `dtype`, `key` as
-        [`boxwood.models.BertModel`][] takes them (`num_labels` is not used: the
-        classifier has one output, a choice's score)."""
-        k1, k2 = split_keys(key, 2)
-        dtype = dtype or jnp.float32
-        self.bert = BertModel(config, dtype, add_pooling_layer=True, key=k1)
-        self.dropout = Dropout(config.classifier_rate)
-        self.classifier = training.linear(
-            config.hidden_size, 1, dtype, config.initializer_range, key=k2
-        )
-        self.config = config
+    POOLED: ClassVar[bool] = True
+    OUTPUTS: ClassVar[int | None] = 1
 
     def __call__(
         self,
@@ -143,11 +132,15 @@ class BertForMultipleChoice(BertHead):
         token_type_ids: Int[Array, "num_choices seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, " num_choices"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:** as [`boxwood.models.BertModel`][] takes them, with a
         leading axis of choices: `(num_choices, seq)` each.
 
-        **Returns:** the logits of the choices, `(num_choices,)`.
+        **Returns:** the logits of the choices, `(num_choices,)`; with
+        `output_hidden_states`, `(logits, hidden_states)`, `hidden_states`
+        `(num_hidden_layers + 1, num_choices, seq, hidden_size)` (each choice's
+        as [`boxwood.models.BertModel`][] returns them).
         """
         if jnp.ndim(input_ids) != 2:
             raise ValueError(
@@ -158,12 +151,12 @@ class BertForMultipleChoice(BertHead):
         choices = jnp.shape(input_ids)[0]
         key = training.dropout_key(self, key, "model(input_ids, key=key)")
         keys = None if key is None else jax.random.split(key, choices)
-        return jax.vmap(self._score)(input_ids, attention_mask, token_type_ids, keys)
-
-    def _score(self, ids: Any, mask: Any, types: Any, key: Any) -> Array:
-        hidden, key = self._hidden(ids, mask, types, key)
-        pooled = self.dropout(self.bert.pooled(hidden), key=key)
-        return self.classifier(pooled)[0]
+        every = bool(output_hidden_states)
+        score = lambda i, m, t, k: self._logits(i, m, t, k, every)
+        out = jax.vmap(score)(input_ids, attention_mask, token_type_ids, keys)
+        if not every:
+            return out[:, 0]
+        return out[0][:, 0], jnp.moveaxis(out[1], 0, 1)  # layers first
 
     def loss(
         self, logits: Float[Array, "*batch num_choices"], labels: Int[Array, "*batch"]

@@ -96,10 +96,13 @@ def run_blocks(
     index: StateIndex,
     state: State | None,
     windows: tuple[int | None, ...] | None = None,
-) -> tuple[Array, State | None]:
+) -> tuple[Array, State | None, Array | None]:
     """`x` through the stacked `blocks`, each called as
     `block(x, step, cache, layer, window) -> (x, cache)`; the key/value cache of
-    every layer is `state`'s entry `index` (or `None`), carried through.
+    every layer is `state`'s entry `index` (or `None`), carried through. Returns
+    the output, the state and, where `step.every_layer` (a call over no
+    cache), the first block's input and every block's output (`with_inputs`),
+    else `None`.
 
     In one scan (compile time flat in depth), except for one new token over a
     cache (a generation step): there the layers run one after the other with
@@ -107,21 +110,43 @@ def run_blocks(
     from the stacks, where a scan would copy them out every step."""
     shared, per_layer = layer_windows(windows or (None,) * len(blocks))
     cache = None if state is None else state.get(index)
-    if state is not None and x.shape[0] == 1:
+    if state is not None and x.shape[0] == 1:  # (no call asks for every layer)
         for i in range(len(blocks)):
             window = shared if per_layer is None else per_layer[i]
             x, cache = blocks[i](x, step, cache, i, window)
-        return x, state.set(index, cache)
+        return x, state.set(index, cache), None
 
     def body(block: Any, carry: tuple, inputs: tuple) -> tuple:
         h, kv = carry
         layer, window = inputs
         h, kv = block(h, step, kv, layer, shared if window is None else window)
-        return (h, kv), None
+        return (h, kv), (h if step.every_layer else None)
 
+    first = x
     layers = jnp.arange(len(blocks), dtype=jnp.int32)
-    (x, cache), _ = blocks.scan(body, (x, cache), (layers, per_layer))
-    return x, (None if state is None else state.set(index, cache))
+    (x, cache), ys = blocks.scan(body, (x, cache), (layers, per_layer))
+    state = None if state is None else state.set(index, cache)
+    return x, state, (with_inputs(first, ys) if step.every_layer else None)
+
+
+def with_inputs(first: Array, outputs: Array) -> Array:
+    """`transformers`' `hidden_states` of a stack of layers, `(depth + 1, ...)`:
+    the first layer's input, then each layer's output (`outputs`, stacked by
+    the scan)."""
+    return jnp.concatenate([first[None], outputs.astype(first.dtype)])
+
+
+def with_every_layer(out: Any, every: Array | None) -> Any:
+    """A call's result: `out`, or `(out, every)` where every layer's hidden
+    states were asked for (`output_hidden_states`)."""
+    return out if every is None else (out, every)
+
+
+def with_last(every: Array | None, last: Array) -> Array | None:
+    """`every` (from `run_blocks`) with its last entry replaced by `last`: the
+    causal LMs' final hidden state is the normalised one, as `transformers`
+    returns it."""
+    return None if every is None else every.at[-1].set(last)
 
 
 def empty_cache_index() -> StateIndex:

@@ -4,7 +4,7 @@ attention implementation or rematerialisation."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import jax
 import jax.core
@@ -15,7 +15,7 @@ from .._jit import filter_jit
 from .._tree import tree_at
 from ..nn import State
 from ._attention import Implementation, Step, check_implementation, segment_ids
-from ._blocks import with_fields
+from ._blocks import with_every_layer, with_fields
 from ._id_ranges import ids_known_in_range
 from ._inputs import check_attention_mask, check_input_ids
 from ._pretrained import Pretrained
@@ -28,8 +28,10 @@ _CALL = "model(input_ids, key=key)"
 class CausalLM(Pretrained):
     """A causal language model. A subclass has the field `attention_implementation`
     and gives its body (`body()`: a module called as `body(ids, step, state) ->
-    (hidden, state)`), where its blocks sit (`blocks(model)`), its output matrix
-    (`output_embedding()`) and its number of positions (`max_positions`).
+    (hidden, state, every)`, `every` the hidden states of every layer where
+    `step.every_layer`, else `None`), where its blocks sit (`blocks(model)`),
+    its output matrix (`output_embedding()`) and its number of positions
+    (`max_positions`).
 
     Its dropout layers (`boxwood.nn.Dropout`, rates from the config) are in
     training mode in a model built from a config, as in `transformers` and
@@ -37,13 +39,16 @@ class CausalLM(Pretrained):
     `boxwood.nn.inference_mode(model, value)`. In training mode with a nonzero
     rate, every call takes `key=`."""
 
+    GENERATES: ClassVar[bool] = True
+
     def __call__(
         self,
         input_ids: Int[Array, " seq"],
         attention_mask: Any = None,
         *,
         key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "seq vocab_size"]:
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:**
 
         - `input_ids`: token ids, shape `(seq,)` (an array or a list of ints).
@@ -53,20 +58,26 @@ class CausalLM(Pretrained):
           at padding positions are not meaningful.
         - `key`: a `jax.random` key for dropout; needed in training mode when
           the config has a nonzero dropout rate. (Keyword only.)
+        - `output_hidden_states`: also return every layer's hidden states, as
+          `transformers` returns them (keyword only; default `False`).
 
-        **Returns:** the next-token logits at every position, `(seq, vocab_size)`.
+        **Returns:** the next-token logits at every position, `(seq, vocab_size)`;
+        with `output_hidden_states`, `(logits, hidden_states)`, where
+        `hidden_states` is `(num_layers + 1, seq, hidden_size)`: the embeddings
+        (after dropout), then each block's output, the last one normalised by
+        the final norm (`transformers`' `hidden_states[i]` is
+        `hidden_states[i]`, and its last entry is the final hidden state).
 
         Concrete ids (not traced) are checked here and the forward pass runs as
         one compiled program, which holds no host callback for the id check, so
         JAX's persistent compilation cache can keep it; traced ids (under the
         caller's `jit`, `vmap`, ...) are checked inside the caller's program.
         """
+        every = bool(output_hidden_states)
         if isinstance(input_ids, jax.core.Tracer) or isinstance(
             attention_mask, jax.core.Tracer
         ):
-            return self.decode(
-                input_ids, None, 0, attention_mask=attention_mask, key=key
-            )[0]
+            return self._outputs(input_ids, attention_mask, key, every)
         model: Any = self
         name = type(self).__name__
         input_ids = check_input_ids(
@@ -79,8 +90,19 @@ class CausalLM(Pretrained):
         key = dropout_key(self, key, _CALL)
         with ids_known_in_range():
             return _logits_of_checked_ids(
-                self, jnp.asarray(input_ids), attention_mask, key
+                self, jnp.asarray(input_ids), attention_mask, key, every
             )
+
+    def _outputs(
+        self, input_ids: Any, attention_mask: Any, key: Any, every_layer: bool
+    ) -> Any:
+        """The logits, with every layer's hidden states where `every_layer`."""
+        hidden, _, every = self._hidden(
+            input_ids, None, 0, None, None, attention_mask, key, every_layer
+        )
+        model: Any = self  # a subclass: `output_embedding` is its own
+        logits = hidden @ model.output_embedding().T
+        return with_every_layer(logits, every)
 
     def decode(
         self,
@@ -113,7 +135,7 @@ class CausalLM(Pretrained):
         cache (`state=None`); over a cache, left padding is `pad`. `key`
         (keyword only): the dropout key, as in `__call__`.
         """
-        hidden, state = self._hidden(
+        hidden, state, _ = self._hidden(
             input_ids, state, start, pad, extent, attention_mask, key
         )
         model: Any = self  # a subclass: `output_embedding` is its own
@@ -166,7 +188,10 @@ class CausalLM(Pretrained):
         extent: Any = None,
         attention_mask: Any = None,
         key: Any = None,
+        every_layer: bool = False,
     ) -> tuple:
+        """`(hidden, state, every)`: the final hidden states, the state, and
+        every layer's hidden states where `every_layer` (else `None`)."""
         model: Any = self  # a subclass's fields and hooks
         name = type(self).__name__
         input_ids = check_input_ids(
@@ -186,16 +211,27 @@ class CausalLM(Pretrained):
         key = stream_key(dropout_key(self, key, _CALL))
         implementation = model.attention_implementation
         step = Step(
-            start, pad, state is not None, implementation, extent, segments, key
+            start,
+            pad,
+            state is not None,
+            implementation,
+            extent,
+            segments,
+            key,
+            every_layer,
         )
         return model.body()(input_ids, step, state)
 
 
 @filter_jit
 def _logits_of_checked_ids(
-    model: CausalLM, input_ids: Array, attention_mask: Any, key: Any
-) -> Array:
-    """`model(input_ids, attention_mask, key=key)` for inputs already checked:
-    always traced within `ids_known_in_range` (by `CausalLM.__call__`), so it
-    attaches no check."""
-    return model.decode(input_ids, None, 0, attention_mask=attention_mask, key=key)[0]
+    model: CausalLM,
+    input_ids: Array,
+    attention_mask: Any,
+    key: Any,
+    every: bool = False,
+) -> Any:
+    """`model(input_ids, attention_mask, key=key, output_hidden_states=every)`
+    for inputs already checked: always traced within `ids_known_in_range` (by
+    `CausalLM.__call__`), so it attaches no check."""
+    return model._outputs(input_ids, attention_mask, key, every)

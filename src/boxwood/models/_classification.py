@@ -97,12 +97,15 @@ def write_labels(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def classifier_layer(config: Any, dtype: Any, key: Any) -> Linear:
-    """A classifier model's `classifier`: `config.hidden_size` to
-    `config.num_labels` outputs, initialised as `transformers` does (weight
-    `N(0, initializer_range)`, bias zero)."""
+def classifier_layer(
+    config: Any, dtype: Any, key: Any, outputs: int | None = None
+) -> Linear:
+    """A classifier model's `classifier`: `config.hidden_size` to `outputs`
+    (default `config.num_labels`) outputs, initialised as `transformers` does
+    (weight `N(0, initializer_range)`, bias zero)."""
+    count = config.num_labels if outputs is None else outputs
     return training.linear(
-        config.hidden_size, config.num_labels, dtype, config.initializer_range, key=key
+        config.hidden_size, count, dtype, config.initializer_range, key=key
     )
 
 

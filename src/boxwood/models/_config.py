@@ -443,3 +443,21 @@ def read_json(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}.")
     return data
+
+
+def generation_options(config: Any, generates: bool) -> dict[str, Any] | None:
+    """What `save_pretrained` writes as `generation_config.json`: the one the
+    model was loaded with, else, for a class that generates, the config's token
+    ids, as `transformers`' `GenerationConfig.from_model_config` takes them (and
+    marks them: `_from_model_config`); `None` (no file) for one that does not
+    generate, as `transformers` writes none for BERT or a classifier."""
+    if config.generation_config is not None:
+        return dict(config.generation_config)
+    if not generates:
+        return None
+    options: dict[str, Any] = {"_from_model_config": True}
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = getattr(config, name)
+        if value is not None:
+            options[name] = list(value) if isinstance(value, tuple) else value
+    return options

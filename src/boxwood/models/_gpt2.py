@@ -23,6 +23,7 @@ from ._blocks import (
     empty_cache_index,
     init_cache,
     run_blocks,
+    with_last,
     write_cache,
 )
 from ._causal_lm import CausalLM
@@ -256,8 +257,9 @@ class GPT2Model(Module):
         x = self.wte.weight[input_ids] + self.wpe.weight[positions]
         # the layers' keys are `fold_in(step.key, layer)`; this one follows them
         x = self.drop(x, key=training.layer_key(step.key, len(self.h)))
-        x, state = run_blocks(self.h, x, step, self.cache, state)
-        return jax.vmap(self.ln_f)(x), state
+        x, state, every = run_blocks(self.h, x, step, self.cache, state)
+        x = jax.vmap(self.ln_f)(x)
+        return x, state, with_last(every, x)
 
 
 class GPT2LMHeadModel(CausalLM):
@@ -286,6 +288,9 @@ class GPT2LMHeadModel(CausalLM):
     DROPPED: ClassVar[str | None] = r"transformer\.h\.\d+\.attn\.(bias|masked_bias)"
     # `GPT2ForSequenceClassification`'s head, dropped from its files
     OTHER_HEADS: ClassVar[str | None] = r"score\..*"
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("transformer.wte.weight", "normal"),  # no padding index in GPT-2
+    )
 
     def __init__(
         self,

@@ -28,6 +28,7 @@ from ._blocks import (
     rope_at,
     run_blocks,
     supported_activation,
+    with_last,
     write_cache,
 )
 from ._causal_lm import CausalLM
@@ -332,8 +333,11 @@ class LlamaModel(Module):
         if self.embed_scale is not None:
             # rounded to the activations' dtype first, as `transformers` does
             x = x * jnp.asarray(self.embed_scale, x.dtype)
-        x, state = run_blocks(self.layers, x, step, self.cache, state, self.windows)
-        return jax.vmap(self.norm)(x), state
+        x, state, every = run_blocks(
+            self.layers, x, step, self.cache, state, self.windows
+        )
+        x = jax.vmap(self.norm)(x)
+        return x, state, with_last(every, x)
 
 
 class LlamaForCausalLM(CausalLM):
@@ -354,6 +358,13 @@ class LlamaForCausalLM(CausalLM):
     DROPPED: ClassVar[str | None] = r".*rotary_emb\.inv_freq"
     # `LlamaForSequenceClassification`'s head, dropped from its files
     OTHER_HEADS: ClassVar[str | None] = r"score\..*"
+    # an untied `lm_head` a file lacks (a sequence classifier's, which has none)
+    # is drawn anew, as `transformers` initialises it
+    NEW_ON_LOAD: ClassVar[str | None] = r"lm_head\.weight"
+    VOCABULARY: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("model.embed_tokens.weight", "embedding"),
+        ("lm_head.weight", "normal"),  # skipped where tied (`None`)
+    )
 
     def __init__(
         self,

@@ -21,7 +21,6 @@ import numpy as np
 
 from .._caches import register_cache_clear
 from .._checkpoint import CheckpointError, atomic_write, read_region
-from .._module import Module
 from .._transforms import filter_eval_shape
 from .._tree import tree_at
 from .._warnings import user_stacklevel
@@ -37,7 +36,7 @@ from ._checkpoint_files import (
     renamed_tensors,
     standard_tensors,
 )
-from ._config import WRITTEN_ANEW, config_from, read_json
+from ._config import WRITTEN_ANEW, config_from, generation_options, read_json
 from ._new_parameters import (
     drawn,
     matching,
@@ -45,6 +44,7 @@ from ._new_parameters import (
     resized_head,
     resized_message,
 )
+from ._resize import Vocabulary
 from ._save_files import cast_arrays, shard_bytes, write_weights
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import (
@@ -59,7 +59,7 @@ from ._torch_habits import habit_error
 GENERATION_CONFIG = "generation_config.json"
 
 
-class Pretrained(Module):
+class Pretrained(Vocabulary):
     """A model whose parameters are named after a `transformers` checkpoint.
 
     A subclass says how its parameter names differ from the checkpoint's (`RENAMES`,
@@ -89,6 +89,8 @@ class Pretrained(Module):
     OTHER_HEADS: ClassVar[str | None] = None
     # `save_pretrained`'s `architectures` entry, where not the config's own
     ARCHITECTURE: ClassVar[str | None] = None
+    # whether `save_pretrained` writes generation defaults (a language model's)
+    GENERATES: ClassVar[bool] = False
 
     def __getattr__(self, name: str) -> Any:
         # Only a missed lookup gets here: the fields and methods are found by
@@ -341,7 +343,10 @@ class Pretrained(Module):
         """Write the model as `transformers`' `save_pretrained` does: `config.json`
         and `model.safetensors` in the directory `path` (created if needed), so
         that `transformers`' `from_pretrained(path)` loads it, and
-        `generation_config.json` where the model was loaded with one. Each file
+        `generation_config.json`: the one the model was loaded with, else, for a
+        language model, its config's `bos_token_id`, `eos_token_id` and
+        `pad_token_id` (as `transformers` writes it for a model built from a
+        config; none for BERT, ViT or a classifier). Each file
         is replaced crash-safely (written aside, then renamed over the old one).
 
         **Arguments:**
@@ -373,9 +378,9 @@ class Pretrained(Module):
         # a new config never describes old weights)
         write_weights(directory, arrays, max_bytes)
         _write_json(os.path.join(directory, "config.json"), options)
-        generation = cast(Any, self).config.generation_config
+        generation = generation_options(cast(Any, self).config, self.GENERATES)
         if generation is not None:
-            _write_json(os.path.join(directory, GENERATION_CONFIG), dict(generation))
+            _write_json(os.path.join(directory, GENERATION_CONFIG), generation)
 
 
 def _write_json(path: str, options: dict[str, Any]) -> None:

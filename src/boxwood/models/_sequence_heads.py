@@ -6,7 +6,7 @@ reads it."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
@@ -15,11 +15,11 @@ from .._init import split_keys
 from ..nn import Linear
 from . import _training as training
 from ._attention import Implementation
+from ._blocks import with_every_layer
+from ._causal_lm import CausalLM
 from ._classification import classification_loss
-from ._gpt2 import GPT2Config, GPT2LMHeadModel
-from ._llama import LlamaConfig, LlamaForCausalLM
-
-_SCORE = r"score\..*"
+from ._gpt2 import GPT2LMHeadModel
+from ._llama import LlamaForCausalLM
 
 
 def last_real_token(input_ids: Array, pad_token_id: int | None) -> Array:
@@ -32,39 +32,84 @@ def last_real_token(input_ids: Array, pad_token_id: int | None) -> Array:
     return jnp.argmax(jnp.where(input_ids != pad_token_id, jnp.arange(seq), 0))
 
 
-def _scored(model: Any, input_ids: Any, attention_mask: Any, key: Any) -> Array:
-    """`model.score` of the final hidden state of the last real token."""
-    hidden = model.hidden_states(input_ids, attention_mask, key=key)
-    at = last_real_token(jnp.asarray(input_ids), model.config.pad_token_id)
-    return model.score(hidden[at])
+class SequenceClassifierHead(CausalLM):
+    """What the sequence classifiers share, whatever the causal language model
+    they are built on (the next base in a subclass's MRO): its body without an
+    output projection (the config's `tie_word_embeddings` set for the body, so
+    Llama's `lm_head` is `None`), and a bias-free `score` to `num_labels`
+    outputs read at the last real token."""
 
+    score: Linear
 
-def _loss(model: Any, logits: Array, labels: Array) -> Array:
-    where = f"{type(model).__name__}.loss"
-    return classification_loss(logits, labels, model.config.problem_type, where)
+    NEW_ON_LOAD: ClassVar[str | None] = r"score\..*"
+    GENERATES: ClassVar[bool] = False  # a classifier
 
+    def __init__(
+        self,
+        config: Any,
+        dtype: Any = None,
+        *,
+        key: PRNGKeyArray,
+        attention_implementation: Implementation = None,
+    ):
+        """**Arguments:** as the language model this class is built on takes
+        them ([`boxwood.models.GPT2LMHeadModel`][],
+        [`boxwood.models.LlamaForCausalLM`][]); `config.labels` (`id2label`)
+        gives the number of outputs."""
+        k1, k2 = split_keys(key, 2)
+        body = dataclasses.replace(config, tie_word_embeddings=True)  # no lm_head
+        # the language model's own `__init__`, next in the subclass's MRO
+        cast(Any, super()).__init__(
+            body, dtype, key=k1, attention_implementation=attention_implementation
+        )
+        model: Any = self  # the language model's fields and methods
+        model.config = config
+        width = model.output_embedding().shape[1]
+        self.score = training.linear(
+            width,
+            config.num_labels,
+            dtype or jnp.float32,
+            config.initializer_range,
+            key=k2,
+            bias=False,
+        )
 
-_CALL_DOC = """**Arguments:** as the causal language model takes them.
+    def __call__(
+        self,
+        input_ids: Int[Array, " seq"],
+        attention_mask: Any = None,
+        *,
+        key: PRNGKeyArray | None = None,
+        output_hidden_states: bool = False,
+    ) -> Any:
+        """**Arguments:** as the causal language model takes them.
 
-        **Returns:** the logits (or regression outputs), `(num_labels,)`.
+        **Returns:** the logits (or regression outputs), `(num_labels,)`: the
+        `score` of the final hidden state of the last token that is not
+        `config.pad_token_id`; with `output_hidden_states`, `(logits,
+        hidden_states)` as the language model returns them.
         """
-_LOSS_DOC = """The loss `transformers` computes for these logits, chosen by
+        every = bool(output_hidden_states)
+        hidden, _, layers = self._hidden(
+            input_ids, None, 0, None, None, attention_mask, key, every
+        )
+        pad = cast(Any, self).config.pad_token_id
+        at = last_real_token(jnp.asarray(input_ids), pad)
+        logits = self.score(hidden[at])
+        return with_every_layer(logits, layers)
+
+    def loss(
+        self, logits: Float[Array, "*batch num_labels"], labels: Array
+    ) -> Float[Array, ""]:
+        """The loss `transformers` computes for these logits, chosen by
         `problem_type` as [`boxwood.models.BertForSequenceClassification`][]`.loss`
         chooses it, with its checks of the class ids."""
+        where = f"{type(self).__name__}.loss"
+        problem = cast(Any, self).config.problem_type
+        return classification_loss(logits, labels, problem, where)
 
 
-def _score(config: Any, width: int, dtype: Any, key: Any) -> Linear:
-    return training.linear(
-        width,
-        config.num_labels,
-        dtype or jnp.float32,
-        config.initializer_range,
-        key=key,
-        bias=False,
-    )
-
-
-class GPT2ForSequenceClassification(GPT2LMHeadModel):
+class GPT2ForSequenceClassification(SequenceClassifierHead, GPT2LMHeadModel):
     """GPT-2 classifying (or scoring) a whole sequence: a linear `score` without
     bias from each token's final hidden state to `num_labels` logits, read at the
     last token that is not `config.pad_token_id` (right padding; the last token
@@ -72,91 +117,15 @@ class GPT2ForSequenceClassification(GPT2LMHeadModel):
     `GPT2LMHeadModel`'s (`transformer`), and its loss is
     [`boxwood.models.BertForSequenceClassification`][]`.loss`'s."""
 
-    score: Linear
-
     ARCHITECTURE: ClassVar[str | None] = "GPT2ForSequenceClassification"
-    NEW_ON_LOAD: ClassVar[str | None] = _SCORE
     OTHER_HEADS: ClassVar[str | None] = None
 
-    def __init__(
-        self,
-        config: GPT2Config,
-        dtype: Any = None,
-        *,
-        key: PRNGKeyArray,
-        attention_implementation: Implementation = None,
-    ):
-        """**Arguments:** as [`boxwood.models.GPT2LMHeadModel`][] takes them;
-        `config.labels` (`id2label`) gives the number of outputs."""
-        k1, k2 = split_keys(key, 2)
-        super().__init__(
-            config, dtype, key=k1, attention_implementation=attention_implementation
-        )
-        self.score = _score(config, config.n_embd, dtype, k2)
 
-    def __call__(
-        self,
-        input_ids: Int[Array, " seq"],
-        attention_mask: Any = None,
-        *,
-        key: PRNGKeyArray | None = None,
-    ) -> Float[Array, " num_labels"]:
-        return _scored(self, input_ids, attention_mask, key)
-
-    __call__.__doc__ = _CALL_DOC
-
-    def loss(
-        self, logits: Float[Array, "*batch num_labels"], labels: Array
-    ) -> Float[Array, ""]:
-        return _loss(self, logits, labels)
-
-    loss.__doc__ = _LOSS_DOC
-
-
-class LlamaForSequenceClassification(LlamaForCausalLM):
+class LlamaForSequenceClassification(SequenceClassifierHead, LlamaForCausalLM):
     """A Llama-family model classifying (or scoring) a whole sequence, as
     [`boxwood.models.GPT2ForSequenceClassification`][] (a bias-free `score`
     at the last token that is not `config.pad_token_id`) over
     `LlamaForCausalLM`'s body (`model`), without its `lm_head` (`None`)."""
 
-    score: Linear
-
     ARCHITECTURE: ClassVar[str | None] = "LlamaForSequenceClassification"
-    NEW_ON_LOAD: ClassVar[str | None] = _SCORE
     OTHER_HEADS: ClassVar[str | None] = r"lm_head\..*"
-
-    def __init__(
-        self,
-        config: LlamaConfig,
-        dtype: Any = None,
-        *,
-        key: PRNGKeyArray,
-        attention_implementation: Implementation = None,
-    ):
-        """**Arguments:** as [`boxwood.models.LlamaForCausalLM`][] takes them;
-        `config.labels` (`id2label`) gives the number of outputs."""
-        k1, k2 = split_keys(key, 2)
-        tied = dataclasses.replace(config, tie_word_embeddings=True)  # no lm_head
-        super().__init__(
-            tied, dtype, key=k1, attention_implementation=attention_implementation
-        )
-        self.config = config
-        self.score = _score(config, config.hidden_size, dtype, k2)
-
-    def __call__(
-        self,
-        input_ids: Int[Array, " seq"],
-        attention_mask: Any = None,
-        *,
-        key: PRNGKeyArray | None = None,
-    ) -> Float[Array, " num_labels"]:
-        return _scored(self, input_ids, attention_mask, key)
-
-    __call__.__doc__ = _CALL_DOC
-
-    def loss(
-        self, logits: Float[Array, "*batch num_labels"], labels: Array
-    ) -> Float[Array, ""]:
-        return _loss(self, logits, labels)
-
-    loss.__doc__ = _LOSS_DOC

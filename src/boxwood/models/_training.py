@@ -181,13 +181,23 @@ def layer_key(key: Any, layer: Any) -> Any:
 
 
 def scan_layers(
-    layers: Stacked, call: Callable[[Any, Any, Any], Any], x: Any, key: Any
+    layers: Stacked,
+    call: Callable[[Any, Any, Any], Any],
+    x: Any,
+    key: Any,
+    every_layer: bool = False,
 ) -> Any:
     """`x` through the stacked `layers` in one scan, layer `i` called as
-    `call(layer, x, layer_key(key, i))`."""
+    `call(layer, x, layer_key(key, i))`; with `every_layer`, `(output, every)`,
+    where `every` is `x` and each layer's output, `(depth + 1, *x.shape)`
+    (`transformers`' `hidden_states`)."""
 
-    def step(layer: Any, h: Any, i: Any) -> tuple[Any, None]:
-        return call(layer, h, layer_key(key, i)), None
+    def step(layer: Any, h: Any, i: Any) -> tuple[Any, Any]:
+        out = call(layer, h, layer_key(key, i))
+        return out, (out if every_layer else None)
 
     index = jnp.arange(layers.depth, dtype=jnp.int32)
-    return layers.scan(step, x, index)[0]
+    out, ys = layers.scan(step, x, index)
+    if every_layer:
+        return out, jnp.concatenate([x[None], ys.astype(x.dtype)])
+    return out

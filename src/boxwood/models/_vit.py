@@ -16,7 +16,7 @@ from .._module import Module, field
 from .._tree import tree_at
 from ..nn import Conv2d, Dropout, LayerNorm, Linear, MultiheadAttention, Stacked
 from . import _training as training
-from ._blocks import activation, supported_activation
+from ._blocks import activation, supported_activation, with_every_layer
 from ._classification import (
     DEFAULT_LABELS,
     LABEL_OPTIONS,
@@ -237,24 +237,36 @@ class ViTForImageClassification(Pretrained):
         self.config = config
 
     def __call__(
-        self, pixel_values: Float[Array, "3 H W"], *, key: PRNGKeyArray | None = None
-    ) -> Float[Array, " num_labels"]:
+        self,
+        pixel_values: Float[Array, "3 H W"],
+        *,
+        key: PRNGKeyArray | None = None,
+        output_hidden_states: bool = False,
+    ) -> Any:
         """**Arguments:**
 
         - `pixel_values`: one image, `(num_channels, image_size, image_size)`,
           normalised as the model's image processor does.
         - `key`: a `jax.random` key for dropout, needed in training mode when a
           dropout rate is set (a new one each step). (Keyword only.)
+        - `output_hidden_states`: also return every layer's hidden states, as
+          `transformers` returns them (keyword only; default `False`).
 
-        **Returns:** the class logits, `(num_labels,)`.
+        **Returns:** the class logits, `(num_labels,)`; with
+        `output_hidden_states`, `(logits, hidden_states)`, `hidden_states`
+        `(num_hidden_layers + 1, num_patches + 1, hidden_size)`: the embeddings'
+        output, then each layer's (the last before the final `layernorm`, as
+        `transformers`' `hidden_states`).
         """
         self._check(pixel_values)
         key = training.dropout_key(self, key, "model(pixel_values, key=key)")
         k1, k2 = training.split(key, 2)
         x = self.vit.embeddings(pixel_values, k1)
         call = lambda layer, h, k: layer(h, key=k)
-        x = training.scan_layers(self.vit.encoder.layer, call, x, k2)
-        return self.classifier(self.vit.layernorm(x[0]))
+        every = bool(output_hidden_states)
+        out = training.scan_layers(self.vit.encoder.layer, call, x, k2, every)
+        x, layers = out if every else (out, None)
+        return with_every_layer(self.classifier(self.vit.layernorm(x[0])), layers)
 
     def loss(
         self, logits: Float[Array, "*batch num_labels"], labels: Array
