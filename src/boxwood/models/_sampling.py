@@ -75,7 +75,11 @@ def check_sampling(
     if not greedy and key is None:
         raise ValueError("`generate`: sampling (`temperature > 0`) needs `key=`.")
     nucleus = not greedy and top_p is not None and top_p < 1
-    return Sampling(greedy, None if greedy else top_k, nucleus)
+    # `top_k` is a shape of the program; the whole vocabulary filters nothing
+    # (as in `transformers`), so it shares the program of no `top_k`
+    if greedy or top_k == vocab_size:
+        top_k = None
+    return Sampling(greedy, top_k, nucleus)
 
 
 def is_number(value: Any) -> bool:
