@@ -87,9 +87,12 @@ def beam_search(
     """`(new, scores)`: each prompt's finished beams, best first: their new
     tokens `(batch, num_beams, steps)` (`pad_id` after an end) and scores
     `(batch, num_beams)`. `batch` holds host arrays."""
-    steps = int(batch.steps)
-    # as `transformers`: enough candidates that `num` of them do not end
-    keep = max(2, 1 + int(np.sum(batch.ends >= 0))) * beams.num
+    steps, vocab_size = int(batch.steps), model.config.vocab_size
+    # Enough candidates that `num` of them do not end: `transformers` keeps
+    # `(1 + end ids) * num`; one more per end slot, used or not, gives the same
+    # beams (the extra candidates rank below those) and keeps the program the
+    # same for any number of end ids up to the slots.
+    keep = min(max(2, 1 + len(batch.ends)) * beams.num, beams.num * vocab_size)
     new, scores = _beam_loop(
         model, batch, _divisors(beams, steps, capacity),
         np.bool_(beams.early_stopping is True), capacity, beams.num, keep, rules,
