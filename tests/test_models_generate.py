@@ -15,6 +15,10 @@ from boxwood.models._generate import _decode, bucket
 # float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
 
+# New tokens per call: one bucket (16), the one `test_models_generate_batch.py`
+# uses for one prompt, so the two files' greedy loops are one compiled program.
+NEW = 16
+
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def pair(request):
@@ -41,9 +45,9 @@ def test_greedy_equals_transformers(pair):
     model, reference = pair
     for seed, length in [(0, 7), (1, 16), (2, 3)]:
         ids = token_ids(seed, (length,))
-        out = bm.generate(model, jnp.asarray(ids), 20)
-        assert out.shape == (length + 20,) and out.dtype == jnp.int32
-        expected = _hf_greedy(reference, ids, 20)
+        out = bm.generate(model, jnp.asarray(ids), NEW)
+        assert out.shape == (length + NEW,) and out.dtype == jnp.int32
+        expected = _hf_greedy(reference, ids, NEW)
         np.testing.assert_array_equal(np.asarray(out), expected)
     assert len(set(np.asarray(out)[length:].tolist())) > 3  # not a degenerate repeat
 
@@ -65,10 +69,10 @@ def test_cache_steps_equal_full_forward(pair):
 
 def test_one_compile_per_bucket(pair):
     model, _ = pair
-    bm.generate(model, jnp.asarray(token_ids(4, (5,))), 20)  # warm
+    bm.generate(model, jnp.asarray(token_ids(4, (5,))), 11)  # warm
     traces = _decode.cache_info().traces
-    for length in (1, 9, 16):  # all in the bucket of 16
-        bm.generate(model, jnp.asarray(token_ids(length, (length,))), 20)
+    for length, new in ((1, 16), (9, 3), (16, 11)):  # all in the buckets of 16
+        bm.generate(model, jnp.asarray(token_ids(length, (length,))), new)
     assert _decode.cache_info().traces == traces
     assert [bucket(n) for n in (1, 16, 17, 33)] == [16, 16, 32, 64]
 
@@ -76,9 +80,9 @@ def test_one_compile_per_bucket(pair):
 def test_sampling(gpt2_pair):
     model, _ = gpt2_pair
     ids = jnp.asarray(token_ids(6, (4,)))
-    greedy = bm.generate(model, ids, 20)  # compiled by the first test already
+    greedy = bm.generate(model, ids, NEW)  # compiled by the first test already
     sample = lambda seed, t: bm.generate(
-        model, ids, 20, key=jax.random.key(seed), temperature=t, top_k=2
+        model, ids, NEW, key=jax.random.key(seed), temperature=t, top_k=2
     )
     np.testing.assert_array_equal(
         np.asarray(sample(1, 1.0)), np.asarray(sample(1, 1.0))
@@ -105,8 +109,8 @@ def test_generate_errors(pair):
         ValueError, match=r"`input_ids` must be one prompt `\(seq,\)`, a batch"
     ):
         bm.generate(model, ids[None, None], 3)
-    # a batch of one (20 new tokens: the program of `test_greedy_equals_transformers`)
-    assert bm.generate(model, ids[None], 20).shape == (1, 24)
+    # a batch of one (the program of `test_greedy_equals_transformers`)
+    assert bm.generate(model, ids[None], NEW).shape == (1, 4 + NEW)
     with pytest.raises(TypeError, match="takes a causal language model"):
         bm.generate(object(), ids, 3)
 
@@ -137,9 +141,12 @@ def test_sampling_argument_errors(pair):
         ValueError, match="`input_ids` must hold token ids from 0 to 96.*got 97 at"
     ):
         bm.generate(model, jnp.asarray([5, 97]), 3)
-    # the largest valid `top_k` still samples
-    out = bm.generate(model, ids, 2, key=key, temperature=1.0, top_k=97)
-    assert out.shape == (6,)
+    # the largest valid `top_k` filters nothing: the program (and draws) of none
+    out = bm.generate(model, ids, 2, key=key, temperature=1.0)
+    traces = _decode.cache_info().traces
+    everything = bm.generate(model, ids, 2, key=key, temperature=1.0, top_k=97)
+    np.testing.assert_array_equal(np.asarray(everything), np.asarray(out))
+    assert _decode.cache_info().traces == traces
 
 
 def test_bucket_is_capped_by_the_position_table():

@@ -1,9 +1,9 @@
 """`boxwood.models.generate` on batches (rows equal to `transformers`' greedy
 `generate` of each prompt alone), end tokens, nucleus sampling, new-token
-buckets, the streaming callback, and the checks of these arguments."""
+buckets, the streaming callback, and the checks of these arguments. (A ragged
+batch streamed from a tensor-parallel model: `test_models_sharding.py`'s
+8-device subprocess.)"""
 
-import subprocess
-import sys
 import types
 
 import jax
@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import boxwood.models as bm
-from _child_flags import child_env, xla_flags_with_devices
-from _hf_models import generation_pair, shared_tiny, token_ids, torch
+from _hf_models import generation_pair, token_ids, torch
 from _precision import highest_matmul_precision  # noqa: F401
 from boxwood.models._generate import _decode
 from boxwood.models._sampling import Sampling, default_pad_id, pick
@@ -182,7 +181,8 @@ def test_callback_error_stops_and_is_raised(pair):
 def test_batch_of_one_samples_as_one_prompt(gpt2_pair):
     model, _ = gpt2_pair
     prompt = token_ids(10, (5,))
-    args = dict(key=jax.random.key(3), temperature=1.5, top_k=20, top_p=0.9)
+    # nucleus sampling: the program of `test_top_p`
+    args = dict(key=jax.random.key(3), temperature=1.5, top_p=0.9)
     one = bm.generate(model, prompt, 12, **args)
     batch = bm.generate(model, [prompt], 12, **args)
     np.testing.assert_array_equal(np.asarray(batch)[0], np.asarray(one))
@@ -277,33 +277,6 @@ def test_sampling_token_argument_errors(pair):
             bm.generate(model, ids, 3, pad_token_id=bad)
     with pytest.raises(TypeError, match="`pad_token_id` must be an int token id"):
         bm.generate(model, ids, 3, pad_token_id=2.5)
-
-
-SHARDED = r"""
-import sys
-import jax, jax.numpy as jnp, numpy as np
-import boxwood, boxwood.models as bm
-
-mesh = boxwood.make_mesh((2, 4), ("data", "model"))
-plain = bm.from_pretrained(sys.argv[1])
-model = bm.from_pretrained(sys.argv[1], mesh=mesh, rules="tensor_parallel")
-prompts = [np.arange(3, 13), np.arange(20, 24)]
-seen = []
-out = bm.generate(model, prompts, 8, callback=seen.append)
-np.testing.assert_array_equal(np.asarray(out), np.asarray(bm.generate(plain, prompts, 8)))
-np.testing.assert_array_equal(np.stack(seen, axis=1), np.asarray(out)[:, 10:])
-print("BATCH-SHARDED-OK")
-"""
-
-
-def test_sharded_batch_with_callback_on_8_devices():
-    directory, _ = shared_tiny("gpt2")
-    env = child_env(XLA_FLAGS=xla_flags_with_devices(8))
-    out = subprocess.run(
-        [sys.executable, "-c", SHARDED, str(directory)],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert "BATCH-SHARDED-OK" in out.stdout, out.stderr[-3000:]
 
 
 def test_default_pad_id_passes_over_ids_outside_the_vocabulary():

@@ -13,6 +13,7 @@ import pytest
 import boxwood.models as bm
 from _hf_models import generation_pair, token_ids, torch
 from _precision import highest_matmul_precision  # noqa: F401
+from boxwood.models._beam_search import _beam_loop
 
 # float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
@@ -137,6 +138,24 @@ def test_beam_search_equals_transformers(pair):
             np.asarray(getattr(masked, field)), np.asarray(getattr(out, field))
         )
     assert ended >= 2  # beams that ended on the end token before the last step
+    # one end id fewer: the same compiled search, still `transformers`' beams
+    assert len(end) == 2
+    traces = _beam_loop.cache_info().traces
+    options["eos_token_id"] = end[:1]
+    out = bm.generate(
+        model, PROMPTS, NEW, num_beams=BEAMS, pad_token_id=PAD,
+        output_scores=True, **options,
+    )  # fmt: skip
+    assert _beam_loop.cache_info().traces == traces
+    new, scores = _hf(reference, PROMPTS, **options)
+    _check(
+        out.sequences,
+        out.sequence_scores,
+        PROMPTS,
+        new,
+        scores,
+        options["num_return_sequences"],
+    )
 
 
 def test_one_prompt_with_rules():

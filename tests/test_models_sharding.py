@@ -43,6 +43,12 @@ def gpt2(path, expected):
     assert np.abs(np.asarray(out) - expected["out"]).max() <= 1e-4
     greedy = bm.generate(model, batch[0], 8)
     np.testing.assert_array_equal(np.asarray(greedy), expected["greedy"])
+    # a ragged batch (vmapped, left-padded) streamed through the callback
+    seen = []
+    ragged = [batch[0], batch[1, :4]]
+    out = bm.generate(model, ragged, 8, eos_token_id=None, callback=seen.append)
+    np.testing.assert_array_equal(np.asarray(out), expected["ragged"])
+    np.testing.assert_array_equal(np.stack(seen, axis=1), expected["ragged"][:, 10:])
     fsdp = bm.from_pretrained(path, mesh=mesh, rules=bm.sharding_rules(model, "fsdp"))
     assert fsdp.transformer.wte.weight.sharding.spec == P(None, "data")
     print("MODELS-SHARDED-OK")
@@ -78,15 +84,24 @@ FAMILIES = ("bert", "vit")
 
 def _expected(kind, reference, batch):
     """What `transformers` computes for `batch` (and, for GPT-2, its greedy
-    continuation of the first row)."""
+    continuation of the first row, and of a ragged batch of the first row and
+    the first four tokens of the second)."""
     with torch.no_grad():
         out = reference(torch.tensor(batch))
         if kind == "gpt2":
-            greedy = reference.generate(
-                torch.tensor(batch[:1]), max_new_tokens=8, do_sample=False,
-                eos_token_id=None, pad_token_id=0,
-            )[0].numpy()  # fmt: skip
-            return dict(batch=batch, out=out.logits.numpy(), greedy=greedy)
+            greedy = [
+                reference.generate(
+                    torch.tensor(prompt)[None], max_new_tokens=8, do_sample=False,
+                    eos_token_id=None, pad_token_id=0,
+                )[0].numpy()
+                for prompt in (batch[0], batch[1, :4])
+            ]  # fmt: skip
+            # the ragged batch's rows: each prompt's continuation alone, the
+            # short one left-padded with the default pad (the end token, 2)
+            ragged = np.stack([greedy[0], np.pad(greedy[1], (6, 0), constant_values=2)])
+            return dict(
+                batch=batch, out=out.logits.numpy(), greedy=greedy[0], ragged=ragged
+            )
     if kind == "bert":
         return dict(batch=batch, out=out.last_hidden_state.numpy())
     return dict(batch=batch, out=out.logits.numpy())

@@ -165,6 +165,9 @@ EXPECTED = {
         "(ln 256 = 5.55)",
         "step 300: train",
         "test accuracy",
+        "validation accuracy",
+        "Set the label of an example without one (a GLUE test split's -1) to -100",
+        "loss over the labelled examples",
     ],
     "stateful_batchnorm.ipynb": [
         "running mean starts at [0. 0. 0. 0.]",

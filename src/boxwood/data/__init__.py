@@ -51,3 +51,36 @@ def load_text() -> str:
     """
     raw = resources.files(__name__).joinpath("python_reference.txt.gz").read_bytes()
     return gzip.decompress(raw).decode("ascii")
+
+
+def load_reviews() -> dict[str, tuple[list[str], np.ndarray]]:
+    """A small sentence-classification dataset in GLUE's layout: short made-up
+    film reviews, each negative (0) or positive (1), in a labelled `"train"`
+    (480 sentences) and `"validation"` (120) split and a `"test"` split (120)
+    whose labels are withheld as -1, as GLUE's test splits carry them.
+
+    The sentences are made from templates (`_reviews.py`, deterministic; how in
+    `reviews_DESCR.rst`): the label is carried by the sentiment words, so a
+    bag of words can learn it. For the fine-tuning example of
+    docs/training.md.
+
+    **Returns:** a dict from split name to `(sentences, labels)`: a list of
+    lower-case strings (words separated by spaces) and `int32` labels.
+
+    >>> reviews = load_reviews()
+    >>> {split: len(sentences) for split, (sentences, _) in reviews.items()}
+    {'train': 480, 'validation': 120, 'test': 120}
+    >>> reviews["train"][0][0], int(reviews["train"][1][0]), set(reviews["test"][1].tolist())
+    ('the script and the pacing were both pleasant', 1, {-1})
+    """
+    raw = resources.files(__name__).joinpath("reviews.tsv.gz").read_bytes()
+    splits: dict[str, tuple[list[str], list[int]]] = {}
+    for line in gzip.decompress(raw).decode("ascii").splitlines()[1:]:
+        split, label, sentence = line.split("\t")
+        sentences, labels = splits.setdefault(split, ([], []))
+        sentences.append(sentence)
+        labels.append(int(label))
+    return {
+        split: (sentences, np.asarray(labels, np.int32))
+        for split, (sentences, labels) in splits.items()
+    }

@@ -14,10 +14,10 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._jit import filter_jit
-from ._generate_loop import Knobs, first_tokens, stepper
+from ._generate_loop import Batch, Knobs, prefill
 from ._id_ranges import ids_known_in_range
-from ._sampling import Sampling, count
-from ._score_rules import Rules, Tokens, apply_rules, stopped
+from ._sampling import Sampling, count, is_number
+from ._score_rules import Rules, Tokens, apply_rules, is_end, stopped
 
 # `transformers`' stand-in for "impossible": a finished or unused beam's score,
 # added to candidates that may not be chosen (a float32 sum, as there).
@@ -53,11 +53,7 @@ def check_beams(
             '`generate`: `early_stopping` must be `True`, `False` or `"never"` '
             f"(as in `transformers`), got {early_stopping!r}."
         )
-    if (
-        isinstance(length_penalty, bool)
-        or not isinstance(length_penalty, (int, float, np.integer, np.floating))
-        or not np.isfinite(length_penalty)
-    ):
+    if not is_number(length_penalty) or not np.isfinite(length_penalty):
         raise TypeError(
             "`generate`: `length_penalty` must be a finite number (1.0: the mean "
             f"log-probability per new token), got {length_penalty!r}."
@@ -86,29 +82,19 @@ def check_beams(
 
 
 def beam_search(
-    model: Any,
-    padded: np.ndarray,
-    pads: np.ndarray | None,
-    start: int,
-    steps: int,
-    knobs: np.ndarray,
-    ends: tuple[int, ...],
-    stops: np.ndarray | None,
-    pad_id: int,
-    capacity: int,
-    beams: Beams,
-    rules: Rules,
+    model: Any, batch: Batch, capacity: int, beams: Beams, rules: Rules
 ) -> tuple[np.ndarray, np.ndarray]:
     """`(new, scores)`: each prompt's finished beams, best first: their new
     tokens `(batch, num_beams, steps)` (`pad_id` after an end) and scores
-    `(batch, num_beams)`."""
-    # as `transformers`: enough candidates that `num` of them do not end
-    keep = max(2, 1 + len(ends)) * beams.num
-    ends_slots = np.full(max(1, len(ends)), -1, np.int32)
-    ends_slots[: len(ends)] = ends
+    `(batch, num_beams)`. `batch` holds host arrays."""
+    steps, vocab_size = int(batch.steps), model.config.vocab_size
+    # Enough candidates that `num` of them do not end: `transformers` keeps
+    # `(1 + end ids) * num`; one more per end slot, used or not, gives the same
+    # beams (the extra candidates rank below those) and keeps the program the
+    # same for any number of end ids up to the slots.
+    keep = min(max(2, 1 + len(batch.ends)) * beams.num, beams.num * vocab_size)
     new, scores = _beam_loop(
-        model, padded, pads, np.int32(start), np.int32(steps), knobs, ends_slots,
-        stops, np.int32(pad_id), _divisors(beams, steps, capacity),
+        model, batch, _divisors(beams, steps, capacity),
         np.bool_(beams.early_stopping is True), capacity, beams.num, keep, rules,
     )  # fmt: skip
     return np.asarray(new)[:, :, :steps], np.asarray(scores)
@@ -149,14 +135,7 @@ class _Search(NamedTuple):
 @ids_known_in_range()
 def beam_loop(
     model: Any,
-    padded: Int[Array, "batch width"],
-    pads: Int[Array, " batch"] | None,
-    start: Array,
-    steps: Array,
-    knobs: Array,
-    ends: Array,
-    stops: Array | None,
-    pad_id: Array,
+    batch: Batch,
     divisors: Float[Array, "2 capacity"],
     when_full: Array,
     capacity: int,
@@ -168,24 +147,21 @@ def beam_loop(
     `(batch, num, capacity)` and scores `(batch, num)`. `num` beams per prompt,
     `keep` candidates per prompt each step; `when_full`: `early_stopping=True`
     (a prompt's search ends once it has `num` finished beams)."""
-    batch, width = padded.shape
-    rows = batch * num
-    padded = jnp.repeat(padded, num, axis=0)
-    row_pads = None if pads is None else jnp.repeat(pads, num)
-    step, state = stepper(model, row_pads, rows, model.init_cache(width + capacity))
-    logits, state = step(padded, state, 0, start)
-    logits = jax.lax.dynamic_index_in_dim(logits, start - 1, 1, keepdims=False)
-    tokens = first_tokens(padded, row_pads, start, capacity, pad_id)
-    lo = tokens.lo.reshape(batch, num)[:, 0]
-    running = tokens.ids.reshape(batch, num, -1)
-    first = jnp.full((batch, num), NEVER, jnp.float32).at[:, 0].set(0.0)
+    start, steps = batch.start, batch.steps
+    prompts = batch.padded.shape[0]
+    step, state, logits, tokens = prefill(model, batch, capacity, repeat=num)
+    lo = tokens.lo.reshape(prompts, num)[:, 0]
+    running = tokens.ids.reshape(prompts, num, -1)
+    first = jnp.full((prompts, num), NEVER, jnp.float32).at[:, 0].set(0.0)
     search = _Search(
-        jnp.int32(0), running, first, running, jnp.full((batch, num), NEVER, jnp.float32),
-        jnp.zeros((batch, num), bool), jnp.ones(batch, bool), jnp.bool_(True), state,
+        jnp.int32(0), running, first, running,
+        jnp.full((prompts, num), NEVER, jnp.float32),
+        jnp.zeros((prompts, num), bool), jnp.ones(prompts, bool), jnp.bool_(True),
+        state,
     )  # fmt: skip
     advance = _advance(
-        Knobs(*knobs), ends, stops, start, steps, divisors, when_full, lo, num, keep,
-        rules,
+        Knobs(*batch.knobs), batch.ends, batch.stops, start, steps, divisors,
+        when_full, lo, num, keep, rules,
     )  # fmt: skip
     search = advance(search, logits)
 
@@ -195,7 +171,7 @@ def beam_loop(
     def body(search: _Search) -> _Search:
         slot = start + search.i - 1
         last = jax.lax.dynamic_index_in_dim(search.running, slot, 2, keepdims=False)
-        logits, state = step(last.reshape(rows, 1), search.state, slot)
+        logits, state = step(last.reshape(-1, 1), search.state, slot)
         return advance(search._replace(state=state), logits[:, 0])
 
     search = jax.lax.while_loop(more, body, search)
@@ -231,7 +207,7 @@ def _advance(
         parent, token = index // vocab, index % vocab
         grown = jnp.take_along_axis(search.running, parent[:, :, None], axis=1)
         grown = jax.lax.dynamic_update_slice(grown, token[:, :, None], (0, 0, pos))
-        ended = (token[:, :, None] == ends[None, None, :]).any(axis=-1)
+        ended = is_end(token, ends)
         if stops is not None:
             flat = Tokens(
                 grown.reshape(batch * keep, slots), jnp.repeat(lo, keep), pos + 1

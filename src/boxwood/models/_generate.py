@@ -18,7 +18,7 @@ from .._jit import filter_jit
 from ..nn import inference_mode
 from ._beam_search import beam_search, check_beams
 from ._generate_layout import bucket, joined, layout
-from ._generate_loop import Options, Stream, decode_loop
+from ._generate_loop import Batch, Options, Stream, decode_loop, end_slots
 from ._generate_output import GenerateOutput
 from ._inputs import check_input_ids, warn_right_padding
 from ._sampling import (
@@ -182,11 +182,15 @@ def generate(
     if beams is None:  # sampled sequences: each prompt repeated
         prompts = [p for p in prompts for _ in range(num_return_sequences)]
     padded, pads, start = layout(name, model, prompts, pad_id)
+    knobs = _knobs(temperature, top_p, repetition_penalty, min_new_tokens, mode)
+    batch = Batch(
+        padded, pads, np.int32(start), np.int32(max_new_tokens), knobs,
+        end_slots(ends), stops, np.int32(pad_id),
+    )  # fmt: skip
+    capacity = min(bucket(max_new_tokens), model.max_positions)
     call = _Call(
-        model, prompts, single, num_return_sequences, padded, pads, start,
-        max_new_tokens, _knobs(temperature, top_p, repetition_penalty,
-        min_new_tokens, mode), ends, stops, pad_id,
-        min(bucket(max_new_tokens), model.max_positions), rules, output_scores,
+        model, prompts, single, num_return_sequences, batch, max_new_tokens,
+        pad_id, capacity, rules, output_scores,
     )  # fmt: skip
     if beams is not None:
         return _beam_search(call, beams)
@@ -201,13 +205,8 @@ class _Call(NamedTuple):
     prompts: list[np.ndarray]
     single: bool
     returned: int  # num_return_sequences
-    padded: np.ndarray
-    pads: np.ndarray | None
-    start: int
+    batch: Batch  # the compiled loop's data, host arrays
     steps: int  # max_new_tokens
-    knobs: np.ndarray
-    ends: tuple[int, ...]
-    stops: np.ndarray | None
     pad_id: int
     capacity: int
     rules: Rules
@@ -227,15 +226,13 @@ def _decoded(call: _Call, key: Any, mode: Any, callback: Any) -> Array | Generat
     """Greedy decoding or sampling: the tokens, or with their scores."""
     one = call.single and call.returned == 1
     options = Options(
-        mode, call.rules, call.stops is not None, call.output_scores,
+        mode, call.rules, call.batch.stops is not None, call.output_scores,
         callback is not None,
     )  # fmt: skip
     with Stream(callback, one) as stream:
         new, ran, scores, log_probs = _decode(
-            call.model, call.padded, call.pads, np.int32(call.start),
-            np.int32(call.steps), key, call.knobs, _end_slots(call.ends), call.stops,
-            np.int32(call.pad_id), stream.id, call.capacity, options,
-        )  # fmt: skip
+            call.model, call.batch, key, stream.id, call.capacity, options
+        )
         new = np.asarray(new)[:, : call.steps]
     tokens = joined(call.prompts, new, call.pad_id, one)
     if not call.output_scores:
@@ -251,9 +248,8 @@ def _beam_search(call: _Call, beams: Any) -> Array | GenerateOutput:
     """Beam search: each prompt's best `num_return_sequences` beams, in
     consecutive rows, or with their scores."""
     new, sequence_scores = beam_search(
-        call.model, call.padded, call.pads, call.start, call.steps, call.knobs,
-        call.ends, call.stops, call.pad_id, call.capacity, beams, call.rules,
-    )  # fmt: skip
+        call.model, call.batch, call.capacity, beams, call.rules
+    )
     n = call.returned
     new = new[:, :n].reshape(-1, new.shape[-1])
     one = call.single and n == 1
@@ -329,14 +325,6 @@ def _generation_defaults(
     if pad_token_id is None and within(generation.get("pad_token_id")):
         pad_token_id = generation["pad_token_id"]
     return eos_token_id, pad_token_id
-
-
-def _end_slots(ends: tuple[int, ...]) -> np.ndarray:
-    """The end ids in a few slots (4, or the next power of two), the rest -1 (no
-    token), so that a call with or without end tokens shares the compiled loop."""
-    slots = np.full(max(4, 1 << (len(ends) - 1).bit_length()), -1, np.int32)
-    slots[: len(ends)] = ends
-    return slots
 
 
 def _causal_lm_name(model: Any) -> str:

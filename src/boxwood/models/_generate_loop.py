@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
-from jaxtyping import Array, Int
+from jaxtyping import Array
 
 from ._id_ranges import ids_known_in_range
 from ._sampling import Sampling, draw, warp
-from ._score_rules import Rules, Tokens, apply_rules, stopped
+from ._score_rules import Rules, Tokens, apply_rules, is_end, stopped
 
 # The callbacks of the `generate` calls under way, by the id the compiled loop
 # passes back: the program holds no Python function, so every callback shares it.
@@ -109,10 +109,6 @@ def stepper(model: Any, pads: Array | None, rows: int, cache: Any) -> tuple:
     return step, state
 
 
-def _ended(tokens: Array, ends: Array) -> Array:
-    return (tokens[:, None] == ends[None, :]).any(axis=-1)
-
-
 class Knobs(NamedTuple):
     """The values of a call that are data of the compiled loop (float32 each):
     `temperature`, `top_p`, `repetition_penalty`, `min_new_tokens`."""
@@ -134,15 +130,49 @@ class Options(NamedTuple):
     streaming: bool
 
 
-def first_tokens(
-    padded: Array, pads: Array | None, start: Any, capacity: int, pad_id: Array
-) -> Tokens:
-    """Each row's prompt as `Tokens`, with room for `capacity` new tokens (the
-    slots past the prompt hold `pad_id` until written)."""
-    fill = jnp.full((padded.shape[0], capacity), pad_id, jnp.int32)
+class Batch(NamedTuple):
+    """What both compiled loops take as data: the prompts laid out (`padded`;
+    each row's left padding `pads`, or `None`; `start`, the slot of the first
+    new token), `steps` (the most new tokens), the call's `Knobs`, the end ids
+    (`ends`: `end_slots`), the stop sequences (`_score_rules.stop_rows`, or
+    `None`) and `pad_id`."""
+
+    # NumPy arrays when `generate` builds it, traced arrays inside the loops
+    padded: Any  # int32 (batch, width)
+    pads: Any  # int32 (batch,), or None
+    start: Any  # int32 ()
+    steps: Any  # int32 ()
+    knobs: Any  # float32 (4,): `Knobs`
+    ends: Any  # int32 (slots,)
+    stops: Any  # int32 (sequences, length), or None
+    pad_id: Any  # int32 ()
+
+
+def end_slots(ends: tuple[int, ...]) -> np.ndarray:
+    """The end ids in a few slots (4, or the next power of two), the rest -1 (no
+    token), so that a call with or without end tokens shares the compiled loop."""
+    slots = np.full(max(4, 1 << (len(ends) - 1).bit_length()), -1, np.int32)
+    slots[: len(ends)] = ends
+    return slots
+
+
+def prefill(model: Any, batch: Batch, capacity: int, repeat: int = 1) -> tuple:
+    """The prompts run once, with room for `capacity` new tokens: `(step, state,
+    logits, tokens)`, the rows' stepper and cache, each row's next-token logits,
+    and each row's prompt as `Tokens` (the slots past it hold `pad_id` until
+    written). Each prompt is `repeat` consecutive rows (beam search's beams)."""
+    padded, pads, start = batch.padded, batch.pads, batch.start
+    if repeat > 1:
+        padded = jnp.repeat(padded, repeat, axis=0)
+        pads = None if pads is None else jnp.repeat(pads, repeat)
+    rows, width = padded.shape
+    step, state = stepper(model, pads, rows, model.init_cache(width + capacity))
+    logits, state = step(padded, state, 0, start)
+    logits = jax.lax.dynamic_index_in_dim(logits, start - 1, 1, keepdims=False)
+    fill = jnp.full((rows, capacity), batch.pad_id, jnp.int32)
     ids = jnp.concatenate([padded, fill], axis=1)
-    lo = jnp.zeros(padded.shape[0], jnp.int32) if pads is None else pads
-    return Tokens(ids, lo, jnp.asarray(start, jnp.int32))
+    lo = jnp.zeros(rows, jnp.int32) if pads is None else pads
+    return step, state, logits, Tokens(ids, lo, jnp.asarray(start, jnp.int32))
 
 
 def _chooser(
@@ -167,7 +197,7 @@ def _chooser(
         scores = warp(scores, knob.temperature, knob.top_p, mode)
         token = jnp.where(done, pad_id, draw(scores, keys[i], mode))
         tokens = tokens.written(token) if reads else tokens
-        ended = _ended(token, ends)
+        ended = is_end(token, ends)
         if stops is not None:
             ended |= stopped(tokens, stops)
         logp = jnp.take_along_axis(
@@ -204,41 +234,27 @@ def _record(kept: tuple, i: Array, scores: Array, logp: Array) -> tuple:
 @ids_known_in_range()
 def decode_loop(
     model: Any,
-    padded: Int[Array, "batch width"],
-    pads: Int[Array, " batch"] | None,
-    start: Array,
-    steps: Array,
+    batch: Batch,
     key: Array,
-    knobs: Array,
-    ends: Array,
-    stops: Array | None,
-    pad_id: Array,
     stream: Array,
     capacity: int,
     options: Options,
 ) -> tuple:
     """`(new, steps_run, scores, log_probs)`: the new tokens, `(batch,
-    capacity)`, `steps` of them per row, then `pad_id`; the number of steps run;
-    with `options.scores`, each step's scores `(batch, capacity, vocab)` (as
-    `transformers` returns them: after the rules and the sampling warpers) and
-    each new token's log-probability under them `(batch, capacity)` (0 after a
-    row has stopped), else `None`. `start` is the slot of the first new token;
-    `knobs` holds `Knobs`; `ends` the end-token ids (maybe none); `stops` the
-    stop sequences (`_score_rules.stop_rows`) or `None`."""
-    rows, width = padded.shape
-    knob = Knobs(*knobs)
-    cache = model.init_cache(width + capacity)
-    step, state = stepper(model, pads, rows, cache)
-    logits, state = step(padded, state, 0, start)
+    capacity)`, `batch.steps` of them per row, then `pad_id`; the number of
+    steps run; with `options.scores`, each step's scores `(batch, capacity,
+    vocab)` (as `transformers` returns them: after the rules and the sampling
+    warpers) and each new token's log-probability under them `(batch,
+    capacity)` (0 after a row has stopped), else `None`."""
+    start, steps, pad_id = batch.start, batch.steps, batch.pad_id
+    step, state, logits, tokens = prefill(model, batch, capacity)
+    rows = logits.shape[0]
     keys = jax.random.split(key, capacity)
-    choose = _chooser(knob, keys, ends, stops, pad_id, options)
-
-    tokens = first_tokens(padded, pads, start, capacity, pad_id)
+    choose = _chooser(
+        Knobs(*batch.knobs), keys, batch.ends, batch.stops, pad_id, options
+    )
     first, done, tokens, scores, logp = choose(
-        jax.lax.dynamic_index_in_dim(logits, start - 1, 1, keepdims=False),
-        jnp.int32(0),
-        jnp.zeros(rows, bool),
-        tokens,
+        logits, jnp.int32(0), jnp.zeros(rows, bool), tokens
     )
     kept = () if not options.scores else _score_buffers(scores, capacity)
     kept = _record(kept, jnp.int32(0), scores, logp)

@@ -24,8 +24,9 @@ class Sampling:
     nucleus: bool
 
 
-def count(name: str, value: Any) -> int:
-    """`value` as an int of at least 1, or an error naming `name`."""
+def count(name: str, value: Any, least: int = 1) -> int:
+    """`value` as an int of at least `least` (1 for a count; 0 for an option that
+    0 turns off), or an error naming `name`."""
     if isinstance(value, bool):  # an int to Python, but never meant as a count
         raise TypeError(f"`generate`: `{name}` must be an int, got {value!r}.")
     try:
@@ -34,8 +35,11 @@ def count(name: str, value: Any) -> int:
         raise TypeError(
             f"`generate`: `{name}` must be an int, got {value!r}."
         ) from None
-    if value < 1:
-        raise ValueError(f"`generate`: `{name}` must be at least 1, got {value}.")
+    if value < least:
+        off = " (0: off)" if least == 0 else ""
+        raise ValueError(
+            f"`generate`: `{name}` must be at least {least}{off}, got {value}."
+        )
     return value
 
 
@@ -43,7 +47,7 @@ def check_sampling(
     temperature: Any, top_k: Any, top_p: Any, key: Any, vocab_size: int
 ) -> Sampling:
     """The sampling mode of valid arguments, or an error naming the bad one."""
-    if not _is_number(temperature):
+    if not is_number(temperature):
         raise TypeError(
             "`generate`: `temperature` must be a number (0 for greedy decoding), "
             f"got {temperature!r}."
@@ -58,7 +62,7 @@ def check_sampling(
             f"`generate`: `top_k` = {top_k} is larger than the vocabulary "
             f"({vocab_size} tokens); give at most {vocab_size}, or `None` for all."
         )
-    if top_p is not None and not _is_number(top_p):
+    if top_p is not None and not is_number(top_p):
         raise TypeError(
             f"`generate`: `top_p` must be a number in (0, 1] or `None`, got {top_p!r}."
         )
@@ -71,10 +75,15 @@ def check_sampling(
     if not greedy and key is None:
         raise ValueError("`generate`: sampling (`temperature > 0`) needs `key=`.")
     nucleus = not greedy and top_p is not None and top_p < 1
-    return Sampling(greedy, None if greedy else top_k, nucleus)
+    # `top_k` is a shape of the program; the whole vocabulary filters nothing
+    # (as in `transformers`), so it shares the program of no `top_k`
+    if greedy or top_k == vocab_size:
+        top_k = None
+    return Sampling(greedy, top_k, nucleus)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """Whether `value` is a real number (a bool is not one)."""
     return not isinstance(value, bool) and isinstance(
         value, (int, float, np.integer, np.floating)
     )

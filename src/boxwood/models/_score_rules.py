@@ -6,7 +6,6 @@ rules read each row's tokens so far, held in the loop as `Tokens`."""
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any, NamedTuple
 
 import jax
@@ -14,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from ._sampling import token_id
+from ._sampling import count, is_number, token_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +65,9 @@ def apply_rules(
     if rules.ngram:
         scores = jnp.where(_repeats(tokens, rules.ngram, vocab), -jnp.inf, scores)
     if rules.min_new:
-        is_end = (jnp.arange(vocab)[:, None] == ends[None, :]).any(axis=-1)
+        ended = is_end(jnp.arange(vocab), ends)[None, :]
         early = new.astype(jnp.float32) < min_new
-        scores = jnp.where(early & is_end[None, :], -jnp.inf, scores)
+        scores = jnp.where(early & ended, -jnp.inf, scores)
     return scores
 
 
@@ -98,6 +97,12 @@ def _repeats(tokens: Tokens, n: int, vocab: int) -> Bool[Array, "rows vocab"]:
     return _mark(ids[:, n - 1 :], same & ends_before, vocab)
 
 
+def is_end(tokens: Int[Array, "..."], ends: Int[Array, " slots"]) -> Array:
+    """Per token, whether it is one of the end ids `ends` (-1 in an unused slot)."""
+    ends = ends.reshape((1,) * tokens.ndim + ends.shape)
+    return (tokens[..., None] == ends).any(axis=-1)
+
+
 def stopped(tokens: Tokens, stops: Int[Array, "sequences length"]) -> Array:
     """Per row, whether its tokens end with one of the stop sequences (each
     right-aligned in a row of `stops`, -1 before it; an unused row all -1)."""
@@ -117,9 +122,7 @@ def check_rules(
     repetition_penalty: Any, no_repeat_ngram_size: Any, min_new_tokens: Any
 ) -> Rules:
     """The rules of valid arguments, or an error naming the bad one."""
-    if isinstance(repetition_penalty, bool) or not isinstance(
-        repetition_penalty, (int, float, np.integer, np.floating)
-    ):
+    if not is_number(repetition_penalty):
         raise TypeError(
             "`generate`: `repetition_penalty` must be a positive number (1.0 for "
             f"none), got {repetition_penalty!r}."
@@ -129,25 +132,9 @@ def check_rules(
             "`generate`: `repetition_penalty` must be a positive finite number (1.0 "
             f"for none; above 1 discourages repeats), got {repetition_penalty!r}."
         )
-    ngram = _at_least_zero("no_repeat_ngram_size", no_repeat_ngram_size)
-    min_new = _at_least_zero("min_new_tokens", min_new_tokens)
+    ngram = count("no_repeat_ngram_size", no_repeat_ngram_size, least=0)
+    min_new = count("min_new_tokens", min_new_tokens, least=0)
     return Rules(repetition_penalty != 1, ngram, min_new > 0)
-
-
-def _at_least_zero(name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"`generate`: `{name}` must be an int, got {value!r}.")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"`generate`: `{name}` must be an int, got {value!r}."
-        ) from None
-    if value < 0:
-        raise ValueError(
-            f"`generate`: `{name}` must be at least 0 (0: off), got {value}."
-        )
-    return value
 
 
 def stop_rows(stop_sequences: Any, vocab_size: int) -> np.ndarray | None:
