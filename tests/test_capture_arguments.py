@@ -180,3 +180,30 @@ def test_a_callable_that_takes_no_per_call_check_warns_once():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         step(m, 2.0)  # once per method and global
+
+
+def test_a_package_installed_into_a_folder_of_its_own_is_a_library(tmp_path):
+    """`pip install --target DIR` (a folder on `PYTHONPATH`, not site-packages):
+    the folder holds the packages' `*.dist-info`, so their classes are a
+    library's; the same package without it is the user's."""
+    import importlib
+    import sys
+
+    from boxwood._jit.capture import arguments
+
+    package = tmp_path / "site" / "somelib"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import boxwood as bw\n\nclass Layer(bw.Module):\n    pass\n"
+    )
+    sys.path.insert(0, str(tmp_path / "site"))
+    try:
+        layer_class = importlib.import_module("somelib").Layer
+        assert arguments._user_class(layer_class)
+        (tmp_path / "site" / "somelib-1.0.dist-info").mkdir()
+        arguments._holds_installed.cache_clear()
+        assert not arguments._user_class(layer_class)
+    finally:
+        sys.path.remove(str(tmp_path / "site"))
+        sys.modules.pop("somelib", None)
+        arguments._holds_installed.cache_clear()

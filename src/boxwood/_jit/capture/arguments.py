@@ -15,6 +15,7 @@ alone: their module-level values are constants by design.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -55,13 +56,31 @@ _LIBRARY_ROOTS = tuple(
 
 def _user_class(cls: type) -> bool:
     """A class of the user's code: a script, a notebook, a package of their own;
-    not one of an installed library or of boxwood."""
+    not one of an installed library (under the interpreter's site-packages, or a
+    folder that packages are installed into, such as `pip install --target`'s)
+    or of boxwood."""
     module = sys.modules.get(cls.__module__)
     path = getattr(module, "__file__", None)
     if path is None:  # `__main__` of a notebook or `python -c`
         return module is not None
     path = os.path.normcase(os.path.abspath(path))
-    return not path.startswith(_LIBRARY_ROOTS)
+    if path.startswith(_LIBRARY_ROOTS):
+        return False
+    top = sys.modules.get(cls.__module__.partition(".")[0])
+    top_path = getattr(top, "__file__", None) or path
+    folder = os.path.dirname(os.path.abspath(top_path))
+    if getattr(top, "__path__", None) is not None:  # a package: its parent folder
+        folder = os.path.dirname(folder)
+    return not _holds_installed(folder)
+
+
+@functools.lru_cache(maxsize=256)
+def _holds_installed(folder: str) -> bool:
+    """Whether packages are installed into `folder` (it holds `*.dist-info`)."""
+    try:
+        return any(name.endswith(".dist-info") for name in os.listdir(folder))
+    except OSError:
+        return False
 
 
 def _global_reads(cls: type) -> list[tuple[str, dict, str]]:
