@@ -14,7 +14,7 @@ under `boxwood` (`_jit/capture` is in the group `_jit`).
 - `private_uses`: a private name (starting with one `_`) of a boxwood module used
   in another package, imported (`from .._tree import _Probe`) or read as an
   attribute of an imported module (`_cache._STORES`, `_jit._cache._STORES`).
-  Module names themselves are not counted (`from .._module import _flat_form`).
+  Module names themselves are counted by `private_module_imports`, not here.
 - `private_module_imports`: a module of another group imported past that group's
   `__init__.py` (`from .._module._register import MODULE_TYPES`, `from .._module
   import _flat_form`, `import boxwood.nn._state`): what a group offers the others
