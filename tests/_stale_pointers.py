@@ -1,7 +1,7 @@
 """Pointers in boxwood's comments, docstrings and READMEs that name a file or a
 name that does not exist, for tests/test_architecture.py.
 
-A pointer is a backticked file name (`_flat_cache.py`, `boxwood/_jit/_cache.py`),
+A pointer is a backticked file name (`_flat_key.py`, `boxwood/_jit/_cache.py`),
 which must be the end of some file's path in the project, or a backticked dotted
 name starting with one of boxwood's private modules (`_module._Field`), which must
 import and resolve from the pointing file's package or one of its parents.

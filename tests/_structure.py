@@ -14,7 +14,13 @@ under `boxwood` (`_jit/capture` is in the group `_jit`).
 - `private_uses`: a private name (starting with one `_`) of a boxwood module used
   in another package, imported (`from .._tree import _Probe`) or read as an
   attribute of an imported module (`_cache._STORES`, `_jit._cache._STORES`).
-  Module names themselves are not counted (`from .._module import _flat_form`).
+  Module names themselves are counted by `private_module_imports`, not here.
+- `private_module_imports`: a module of another group imported past that group's
+  `__init__.py` (`from .._module._register import MODULE_TYPES`, `from .._module
+  import _flat_form`, `import boxwood.nn._state`): what a group offers the others
+  is in its `__init__.py`. A subpackage may use its group's files (`_jit/capture/`
+  imports `_jit/_explain.py`), and a file directly in `boxwood` is its own
+  interface.
 - `import_time_patches`: a statement at module level (outside functions and
   classes) that sets an attribute on something imported from another boxwood
   module: `_core.bind_method = ...`, `type.__setattr__(Module, ...)`,
@@ -182,6 +188,20 @@ def private_uses(src: pathlib.Path = SRC) -> list[str]:
                 continue
             if _package(owner, modules) != here:
                 found.add(f"{f.module}: {owner}.{node.attr}")
+    return sorted(found)
+
+
+def private_module_imports(src: pathlib.Path = SRC) -> list[str]:
+    """`importer: module` for each module of another group imported past that
+    group's `__init__.py` (see the module docstring)."""
+    _, files = _files(src)
+    found = set()
+    for f in files:
+        here = _group(f.module)
+        for target in f.edges:
+            group = _group(target)
+            if group != here and target != group:
+                found.add(f"{f.module}: {target}")
     return sorted(found)
 
 

@@ -1,6 +1,6 @@
 """A captured value without arrays (a `filter_grad` wrapper, an `nn.Lambda`) is an
 input like any module: passed to the compiled code as itself, it carries a flat form
-whose token stands for its non-array leaves (`_flat_cache.py`), so warm calls walk
+whose token stands for its non-array leaves (`_module/_flat_key.py`), so warm calls walk
 it in one step and never flatten, and rebinding it to an unequal value recompiles
 with the changed field named."""
 

@@ -42,7 +42,7 @@ ALLOWED = {
     ("src/boxwood/_init/_const.py", "scalar", "TypeError"): (
         "internal: the layers call it with the literals 0 and True only"
     ),
-    ("src/boxwood/_jit/_rebuild.py", "_Emitter.emit", "RecursionError"): (
+    ("src/boxwood/_module/_flat_build.py", "_Emitter.emit", "RecursionError"): (
         "internal control flow: caught by the caller, which falls back"
     ),
     ("src/boxwood/_jit/_aot.py", "Lowered.__getattr__", "AttributeError"): (

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import boxwood as bw
-from boxwood._jit._rebuild import is_immutable_value
+from boxwood._module._flat_build import is_immutable_value
 
 
 class Counter:
@@ -66,7 +66,7 @@ def test_a_lone_static_output_is_fresh_too():
 def test_a_mutable_output_below_the_builders_depth_limit_is_fresh():
     def deep(x):
         out = [{"s"}]
-        for _ in range(80):  # deeper than `_rebuild._MAX_DEPTH`: plain unflatten
+        for _ in range(80):  # deeper than `_flat_build._MAX_DEPTH`: plain unflatten
             out = [out]
         return x, out
 

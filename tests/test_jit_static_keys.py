@@ -8,7 +8,7 @@ import pytest
 
 import boxwood as bw
 import boxwood.nn as nn
-from boxwood._jit._flat_cache import token_for
+from boxwood._module._flat_key import token_for
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
 

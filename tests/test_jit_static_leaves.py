@@ -13,7 +13,7 @@ import pytest
 
 import boxwood as bw
 from boxwood import nn
-from boxwood._jit import _flat_cache
+from boxwood._module import _flat_key
 
 
 class Dense(bw.Module):
@@ -141,7 +141,7 @@ def test_equal_modules_share_a_token_and_a_different_leaf_does_not():
     a = Dense(4, jax.nn.relu, 2.0, key=key)
     b = Dense(4, jax.nn.relu, 2.0, key=key)
     c = Dense(4, jnp.tanh, 2.0, key=key)
-    ra, rb, rc = (_flat_cache.remember(m) for m in (a, b, c))
+    ra, rb, rc = (_flat_key.remember(m) for m in (a, b, c))
     assert ra is not None and rb is not None and rc is not None
     assert ra[0] is rb[0] and ra[0] is not rc[0]
     assert [type(x) for x in ra[1]] == [type(a.weight)]  # the arrays alone
@@ -158,9 +158,9 @@ def test_unhashable_or_numpy_leaves_get_no_flat_form():
         __hash__ = None
 
     w = jnp.ones(2)
-    assert _flat_cache.remember(Holder(w, Unhashable())) is None
-    assert _flat_cache.remember(Holder(w, np.ones(2))) is None
-    assert _flat_cache.remember(Holder(w, np.float32(1.0))) is None
+    assert _flat_key.remember(Holder(w, Unhashable())) is None
+    assert _flat_key.remember(Holder(w, np.ones(2))) is None
+    assert _flat_key.remember(Holder(w, np.float32(1.0))) is None
 
 
 def test_unhashable_leaf_still_raises_the_named_error():

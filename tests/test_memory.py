@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import boxwood as bw
-from boxwood._jit import _flat_cache
+from boxwood._module import _flat_key
 
 SIZE = 4096  # floats per model: a leak of a few thousand models shows in RSS
 
@@ -127,7 +127,7 @@ def test_many_structures_grow_the_cache_per_structure_until_cleared():
 
 
 def test_dict_key_orders_table_is_bounded():
-    for i in range(3 * _flat_cache._MAX_ORDERS):
-        order = _flat_cache._dict_order({f"k{i}": 1, "a": 2})
+    for i in range(3 * _flat_key._MAX_ORDERS):
+        order = _flat_key._dict_order({f"k{i}": 1, "a": 2})
         assert order == tuple(sorted(("a", f"k{i}")))
-    assert len(_flat_cache._ORDERS) <= _flat_cache._MAX_ORDERS
+    assert len(_flat_key._ORDERS) <= _flat_key._MAX_ORDERS

@@ -1,4 +1,4 @@
-"""The warm path's key (`_flat_cache.call_key`) against `jax.tree_util` as the
+"""The warm path's key (`_flat_key.call_key`) against `jax.tree_util` as the
 oracle: where the walk gives a key, its dynamic leaves are exactly the arrays of
 `jax.tree_util.tree_leaves((args, kwargs))`, in order, and two calls with the same
 key have the same structure and static leaves. Random calls of arrays, typed PRNG
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 
 import boxwood as bw
 from _strategies import SETTINGS, arrays, names, scalars, trees
-from boxwood._jit import _flat_cache
+from boxwood._module import _flat_key
 from boxwood._module._static_key import strict
 
 Point = collections.namedtuple("Point", ["x", "y"])
@@ -30,7 +30,7 @@ def _identity(*args, **kwargs):
 
 def _py_key(args, kwargs):
     dyn = []
-    key = _flat_cache.call_key(args, kwargs, dyn)
+    key = _flat_key.call_key(args, kwargs, dyn)
     return None if key is None else (key, dyn)
 
 
@@ -81,7 +81,7 @@ _SEEN: dict = {}
 def test_the_walk_agrees_with_jax_tree_util(args, kwargs, flat):
     if flat:  # modules carrying their flat form: walked without a flatten
         for m in _modules((args, kwargs)):
-            _flat_cache.remember(m)
+            _flat_key.remember(m)
     walked = _py_key(tuple(args), kwargs)
     if walked is None:
         return
@@ -96,7 +96,7 @@ def test_the_walk_agrees_with_jax_tree_util(args, kwargs, flat):
 def test_a_walk_is_found_for_plain_calls():
     x = jnp.ones(2)
     m = bw.nn.Linear(2, 2, key=jax.random.key(0))
-    _flat_cache.remember(m)
+    _flat_key.remember(m)
     for args, kwargs in [((x, 1.0), {}), ((m, x), {}), ((), {"m": m, "x": x})]:
         assert _py_key(args, kwargs) is not None
 

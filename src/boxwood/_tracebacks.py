@@ -29,7 +29,7 @@ import jax
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PREFIX = _HERE + os.sep
-# generated code named outside the package: the output builders (`_jit/_rebuild.py`)
+# generated code named outside the package: the output builders (`_module/_flat_build.py`)
 _GENERATED = "<boxwood "
 
 

@@ -24,9 +24,9 @@ implementation other than threefry, `jax_threefry_partitionable=False`, a batch 
 keys, or a key on a non-default device.
 """
 
-from ._init._draw import normal as normal
-from ._init._draw import truncated_normal as truncated_normal
-from ._init._draw import uniform as uniform
-from ._init._keys import split_keys as split_keys
+from ._init import normal as normal
+from ._init import split_keys as split_keys
+from ._init import truncated_normal as truncated_normal
+from ._init import uniform as uniform
 
 __all__ = ["split_keys", "uniform", "normal", "truncated_normal"]

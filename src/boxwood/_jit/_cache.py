@@ -16,12 +16,10 @@ import jax
 
 from .._caches import register_cache_clear
 from .._filters import is_array
-from .._module import BoundMethod
-from .._module._static_key import needs_strict, strict
+from .._module import BoundMethod, compile_builder, needs_strict, strict
+from .._module import merge_leaves as merge
 from .._warnings import PerformanceWarning, user_stacklevel
-from ._flat_cache import merge_leaves as merge
 from ._options import JitOptions
-from ._rebuild import compile_builder
 from .capture import Traced
 
 _flatten = jax.tree_util.tree_flatten
@@ -123,7 +121,7 @@ class Plan:
         self.get_statics = _picker(self.static_idx) if self.static_idx else None
         # the key of `entries` for the static leaves: the values, and where values
         # of these types can equal another type's or differ in sign (`0.0` and
-        # `-0.0`), their strict form too (`_static_key.py`)
+        # `-0.0`), their strict form too (`_module/_static_key.py`)
         strict_types = needs_strict(tuple(types[i] for i in self.static_idx))
         self.key_of = _strict_key if strict_types else _same
         # Dynamic leaves of the first `first_args` arguments come first: how many
@@ -154,7 +152,7 @@ class Store:
         self.fun_statics = fun_statics
         self.plans: dict[Any, Plan] = {}  # calls without keyword arguments
         self.kw_plans: dict[Any, Plan] = {}
-        # `_flat_cache.call_key` keys -> (plan, entry), for entries whose first
+        # `_module/_flat_key.py`'s `call_key` keys -> (plan, entry), for entries whose first
         # call has completed: calls that skip flattening
         self.fast_plans: dict[tuple, tuple[Plan, Entry]] = {}
         self.plan_variants: dict[tuple, Plan] = {}

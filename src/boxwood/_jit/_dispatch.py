@@ -18,10 +18,10 @@ from typing import Any
 import jax
 
 from .._errors import raise_as_boxwood_error
+from .._module import call_key, remember_walkable
 from . import _checks, _convention, _shardings
 from ._cache import Entry, Plan, Store, store_for
 from ._diagnostics import restore_warnings, unhashable_error, warn_undonated
-from ._flat_cache import call_key, remember_walkable
 from ._options import JitOptions
 from ._trace import traced_function
 from .capture import warn_argument_methods
@@ -178,9 +178,9 @@ class Dispatch:
         self, args: tuple, kwargs: dict, plan: Plan, entry: Entry, dyn: list, statics
     ) -> None:
         """Give `(plan, entry)` a warm-path key when the arguments can be walked
-        (`_flat_cache.call_key`). A module argument without a flat form gets one
-        the second time it is seen, so that a model that changes every call is not
-        flattened twice. The key is trusted only if the walk gives exactly the
+        (`call_key`, `_module/_flat_key.py`). A module argument without a flat form
+        gets one the second time it is seen, so that a model that changes every call
+        is not flattened twice. The key is trusted only if the walk gives exactly the
         dynamic and static leaves that the real flatten gave."""
         seen, self.seen = self.seen, set()
         walked_statics: list = []

@@ -17,7 +17,7 @@ How a call flows (each step is on the per-call path, so each is kept small):
 Tracing happens inside the inner function, so counting traces and explaining
 recompiles (`_explain.py`) costs nothing on calls that do not trace.
 
-Warm calls whose arguments carry their flat form skip steps 1-3 (`_flat_cache.py`):
+Warm calls whose arguments carry their flat form skip steps 1-3 (`_module/_flat_key.py`):
 a walk of the arguments gives a key for `Store.fast_plans` (`_warm.py`, the one
 warm path; every other call goes to `_dispatch.py`).
 """

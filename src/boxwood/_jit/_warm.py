@@ -4,9 +4,9 @@ call.
 `warm_call(dispatch)` makes it, as a closure (a plain function is called through
 CPython's vectorcall, cheaper than an object's `__call__`, and it binds like a
 method when used as a class attribute). A call: the key of its arguments
-(`_flat_cache.call_key`: no flatten, no treedef hash, no type check), one lookup
-in `Store.fast_plans` for `(plan, entry)`, the inner `jax.jit` called on the
-arrays (JAX's own C++ cache handles shapes and dtypes), the output built. Anything
+(`call_key`, `_module/_flat_key.py`: no flatten, no treedef hash, no type check),
+one lookup in `Store.fast_plans` for `(plan, entry)`, the inner `jax.jit` called
+on the arrays (JAX's own C++ cache handles shapes and dtypes), the output built. Anything
 else goes to the dispatch (`_dispatch.py`): an unknown key to its slow path, a
 call while another thread traces this function to its locked path. A trace during
 the call (new shapes) is seen as the store's trace count moving.
@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._module import call_key
 from .._tracebacks import hide_own_frames
 from . import _convention
 from ._dispatch import Dispatch
-from ._flat_cache import call_key
 
 
 def warm_call(dispatch: Dispatch) -> Callable:

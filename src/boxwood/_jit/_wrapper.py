@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .._module import _flat_form, as_pytree_function
+from .._module import as_pytree_function, rest_on
 from .._tracebacks import hiding_own_frames
 from . import _aot, _convention
 from ._diagnostics import restore_warnings
@@ -59,7 +59,7 @@ class JitWrapper:
         self.dispatch = Dispatch(self._fun, options, leading, self.__qualname__)
         self.call = self.decorate(warm_call(self.dispatch), wrapped, self.clear_cache)
         if self.dispatch.fun_dyn:  # a bound method's module, `filter_jit(model)`
-            _flat_form.rest_on(self, self._fun)
+            rest_on(self, self._fun)
 
     def forget_flat(self) -> None:
         """A module inside the function was written to after construction (maybe
@@ -75,7 +75,7 @@ class JitWrapper:
         dispatch.rebind(self._fun)
         rebind(self.call, dispatch)
         if dispatch.fun_dyn:
-            _flat_form.rest_on(self, self._fun)
+            rest_on(self, self._fun)
         return dispatch.call_slow(args, kwargs)
 
     def decorate(

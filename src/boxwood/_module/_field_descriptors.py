@@ -29,7 +29,7 @@ class _Field:
     - **Reads** return the instance dict's value.
     - **A field missing from the instance dict**: either a default read on the class
       (`Cls.field`), a field not set yet during `__init__`, or a data field of a
-      module built by `filter_jit` with its flat form only (`_rebuild.py`: a
+      module built by `filter_jit` with its flat form only (`_flat_build.py`: a
       training step's outputs usually go straight into the next step, so their
       nested modules are only built when something reads them). Then the fields are
       rebuilt from the flat form, once.

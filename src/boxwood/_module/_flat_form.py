@@ -3,8 +3,8 @@
 A module may keep its flattened form in its instance dict, under the key `FLAT`:
 `(token, leaves)`, where `token.unflatten(leaves)` rebuilds the module. It is a
 cache for `filter_jit`, which attaches it to module arguments seen twice
-(`_jit/_flat_cache.py`, through `attach`) and to the modules its output builders
-return (`_jit/_rebuild.py`, which may build an output module from its flat form
+(`_flat_key.py`, through `attach`) and to the modules its output builders
+return (`_flat_build.py`, which may build an output module from its flat form
 alone, leaving its fields to be filled in on first read). With it, a compiled call
 takes a module without flattening it.
 
@@ -16,8 +16,9 @@ module after construction drops its own flat form and those of its holders, and
 tells the other holders, and nothing else: every other module keeps its flat
 form, and every fast-path key stays valid (a key names structures, never arrays).
 
-A module (`_module/`) knows nothing of who makes flat forms or why; it reaches
-this file through these functions only:
+The rest of `_module/` (the Module class, its fields and instance dict) knows
+nothing of who makes flat forms or why; it reaches this file through these
+functions only:
 
 - `flat_form(obj)`: the record, or `None`;
 - `fill(obj)`: fill in the fields of a module built from its flat form alone

@@ -1,12 +1,12 @@
 """The filtered transformations: see README.md in this folder."""
 
-from ._ad import filter_grad as filter_grad
-from ._ad import filter_value_and_grad as filter_value_and_grad
 from ._callback import filter_pure_callback as filter_pure_callback
 from ._closure_convert import filter_closure_convert as filter_closure_convert
 from ._custom_ad import filter_custom_jvp as filter_custom_jvp
 from ._custom_ad import filter_custom_vjp as filter_custom_vjp
 from ._eval_shape import filter_eval_shape as filter_eval_shape
+from ._grad import filter_grad as filter_grad
+from ._grad import filter_value_and_grad as filter_value_and_grad
 from ._jacobian import filter_hessian as filter_hessian
 from ._jacobian import filter_jacfwd as filter_jacfwd
 from ._jacobian import filter_jacrev as filter_jacrev

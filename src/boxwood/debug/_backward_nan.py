@@ -87,6 +87,3 @@ def backward_nan(x: Any, name: str | None = None, terminate: bool = True) -> Any
     watched = Slots(x, is_inexact_array)
     watch = _Watch(name, terminate, watched)
     return watched.rebuild(cast(list, _identity(watched.picked(), watch)))
-
-
-debug_backward_nan = backward_nan  # its name in `boxwood.internal` (as in Equinox)

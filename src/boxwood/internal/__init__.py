@@ -17,11 +17,11 @@ from .._unvmap import unvmap_all as unvmap_all
 from .._unvmap import unvmap_any as unvmap_any
 from .._unvmap import unvmap_max as unvmap_max
 from ..debug import announce_transform as announce_transform
+from ..debug import backward_nan as debug_backward_nan  # noqa: F401
 from ..debug import breakpoint_if as breakpoint_if
 from ..debug import inspect_dce as inspect_dce
 from ..debug import store_dce as store_dce
 from ..debug._announce import announce_p as announce_jaxpr_p  # noqa: F401
-from ..debug._backward_nan import debug_backward_nan as debug_backward_nan
 from ._buffers import MaybeBuffer as MaybeBuffer
 from ._buffers import buffer_at_set as buffer_at_set
 from ._buffers import maybe_set_p as maybe_set_p

@@ -35,7 +35,7 @@ from .._checkpoint import (
 )
 from .._paths import dotted_path
 from .._sharding import named_shardings
-from ..nn._stacked import Stacked
+from ..nn import Stacked
 
 # The attribute of `Stacked` that holds the stacked layer; it is not part of a
 # checkpoint name (`P.layers.R` is stored as `P.0.R`, `P.1.R`, ...).

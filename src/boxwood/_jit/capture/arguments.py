@@ -27,7 +27,7 @@ from typing import Any
 
 import jax
 
-from ..._module._register import MODULE_TYPES
+from ..._module import MODULE_TYPES
 from ..._warnings import user_stacklevel
 from .reads import Reads, class_functions, scan_code, unbound
 from .values import (

@@ -14,10 +14,10 @@ single expression. The result is identical to `treedef.unflatten(leaves)` (tests
 check both agree).
 
 For `filter_jit` (`remember=True`), the outermost modules of an output are built
-from their flat form alone (see `_flat_cache.py`): a model returned by one training
+from their flat form alone (see `_flat_key.py`): a model returned by one training
 step is passed to the next without being flattened again, and its nested modules
 (and those of the optimiser state) are built only if something reads them
-(`_module/_field_descriptors.py`'s `_Field`). A step then creates a handful of objects instead of one per
+(`_field_descriptors.py`'s `_Field`). A step then creates a handful of objects instead of one per
 module of every copy of the model.
 """
 
@@ -37,10 +37,10 @@ import jax
 import numpy as np
 
 from .._filters import is_array
-from .._module._flat_form import FLAT
-from .._module._register import REBUILD_NAME
-from .._module._slots import set_dict
-from ._flat_cache import immutable, is_module_class, token_for
+from ._flat_form import FLAT
+from ._flat_key import immutable, is_module_class, token_for
+from ._register import REBUILD_NAME
+from ._slots import set_dict
 
 _MAX_DEPTH = 60  # deeper trees fall back to `unflatten` (Python's parser nests ~200)
 
@@ -106,7 +106,7 @@ class _Emitter:
 
     def _lazy(self, td: Any, typ: type, aux: Any, pos: int) -> tuple | None:
         """An outermost module with its static fields and flat form alone
-        (`_flat_cache.py`), when its subtree is immutable and its leaves are arrays
+        (`_flat_key.py`), when its subtree is immutable and its leaves are arrays
         returned by the computation or static values that are neither copied per
         call (`_copies`) nor unhashable (they go in the token)."""
         dyn = self.dyn_index[pos : pos + td.num_leaves]
@@ -256,7 +256,7 @@ def compile_builder(
     changed in place (`is_immutable_value` is false: a `set`, a user object) is
     copied (`copy.copy`) on every call, so that no two calls return the same one. With `remember`, each
     outermost module whose leaves are all taken from the list (and whose subtree is
-    immutable) is built from its flat form alone (see `_flat_cache.py`), its fields
+    immutable) is built from its flat form alone (see `_flat_key.py`), its fields
     filled in when first read: the list passed in must then hold only arrays.
 
     The treedef becomes a program once, then one generated Python function.
@@ -292,7 +292,7 @@ def _merging_unflatten(
     if not constants:
 
         def unflatten(dyn: list) -> Any:
-            # a program may return more (`_trace.has_side_effects`): the leading ones
+            # a program may return more (`_jit/_trace.py`): the leading ones
             return treedef.unflatten(dyn[:n])
 
         return unflatten

@@ -1,4 +1,4 @@
-"""Modules' remembered flat forms and the argument walk (`boxwood._jit._flat_cache`)."""
+"""Modules' remembered flat forms and the argument walk (`boxwood._module._flat_key`)."""
 
 import copy
 import dataclasses

@@ -1,8 +1,9 @@
-"""Structural measures of `src/boxwood` (not timings): import cycles, file and
-function sizes, private names imported across files.
+"""Structural measures of `src/boxwood` (not timings), for
+tests/test_architecture.py: import cycles, file and function sizes, private names
+imported across files.
 
-    python benchmarks/architecture.py          # prints the measures
-    python benchmarks/architecture.py --json   # the same as JSON
+    python tests/_measures.py          # prints the measures
+    python tests/_measures.py --json   # the same as JSON
 
 Every import counts for the cycle measure: at module level, inside functions and
 under `TYPE_CHECKING`. `from pkg import name` is an edge to `pkg.name` when that is a

@@ -6,10 +6,10 @@ flattens the model and the optimiser state it got back from the previous step on
 every call. Instead, a module can carry its own flat form in its instance dict, under
 `FLAT`: `(token, leaves)`, where the token stands for its treedef. It is attached
 
-- by `filter_jit`'s output builders (`_rebuild.py`) to every module they return
+- by `filter_jit`'s output builders (`_flat_build.py`) to every module they return
   (the outermost ones), so what one step returns is already flat for the next.
   Those modules are built from the flat form alone: their fields, and the nested
-  modules inside, are built when first read (`_module/_field_descriptors.py`), which a
+  modules inside, are built when first read (`_field_descriptors.py`), which a
   training loop that passes them straight back never does; and
 - by `remember`, to a module argument that `filter_jit` sees a second time.
 
@@ -43,7 +43,7 @@ flat-form modules with the same few lines, written out on purpose: a shared help
 costs a Python call per argument on every warm call.
 
 A write to a module after construction drops the flat forms resting on it, and
-only those (`boxwood/_module/_flat_form.py`); keys stand for structures, never for
+only those (`_flat_form.py`); keys stand for structures, never for
 arrays, so every key stays valid.
 """
 
@@ -59,9 +59,10 @@ import jax
 from jax._src.array import ArrayImpl
 
 from .._filters import is_array
-from .._module import Module, _flat_form
-from .._module._register import MODULE_TYPES
-from .._module._static_key import strict
+from . import _flat_form
+from ._module import Module
+from ._register import MODULE_TYPES
+from ._static_key import strict
 
 # The concrete `jax.Array` class, named without creating an array: importing
 # boxwood must not start JAX's backend.

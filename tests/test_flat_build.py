@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import boxwood as bw
-from boxwood._jit._rebuild import compile_builder
+from boxwood._module._flat_build import compile_builder
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
 
