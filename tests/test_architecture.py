@@ -23,13 +23,15 @@ LONG_PYTHON_FUNCTIONS: set[str] = set()
 # Imports of another package's private module (past its `__init__.py`): none in
 # the core (`_jit` takes the flat form from `_module/__init__.py`). Those left
 # reach helpers of a public namespace that `boxwood.nn` and `boxwood.debug` do
-# not offer their users: the attention kernels and the naming of state indices
-# (for `models/`), and the announce primitive (`internal.announce_jaxpr_p`).
+# not offer their users: the attention kernels, the naming of state indices and
+# the dropout keys' stream (for `models/`), and the announce primitive
+# (`internal.announce_jaxpr_p`).
 PRIVATE_MODULE_IMPORTS = {
     "boxwood.internal: boxwood.debug._announce",
     "boxwood.models._attention: boxwood.nn._attention_kernels",
     "boxwood.models._blocks: boxwood.nn._state",
     "boxwood.models._pretrained: boxwood.nn._state",
+    "boxwood.models._training: boxwood.nn._dropout_generator",
 }
 
 

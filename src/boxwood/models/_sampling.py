@@ -35,11 +35,12 @@ def count(name: str, value: Any, least: int = 1) -> int:
         raise TypeError(
             f"`generate`: `{name}` must be an int, got {value!r}."
         ) from None
-    if value < least:
-        off = " (0: off)" if least == 0 else ""
+    if value < least and least == 0:
         raise ValueError(
-            f"`generate`: `{name}` must be at least {least}{off}, got {value}."
+            f"`generate`: `{name}` must be at least 0 (0 turns it off), got {value}."
         )
+    if value < least:
+        raise ValueError(f"`generate`: `{name}` must be at least {least}, got {value}.")
     return value
 
 
