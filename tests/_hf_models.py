@@ -168,13 +168,14 @@ def generation_pair(kind):
 
 
 def copy_checkpoint(source, destination):
-    """`destination`: a new directory with a copy of `source`'s `config.json` (free
-    to change) and hard links to its other files (cheap; replace those, never write
-    into them)."""
+    """`destination`: a new directory with copies of `source`'s JSON files
+    (`config.json`, `generation_config.json`, ...: free to change) and hard links
+    to its other files (the weights: cheap; replace those, never write into
+    them, or the shared checkpoint changes with them)."""
     destination = pathlib.Path(destination)
     destination.mkdir(parents=True, exist_ok=True)
     for path in pathlib.Path(source).iterdir():
-        if path.name == "config.json":
+        if path.suffix == ".json":
             shutil.copy(path, destination / path.name)
         else:
             (destination / path.name).hardlink_to(path)
