@@ -14,7 +14,8 @@
 # versions, the phases' times, the suite's summary), bench.log (the benchmarks'
 # output), accelerator.json and accelerator.md, train_curve.json and
 # train_curve.md, pytest.txt (the suite's output, -rA) and pytest-junit.xml;
-# the phase "first" writes first_step.json and first_step.md (with
+# the phase "generate" (not in the defaults either) writes generate_profile.json
+# and generate_profile.md (benchmarks/tpu_generate_profile.py); the phase "first" writes first_step.json and first_step.md (with
 # TPU_RUN_FIRST_CACHE=1 instead first_step_nan_cold/ and first_step_nan_cached/:
 # a process that fills a persistent compilation cache and one that reads it,
 # both with BOXWOOD_ON_ERROR=nan).
@@ -95,7 +96,7 @@ if phase bench && [[ ",${TPU_RUN_BENCH_ARGS:-}," != *"--only"* || "${TPU_RUN_BEN
 fi
 phase tests && NEEDS_ECOSYSTEM=1
 GROUPS_TO_INSTALL=("$WANT_BASE")
-phase bench || phase curve || phase first && GROUPS_TO_INSTALL+=("$WANT_BENCH")
+phase bench || phase curve || phase first || phase generate && GROUPS_TO_INSTALL+=("$WANT_BENCH")
 phase tests && GROUPS_TO_INSTALL+=("$WANT_TESTS")
 [ "$NEEDS_ECOSYSTEM" = 1 ] && GROUPS_TO_INSTALL+=("$WANT_FLAX")
 [ "${TPU_RUN_TORCH:-0}" = 1 ] && GROUPS_TO_INSTALL+=("transformers:transformers tokenizers:tokenizers")
@@ -156,6 +157,16 @@ if phase first; then
     say "tpu_first_step.py exit $? (124: stopped at its ${FIRST} s limit)"
     [ -f "$OUT/first_step.md" ] && cat "$OUT/first_step.md" >>"$LOG"
   fi
+fi
+if phase generate; then
+  # What bounds greedy generation: boxwood and the hand-written loop, whole
+  # calls and one-token calls, and a device profile of each.
+  timeout -k 10 "$FIRST" "$PY" benchmarks/decode_layouts.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1
+  say "decode_layouts.py exit $?"
+  timeout -k 10 "$FIRST" "$PY" benchmarks/tpu_generate_profile.py --out "$OUT" $QUICK \
+    >>"$OUT/bench.log" 2>&1
+  say "tpu_generate_profile.py exit $? (124: stopped at its ${FIRST} s limit)"
+  [ -f "$OUT/generate_profile.md" ] && head -n 12 "$OUT/generate_profile.md" >>"$LOG"
 fi
 if phase curve; then
   timeout -k 10 "$CURVE" "$PY" benchmarks/train_curve.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1

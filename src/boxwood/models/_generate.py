@@ -15,7 +15,6 @@ import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from .._jit import filter_jit
-from ..nn import inference_mode
 from ._beam_search import beam_search, check_beams
 from ._generate_layout import bucket, joined, layout
 from ._generate_loop import Batch, Options, Stream, decode_loop, end_slots
@@ -162,7 +161,7 @@ def generate(
     tokens as `sequences`.
     """
     name = _causal_lm_name(model)
-    model = inference_mode(model, True)  # dropout off: generation is inference
+    # dropout off: generation is inference (switched inside the compiled loop)
     vocab = model.config.vocab_size
     prompts, single = (
         _prompts(name, input_ids, vocab, pad_token_id)

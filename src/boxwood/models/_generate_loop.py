@@ -15,6 +15,7 @@ import numpy as np
 from jax.experimental import io_callback
 from jaxtyping import Array
 
+from ..nn import inference_mode
 from ._id_ranges import ids_known_in_range
 from ._sampling import Sampling, draw, warp
 from ._score_rules import Rules, Tokens, apply_rules, is_end, stopped
@@ -160,7 +161,11 @@ def prefill(model: Any, batch: Batch, capacity: int, repeat: int = 1) -> tuple:
     """The prompts run once, with room for `capacity` new tokens: `(step, state,
     logits, tokens)`, the rows' stepper and cache, each row's next-token logits,
     and each row's prompt as `Tokens` (the slots past it hold `pad_id` until
-    written). Each prompt is `repeat` consecutive rows (beam search's beams)."""
+    written). Each prompt is `repeat` consecutive rows (beam search's beams).
+    The model runs in inference mode (dropout off), switched here, inside the
+    trace: `generate` passes the caller's model as it is, so that a call finds
+    its flattened form and compiled loop without rebuilding the model."""
+    model = inference_mode(model, True)
     padded, pads, start = batch.padded, batch.pads, batch.start
     if repeat > 1:
         padded = jnp.repeat(padded, repeat, axis=0)
