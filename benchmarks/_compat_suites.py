@@ -1,6 +1,6 @@
 """The libraries of `benchmarks/compat.py` and where their test suites come from:
 each library's source distribution on PyPI (`pip download`), unpacked into a cache
-folder, its tests unchanged. tests/test_ecosystem_libraries.py uses the same
+folder, its tests unchanged. tests/ecosystem/test_ecosystem_libraries.py uses the same
 functions."""
 
 from __future__ import annotations

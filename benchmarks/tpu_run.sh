@@ -26,7 +26,7 @@
 # tpu_first_step.py, e.g. "--order jax,none,rbg,threefry"). TPU_RUN_PHASES (default
 # "bench,curve,tests"; e.g. "tests" to give the suite the whole run),
 # TPU_RUN_BENCH_ARGS (more options for accelerator.py, e.g. "--attention xla"),
-# TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, tests/test_tpu_only.py
+# TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, tests/backends/test_tpu_only.py
 # at their head, then all of tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
 # for the tests that compare with `transformers` PyTorch), TPU_RUN_SHARD=k/n (run the
 # k-th of n shards of the test files: the suite across n calls), TPU_RUN_SITE (where
@@ -182,13 +182,13 @@ if phase tests; then
   if [ -n "${TPU_RUN_TESTS:-}" ]; then
     read -r -a TESTS <<<"$TPU_RUN_TESTS"
   elif [ -n "$QUICK" ]; then
-    TESTS=(tests/test_architecture.py)
+    TESTS=(tests/house/test_architecture.py)
   else
     # pytest would run a file named before its folder in the folder's order: the
     # rest of the files are listed one by one, after the TPU-relevant ones.
-    TESTS=(tests/test_tpu_only.py tests/test_backend_portability.py tests/test_cast_floating.py tests/test_nn_attention*.py
-      tests/test_attention*.py tests/test_models_*.py)
-    for f in tests/test_*.py; do
+    TESTS=(tests/backends/test_tpu_only.py tests/backends/test_backend_portability.py tests/tree/test_cast_floating.py tests/nn/test_nn_attention*.py
+      tests/nn/test_attention*.py tests/models/test_models_*.py)
+    for f in tests/*/test_*.py; do
       [[ " ${TESTS[*]} " == *" $f "* ]] || TESTS+=("$f")
     done
   fi

@@ -14,7 +14,7 @@ def child_env(**overrides: str | None) -> dict[str, str]:
     The child runs on the CPU whatever this process's backend: an accelerator this
     process has opened is held by it (a TPU chip opens in one process at a time),
     so a child reaching for it would fail. Every test child gets its environment
-    here (tests/test_child_processes.py checks it); one that needs this process's
+    here (tests/house/test_child_processes.py checks it); one that needs this process's
     backend would set `JAX_PLATFORMS` itself and say why."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     for name, value in overrides.items():

@@ -1,5 +1,5 @@
 """Find where boxwood's source builds exceptions, and match them against the error
-catalogue (docs/errors.md). Used by tests/test_error_catalogue.py.
+catalogue (docs/errors.md). Used by tests/errors/test_error_catalogue.py.
 
 A *site* is a call that constructs an exception (`ValueError(...)`,
 `CheckpointError(...)`, ...), a call of a helper in MESSAGE_HELPERS, or a bare

@@ -1,4 +1,4 @@
-"""The Python code blocks of the README and docs/*.md, for tests/test_docs_code.py.
+"""The Python code blocks of the README and docs/*.md, for tests/docs/test_docs_code.py.
 
 A block is a fenced ```` ```python ```` (or ```` ```pycon ````) block. The blocks of one
 page run in order in one namespace, as a reader runs them one after the other. A

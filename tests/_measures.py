@@ -1,5 +1,5 @@
 """Structural measures of `src/boxwood` (not timings), for
-tests/test_architecture.py: import cycles, file and function sizes, private names
+tests/house/test_architecture.py: import cycles, file and function sizes, private names
 imported across files.
 
     python tests/_measures.py          # prints the measures
@@ -11,7 +11,7 @@ module, else to `pkg`; parent packages that Python initialises on the way are no
 edges (else every module would depend on `boxwood/__init__.py`). A private name is
 a name starting with `_` imported from another boxwood file (module names excluded).
 A function's length is its lines, from `def` to its last line, less its docstring's
-(documentation is never trimmed to meet the limit). `tests/test_architecture.py`
+(documentation is never trimmed to meet the limit). `tests/house/test_architecture.py`
 keeps these numbers from getting worse.
 """
 

@@ -1,5 +1,5 @@
-"""Pages of docs/ whose code runs as a notebook, for tests/test_docs_code.py and
-tests/test_notebooks.py.
+"""Pages of docs/ whose code runs as a notebook, for tests/docs/test_docs_code.py and
+tests/docs/test_notebooks.py.
 
 A page listed in `RUN_AS_NOTEBOOK` is not run block by block: its notebook's code
 cells hold the page's Python blocks verbatim and in the same order, with cells of

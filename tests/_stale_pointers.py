@@ -1,5 +1,5 @@
 """Pointers in boxwood's comments, docstrings and READMEs that name a file or a
-name that does not exist, for tests/test_architecture.py.
+name that does not exist, for tests/house/test_architecture.py.
 
 A pointer is a backticked file name (`_flat_key.py`, `boxwood/_jit/_cache.py`),
 which must be the end of some file's path in the project, or a backticked dotted

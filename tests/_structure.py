@@ -1,4 +1,4 @@
-"""The structure of `src/boxwood`, for tests/test_architecture.py: arrows between
+"""The structure of `src/boxwood`, for tests/house/test_architecture.py: arrows between
 packages, private names used across packages, modules patched at import time, and
 the file lists of the package READMEs.
 

@@ -17,7 +17,7 @@ ON_CPU = jax.default_backend() == "cpu"
 if not ON_CPU:
     # The suite checks that a failed `error_if` raises from the call, as on the
     # CPU; off it `filter_jit` calls return before they run unless told to wait
-    # (tests/test_backend_portability.py checks the asynchronous path itself).
+    # (tests/backends/test_backend_portability.py checks the asynchronous path itself).
     os.environ.setdefault("BOXWOOD_SYNC_CHECKS", "1")
 
 

@@ -11,7 +11,7 @@ _Return = TypeVar("_Return")
 
 
 # Generic in the return type, as Equinox's is: libraries annotate with
-# `eqx.Partial[...]` (quax, at import; tests/test_partial.py pins it).
+# `eqx.Partial[...]` (quax, at import; tests/tree/test_partial.py pins it).
 class Partial(Module, Generic[_Return]):
     """Like `functools.partial`, but the function and the partially-applied arguments
     are all pytree children.

@@ -3,7 +3,7 @@
 See README.md in this folder for how the parts fit together.
 
 The names imported here are this package's whole interface; other code imports
-only them, never a submodule (tests/test_architecture.py checks `models/`). Most
+only them, never a submodule (tests/house/test_architecture.py checks `models/`). Most
 are public (re-exported by `boxwood`); ten serve the rest of boxwood
 (`boxwood.models`) and are not re-exported: `assemble` and `Tensor` (validated
 loading from named tensors), `read_tensors` and `write_file` (a safetensors file

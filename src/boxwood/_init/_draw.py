@@ -122,7 +122,7 @@ def _truncated_normal(
 
 
 #: The distributions with the prefix property (checked over shapes, dtypes and key
-#: kinds in tests/test_init.py), as `(key, shape, dtype, *params) -> array`.
+#: kinds in tests/init/test_init.py), as `(key, shape, dtype, *params) -> array`.
 DISTRIBUTIONS: dict[str, Callable[..., Any]] = {
     "uniform": _uniform,
     "normal": _normal,

@@ -4,7 +4,7 @@ Calling `jax.nn.initializers.lecun_normal()(key, shape, dtype)` outside `jit`
 compiles its draw and its scaling for every new shape. The common initialisers
 are a draw with the prefix property (see `_draw.py`) times a scalar computed from
 the shape, so `fast_call` computes that scalar as JAX does, draws on the shared
-chunk kernel and multiplies on the host: the same bits as the direct call (tests/
+chunk kernel and multiplies on the host: the same bits as the direct call (tests/init/
 test_init_layouts.py checks it), with no compile per shape. It recognises the
 closures JAX's factories return (`variance_scaling` and everything built on it:
 `lecun_*`, `glorot_*`, `he_*`; `normal`, `uniform`, `truncated_normal`), by their

@@ -4,7 +4,7 @@
 result compiles slicing kernels); a model's constructor pays for each. With
 `jax_threefry_partitionable=True` (JAX's default), key `i` of `split(key, n)` is
 the Threefry-2x32 hash of the counter `(0, i)`: pure 32-bit integer arithmetic,
-done here in NumPy, bit for bit the same (tests/test_init.py checks it).
+done here in NumPy, bit for bit the same (tests/init/test_init.py checks it).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Why: eager `vmap` runs each operation of the constructor as its own batched
 kernel, compiled per shape; for a 12-block transformer (d=128) that is about 20 s
 of compiling on a 2-core machine. Built one by one, the layers reuse the shared
 draw kernels (see `_draw.py`) and the same arrays come out, bit for bit: a
-threefry draw under `vmap` is the draw for each key (tests/test_init.py checks it).
+threefry draw under `vmap` is the draw for each key (tests/init/test_init.py checks it).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class _PytreeFunction:
     # Weakly referable, as Equinox's result (a Module) is: optimistix 0.1.0's
     # `test_minimise`, after other tests in one process, failed with "cannot create
     # weak reference to '_PytreeFunction' object"
-    # (tests/test_internal_misc.py::test_closure_to_pytree_details).
+    # (tests/internal/test_internal_misc.py::test_closure_to_pytree_details).
     __slots__ = ("recipe", "contents", "__weakref__")
 
     def __init__(self, recipe: _Recipe, contents: tuple) -> None:

@@ -59,7 +59,7 @@ class StaticFunction(Module):
         # name. `jax.nn.relu` (`MLP`'s default, a `custom_jvp`) and `jnp.tanh` (a
         # jitted function) do not pickle by themselves, and a deep copy of either
         # is a new object, so the copied model's static field, and the model,
-        # would differ (pinned by tests/test_nn_mlp.py,
+        # would differ (pinned by tests/nn/test_nn_mlp.py,
         # test_default_activations_pickle_and_deep_copy_to_equal_models).
         name = importable_name(self.fn)
         if name is None:

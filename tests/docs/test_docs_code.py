@@ -1,0 +1,170 @@
+"""Every Python code block of README.md and docs/*.md runs, so the docs cannot drift
+from the code. The blocks of a page share one namespace and run in order; blocks of
+`>>>` lines are doctests. A block that cannot run here says why, in a
+`<!-- docs-test: skip (reason) -->` comment just above it (see _markdown_blocks.py).
+"""
+
+import doctest
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import pytest
+
+import boxwood
+from _child_flags import child_env, xla_flags_with_devices
+from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
+from _notebook_pages import RUN_AS_NOTEBOOK, check
+
+# Pages run as their notebooks (tests/_notebook_pages.py) are checked against them
+# here and run as those notebooks (notebooks/conftest.py).
+RUNNABLE = [
+    p
+    for p in PAGES
+    if any(not b.skip_reason for b in blocks(p)) and p.name not in RUN_AS_NOTEBOOK
+]
+
+
+def _run(block: Block, namespace: dict) -> None:
+    if block.is_doctest:
+        parser = doctest.DocTestParser()
+        test = parser.get_doctest(block.code, namespace, block.where, block.where, 0)
+        flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+        runner = doctest.DocTestRunner(optionflags=flags)
+        out = []
+        runner.run(test, out=out.append, clear_globs=False)
+        assert not runner.failures, f"{block.where}: doctest failed\n" + "".join(out)
+        return
+    try:
+        exec(compile(block.code, block.where, "exec"), namespace)
+    except Exception as error:
+        raise AssertionError(f"the block at {block.where} raised {error!r}") from error
+
+
+def run_page(page: pathlib.Path) -> None:
+    """Run the page's blocks in order in one namespace, in the current folder, with
+    JAX's default promotion rules (a reader's session; the test suite's conftest
+    makes them strict)."""
+    namespace = {"__name__": "__docs__"}
+    explain = boxwood.config.explain_recompiles  # a page may switch it on
+    try:
+        with (
+            jax.numpy_dtype_promotion("standard"),
+            jax.numpy_rank_promotion("allow"),
+        ):
+            for block in blocks(page):
+                if not block.skip_reason:
+                    _run(block, namespace)
+    finally:
+        boxwood.config.explain_recompiles = explain
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a scratch folder for the files examples write
+    n = devices(page)
+    if n == 1:
+        run_page(page)
+        return
+    # n simulated CPU devices, whatever this process's backend
+    env = child_env(XLA_FLAGS=xla_flags_with_devices(n))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [
+            str(ROOT / "tests"),
+            os.path.dirname(__file__),
+            *filter(None, [env.get("PYTHONPATH")]),
+        ]
+    )
+    code = f"from test_docs_code import run_page; run_page(__import__('pathlib').Path({str(page)!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", sorted(RUN_AS_NOTEBOOK))
+def test_a_page_run_as_a_notebook_is_its_code_cells(name):
+    """The notebook holds the page's blocks verbatim, in order (its committed
+    outputs hold the doctests' results, checked in tests/docs/test_notebooks.py, and a
+    fresh run gives those outputs, checked by nbval in notebooks/conftest.py)."""
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read(ROOT / "notebooks" / RUN_AS_NOTEBOOK[name], as_version=4)
+    check(ROOT / "docs" / name, notebook, results=False)
+
+
+def test_a_page_block_missing_from_its_notebook_is_named(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nx = 1\n```\n\n```python\ny = x\n```\n\n```pycon\n>>> y\n1\n```\n"
+    )
+    cell = nbformat.v4.new_code_cell
+    notebook = nbformat.v4.new_notebook(
+        cells=[cell("x = 1"), cell("plot()"), cell("y = x"), cell("y")]
+    )
+    check(page, notebook, results=False)
+    notebook.cells[3].outputs = [
+        nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)
+    ]
+    with pytest.raises(
+        AssertionError, match=r"the cell 'y' gave '2', the page says '1'"
+    ):
+        check(page, notebook, results=True)
+    notebook.cells[2].source = "y = x + 0"
+    with pytest.raises(AssertionError, match=r"is the block starting 'y = x' verbatim"):
+        check(page, notebook, results=False)
+    swapped = nbformat.v4.new_notebook(cells=[cell("y = x"), cell("x = 1"), cell("y")])
+    with pytest.raises(AssertionError, match=r"starting 'y = x' verbatim"):
+        check(page, swapped, results=False)
+
+
+def test_skipped_blocks_say_why_and_are_few():
+    skipped = [b for p in PAGES for b in blocks(p) if b.skip_reason]
+    assert all(len(b.skip_reason) > 10 for b in skipped)
+    total = sum(len(blocks(p)) for p in PAGES)
+    assert len(skipped) * 5 <= total, [b.where for b in skipped]
+
+
+def test_the_collector_finds_blocks_and_skip_marks(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "text\n\n```python\nx = 1\n```\n\n<!-- docs-test: skip (needs 8 GPUs) -->\n"
+        "```python\nboom()\n```\n\n```bash\nls\n```\n\n```python\n>>> x + 1\n2\n```\n"
+    )
+    found = blocks(page)
+    assert [(b.line, b.skip_reason, b.is_doctest) for b in found] == [
+        (4, None, False),
+        (9, "needs 8 GPUs", False),
+        (17, None, True),
+    ]
+    namespace = {}
+    _run(found[0], namespace)
+    _run(found[2], namespace)
+    wrong = Block(page, 16, ">>> x + 1\n3\n", None)
+    with pytest.raises(AssertionError, match=r"page.md:16: doctest failed"):
+        _run(wrong, namespace)
+    with pytest.raises(AssertionError, match=r"block at .*page.md:9 raised NameError"):
+        _run(found[1], namespace)
+
+
+def test_every_page_with_python_is_collected():
+    pages = {str(p.relative_to(ROOT)) for p in PAGES}
+    assert "README.md" in pages and "docs/getting-started.md" in pages
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("**/*.md")}
+    assert on_disk and on_disk <= pages  # sub-folders (docs/api/) included
+
+
+@pytest.mark.parametrize("fence", ["```", "```python3", "```pyton"])
+def test_a_fence_that_cannot_be_classified_is_refused(tmp_path, fence):
+    page = tmp_path / "page.md"
+    page.write_text(f"text\n\n```python\nx = 1\n```\n\n{fence}\nprint(x)\n```\n")
+    with pytest.raises(ValueError, match=r"page.md:7: a code fence of language"):
+        blocks(page)
+
+
+def test_a_shown_only_fence_is_not_run(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```text\nboom()\n```\n\n```bash\nls\n```\n")
+    assert blocks(page) == []

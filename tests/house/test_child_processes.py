@@ -1,0 +1,66 @@
+"""Every child Python process a test starts runs on the CPU (`child_env`), so that
+the suite runs on a machine whose accelerator the pytest process holds."""
+
+import ast
+import pathlib
+
+from _child_flags import child_env, xla_accepts, xla_flags_with_devices
+
+TESTS = pathlib.Path(__file__).resolve().parents[1]
+
+# Children that never start JAX, with what they run.
+NO_JAX = {
+    "test_packaging.py": "python -m build",
+    "test_typing.py": "basedpyright",
+}
+
+
+STARTS = ("sys.executable", "NotebookClient")
+
+
+def _starts(call: ast.Call) -> bool:
+    name = ast.unparse(call.func)
+    return name.endswith(("subprocess.run", "subprocess.Popen", ".execute"))
+
+
+def test_every_child_gets_its_environment_from_child_env():
+    unpinned = []
+    for path in sorted(TESTS.rglob("*.py")):
+        text = path.read_text()
+        if path.name in NO_JAX or not any(s in text for s in STARTS):
+            continue
+        for function in ast.walk(ast.parse(text)):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            source = ast.unparse(function)
+            if not any(s in source for s in STARTS):
+                continue
+            calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
+            for call in filter(_starts, calls):
+                if not any(k.arg == "env" for k in call.keywords):
+                    unpinned.append(f"{path.name}:{call.lineno} passes no env")
+            if "child_env(" not in text:
+                unpinned.append(f"{path.name}:{function.lineno} uses no child_env")
+    assert unpinned == []
+
+
+def test_child_env_pins_the_cpu_and_removes_what_is_none(monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    monkeypatch.setenv("XLA_FLAGS", "--x")
+    env = child_env(XLA_FLAGS=None, EXTRA="1")
+    assert env["JAX_PLATFORMS"] == "cpu" and env["EXTRA"] == "1"
+    assert "XLA_FLAGS" not in env
+
+
+def test_an_unknown_xla_flag_is_refused_before_it_is_set():
+    """tests/conftest.py sets its compile flags only where `xla_accepts` says this
+    jaxlib knows them: an unknown one would abort every JAX process."""
+    assert xla_accepts(["--xla_backend_optimization_level=0"])  # the probe runs
+    assert not xla_accepts(["--xla_cpu_no_such_flag_in_any_jaxlib=true"])
+
+
+def test_xla_flags_with_devices_keeps_the_rest(monkeypatch):
+    count = "--xla_force_host_platform_device_count"
+    monkeypatch.setenv("XLA_FLAGS", f"--a=1 {count}=3 --b=2")
+    assert xla_flags_with_devices(8) == f"--a=1 --b=2 {count}=8"
+    assert xla_flags_with_devices(None) == "--a=1 --b=2"
