@@ -44,6 +44,14 @@ import _acc_cases as cases  # noqa: E402
 from _acc_jax import _gpt2_qkv, _gpt2_rest, from_boxwood_gpt2, layer_norm  # noqa: E402
 
 LAYOUTS = ("bthd", "bhtd", "flat", "grouped")
+# (layout, where the layers' weights are sliced): the contenders, in order
+VARIANTS = (
+    ("bthd", "hoisted"),
+    ("bthd", "inside"),
+    ("grouped", "hoisted"),
+    ("grouped", "inside"),
+    ("bhtd", "inside"),
+)
 F32 = jnp.float32
 
 
@@ -57,22 +65,32 @@ def _shape(layout: str, depth: int, b: int, t: int, h: int, d: int) -> tuple:
     }[layout]
 
 
-def _write(layout: str, cache: jax.Array, new: jax.Array, i: int, pos: Any) -> jax.Array:
+def _write(
+    layout: str, cache: jax.Array, new: jax.Array, i: int, pos: Any
+) -> jax.Array:
     """`new` `(b, h, d)` written at slot `pos` of layer `i`."""
     b, h, d = new.shape
     zero = jnp.int32(0)
     if layout == "bthd":
-        return jax.lax.dynamic_update_slice(cache, new[None, :, None], (i, zero, pos, zero, zero))
+        return jax.lax.dynamic_update_slice(
+            cache, new[None, :, None], (i, zero, pos, zero, zero)
+        )
     if layout == "bhtd":
-        return jax.lax.dynamic_update_slice(cache, new[None, :, :, None], (i, zero, zero, pos, zero))
+        return jax.lax.dynamic_update_slice(
+            cache, new[None, :, :, None], (i, zero, zero, pos, zero)
+        )
     if layout == "flat":
-        return jax.lax.dynamic_update_slice(cache, new.reshape(1, b, 1, h * d), (i, zero, pos, zero))
+        return jax.lax.dynamic_update_slice(
+            cache, new.reshape(1, b, 1, h * d), (i, zero, pos, zero)
+        )
     groups, width = cache.shape[2], cache.shape[4]
     row = new.reshape(1, b, groups, 1, width)
     return jax.lax.dynamic_update_slice(cache, row, (i, zero, zero, pos, zero))
 
 
-def _attend(layout: str, q: jax.Array, keys: jax.Array, values: jax.Array, visible: jax.Array) -> jax.Array:
+def _attend(
+    layout: str, q: jax.Array, keys: jax.Array, values: jax.Array, visible: jax.Array
+) -> jax.Array:
     """`q` `(b, h, d)` over one layer's cache; `visible` `(t,)`."""
     b, h, d = q.shape
     scale = 1.0 / np.sqrt(d)
@@ -80,7 +98,9 @@ def _attend(layout: str, q: jax.Array, keys: jax.Array, values: jax.Array, visib
         groups, t, width = keys.shape[1:]
         g = width // d
         eye = jnp.eye(g, dtype=q.dtype)  # query i of a group fills its own lanes
-        qg = (q.reshape(b, groups, g, 1, d) * eye[None, None, :, :, None]).reshape(b, groups, g, width)
+        qg = (q.reshape(b, groups, g, 1, d) * eye[None, None, :, :, None]).reshape(
+            b, groups, g, width
+        )
         s = jnp.einsum("bpie,bpte->bpit", qg, keys, preferred_element_type=F32) * scale
         s = jnp.where(visible, s, -1e30)
         w = jax.nn.softmax(s, axis=-1).astype(values.dtype)
@@ -97,11 +117,22 @@ def _attend(layout: str, q: jax.Array, keys: jax.Array, values: jax.Array, visib
     s = jnp.einsum(f"bhd,{spec}->bht", q, k, preferred_element_type=F32) * scale
     s = jnp.where(visible, s, -1e30)
     w = jax.nn.softmax(s, axis=-1).astype(v.dtype)
-    return jnp.einsum(f"bht,{spec}->bhd", w, v, preferred_element_type=F32).astype(q.dtype)
+    return jnp.einsum(f"bht,{spec}->bhd", w, v, preferred_element_type=F32).astype(
+        q.dtype
+    )
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
-def decode(params: dict, first: jax.Array, start: jax.Array, length: int, steps: int, heads: int, layout: str) -> jax.Array:
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7))
+def decode(
+    params: dict,
+    first: jax.Array,
+    start: jax.Array,
+    length: int,
+    steps: int,
+    heads: int,
+    layout: str,
+    where: str = "hoisted",
+) -> jax.Array:
     """`steps` greedy tokens after `first` `(b,)` from slot `start`, over an empty
     cache of `length` slots (the prompt's keys are left zero: the step's cost,
     not its values, is measured)."""
@@ -109,10 +140,15 @@ def decode(params: dict, first: jax.Array, start: jax.Array, length: int, steps:
     depth, dm = blocks["ln1_g"].shape
     b, d = first.shape[0], dm // heads
     shape = _shape(layout, depth, b, length, heads, d)
-    layer_params = [jax.tree.map(lambda a, i=i: a[i], blocks) for i in range(depth)]
+    hoisted = [jax.tree.map(lambda a, i=i: a[i], blocks) for i in range(depth)]
 
     def step(carry: tuple, _: Any) -> tuple:
         keys, values, token, pos = carry
+        layer_params = hoisted
+        if where == "inside":  # sliced in the loop's body (static indices)
+            layer_params = [
+                jax.tree.map(lambda a, i=i: a[i], blocks) for i in range(depth)
+            ]
         x = params["wte"][token][:, None] + params["wpe"][pos][None, None]
         visible = jnp.arange(length) <= pos
         for i, p in enumerate(layer_params):
@@ -125,9 +161,62 @@ def decode(params: dict, first: jax.Array, start: jax.Array, length: int, steps:
         nxt = jnp.argmax(h @ params["wte"].T, axis=-1).astype(token.dtype)
         return (keys, values, nxt, pos + 1), nxt
 
-    cache = (jnp.zeros(shape, params["wte"].dtype), jnp.zeros(shape, params["wte"].dtype))
+    cache = (
+        jnp.zeros(shape, params["wte"].dtype),
+        jnp.zeros(shape, params["wte"].dtype),
+    )
     _, out = jax.lax.scan(step, (*cache, first, start), None, length=steps)
     return out.T
+
+
+def _tokens(*args: Any) -> np.ndarray:
+    return np.asarray(decode(*args))
+
+
+def boxwood_steps(batch: int, case: Any, steps: int, reps: int) -> list[dict]:
+    """boxwood's own decode step (`model.decode` through `generate`'s
+    `stepper`) in the same greedy `lax.scan`, and `generate` itself, timed the
+    same way: what the model's step costs apart from the loop around it."""
+    import boxwood.models as bm
+    from boxwood.models._generate_loop import stepper
+
+    model = _acc_boxwood.generation_model(case.options)
+    length = case.prompt + steps
+    first = jnp.asarray(np.arange(batch, dtype=np.int32))
+
+    @jax.jit
+    def loop(model: Any, first: jax.Array) -> jax.Array:
+        step, state = stepper(model, None, batch, model.init_cache(length))
+
+        def body(carry: tuple, _: Any) -> tuple:
+            state, token, pos = carry
+            logits, state = step(token[:, None], state, pos)
+            nxt = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+            return (state, nxt, pos + 1), nxt
+
+        _, out = jax.lax.scan(
+            body, (state, first, jnp.int32(case.prompt)), None, length=steps
+        )
+        return out.T
+
+    prompt = jnp.asarray(
+        np.arange(batch * case.prompt, dtype=np.int32).reshape(batch, case.prompt)
+        % 1000
+    )
+    rows = []
+    for what, run in (("boxwood decode step", lambda: np.asarray(loop(model, first))),
+                      ("boxwood generate", lambda: np.asarray(bm.generate(model, prompt, steps)))):  # fmt: skip
+        run()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t0)
+        per_step = statistics.median(times) / steps
+        rows.append({"batch": batch, "layout": what, "weights": "-", "step_ms": 1e3 * per_step,
+                     "tokens_per_s": batch / per_step, "same_tokens_as_bthd": None})  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def main() -> int:
@@ -144,11 +233,15 @@ def main() -> int:
     length = case.prompt + case.new_tokens
     rows = []
     for batch in case.batches:
-        first = jnp.asarray(np.arange(batch, dtype=np.int32) % case.options["vocab_size"])
+        first = jnp.asarray(
+            np.arange(batch, dtype=np.int32) % case.options["vocab_size"]
+        )
         start = jnp.int32(case.prompt)
         reference = None
-        for layout in LAYOUTS:
-            run = lambda: np.asarray(decode(params, first, start, length, steps, heads, layout))  # noqa: E731
+        for layout, where in VARIANTS:
+            run = functools.partial(
+                _tokens, params, first, start, length, steps, heads, layout, where
+            )
             tokens = run()
             times = []
             for _ in range(args.reps):
@@ -157,19 +250,25 @@ def main() -> int:
                 times.append(time.perf_counter() - t0)
             per_step = statistics.median(times) / steps
             reference = tokens if reference is None else reference
-            rows.append({"batch": batch, "layout": layout, "step_ms": 1e3 * per_step,
+            rows.append({"batch": batch, "layout": layout, "weights": where, "step_ms": 1e3 * per_step,
                          "tokens_per_s": batch / per_step,
                          "same_tokens_as_bthd": bool((tokens == reference).all())})  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
-    text = ["| batch | layout | step ms | tokens/s | tokens as `bthd` |", "|---|---|---|---|---|"]
+        rows += boxwood_steps(batch, case, steps, args.reps)
+    text = [
+        "| batch | layout | weights sliced | step ms | tokens/s | tokens as the first |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        text.append(f"| {r['batch']} | `{r['layout']}` | {r['step_ms']:.3f} | "
+        text.append(f"| {r['batch']} | `{r['layout']}` | {r['weights']} | {r['step_ms']:.3f} | "
                     f"{r['tokens_per_s']:,.0f} | {r['same_tokens_as_bthd']} |")  # fmt: skip
     print("\n".join(text))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__}
-        (args.out / "decode_layouts.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        (args.out / "decode_layouts.json").write_text(
+            json.dumps({"meta": meta, "rows": rows}, indent=1)
+        )
         (args.out / "decode_layouts.md").write_text("\n".join(text) + "\n")
     return 0
 

@@ -69,10 +69,14 @@ def _busy(profile: dict) -> float | None:
     operations inside it, which have their own)."""
     if "total_ms_per_step" not in profile:
         return None
-    return profile["total_ms_per_step"] - profile["ms_per_step_by_kind"].get("loop", 0.0)
+    return profile["total_ms_per_step"] - profile["ms_per_step_by_kind"].get(
+        "loop", 0.0
+    )
 
 
-def measure(who: str, model: Any, params: Any, case: Any, batch: int, reps: int) -> dict:
+def measure(
+    who: str, model: Any, params: Any, case: Any, batch: int, reps: int
+) -> dict:
     if who == "boxwood":
 
         def call(new: int) -> Any:
@@ -92,7 +96,9 @@ def measure(who: str, model: Any, params: Any, case: Any, batch: int, reps: int)
     fn = call(new)
     profile = _device_profile(lambda n: [np.asarray(fn(ids)) for _ in range(n)], 2)
     short = call(1)
-    one_profile = _device_profile(lambda n: [np.asarray(short(ids)) for _ in range(n)], 4)
+    one_profile = _device_profile(
+        lambda n: [np.asarray(short(ids)) for _ in range(n)], 4
+    )
     return {
         "contender": who, "batch": batch, "call_s": whole, "one_token_call_s": one,
         "per_step_ms": 1e3 * per_token, "tokens_per_s": batch * new / whole,
@@ -114,7 +120,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
     ]  # fmt: skip
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['contender']} | {r.get('batch')} | FAILED: {r['error']} |")
+            lines.append(
+                f"| {r['contender']} | {r.get('batch')} | FAILED: {r['error']} |"
+            )
             continue
         busy = _busy(r.get("profile") or {})
         lines.append(
@@ -128,10 +136,16 @@ def markdown(rows: list[dict], meta: dict) -> str:
         p = r.get("profile") or {}
         if "ms_per_step_by_kind" not in p:
             continue
-        lines += ["", f"## {r['contender']}, batch {r['batch']}: device ms per call by kind", ""]
+        lines += [
+            "",
+            f"## {r['contender']}, batch {r['batch']}: device ms per call by kind",
+            "",
+        ]
         lines += [f"- {k}: {v:.3f}" for k, v in p["ms_per_step_by_kind"].items()]
         lines += ["", "top operations (ms per call):", ""]
-        lines += [f"- `{k}`: {v:.3f}" for k, v in list(p["top_ops_ms_per_step"].items())[:20]]
+        lines += [
+            f"- `{k}`: {v:.3f}" for k, v in list(p["top_ops_ms_per_step"].items())[:20]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -153,7 +167,11 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for who in args.only.split(","):
         for batch in case.batches:
-            print(f"[tpu_generate_profile] {who}, batch {batch}", file=sys.stderr, flush=True)
+            print(
+                f"[tpu_generate_profile] {who}, batch {batch}",
+                file=sys.stderr,
+                flush=True,
+            )
             try:
                 rows.append(measure(who, model, params, case, batch, args.reps))
             except Exception as error:  # noqa: BLE001 - one failed figure, reported

@@ -26,6 +26,7 @@
 # tpu_first_step.py, e.g. "--order jax,none,rbg,threefry"). TPU_RUN_PHASES (default
 # "bench,curve,tests"; e.g. "tests" to give the suite the whole run),
 # TPU_RUN_BENCH_ARGS (more options for accelerator.py, e.g. "--attention xla"),
+# TPU_RUN_GENERATE_PROFILE=0 (the phase "generate" runs decode_layouts.py only),
 # TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, tests/backends/test_tpu_only.py
 # at their head, then all of tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
 # for the tests that compare with `transformers` PyTorch), TPU_RUN_SHARD=k/n (run the
@@ -163,10 +164,12 @@ if phase generate; then
   # calls and one-token calls, and a device profile of each.
   timeout -k 10 "$FIRST" "$PY" benchmarks/decode_layouts.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1
   say "decode_layouts.py exit $?"
-  timeout -k 10 "$FIRST" "$PY" benchmarks/tpu_generate_profile.py --out "$OUT" $QUICK \
-    >>"$OUT/bench.log" 2>&1
-  say "tpu_generate_profile.py exit $? (124: stopped at its ${FIRST} s limit)"
-  [ -f "$OUT/generate_profile.md" ] && head -n 12 "$OUT/generate_profile.md" >>"$LOG"
+  if [ "${TPU_RUN_GENERATE_PROFILE:-1}" = 1 ]; then
+    timeout -k 10 "$FIRST" "$PY" benchmarks/tpu_generate_profile.py --out "$OUT" $QUICK \
+      >>"$OUT/bench.log" 2>&1
+    say "tpu_generate_profile.py exit $? (124: stopped at its ${FIRST} s limit)"
+    [ -f "$OUT/generate_profile.md" ] && head -n 12 "$OUT/generate_profile.md" >>"$LOG"
+  fi
 fi
 if phase curve; then
   timeout -k 10 "$CURVE" "$PY" benchmarks/train_curve.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1
