@@ -74,6 +74,20 @@ class _UsesGlobalModule(bw.Module):
 _ELSEWHERE: dict = {}
 exec(compile("def _call(m, x):\n    return m(x)\n", "<elsewhere>", "exec"), _ELSEWHERE)
 _call = _ELSEWHERE["_call"]
+exec(
+    compile(
+        "class Caller:\n    def __call__(self, m, x):\n        return m(x)\n",
+        "<elsewhere>",
+        "exec",
+    ),
+    _ELSEWHERE,
+)
+# What `filter_jit` is given: a function, or a callable that is not one
+_CALLABLES = {
+    "function": lambda: _call,
+    "partial": lambda: functools.partial(_call),
+    "object": lambda: _ELSEWHERE["Caller"](),
+}
 
 
 @pytest.fixture
@@ -93,10 +107,13 @@ def _traces(f) -> int:
     return f.cache_info().traces
 
 
+@pytest.mark.parametrize("given", list(_CALLABLES))
 @pytest.mark.parametrize("name, value", [("_OFFSET", 5.0), ("_Y", jnp.ones(3))])
-def test_rebinding_a_global_read_in_another_files_method_is_seen(rebind, name, value):
+def test_rebinding_a_global_read_in_another_files_method_is_seen(
+    rebind, name, value, given
+):
     cls = _AddsNumber if name == "_OFFSET" else _Adds
-    step = bw.filter_jit(_call)
+    step = bw.filter_jit(_CALLABLES[given]())
     m = cls(jnp.ones(3))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -165,9 +182,11 @@ def test_only_classes_of_the_users_code_are_looked_at():
 
 
 def test_a_callable_that_takes_no_per_call_check_warns_once():
-    """A `functools.partial` given to `filter_jit` is compiled as it is: an array
-    read by a method of its module argument is fixed at the trace, and says so."""
-    step = bw.filter_jit(functools.partial(_call))
+    """A callable that reaches no Python function (here a `jax.jit` function
+    under a `functools.partial`: no globals to watch names in) is compiled as
+    it is: an array read by a method of its module argument is fixed at the
+    trace, and says so."""
+    step = bw.filter_jit(functools.partial(jax.jit(_call)))
     m = _Adds(jnp.ones(3))
     with pytest.warns(
         bw.CapturedValueWarning,

@@ -24,6 +24,7 @@ warm path; every other call goes to `_dispatch.py`).
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, overload
@@ -156,20 +157,23 @@ def _wrap(fun: Callable, options: JitOptions) -> Any:
         def make_core(traced: _capture.Traced) -> JitWrapper:
             return JitWrapper(traced, options, traced.capture.labels)
 
-        layer = _capture.wrap(
-            fun,
-            options.key,  # what the core is compiled with
-            make_core,
-            lambda bound, labels, name: JitWrapper(bound, options, labels, name),
-        )
+        def make_plain(bound: Any, labels: Any, name: str) -> JitWrapper:
+            return JitWrapper(bound, options, labels, name)
+
+        # `options.key`: what the core is compiled with
+        layer = _capture.wrap(fun, options.key, make_core, make_plain)
         if layer is not None:
             return layer.core.decorate(layer.call, fun, layer.clear_cache, layer.lower)
-        if type(fun) is types.FunctionType:  # its module arguments' methods may read
-            core = JitWrapper(fun, options)  # its globals: watched from the trace on
-            _capture.watch_plain(
-                fun, options.key, core, make_core, lambda layer: _promote(core, layer)
-            )
-            return core.call
+        # It reads nothing watched itself, but its module arguments' methods may
+        # read globals: watched from the first trace that finds them on (a
+        # callable that reaches no plain function keeps the dispatch's warning).
+        core = JitWrapper(fun, options)
+        promote = functools.partial(_promote, core)
+        if type(fun) is types.FunctionType:
+            _capture.watch_plain(fun, options.key, core, make_core, promote)
+        else:
+            _capture.watch_callable(fun, core, make_plain, promote)
+        return core.call
     return JitWrapper(fun, options).call
 
 

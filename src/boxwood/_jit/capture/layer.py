@@ -313,10 +313,49 @@ def watch_plain(
     fun: Any, variant: Any, core: Any, make_core: Callable, promote: Callable
 ) -> None:
     """For a function that reads no watched name (`core`: its plain wrapper): when
-    it is first traced with module arguments whose methods read globals, it gets a layer after all (`promote(layer)` sends the wrapper's calls
-    to the layer's from then on, and the layer's calls with the constants of
-    that trace back to `core`: `Layer.route_first`), so that rebinding them is
-    seen, with no trace more than a change needs."""
+    it is first traced with module arguments whose methods read globals, it gets
+    a layer after all (`promote(layer)` sends the wrapper's calls to the layer's
+    from then on, and the layer's calls with the constants of that trace back to
+    `core`: `Layer.route_first`), so that rebinding them is seen, with no trace
+    more than a change needs."""
+
+    def layer_for(extra: dict) -> Layer:
+        traced = traced_for(fun, variant)
+        traced.capture.extend(extra)
+        return Layer(fun, traced.capture, make_core(traced))
+
+    _watch_arguments(core, layer_for, promote)
+
+
+def watch_callable(
+    fun: Any, core: Any, make_plain: Callable, promote: Callable
+) -> bool:
+    """`watch_plain` for a callable object that reads no watched name (a
+    `functools.partial`, a bound method, an object with `__call__`): its layer
+    compiles `call_keyed` bound to it, as `wrap` makes one (`make_plain`).
+    `False` (nothing watched) where no plain function is reached from `fun`
+    (no globals to scan it in): its module arguments' methods are then warned
+    about at the first trace."""
+    g = globals_of(fun)
+    if type(g) is not dict:
+        return False
+
+    def layer_for(extra: dict) -> Layer:
+        capture = Capture(fun, g, own=True)
+        capture.extend(extra)
+        bound = bind_method(call_keyed, as_pytree_function(fun))
+        return Layer(
+            fun, capture, make_plain(bound, capture.labels, callable_name(fun))
+        )
+
+    _watch_arguments(core, layer_for, promote)
+    return True
+
+
+def _watch_arguments(core: Any, layer_for: Callable, promote: Callable) -> None:
+    """At each trace of `core`: the globals read by its module arguments'
+    methods (`argument_reads`); at the first that finds any, `promote(layer)`
+    with `layer_for(reads)`, and later module classes watched by that layer."""
     promoted: list[Layer] = []
 
     def traced_with(name: str, args: tuple, kwargs: dict) -> None:
@@ -327,9 +366,7 @@ def watch_plain(
         extra = argument_reads(args, kwargs)
         if not extra:
             return
-        traced = traced_for(fun, variant)
-        traced.capture.extend(extra)
-        layer = Layer(fun, traced.capture, make_core(traced))
+        layer = layer_for(extra)
         promoted.append(layer)
         promote(layer)
 

@@ -83,9 +83,12 @@ class Capture:
     - `fun`: a plain Python function, or a callable object whose functions are
       scanned for names to warn about only (`warn_only`: nothing is rebuilt).
     - `g`: the globals the names are read from.
+    - `own`: the capture belongs to one wrapper only (a callable object's,
+      made when its module arguments turn out to read globals), so that its
+      first constants may stand for themselves, as a plain function's do.
     """
 
-    def __init__(self, fun: Any, g: dict | None = None) -> None:
+    def __init__(self, fun: Any, g: dict | None = None, own: bool = False) -> None:
         # weakly: wrappers hold `fun`, and `traced_for` caches by it
         plain = type(fun) is types.FunctionType
         self._fun = weakref.ref(fun) if plain else (lambda: None)
@@ -99,9 +102,10 @@ class Capture:
         # The first combination of constants a function's capture keys stands for
         # itself (no static name): a program that never rebinds a name passes the
         # hidden argument it passed before constants were keyed (`None` when no
-        # name holds arrays). Only for a plain function: its capture is the one
-        # all its wrappers share (`traced.traced_for`), so `None` means one thing.
-        self._none_first = plain
+        # name holds arrays). Only for a plain function (its capture is the one
+        # all its wrappers share, `traced.traced_for`) or a capture of one
+        # wrapper's own (`own`), so that `None` means one thing.
+        self._none_first = plain or own
         self.cells = [cell for _, cell in self.reads.cells]
         self._cell_label = {id(cell): label for label, cell in self.reads.cells}
         self.warn_only = {global_label(n) for n in self.reads.warn_only}
