@@ -18,7 +18,7 @@ under `boxwood` (`_jit/capture` is in the group `_jit`).
 - `private_module_imports`: a module of another group imported past that group's
   `__init__.py` (`from .._module._register import MODULE_TYPES`, `from .._module
   import _flat_form`, `import boxwood.nn._state`): what a group offers the others
-  is in its `__init__.py`. A subpackage may use its group's files (`_jit/capture/`
+  is in its `__init__.py`. A subpackage may use its group's files (`_jit/_capture/`
   imports `_jit/_explain.py`), and a file directly in `boxwood` is its own
   interface.
 - `import_time_patches`: a statement at module level (outside functions and

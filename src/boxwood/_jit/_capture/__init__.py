@@ -1,12 +1,12 @@
 """What a `filter_jit` function reads from its closure and globals, treated as
 input (see README.md)."""
 
-from .arguments import warn_argument_methods
-from .layer import CallState, Layer, plain_parameters, watch_plain, wrap
-from .reads import Reads, unwrap_jitted
-from .rebuild import Capture
-from .traced import Traced, captured_path, describe_captures, traced_for
-from .values import (
+from ._arguments import warn_argument_methods
+from ._per_call import CallState, Layer, plain_parameters, watch_plain, wrap
+from ._reads import Reads, unwrap_jitted
+from ._rebuild import Capture
+from ._traced import Traced, captured_path, describe_captures, traced_for
+from ._values import (
     CapturedValueWarning,
     global_label,
     has_arrays,
