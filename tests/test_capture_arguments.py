@@ -201,9 +201,9 @@ def test_a_package_installed_into_a_folder_of_its_own_is_a_library(tmp_path):
         layer_class = importlib.import_module("somelib").Layer
         assert _arguments._user_class(layer_class)
         (tmp_path / "site" / "somelib-1.0.dist-info").mkdir()
-        arguments._holds_installed.cache_clear()
+        _arguments._holds_installed.cache_clear()
         assert not _arguments._user_class(layer_class)
     finally:
         sys.path.remove(str(tmp_path / "site"))
         sys.modules.pop("somelib", None)
-        arguments._holds_installed.cache_clear()
+        _arguments._holds_installed.cache_clear()
