@@ -4,8 +4,8 @@ no import cycle at all, no Python file over 500 lines, no function over 60 lines
 only goes down). And its structure (tests/_structure.py): no cycle between
 packages (no arrow up), no private name used across packages (imported or read as
 an attribute), no private module of another package imported (past its
-`__init__.py`), no module patched at import time, and each package's README lists
-exactly its files."""
+`__init__.py`), no module patched at import time, no file name used twice, and
+each package's README lists exactly its files."""
 
 import ast
 
@@ -121,6 +121,12 @@ def test_no_module_patches_another_at_import_time():
     assert found == IMPORT_TIME_PATCHES
 
 
+def test_each_file_name_means_one_thing():
+    from _structure import repeated_file_names
+
+    assert repeated_file_names() == {}
+
+
 def test_each_package_readme_lists_exactly_its_files():
     from _structure import readme_mismatches
 
@@ -141,6 +147,7 @@ def test_the_structure_scans_find_what_they_look_for(tmp_path):
         private_module_imports,
         private_uses,
         readme_mismatches,
+        repeated_file_names,
     )
 
     _write(
@@ -153,6 +160,8 @@ def test_the_structure_scans_find_what_they_look_for(tmp_path):
             "_pkg/README.md": "- `_a.py`: a.\n- `_gone.py`: gone.\n",
             "_pkg/_a.py": "from .._top import _private\n",
             "_pkg/_b.py": "",
+            "_other/__init__.py": "",
+            "_other/_a.py": "",
         },
     )
     src = tmp_path / "src"
@@ -167,8 +176,10 @@ def test_the_structure_scans_find_what_they_look_for(tmp_path):
         "boxwood._top: boxwood._pkg._b",
     ]
     assert import_time_patches(src) == ["src/boxwood/_top.py:4"]
+    assert repeated_file_names(src) == {"_a.py": ["_other/_a.py", "_pkg/_a.py"]}
     assert readme_mismatches(src) == {
         "boxwood": ["missing README"],
+        "boxwood/_other": ["missing README"],
         "boxwood/_pkg": [
             "not listed: _b.py",
             "no such file: _gone.py",
