@@ -2,6 +2,5 @@
 
 from ._aot import AotCall as AotCall
 from ._aot import Lowered as Lowered
-from ._capture import CapturedValueWarning as CapturedValueWarning
 from ._filter_jit import filter_jit as filter_jit
 from ._wrapper import CacheInfo as CacheInfo

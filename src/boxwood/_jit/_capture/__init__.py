@@ -7,7 +7,6 @@ from ._reads import Reads, unwrap_jitted
 from ._rebuild import Capture
 from ._traced import Traced, captured_path, describe_captures, traced_for
 from ._values import (
-    CapturedValueWarning,
     global_label,
     has_arrays,
     split_callable,
@@ -15,7 +14,7 @@ from ._values import (
 )
 
 __all__ = [
-    "CallState", "Capture", "CapturedValueWarning", "Layer", "Reads", "Traced",
+    "CallState", "Capture", "Layer", "Reads", "Traced",
     "captured_path", "describe_captures", "global_label", "has_arrays",
     "plain_parameters", "split_callable", "traced_for", "unwrap_jitted",
     "value_key", "warn_argument_methods", "watch_plain", "wrap",

@@ -28,12 +28,11 @@ from typing import Any
 import jax
 
 from ..._module import MODULE_TYPES
-from ..._warnings import user_stacklevel
+from ..._warnings import CapturedValueWarning, user_stacklevel
 from ._reads import Reads, class_functions, scan_code, unbound
 from ._values import (
     MISSING,
     MSG_ARGUMENT_METHOD,
-    CapturedValueWarning,
     has_arrays,
     short,
 )
