@@ -190,7 +190,7 @@ def _method_rows(x, reps: int, target: float) -> list[dict]:
 
 
 def _layer_rows(reps: int) -> list[dict]:
-    from boxwood._jit.capture import Layer, traced_for
+    from boxwood._jit._capture import Layer, traced_for
 
     capture = traced_for(_reads_helper).capture
 

@@ -29,7 +29,7 @@ import numpy as np
 import boxwood
 from _timing import interleave_once, median, paired_ratio, row
 from boxwood._checkpoint._format import write_arrays
-from boxwood._checkpoint._save_load import check_savable, to_host
+from boxwood._checkpoint._safetensors import check_savable, to_host
 
 FIGURE = "checkpoint save / load"
 

@@ -2,10 +2,10 @@
 packages, private names used across packages, modules patched at import time, and
 the file lists of the package READMEs.
 
-A *package* is a folder under `src/boxwood` (`_jit`, `_jit/capture`, `nn`, ...) or,
+A *package* is a folder under `src/boxwood` (`_jit`, `_jit/_capture`, `nn`, ...) or,
 for the files directly in `src/boxwood` (`_tree.py`, `_filters.py`, ...), the
 file itself: each of those is a floor of its own. Its *group* is its first part
-under `boxwood` (`_jit/capture` is in the group `_jit`).
+under `boxwood` (`_jit/_capture` is in the group `_jit`).
 
 - `package_cycles`: cycles between groups, counting every import (at module
   level, in functions, under `TYPE_CHECKING`), except those of `boxwood/__init__.py`
@@ -18,13 +18,15 @@ under `boxwood` (`_jit/capture` is in the group `_jit`).
 - `private_module_imports`: a module of another group imported past that group's
   `__init__.py` (`from .._module._register import MODULE_TYPES`, `from .._module
   import _flat_form`, `import boxwood.nn._state`): what a group offers the others
-  is in its `__init__.py`. A subpackage may use its group's files (`_jit/capture/`
+  is in its `__init__.py`. A subpackage may use its group's files (`_jit/_capture/`
   imports `_jit/_explain.py`), and a file directly in `boxwood` is its own
   interface.
 - `import_time_patches`: a statement at module level (outside functions and
   classes) that sets an attribute on something imported from another boxwood
   module: `_core.bind_method = ...`, `type.__setattr__(Module, ...)`,
   `setattr(other_module, ...)`.
+- `repeated_file_names`: a file name (other than `__init__.py`) that two files of
+  `src/boxwood` share: one name, one meaning.
 - `readme_mismatches`: for each package README, the files of the package it does
   not name (as `` `name.py` `` or a path ending so; `__init__.py`, the package's
   interface, need not be named) and the backticked bare `.py` names it gives that
@@ -298,3 +300,14 @@ def _looks_local(name: str, folder: pathlib.Path) -> bool:
     """A bare file name in a package README names a file of the package or of its
     subfolders (another package's file is named by its path: `_jit/_cache.py`)."""
     return not any(p.name == name for p in folder.rglob("*.py"))
+
+
+def repeated_file_names(src: pathlib.Path = SRC) -> dict[str, list[str]]:
+    """`{file name: its paths under src/boxwood}` for each name (other than
+    `__init__.py`) that more than one Python file has."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((src / "boxwood").rglob("*.py")):
+        if path.name != "__init__.py":
+            where = path.relative_to(src / "boxwood").as_posix()
+            found.setdefault(path.name, []).append(where)
+    return {name: paths for name, paths in found.items() if len(paths) > 1}

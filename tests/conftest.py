@@ -37,11 +37,11 @@ def _full_float32_products_off_the_cpu():
 @pytest.fixture(autouse=True)
 def _fresh_method_read_warnings():
     """Each test sees boxwood's once-per-process warnings about globals read inside
-    methods (`_jit/capture/arguments.py`) as a fresh process would, whatever ran
+    methods (`_jit/_capture/_arguments.py`) as a fresh process would, whatever ran
     before it on the same worker."""
-    from boxwood._jit.capture import arguments
+    from boxwood._jit._capture import _arguments
 
-    arguments._WARNED.clear()
+    _arguments._WARNED.clear()
     yield
 
 

@@ -44,7 +44,6 @@ from ._filters import is_inexact_array_like as is_inexact_array_like
 from ._filters import partition as partition
 from ._info import info as info
 from ._jit import CacheInfo as CacheInfo
-from ._jit import CapturedValueWarning as CapturedValueWarning
 from ._jit import filter_jit as filter_jit
 from ._module import AbstractClassVar as AbstractClassVar
 from ._module import AbstractVar as AbstractVar
@@ -90,5 +89,6 @@ from ._tree_check import tree_check as tree_check
 from ._tree_check import tree_flatten_one_level as tree_flatten_one_level
 from ._update_wrapper import module_update_wrapper as module_update_wrapper
 from ._version import __version__ as __version__
+from ._warnings import CapturedValueWarning as CapturedValueWarning
 from ._warnings import PerformanceWarning as PerformanceWarning
 from ._warnings import RecompileWarning as RecompileWarning

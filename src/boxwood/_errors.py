@@ -199,7 +199,7 @@ def note_failures(owner: Any) -> Iterator[None]:
     function traced inside another belongs to the outer one's program.
 
     This is how a compiled function learns, without waiting for its results, that
-    an earlier call of its own failed a check (`_jit/_checks.py`)."""
+    an earlier call of its own failed a check (`_jit/_checked_jit.py`)."""
     if getattr(_OWNER, "current", None) is not None:
         yield
         return

@@ -16,6 +16,14 @@ class PerformanceWarning(UserWarning):
     """A usage pattern that works but is slow (e.g. re-wrapping a function in a loop)."""
 
 
+class CapturedValueWarning(UserWarning):
+    """A value read by a `filter_jit` function may be stale in the compiled code:
+    an array that a method of a module *argument* reads from its globals, where
+    the callable given to `filter_jit` takes no per-call check (a
+    `functools.partial` that reads nothing watched itself), is fixed at the
+    trace."""
+
+
 def _package_dir(name: str) -> str:
     module = sys.modules.get(name)
     path = getattr(module, "__file__", None)

@@ -154,7 +154,7 @@ def _swallowing(jitted):
 
 
 def _checked(message):
-    from boxwood._jit import _checks
+    from boxwood._jit import _checked_jit as _checks
 
     fn = lambda x: bw.error_if(x, x < 0, message)  # noqa: E731
     checked = _checks.CheckedJit(fn, {})
@@ -218,7 +218,7 @@ def test_the_outermost_owner_notes_a_nested_check():
 
 @simulated
 def test_off_the_cpu_filter_jit_never_waits(monkeypatch):
-    from boxwood._jit import _checks
+    from boxwood._jit import _checked_jit as _checks
 
     monkeypatch.setattr(_checks.jax, "default_backend", lambda: "tpu")
     monkeypatch.delenv("BOXWOOD_SYNC_CHECKS", raising=False)
@@ -238,7 +238,7 @@ def test_off_the_cpu_filter_jit_never_waits(monkeypatch):
 
 @simulated
 def test_sync_checks_wait_for_every_call(monkeypatch):
-    from boxwood._jit import _checks
+    from boxwood._jit import _checked_jit as _checks
 
     monkeypatch.setattr(_checks.jax, "default_backend", lambda: "tpu")
     monkeypatch.setenv("BOXWOOD_SYNC_CHECKS", "1")
@@ -251,7 +251,7 @@ def test_sync_checks_wait_for_every_call(monkeypatch):
 
 
 def test_on_the_cpu_the_inner_jit_is_not_wrapped(monkeypatch):
-    from boxwood._jit import _checks
+    from boxwood._jit import _checked_jit as _checks
 
     monkeypatch.setattr(_checks.jax, "default_backend", lambda: "cpu")
     assert not isinstance(_checks.checked_jit(lambda x: x, {}), _checks.CheckedJit)

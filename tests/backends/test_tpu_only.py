@@ -13,7 +13,7 @@ import pytest
 import boxwood as bw
 import boxwood.models as bm
 from _jaxprs import all_equations
-from boxwood.nn import _attention_kernels
+from boxwood._kernels import _fused_attention
 
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "tpu",
@@ -57,7 +57,7 @@ def test_compiled_splash_kernel_matches_xla_in_bfloat16(shape, kv_heads):
     heads = _heads(shape, kv_heads)
 
     def attention(impl):
-        return lambda q, k, v: _attention_kernels.fused_attention(
+        return lambda q, k, v: _fused_attention.fused_attention(
             q, k, v, is_causal=True, implementation=impl
         )
 
@@ -86,7 +86,7 @@ def test_compiled_splash_kernel_in_float32_at_highest_precision():
 
     def attention(impl):
         return jax.jit(
-            lambda q, k, v: _attention_kernels.fused_attention(
+            lambda q, k, v: _fused_attention.fused_attention(
                 q, k, v, is_causal=True, implementation=impl
             )
         )

@@ -44,7 +44,7 @@ def test_background_error_surfaces_at_wait_and_next_call(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("boxwood._checkpoint._api.write_file", fail)
+    monkeypatch.setattr("boxwood._checkpoint._save.write_file", fail)
     handle = boxwood.save(
         tmp_path / "a.safetensors", {"x": jnp.ones(1)}, blocking=False
     )
@@ -170,16 +170,16 @@ def test_background_save_copies_numpy_leaves(tmp_path):
 def test_wait_with_a_timeout_raises_while_the_save_runs(tmp_path, monkeypatch):
     import threading
 
-    from boxwood._checkpoint import _save_load
+    from boxwood._checkpoint import _safetensors
 
     release = threading.Event()
-    real = _save_load.write_arrays
+    real = _safetensors.write_arrays
 
     def slow_write(*args, **kwargs):
         release.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_save_load, "write_arrays", slow_write)
+    monkeypatch.setattr(_safetensors, "write_arrays", slow_write)
     path = tmp_path / "slow.safetensors"
     handle = boxwood.save(path, {"w": jnp.ones(3)}, blocking=False)
     try:
@@ -195,18 +195,18 @@ def test_wait_with_a_timeout_raises_while_the_save_runs(tmp_path, monkeypatch):
 
 
 def test_a_file_cut_short_while_loading_is_reported(tmp_path, monkeypatch):
-    from boxwood._checkpoint import _save_load
+    from boxwood._checkpoint import _safetensors
 
     path = tmp_path / "cut.safetensors"
     boxwood.save(path, {"w": jnp.arange(1000.0)})
-    real = _save_load.aligned_empty
+    real = _safetensors.aligned_empty
 
     def truncate_then_allocate(*args, **kwargs):
         with open(path, "r+b") as f:  # another process rewrote the file meanwhile
             f.truncate(path.stat().st_size - 400)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_save_load, "aligned_empty", truncate_then_allocate)
+    monkeypatch.setattr(_safetensors, "aligned_empty", truncate_then_allocate)
     with pytest.raises(
         boxwood.CheckpointError,
         match=r"cut.safetensors: the file changed while loading",

@@ -16,7 +16,7 @@ import pytest
 
 import boxwood.models as bm
 from _safetensors_rewrite import rewrite_in_reverse_order, rewrite_with_8_byte_padding
-from boxwood._checkpoint import _host_memory, _save_load, read_tensors
+from boxwood._checkpoint import _host_memory, _safetensors, read_tensors
 from boxwood.models import _pretrained
 
 CONFIG = bm.GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=2)
@@ -152,7 +152,7 @@ def _recorded_region_sizes(monkeypatch):
         sizes.append(nbytes)
         return real(nbytes)
 
-    monkeypatch.setattr(_save_load, "load_region", record)
+    monkeypatch.setattr(_safetensors, "load_region", record)
     return sizes
 
 
@@ -163,14 +163,14 @@ def test_the_region_holds_the_copied_tensors_only(tmp_path, monkeypatch):
     aligned = read_tensors(file, zero_copy=True)
     copied = [t for t in aligned.values() if not t.mapped]
     assert len(copied) < len(aligned)
-    with _save_load.read_region(aligned.values(), jnp.dtype(np.float32)):
+    with _safetensors.read_region(aligned.values(), jnp.dtype(np.float32)):
         pass
-    with _save_load.read_region(aligned.values(), jnp.bfloat16):  # a cast: none
+    with _safetensors.read_region(aligned.values(), jnp.bfloat16):  # a cast: none
         pass
     rewrite_with_8_byte_padding(file)
     unaligned = read_tensors(file, zero_copy=True)
     assert not any(t.mapped for t in unaligned.values())
-    with _save_load.read_region(unaligned.values(), jnp.dtype(np.float32)):
+    with _safetensors.read_region(unaligned.values(), jnp.dtype(np.float32)):
         pass
     rounded = [-(-(t.info.end - t.info.begin) // 64) * 64 for t in copied]
     everything = [

@@ -335,17 +335,17 @@ def test_loaded_arrays_can_be_donated(path):
 
 
 def test_save_starts_the_disk_write_in_chunks(tmp_path, monkeypatch):
-    from boxwood._checkpoint import _format, _save_load
+    from boxwood._checkpoint import _format, _safetensors
 
     monkeypatch.setattr(_format, "WRITEBACK_CHUNK", 1000)
     calls = []
-    real = _save_load.start_writeback
+    real = _safetensors.start_writeback
 
     def recording(fd, offset, nbytes):
         calls.append((offset, nbytes))
         real(fd, offset, nbytes)  # the real call, on a real file
 
-    monkeypatch.setattr(_save_load, "start_writeback", recording)
+    monkeypatch.setattr(_safetensors, "start_writeback", recording)
     tree = {"a": np.arange(700, dtype=np.float32), "b": np.ones(300, np.float64)}
     boxwood.save(tmp_path / "x.safetensors", tree)
     read = safetensors_numpy.load_file(str(tmp_path / "x.safetensors"))

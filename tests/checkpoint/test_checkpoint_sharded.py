@@ -13,7 +13,7 @@ SCRIPT = r"""
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import boxwood, boxwood.nn as nn
-from boxwood._checkpoint import _save_load
+from boxwood._checkpoint import _safetensors
 
 assert jax.device_count() == 8
 mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
@@ -27,14 +27,14 @@ def target(leaf):
 
 like = jax.tree.map(target, boxwood.filter_eval_shape(lambda: model))
 reads = []
-original = _save_load.FileTensor.read
+original = _safetensors.FileTensor.read
 def spy(self, index=None):
     out = original(self, index)
     reads.append((self.info.shape, out.shape))
     return out
-_save_load.FileTensor.read = spy
+_safetensors.FileTensor.read = spy
 loaded = boxwood.load(path, like)
-_save_load.FileTensor.read = original
+_safetensors.FileTensor.read = original
 
 w = loaded.layers[0].weight
 assert w.sharding == like.layers[0].weight.sharding, w.sharding

@@ -1,7 +1,8 @@
 """Where each public name lives: the table in `src/boxwood/README.md` is the
-contract. Every public name of `boxwood`, `boxwood.nn`, `boxwood.debug` and
-`boxwood.random` is in it once, and the file it names defines the name (at its top
-level, and as the object's own module or code says)."""
+contract. Every public name of `boxwood`, `boxwood.nn`, `boxwood.models`,
+`boxwood.debug`, `boxwood.internal` and `boxwood.random` is in it once, and the
+file it names defines the name (at its top level, under the name the namespace
+imports, and as the object's own module or code says)."""
 
 import __future__
 
@@ -19,7 +20,9 @@ SECTION = "## Where each public name lives"
 NAMESPACES = {
     "": "boxwood",
     "nn.": "boxwood.nn",
+    "models.": "boxwood.models",
     "debug.": "boxwood.debug",
+    "internal.": "boxwood.internal",
     "random.": "boxwood.random",
 }
 _ROW = re.compile(r"\| `([\w/]+\.py)` \| (.+) \|$")
@@ -48,6 +51,20 @@ def public_names() -> dict[str, object]:
             ):
                 continue
             found[prefix + name] = obj
+    return found
+
+
+def imported_as(module: str) -> dict[str, str]:
+    """`{public name: the name its file defines}` for the names a namespace's
+    `__init__.py` imports under another name (`from ..debug import backward_nan
+    as debug_backward_nan`)."""
+    file = pathlib.Path(str(importlib.import_module(module).__file__))
+    found = {}
+    for node in ast.parse(file.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.asname and alias.asname != alias.name:
+                    found[alias.asname] = alias.name
     return found
 
 
@@ -82,21 +99,38 @@ def _home(obj: object) -> str | None:
     target = inspect.unwrap(obj) if callable(obj) else obj  # type: ignore[arg-type]
     code = getattr(target, "__code__", None)
     if code is not None:
-        return pathlib.Path(code.co_filename).resolve().relative_to(PACKAGE).as_posix()
+        return _under_package(code.co_filename)
     cls = target if isinstance(target, type) else type(target)
     if cls.__module__ in NAMESPACES.values():
         return None
-    file = importlib.import_module(cls.__module__).__file__
-    return pathlib.Path(file).resolve().relative_to(PACKAGE).as_posix()
+    return _under_package(
+        getattr(importlib.import_module(cls.__module__), "__file__", None)
+    )
+
+
+def _under_package(file: str | None) -> str | None:
+    """`file` relative to src/boxwood, or `None` for a file outside it (the class of
+    an instance from JAX or Python, such as a `Primitive` or a `dict`: the table's
+    file is then checked only to bind the name)."""
+    path = pathlib.Path(file or "").resolve()
+    if not path.is_relative_to(PACKAGE):
+        return None
+    return path.relative_to(PACKAGE).as_posix()
 
 
 def mismatches(homes: dict[str, str], names: dict[str, object]) -> list[str]:
     """What is wrong with `homes` for these public names."""
     found = [f"not in the table: {n}" for n in sorted(set(names) - set(homes))]
     found += [f"not public: {n}" for n in sorted(set(homes) - set(names))]
+    renamed = {
+        prefix + public: defined
+        for prefix, module in NAMESPACES.items()
+        for public, defined in imported_as(module).items()
+    }
     for name in sorted(set(homes) & set(names)):
         file = homes[name]
-        if not _defines(PACKAGE / file, name.rsplit(".", 1)[-1]):
+        defined = renamed.get(name, name.rsplit(".", 1)[-1])
+        if not _defines(PACKAGE / file, defined):
             found.append(f"{file} does not define {name}")
         elif (home := _home(names[name])) not in (None, file):
             found.append(f"{name} is defined in {home}, not {file}")
@@ -114,15 +148,26 @@ def test_the_table_check_finds_a_wrong_row():
         "| `_transforms/_jvp.py` | `filter_grad`, `filter_jvp` |\n"
         "| `_tree.py` | `tree_at`, `not_a_name` |\n"
         "| `_errors.py` | `error_if` |\n"
+        "| `debug/_backward_nan.py` | `internal.debug_backward_nan` |\n"
+        "| `debug/_dce.py` | `internal.store_dce`, `debug.backward_nan` |\n"
+        "| `internal/_misc.py` | `internal.noinline_p` |\n"
+        "| `internal/_noinline.py` | `internal.nontraceable_p` |\n"
         "\n## Next section\n| `_tree.py` | `tree_equal` |\n"
     )
     homes = table(text)
-    names = {n: public_names()[n] for n in ("filter_grad", "filter_jvp", "tree_at")}
-    names["error_if"] = public_names()["filter_vjp"]  # defined in `_jvp.py`
-    names["tree_equal"] = public_names()["tree_equal"]
+    wanted = ("filter_grad", "filter_jvp", "tree_at", "tree_equal")
+    wanted += ("internal.debug_backward_nan", "internal.store_dce")
+    wanted += ("debug.backward_nan", "internal.noinline_p")
+    names = {n: public_names()[n] for n in wanted}
+    names["error_if"] = public_names()["filter_vjp"]  # defined in `_vjp.py`
+    # a primitive (a JAX object) is checked by its file binding the name
+    names["internal.nontraceable_p"] = public_names()["internal.noinline_p"]
     assert mismatches(homes, names) == [
         "not in the table: tree_equal",
         "not public: not_a_name",
-        "error_if is defined in _transforms/_jvp.py, not _errors.py",
+        "debug/_dce.py does not define debug.backward_nan",
+        "error_if is defined in _transforms/_vjp.py, not _errors.py",
         "_transforms/_jvp.py does not define filter_grad",
+        "internal/_misc.py does not define internal.noinline_p",
+        "internal/_noinline.py does not define internal.nontraceable_p",
     ]

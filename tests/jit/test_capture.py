@@ -1,5 +1,5 @@
 """Arrays and modules that a `filter_jit` function reads from its globals or its
-closure are inputs: rebinding them is seen on the next call (`_jit/capture/`)."""
+closure are inputs: rebinding them is seen on the next call (`_jit/_capture/`)."""
 
 import gc
 import threading
@@ -12,7 +12,7 @@ import pytest
 
 import boxwood as bw
 from boxwood import nn
-from boxwood._jit.capture import Reads, has_arrays
+from boxwood._jit._capture import Reads, has_arrays
 
 # every test runs on the compiled and the Python warm-call path (conftest.py)
 

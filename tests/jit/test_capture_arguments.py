@@ -4,7 +4,7 @@ next to the notebook; a class defined with the function's own globals:
 `test_capture_rows.py`): what they read is watched in that file's globals and
 keyed, so rebinding it traces once more with the new value, and an explanation
 names it with its file (`global 'layers.SCALE'`). Classes of installed libraries
-are not looked at (`boxwood/_jit/capture/arguments.py`)."""
+are not looked at (`boxwood/_jit/_capture/_arguments.py`)."""
 
 import functools
 import warnings
@@ -172,13 +172,13 @@ def test_only_classes_of_the_users_code_are_looked_at():
     import equinox
     import optax
 
-    from boxwood._jit.capture import arguments
+    from boxwood._jit._capture import _arguments
 
-    assert arguments._user_class(_Adds)  # a test file: the user's code
+    assert _arguments._user_class(_Adds)  # a test file: the user's code
     for library_class in (bw.nn.Linear, equinox.nn.Linear, optax.ScaleByAdamState):
-        assert not arguments._user_class(library_class)
+        assert not _arguments._user_class(library_class)
     layer = bw.nn.Linear(3, 2, key=jax.random.key(0))
-    assert arguments.argument_reads((layer,), {}) == {}
+    assert _arguments.argument_reads((layer,), {}) == {}
 
 
 def test_a_callable_that_takes_no_per_call_check_warns_once():
@@ -208,7 +208,7 @@ def test_a_package_installed_into_a_folder_of_its_own_is_a_library(tmp_path):
     import importlib
     import sys
 
-    from boxwood._jit.capture import arguments
+    from boxwood._jit._capture import _arguments
 
     package = tmp_path / "site" / "somelib"
     package.mkdir(parents=True)
@@ -218,11 +218,11 @@ def test_a_package_installed_into_a_folder_of_its_own_is_a_library(tmp_path):
     sys.path.insert(0, str(tmp_path / "site"))
     try:
         layer_class = importlib.import_module("somelib").Layer
-        assert arguments._user_class(layer_class)
+        assert _arguments._user_class(layer_class)
         (tmp_path / "site" / "somelib-1.0.dist-info").mkdir()
-        arguments._holds_installed.cache_clear()
-        assert not arguments._user_class(layer_class)
+        _arguments._holds_installed.cache_clear()
+        assert not _arguments._user_class(layer_class)
     finally:
         sys.path.remove(str(tmp_path / "site"))
         sys.modules.pop("somelib", None)
-        arguments._holds_installed.cache_clear()
+        _arguments._holds_installed.cache_clear()

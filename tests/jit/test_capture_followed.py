@@ -1,4 +1,4 @@
-"""Captured values read through helpers and methods (`_jit/capture/`): each case
+"""Captured values read through helpers and methods (`_jit/_capture/`): each case
 gives the eager result. Arrays read by the functions a compiled function reaches
 are inputs; what methods read is part of the cache key (a retrace per change)."""
 

@@ -2,7 +2,7 @@
 name a `filter_jit` function reads (directly, through the functions it calls, or
 inside the methods of modules it reads or is given) is part of its cache key, so
 rebinding it retraces once with the new value, and the recompile explanation
-names the change (`_jit/capture/`). Each test is one cell sequence, with the
+names the change (`_jit/_capture/`). Each test is one cell sequence, with the
 values rebound as a re-run cell rebinds them (a module's globals)."""
 
 import warnings
@@ -14,7 +14,7 @@ import optax
 import pytest
 
 import boxwood as bw
-from boxwood._jit.capture import value_key
+from boxwood._jit._capture import value_key
 
 X = jnp.ones(())
 LR = 0.1

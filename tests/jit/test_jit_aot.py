@@ -74,6 +74,11 @@ def test_the_flat_form_stays_available():
     (out,) = compiled.flat([jnp.ones(2), jnp.ones(2)])
     assert jnp.array_equal(out, jnp.full(2, 2.0))
     assert compiled(jnp.ones(2), jnp.ones(2))[1] == "s"
+    # shown by class and function, with no `boxwood.` prefix: neither class is a
+    # public name
+    name = "test_the_flat_form_stays_available.<locals>.<lambda>"
+    assert repr(lowered) == f"Lowered({name})"
+    assert repr(compiled) == f"Compiled({name})"
 
 
 def _train_step(model, x, state):

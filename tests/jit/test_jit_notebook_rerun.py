@@ -1,6 +1,6 @@
 """A real Jupyter kernel runs the edit-and-re-run cell sequences of notebook
 experimentation, in the order a person runs them, and every compiled call gives
-the fresh result (`_jit/capture/`): a global number rebound twice, a re-created
+the fresh result (`_jit/_capture/`): a global number rebound twice, a re-created
 optax optimiser, an edited helper, a global read inside a module's method, a
 module class defined again, and a list in a static field (warned at
 construction). Under IPython the third compile of one function prints a note."""

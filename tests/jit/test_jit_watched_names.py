@@ -1,4 +1,4 @@
-"""The per-call check of the names a `filter_jit` function reads (`_jit/capture/`):
+"""The per-call check of the names a `filter_jit` function reads (`_jit/_capture/`):
 with the C extension it runs inside `FastCall` (no Python frame between the caller
 and the compiled call); without it, in `capture.Layer`'s generated function.
 On both paths a warm call must see every rebinding: an array becomes the new input,

@@ -17,7 +17,7 @@ from _tiny_causal_lms import gpt2 as _gpt2
 from _tiny_causal_lms import llama as _llama
 from _tiny_causal_lms import mistral as _mistral
 from _tiny_causal_lms import qwen2_mixed as _qwen2_mixed
-from boxwood.models._attention import Step, _explicit, _visible, attend
+from boxwood.models._attend import Step, _explicit, _visible, attend
 
 MODELS = {"gpt2": _gpt2, "llama": _llama, "mistral": _mistral, "qwen2": _qwen2_mixed}
 IDS = jnp.asarray(np.random.RandomState(0).randint(3, 97, size=10), jnp.int32)

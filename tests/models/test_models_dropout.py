@@ -13,10 +13,10 @@ import pytest
 
 import boxwood
 import boxwood.models as bm
-import boxwood.models._attention as layers
+import boxwood.models._attend as layers
 import boxwood.models._training as training
 from _hf_models import shared_model
-from boxwood.models._attention import Step, attend
+from boxwood.models._attend import Step, attend
 
 GPT2 = dict(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4)
 LLAMA = dict(

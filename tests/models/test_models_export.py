@@ -116,19 +116,19 @@ def test_bfloat16_export(tmp_path):
 
 
 def test_a_failed_save_leaves_the_previous_files_whole(tmp_path, monkeypatch):
-    from boxwood._checkpoint import _save_load  # where the weights file is written
+    from boxwood._checkpoint import _safetensors  # where the weights file is written
 
     model = bm.GPT2LMHeadModel(CONFIGS["gpt2"], key=jax.random.key(0))
     model = boxwood.nn.inference_mode(model)  # as loaded, for one compiled forward
     model.save_pretrained(tmp_path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    real = _save_load.write_arrays
+    real = _safetensors.write_arrays
 
     def fails_part_way(f, arrays, metadata, *rest):
         real(f, arrays[:1], metadata)  # some bytes reach the file, then a crash
         raise OSError("disk full")
 
-    monkeypatch.setattr(_save_load, "write_arrays", fails_part_way)
+    monkeypatch.setattr(_safetensors, "write_arrays", fails_part_way)
     other = bm.GPT2LMHeadModel(CONFIGS["gpt2"], key=jax.random.key(1))
     with pytest.raises(OSError, match="disk full"):
         other.save_pretrained(tmp_path)

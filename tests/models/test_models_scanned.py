@@ -14,7 +14,7 @@ from _jaxprs import all_equations, primitive_names
 from _tiny_causal_lms import gpt2 as _gpt2
 from _tiny_causal_lms import llama as _llama
 from _tiny_causal_lms import qwen2_mixed as _qwen2_mixed
-from boxwood.models._attention import Step
+from boxwood.models._attend import Step
 from boxwood.models._blocks import layer_windows
 
 IDS = jnp.asarray(np.random.RandomState(1).randint(3, 97, size=9), jnp.int32)

@@ -24,7 +24,7 @@ import boxwood.models as bm
 from _child_flags import child_env, xla_flags_with_devices
 from boxwood import Module, field
 from boxwood.models import _pretrained, _stacking
-from boxwood.models._config import ModelConfig
+from boxwood.models._model_config import ModelConfig
 from boxwood.models._pretrained import Pretrained
 from boxwood.nn import Linear, Stacked, StateIndex
 

@@ -52,7 +52,7 @@ def test_out_of_range_token_types_raise_under_jit(model):
         call(model, IDS, jnp.asarray([0, 2, 0, 0])).block_until_ready()
     # Under `vmap` the call is traced and cannot wait: off the CPU the failure
     # arrives where the program waits, as JAX's runtime error whose text holds
-    # the check's (see boxwood/_jit/_checks.py). The CPU raises boxwood's own.
+    # the check's (see boxwood/_jit/_checked_jit.py). The CPU raises boxwood's own.
     errors = (
         boxwood.BoxwoodRuntimeError
         if on_cpu()

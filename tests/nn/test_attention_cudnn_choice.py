@@ -38,7 +38,7 @@ def _as_gpu(monkeypatch):
 
 
 def _fused(**kwargs):
-    from boxwood.nn._attention_kernels import fused_attention
+    from boxwood._kernels import fused_attention
 
     q, k, v = HEADS
     return jax.make_jaxpr(lambda q, k, v: fused_attention(q, k, v, **kwargs))(q, k, v)
@@ -74,14 +74,14 @@ def test_xla_is_asked_for_directly_where_cudnn_does_not_apply(monkeypatch, asked
         q, k, v = (jnp.zeros((1, 16, 2, size), jnp.bfloat16),) * 3
     if case == "explicit xla":
         kwargs["implementation"] = "xla"
-    from boxwood.nn._attention_kernels import fused_attention
+    from boxwood._kernels import fused_attention
 
     jax.make_jaxpr(lambda q, k, v: fused_attention(q, k, v, **kwargs))(q, k, v)
     assert asked == [kwargs.get("implementation")]
 
 
 def test_an_explicit_cudnn_request_is_not_swallowed():
-    from boxwood.nn._attention_kernels import fused_attention
+    from boxwood._kernels import fused_attention
 
     with pytest.raises(RuntimeError, match="cuDNN"):
         jax.make_jaxpr(

@@ -20,7 +20,8 @@ import boxwood as bw
 import boxwood.models as bm
 from _child_flags import child_env
 from _jaxprs import all_equations
-from boxwood.nn import _attention, _attention_kernels, _splash
+from boxwood._kernels import _fused_attention, _splash
+from boxwood.nn import _attention
 
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "cpu", reason="interpret mode on the CPU"
@@ -80,7 +81,7 @@ def test_fused_attention_splash_matches_xla(case):
         ids = jnp.asarray([[1] * 90 + [2] * 60], jnp.int32)
         kwargs.update(segment_ids=(ids, ids))
     fn = lambda impl: (
-        lambda q, k, v: _attention_kernels.fused_attention(
+        lambda q, k, v: _fused_attention.fused_attention(
             q, k, v, implementation=impl, **kwargs
         )
     )
@@ -100,7 +101,7 @@ def test_kernel_products_under_highest_precision(dtype):
     heads = _heads((1, 256, 2, 64), dtype=dtype)
 
     def loss(*heads):
-        out = _attention_kernels.fused_attention(
+        out = _fused_attention.fused_attention(
             *heads, is_causal=True, implementation="splash"
         )
         return out.astype(jnp.float32).sum()
@@ -129,11 +130,11 @@ def test_segment_ids_mask_xla_attention():
 
     @jax.jit
     def pieces(q, k, v):
-        out = _attention_kernels.fused_attention(
+        out = _fused_attention.fused_attention(
             q, k, v, segment_ids=(ids, ids), is_causal=True
         )
         alone = [
-            _attention_kernels.fused_attention(
+            _fused_attention.fused_attention(
                 q[:, a:b], k[:, a:b], v[:, a:b], is_causal=True
             )
             for a, b in ((0, 2), (2, 5), (5, 6))
@@ -143,7 +144,7 @@ def test_segment_ids_mask_xla_attention():
     out, alone = pieces(q, k, v)
     np.testing.assert_allclose(out, alone, rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match=r"`segment_ids` must be a pair of integer"):
-        _attention_kernels.fused_attention(q, k, v, segment_ids=(ids[:, :5], ids))
+        _fused_attention.fused_attention(q, k, v, segment_ids=(ids[:, :5], ids))
 
 
 def test_nn_attention_with_splash():
@@ -192,16 +193,16 @@ def test_asking_for_splash_where_it_cannot_run_names_the_shapes():
     with pytest.raises(
         ValueError, match=r"'splash' cannot take heads of shapes.*float32 or bfloat16"
     ):
-        _attention_kernels.fused_attention(q, q, q, implementation="splash")
+        _fused_attention.fused_attention(q, q, q, implementation="splash")
     q = jnp.zeros((1, 128, 2, 12))
     with pytest.raises(ValueError, match="a multiple of 8, got 12"):
-        _attention_kernels.fused_attention(q, q, q, implementation="splash")
+        _fused_attention.fused_attention(q, q, q, implementation="splash")
     # a call with an explicit mask (a decoding step over a cache) is XLA's
     q = jnp.zeros((1, 128, 2, 64))
     mask = jnp.tril(jnp.ones((128, 128), bool))[None, None]
     assert (
         _pallas_calls(
-            lambda q: _attention_kernels.fused_attention(
+            lambda q: _fused_attention.fused_attention(
                 q, q, q, mask=mask, implementation="splash"
             ),
             q,
@@ -243,7 +244,7 @@ def test_none_picks_splash_on_a_tpu_where_it_applies(tpu, monkeypatch, case, spl
         kwargs["mask"] = jnp.tril(jnp.ones((256, 256), bool))[None, None]
     if case.startswith("two devices"):
         monkeypatch.setattr(jax, "device_count", lambda *a: 2)
-    fn = lambda q, k, v: _attention_kernels.fused_attention(q, k, v, **kwargs)
+    fn = lambda q, k, v: _fused_attention.fused_attention(q, k, v, **kwargs)
     assert _pallas_calls(fn, q, k, v) == int(splash)
 
 
@@ -253,8 +254,8 @@ def test_none_falls_back_to_xla_where_splash_refuses_while_tracing(tpu, monkeypa
 
     monkeypatch.setattr(_splash, "splash_attention", refuse)
     q, k, v = _heads((1, 128, 2, 64))
-    got = _attention_kernels.fused_attention(q, k, v, is_causal=True)
-    want = _attention_kernels.fused_attention(
+    got = _fused_attention.fused_attention(q, k, v, is_causal=True)
+    want = _fused_attention.fused_attention(
         q, k, v, is_causal=True, implementation="xla"
     )
     np.testing.assert_array_equal(got, want)

@@ -14,8 +14,8 @@ import pytest
 import boxwood
 import boxwood.models as bm
 import boxwood.nn as nn
+from boxwood._init import keep_mask, resolved_generator, stream_key
 from boxwood.models._training import layer_key, split
-from boxwood.nn._dropout_generator import keep_mask, resolved_generator, stream_key
 
 N = 65536  # entries per mask: a rate's standard error is below 0.002
 

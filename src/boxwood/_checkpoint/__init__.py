@@ -15,9 +15,6 @@ load's copies, faulted in by a helper thread),
 leaves), and `ArrayTensor` (an in-memory array read as a checkpoint tensor).
 """
 
-from ._api import load as load
-from ._api import read_metadata as read_metadata
-from ._api import save as save
 from ._assemble import LoadReport as LoadReport
 from ._assemble import Tensor as Tensor
 from ._assemble import assemble as assemble
@@ -31,10 +28,13 @@ from ._equinox import tree_serialise_leaves as tree_serialise_leaves
 from ._error import CheckpointError as CheckpointError
 from ._host_memory import aligned_empty as aligned_empty
 from ._leaves import stored_names as stored_names
-from ._save_load import read_region as read_region
-from ._save_load import read_tensors as read_tensors
-from ._save_load import stacked_view as stacked_view
-from ._save_load import write_file as write_file
+from ._load import load as load
+from ._load import read_metadata as read_metadata
+from ._safetensors import read_region as read_region
+from ._safetensors import read_tensors as read_tensors
+from ._safetensors import stacked_view as stacked_view
+from ._safetensors import write_file as write_file
+from ._save import save as save
 from ._state_dict import ArrayTensor as ArrayTensor
 from ._state_dict import load_state_dict as load_state_dict
 from ._state_dict import state_dict as state_dict

@@ -10,10 +10,11 @@ import warnings
 from typing import Any
 
 from . import _background
-from ._api import check_format, load, save_file, wants_orbax
 from ._error import CheckpointError
 from ._format import read_header
-from ._save_load import decode_user_metadata
+from ._load import load
+from ._safetensors import decode_user_metadata
+from ._save import check_format, save_file, wants_orbax
 
 _FILE = re.compile(r"^step_(\d+)\.safetensors$")
 _DIR = re.compile(r"^step_(\d+)$")  # a tree that spans processes: orbax

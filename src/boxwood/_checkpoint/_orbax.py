@@ -23,7 +23,7 @@ from . import _background
 from ._assemble import Plan, assemble, sharding_of
 from ._error import CheckpointError
 from ._leaves import stored_leaves
-from ._save_load import (
+from ._safetensors import (
     USER_KEY,
     check_keys,
     encode_metadata,

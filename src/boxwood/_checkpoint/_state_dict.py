@@ -15,7 +15,7 @@ import numpy as np
 from ._assemble import LoadReport, assemble
 from ._error import CheckpointError
 from ._format import read_header
-from ._save_load import FileTensor, check_savable, file_tensors, to_host
+from ._safetensors import FileTensor, check_savable, file_tensors, to_host
 
 
 def state_dict(tree: Any) -> dict[str, np.ndarray]:

@@ -4,4 +4,3 @@ from ._aot import AotCall as AotCall
 from ._aot import Lowered as Lowered
 from ._filter_jit import filter_jit as filter_jit
 from ._wrapper import CacheInfo as CacheInfo
-from .capture import CapturedValueWarning as CapturedValueWarning

@@ -19,8 +19,8 @@ from .._filters import is_array
 from .._module import BoundMethod, compile_builder, needs_strict, strict
 from .._module import merge_leaves as merge
 from .._warnings import PerformanceWarning, user_stacklevel
+from ._capture import Traced
 from ._options import JitOptions
-from .capture import Traced
 
 _flatten = jax.tree_util.tree_flatten
 _CHURN_THRESHOLD = 5

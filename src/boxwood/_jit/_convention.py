@@ -23,7 +23,7 @@ class Leading:
     """How a wrapper's positional arguments begin: the one place that knows about
     the hidden first argument.
 
-    - `labels`: with captured values (`capture/`), `args[0]` is a tuple of them,
+    - `labels`: with captured values (`_capture/`), `args[0]` is a tuple of them,
       one entry per label, never donated; the user's arguments follow. `None`
       otherwise.
     - `count`: how many leading arguments are kept out of donation (the hidden

@@ -15,8 +15,8 @@ from .._filters import is_array
 from .._pretty import array_summary
 from .._warnings import RecompileWarning, user_stacklevel
 from . import _convention
+from ._capture import captured_path, describe_captures
 from ._explain import NOTE_AT, describe_call, explain, in_ipython, note
-from .capture import captured_path, describe_captures
 
 if TYPE_CHECKING:
     from ._cache import Plan, Store
@@ -188,7 +188,7 @@ def on_trace(
         store.traces += 1
         store.size += 1
         store.pending.n = getattr(store.pending, "n", 0) + 1
-        if hidden:  # `args[0]` holds the captured values (`capture/`)
+        if hidden:  # `args[0]` holds the captured values (`_capture/`)
             record = describe_captures(args[0], hidden) | describe_call(
                 args[1:], kwargs
             )

@@ -19,12 +19,12 @@ import jax
 
 from .._errors import raise_as_boxwood_error
 from .._module import call_key, remember_walkable
-from . import _checks, _convention, _shardings
+from . import _checked_jit, _convention, _shardings
 from ._cache import Entry, Plan, Store, store_for
+from ._capture import warn_argument_methods
 from ._diagnostics import restore_warnings, unhashable_error, warn_undonated
 from ._options import JitOptions
 from ._trace import traced_function
-from .capture import warn_argument_methods
 
 _flatten = jax.tree_util.tree_flatten
 
@@ -41,7 +41,7 @@ class Dispatch:
         self.leading = leading
         self.name = name
         # capture="inputs": what methods of module arguments read from their globals,
-        # told at each trace (`capture/`: watched, or warned about where it cannot be)
+        # told at each trace (`_capture/`: watched, or warned about where it cannot be)
         self.watch_methods: Any = (
             warn_argument_methods if options.capture == "inputs" else None
         )
@@ -246,7 +246,7 @@ class Dispatch:
             leading=self.leading,
             watch_methods=self.watch_methods,
         )
-        return _checks.checked_jit(inner, self.jit_options(plan))
+        return _checked_jit.checked_jit(inner, self.jit_options(plan))
 
     def jit_options(self, plan: Plan) -> dict[str, Any]:
         """Keyword arguments for the inner `jax.jit` of one plan.

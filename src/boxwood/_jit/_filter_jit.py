@@ -29,8 +29,7 @@ import types
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, overload
 
-from . import _shardings
-from . import capture as _capture
+from . import _capture, _shardings
 from ._options import (
     CAPTURE_MODES,
     DONATE_MODES,
@@ -151,7 +150,7 @@ def _check_options(donate: Any, capture: Any, jit_kwargs: dict) -> None:
 
 def _wrap(fun: Callable, options: JitOptions) -> Any:
     """The callable `filter_jit(fun)` returns: the capture layer's where `fun`
-    reads watched names (`capture/`), else the wrapper's own call."""
+    reads watched names (`_capture/`), else the wrapper's own call."""
     if options.capture == "inputs":
 
         def make_core(traced: _capture.Traced) -> JitWrapper:

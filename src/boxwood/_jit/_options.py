@@ -88,7 +88,7 @@ class JitOptions:
     - `capture`: `"inputs"` or `"constants"`. Part of the key although the compiled
       code of a function that reads nothing watched is the same in both: a trace
       in `"inputs"` mode also warns about globals read by methods of module
-      arguments (`capture/arguments.py`), which a trace shared with a
+      arguments (`_capture/_arguments.py`), which a trace shared with a
       `"constants"` wrapper would skip.
     """
 

@@ -73,7 +73,7 @@ def broadcast(name: str, prefix: Any, tree: Any) -> list:
 def in_shardings(prefix: Any, plan: Any, conv: str, hidden: bool = False) -> tuple:
     """`jax.jit`'s `in_shardings` for the inner function of `plan`, whose positional
     arguments follow the calling convention `conv` (`_convention.py`). With `hidden`,
-    `args[0]` is the tuple of captured values (`capture/`): unspecified."""
+    `args[0]` is the tuple of captured values (`_capture/`): unspecified."""
     placeholders = plan.treedef.unflatten(range(plan.n))  # leaf i -> i
     args = placeholders[0] if plan.kw else placeholders
     if hidden:

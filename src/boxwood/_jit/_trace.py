@@ -43,7 +43,7 @@ def traced_function(
     arguments begin (the hidden argument of captured values); `watch_methods`:
     told at each trace the function name and the user's arguments, to watch
     (or warn about) what methods of module arguments read from globals
-    (`capture/`)."""
+    (`_capture/`)."""
     # JAX's "not usable" warning is replaced by `warn_undonated` ("warn" modes),
     # which names the buffers, or dropped ("all" modes)
     silence = options.donates

@@ -1,7 +1,7 @@
 """Debugging tools, with Equinox's `equinox.debug` names: trace counting,
 conditional breakpoints, transform announcements, NaN cotangents, dead-code checks."""
 
-from ._announce import announce_transform as announce_transform
+from ._announce_transform import announce_transform as announce_transform
 from ._backward_nan import backward_nan as backward_nan
 from ._breakpoint_if import breakpoint_if as breakpoint_if
 from ._dce import inspect_dce as inspect_dce

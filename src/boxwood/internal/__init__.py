@@ -8,6 +8,7 @@ are not covered by boxwood's own stability promise. Prefer the public names
 (`boxwood.error_if`, `boxwood.Enumeration`, ...) where they exist.
 """
 
+from .._announce import announce_jaxpr_p as announce_jaxpr_p
 from .._enum import Enumeration as Enumeration
 from .._errors import branched_error_if as branched_error_if
 from .._errors import error_if as error_if
@@ -21,7 +22,6 @@ from ..debug import backward_nan as debug_backward_nan  # noqa: F401
 from ..debug import breakpoint_if as breakpoint_if
 from ..debug import inspect_dce as inspect_dce
 from ..debug import store_dce as store_dce
-from ..debug._announce import announce_p as announce_jaxpr_p  # noqa: F401
 from ._buffers import MaybeBuffer as MaybeBuffer
 from ._buffers import buffer_at_set as buffer_at_set
 from ._buffers import maybe_set_p as maybe_set_p

@@ -29,14 +29,6 @@ import numpy as np
 _MAX = int(np.iinfo(np.int32).max)
 
 
-def beta(s: int, t: int) -> int:
-    """`C(s + t, s)`: the most steps `s` slots reverse with `t` recomputations each."""
-    out = 1
-    for k in range(1, t + 1):
-        out = out * (s + k) // k
-    return out
-
-
 def _row(s: int, longest: int) -> list[int]:
     """`beta(s, 0), beta(s, 1), ...` up to the first value `>= longest`, each
     capped at int32's maximum."""

@@ -1,7 +1,6 @@
 """`boxwood.models`: pretrained `transformers` architectures as boxwood modules,
 loaded from local `save_pretrained` directories; see README.md and docs/models.md."""
 
-from ._auto import from_pretrained as from_pretrained
 from ._bert import BertConfig as BertConfig
 from ._bert import BertModel as BertModel
 from ._bert_heads import BertForMaskedLM as BertForMaskedLM
@@ -12,8 +11,7 @@ from ._bert_heads import BertForTokenClassification as BertForTokenClassificatio
 from ._bert_pretraining import BertForPreTraining as BertForPreTraining
 from ._bert_task_heads import BertForMultipleChoice as BertForMultipleChoice
 from ._bert_task_heads import BertForQuestionAnswering as BertForQuestionAnswering
-from ._config import ConfigError as ConfigError
-from ._config import IgnoredOptions as IgnoredOptions
+from ._from_pretrained import from_pretrained as from_pretrained
 from ._generate import generate as generate
 from ._generate_output import GenerateOutput as GenerateOutput
 from ._gpt2 import GPT2Config as GPT2Config
@@ -27,6 +25,8 @@ from ._llama_variants import MistralForCausalLM as MistralForCausalLM
 from ._llama_variants import Qwen2Config as Qwen2Config
 from ._llama_variants import Qwen2ForCausalLM as Qwen2ForCausalLM
 from ._loss import causal_lm_loss as causal_lm_loss
+from ._model_config import ConfigError as ConfigError
+from ._model_config import IgnoredOptions as IgnoredOptions
 from ._pretrained import save_pretrained as save_pretrained
 from ._remat_choice import RematChoice as RematChoice
 from ._remat_choice import RematRow as RematRow

@@ -24,15 +24,15 @@ from ._classification import (
     read_labels,
     write_labels,
 )
-from ._config import (
+from ._id_ranges import check_ids_below
+from ._inputs import check_attention_mask, check_input_ids
+from ._model_config import (
     ConfigError,
     ModelConfig,
     check_initializer_range,
     check_rates,
     false_or_unset,
 )
-from ._id_ranges import check_ids_below
-from ._inputs import check_attention_mask, check_input_ids
 from ._pretrained import Pretrained
 
 # how BERT and its heads are called with a dropout key (named by the error

@@ -19,7 +19,7 @@ from ._bert import CALL, BertConfig, BertModel
 from ._blocks import activation, with_every_layer
 from ._checkpoint_files import FileLayout
 from ._classification import classification_loss, classifier_layer
-from ._config import ConfigError
+from ._model_config import ConfigError
 from ._pretrained import Pretrained
 
 # The `BertModel` renames hold under the heads' `bert.` prefix too.

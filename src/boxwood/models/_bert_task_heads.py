@@ -26,7 +26,7 @@ from ._bert_heads import (
 )
 from ._blocks import with_every_layer
 from ._classification import classification_loss, classifier_layer
-from ._config import ConfigError
+from ._model_config import ConfigError
 
 
 class BertForQuestionAnswering(BertHead):

@@ -16,8 +16,7 @@ from jaxtyping import Array
 
 from .._module import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
-from ..nn._state import make_index
-from ._attention import Step
+from ._attend import Step
 
 # The window of a layer with full attention, where windows are data: no distance
 # between two slots reaches it.
@@ -161,7 +160,7 @@ def init_cache(model: Any, length: int, shapes: dict[str, Any]) -> State:
     shape = (shapes["depth"], length, shapes["kv_heads"], shapes["head_dim"])
     zeros = jnp.zeros(shape, shapes["dtype"])
     indices = [
-        make_index(x.marker, (zeros, zeros))
+        with_fields(x, init=(zeros, zeros))  # the same key, a cache as its value
         for x in jtu.tree_leaves(model, is_leaf=lambda x: isinstance(x, StateIndex))
         if isinstance(x, StateIndex)
     ]
@@ -169,7 +168,8 @@ def init_cache(model: Any, length: int, shapes: dict[str, Any]) -> State:
 
 
 def with_fields(module: Any, **values: Any) -> Any:
-    """A copy of `module` with the given (static) fields replaced."""
+    """A copy of `module` with the given fields replaced (its other fields, and
+    a `StateIndex`'s key, shared)."""
     new = jtu.tree_map(lambda x: x, module)  # a fresh instance, seen by nobody
     set_fields(new, **values)
     return new

@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._jit import filter_jit
 from .._tree import tree_at
 from ..nn import State
-from ._attention import Implementation, Step, check_implementation, segment_ids
+from ._attend import Implementation, Step, check_implementation, segment_ids
 from ._blocks import with_every_layer, with_fields
 from ._id_ranges import ids_known_in_range
 from ._inputs import check_attention_mask, check_input_ids

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .._checkpoint import Tensor, read_tensors
-from ._config import ConfigError, read_json
+from ._model_config import ConfigError, read_json
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"

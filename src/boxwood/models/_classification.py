@@ -13,8 +13,8 @@ from jaxtyping import Array, Float
 
 from ..nn import Linear
 from . import _training as training
-from ._config import ConfigError
 from ._id_ranges import IGNORE_INDEX, check_labels
+from ._model_config import ConfigError
 
 #: The `problem_type`s `transformers` knows; `None` lets the loss decide from
 #: `num_labels` and the labels' dtype.

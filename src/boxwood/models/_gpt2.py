@@ -15,7 +15,7 @@ from .._init import split_keys
 from .._module import Module, field
 from ..nn import Dropout, Embedding, LayerNorm, Stacked, State, StateIndex
 from . import _training as training
-from ._attention import Implementation, Step, attend, check_implementation
+from ._attend import Implementation, Step, attend, check_implementation
 from ._blocks import (
     ACTIVATION_NAMES,
     Cache,
@@ -35,7 +35,7 @@ from ._classification import (
     read_labels,
     write_labels,
 )
-from ._config import (
+from ._model_config import (
     ConfigError,
     ModelConfig,
     check_initializer_range,

@@ -19,7 +19,7 @@ from .._init import split_keys
 from .._module import Module, field
 from ..nn import Dropout, Embedding, Linear, RMSNorm, Stacked, State, StateIndex
 from . import _training as training
-from ._attention import Implementation, Step, attend, check_implementation
+from ._attend import Implementation, Step, attend, check_implementation
 from ._blocks import (
     Cache,
     activation,
@@ -39,7 +39,7 @@ from ._classification import (
     read_labels,
     write_labels,
 )
-from ._config import (
+from ._model_config import (
     ConfigError,
     ModelConfig,
     check_initializer_range,
@@ -178,7 +178,7 @@ class LlamaConfig(ModelConfig):
 
 class LlamaAttention(Module):
     """Grouped-query self-attention with rotary positions, over a key/value cache
-    (see `_blocks.write_cache` and `_attention.attend`). Each head count sits
+    (see `_blocks.write_cache` and `_attend.attend`). Each head count sits
     with the projections it splits; the parameters keep `transformers`' names and order."""
 
     num_heads: int = field(static=True)

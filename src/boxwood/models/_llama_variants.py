@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from ._config import ConfigError, false_or_unset
 from ._llama import LlamaConfig, LlamaForCausalLM
+from ._model_config import ConfigError, false_or_unset
 
 
 def dense_only(value: Any) -> bool:

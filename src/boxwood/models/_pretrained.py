@@ -24,9 +24,8 @@ from .._checkpoint import CheckpointError, atomic_write, read_region
 from .._transforms import filter_eval_shape
 from .._tree import tree_at
 from .._warnings import user_stacklevel
-from ..nn import MultiheadAttention, inference_mode
-from ..nn._state import StateIndex, name_indices
-from ._attention import check_implementation
+from ..nn import MultiheadAttention, State, StateIndex, inference_mode
+from ._attend import check_implementation
 from ._blocks import with_fields
 from ._checkpoint_files import (
     FileLayout,
@@ -36,7 +35,7 @@ from ._checkpoint_files import (
     renamed_tensors,
     standard_tensors,
 )
-from ._config import WRITTEN_ANEW, config_from, generation_options, read_json
+from ._model_config import WRITTEN_ANEW, config_from, generation_options, read_json
 from ._new_parameters import (
     drawn,
     matching,
@@ -100,8 +99,10 @@ class Pretrained(Vocabulary):
     def __check_init__(self) -> None:
         # The key/value cache's indices are named after their places now, so two
         # models built (or loaded) alike have equal structures from the start and
-        # share compiled code (`generate`'s included).
-        name_indices(self)
+        # share compiled code (`generate`'s included). Building a `State` names
+        # the unnamed indices of its model in place, which is all that is wanted
+        # here: the state itself is dropped.
+        State(self)
 
     @classmethod
     def checkpoint_name(cls, name: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from ._config import ConfigError
+from ._model_config import ConfigError
 
 # The keys each scaling takes besides `rope_type` (and `rope_theta`). A key that is
 # not listed (`attention_factor`, `partial_rotary_factor`, ...) changes the model

@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._init import split_keys
 from ..nn import Linear
 from . import _training as training
-from ._attention import Implementation
+from ._attend import Implementation
 from ._blocks import with_every_layer
 from ._causal_lm import CausalLM
 from ._classification import classification_loss

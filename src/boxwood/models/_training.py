@@ -19,10 +19,9 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .. import _init
-from .._init import Initializer
+from .._init import Initializer, stream_key
 from .._warnings import user_stacklevel
 from ..nn import Dropout, Embedding, Linear, Stacked
-from ..nn._dropout_generator import stream_key
 
 # Initialisation
 

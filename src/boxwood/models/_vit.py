@@ -26,7 +26,7 @@ from ._classification import (
     read_labels,
     write_labels,
 )
-from ._config import (
+from ._model_config import (
     ConfigError,
     ModelConfig,
     check_initializer_range,

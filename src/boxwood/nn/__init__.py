@@ -1,6 +1,5 @@
 """`boxwood.nn`: layers. Every layer acts on a single example; batch with `jax.vmap`."""
 
-from .._init import init as init
 from ._activations import PReLU as PReLU
 from ._adaptive_pool import AdaptiveAvgPool1d as AdaptiveAvgPool1d
 from ._adaptive_pool import AdaptiveAvgPool2d as AdaptiveAvgPool2d
@@ -25,6 +24,7 @@ from ._dropout_generator import dropout_generator as dropout_generator
 from ._dropout_generator import set_dropout_generator as set_dropout_generator
 from ._embedding import Embedding as Embedding
 from ._inference import inference_mode as inference_mode
+from ._init import init as init
 from ._linear import Identity as Identity
 from ._linear import Linear as Linear
 from ._mlp import MLP as MLP

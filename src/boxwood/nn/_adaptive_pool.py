@@ -11,9 +11,9 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
 from .._module import Module, field
-from ._checks import check_input, layer_name
 from ._conv_utils import as_tuple, check_positive_int, spatial_names
 from ._defaults import default_floating_dtype
+from ._input_checks import check_input, layer_name
 from ._pool import PoolInput, PoolOutput
 
 

@@ -13,12 +13,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from .._init import Initializer, split_keys
+from .._kernels import Implementation, fusable, fused_attention
 from .._module import Module, field
 from .._warnings import user_stacklevel
-from ._attention_kernels import Implementation, fusable, fused_attention
-from ._checks import check_input, layer_name
 from ._defaults import compute_dtype
 from ._dropout import Dropout, resolve_deterministic
+from ._input_checks import check_input, layer_name
 from ._linear import Linear
 
 _warned_float_mask: list[bool] = []

@@ -15,8 +15,8 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from .._init import ones, scalar, zeros
 from .._module import field
 from .._warnings import user_stacklevel
-from ._checks import check_input, layer_name
 from ._defaults import resolve_dtype
+from ._input_checks import check_input, layer_name
 from ._state import State, StateIndex
 from ._stateful import StatefulLayer
 

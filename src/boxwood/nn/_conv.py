@@ -11,7 +11,6 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._init import Initializer, check_initializer, init_param, split_keys
 from .._module import Module, field
-from ._checks import check_input, layer_name
 from ._conv_utils import (
     JNP_PAD_MODES,
     Padding,
@@ -27,6 +26,7 @@ from ._conv_utils import (
     spatial_names,
     uniform,
 )
+from ._input_checks import check_input, layer_name
 
 PaddingArg = str | int | Sequence[int] | Sequence[tuple[int, int]]
 # jaxtyping shapes (module-level aliases keep linters from parsing them as code).

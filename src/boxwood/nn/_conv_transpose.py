@@ -11,9 +11,9 @@ from jaxtyping import PRNGKeyArray
 
 from .._init import Initializer
 from .._module import field
-from ._checks import layer_name
 from ._conv import ConvBase, ConvInput, ConvOutput, PaddingArg
 from ._conv_utils import as_tuple, same_padding
+from ._input_checks import layer_name
 
 
 class ConvTranspose(ConvBase):

@@ -7,9 +7,9 @@ from typing import TypeVar
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
+from .._init import keep_mask
 from .._module import Module, field
 from .._warnings import user_stacklevel
-from ._dropout_generator import keep_mask
 
 _MSG_NO_KEY = (
     "Dropout(p={p}) is in training mode (`inference=False`) and needs a random key: "

@@ -9,8 +9,8 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from .._init import Initializer, check_initializer, init_param, normal
 from .._module import Module, field
-from ._checks import layer_name
 from ._defaults import resolve_dtype
+from ._input_checks import layer_name
 
 _MSG_ARGS = (
     "Embedding: pass either `Embedding(num_embeddings, embedding_size, key=key)` or "

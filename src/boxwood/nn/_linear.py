@@ -7,8 +7,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._init import Initializer, check_initializer, init_param, split_keys
 from .._module import Module, field
-from ._checks import check_input, layer_name
 from ._defaults import resolve_dtype, uniform_bound, uniform_init
+from ._input_checks import check_input, layer_name
 
 _T = TypeVar("_T")
 

@@ -11,8 +11,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .._init import split_keys
 from .._module import Module, field
 from ._callables import call_per_neuron, copy_per_neuron, store_callable
-from ._checks import check_input, layer_name
 from ._defaults import resolve_dtype
+from ._input_checks import check_input, layer_name
 from ._linear import Linear
 
 

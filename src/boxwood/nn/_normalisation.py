@@ -16,8 +16,8 @@ from .._init import ones, zeros
 from .._module import Module, field
 from .._shape import as_shape
 from .._warnings import user_stacklevel
-from ._checks import check_input, layer_name
 from ._defaults import compute_dtype, resolve_dtype
+from ._input_checks import check_input, layer_name
 
 # (An alias: the string `"channels *spatial"` inside an annotation would be read by
 # linters as the Python expression `channels * spatial`.)

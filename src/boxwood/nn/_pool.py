@@ -12,7 +12,6 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray, Shaped
 
 from .._module import Module, field
-from ._checks import check_input, layer_name
 from ._conv_utils import (
     as_tuple,
     check_positive_int,
@@ -21,6 +20,7 @@ from ._conv_utils import (
     spatial_names,
 )
 from ._defaults import default_floating_dtype
+from ._input_checks import check_input, layer_name
 
 # jaxtyping shapes (module-level aliases keep linters from parsing them as code).
 PoolInput = Shaped[Array, "channels *spatial"]

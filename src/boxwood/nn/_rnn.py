@@ -10,8 +10,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._init import split_keys
 from .._module import Module, field
-from ._checks import check_input, layer_name
 from ._defaults import resolve_dtype, uniform_bound, uniform_init
+from ._input_checks import check_input, layer_name
 
 
 def _check_step(cell: Any, x: Any, h: Any, what: str = "hidden") -> None:

@@ -10,8 +10,8 @@ from jax.dtypes import TypePromotionError
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._module import Module, field
-from ._checks import check_input, layer_name
 from ._defaults import resolve_dtype
+from ._input_checks import check_input, layer_name
 
 
 def _cos_sin(seq_len: int, size: int, theta: float, dtype: Any) -> tuple[Array, Array]:

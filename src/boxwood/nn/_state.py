@@ -186,13 +186,6 @@ def _name_slots(found: list[tuple[str, StateIndex]]) -> list[str]:
     return [cast(str, _name_of(index)) for _, index in found]
 
 
-def name_indices(tree: Any) -> None:
-    """Name the unnamed keys of the `StateIndex`es in `tree` after their places in
-    it, as `State(tree)` does, without collecting initial values: a model built
-    twice then has equal structures before its first `State` is made."""
-    _name_slots(list(_indices_with_paths(tree)))
-
-
 _STALE = (
     "This `State` is out of date: `state.set(...)` (or `state.update(...)`) returned "
     "a new State and this one was retired. Use the returned value, e.g.\n"

@@ -16,10 +16,10 @@ from ._bert_heads import (
 from ._bert_pretraining import BertForPreTraining
 from ._bert_task_heads import BertForMultipleChoice, BertForQuestionAnswering
 from ._checkpoint_files import config_path
-from ._config import ConfigError, config_from, read_json
 from ._gpt2 import GPT2LMHeadModel
 from ._llama import LlamaForCausalLM
 from ._llama_variants import GemmaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from ._model_config import ConfigError, config_from, read_json
 from ._sequence_heads import (
     GPT2ForSequenceClassification,
     LlamaForSequenceClassification,

@@ -259,7 +259,22 @@ class ModelConfig(metaclass=_ReadsOptions):
 
     @classmethod
     def from_file(cls: type[_C], path: str | os.PathLike) -> _C:
-        """The config in the `config.json` file at `path`."""
+        """The config in the `config.json` file at `path`, read as `from_dict`
+        reads its options (a model's directory, or a config written by
+        `transformers`' `PretrainedConfig.save_pretrained`).
+
+        **Arguments:**
+
+        - `path`: the `config.json` file.
+
+        **Raises:** `ConfigError` naming the file and the first option that boxwood
+        does not understand or whose value it does not support.
+
+        ```python
+        config = bm.GPT2Config.from_file("path/to/gpt2/config.json")
+        model = bm.GPT2LMHeadModel(config, key=jax.random.key(0))  # drawn anew
+        ```
+        """
         return cls.from_dict(read_json(path), os.fspath(path))
 
     @classmethod

@@ -1,7 +1,7 @@
 """Causal self-attention of the architectures: the attention implementation
 (`check_implementation`), what one call's layers share (`Step`: cache slot, left
 padding, segment ids of an `attention_mask`, dropout key), which keys each query
-may see (`_visible`), and `attend`: the fused kernels of `nn._attention_kernels`
+may see (`_visible`), and `attend`: the fused kernels of `_kernels`
 where they apply, the weights formed explicitly otherwise."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import jax.core
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..nn._attention_kernels import fusable, fused_attention
+from .._kernels import fusable, fused_attention
 
 Implementation = Literal["xla", "cudnn", "splash"] | None
 
@@ -23,7 +23,7 @@ IMPLEMENTATIONS = (None, "xla", "cudnn", "splash")
 
 
 def check_implementation(model: str, implementation: Any) -> None:
-    """`implementation` must be one of `nn._attention_kernels.fused_attention`'s."""
+    """`implementation` must be one of `_kernels.fused_attention`'s."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"{model}: `attention_implementation` must be None (boxwood's choice), "
@@ -136,7 +136,7 @@ def attend(
     layer's). Without a cache, left padding or a window that is data, the mask
     is `is_causal` (and `local_window_size`), with the padding of an
     `attention_mask` as segment ids, which lets a fused kernel be chosen (cuDNN's
-    flash attention on a GPU, splash attention on a TPU: `nn._attention_kernels`);
+    flash attention on a GPU, splash attention on a TPU: `_kernels`);
     otherwise it is an explicit boolean mask.
 
     `dropout` (a `boxwood.nn.Dropout`, with `key`) drops attention

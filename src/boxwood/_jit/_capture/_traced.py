@@ -10,7 +10,7 @@ from typing import Any
 import jax
 
 from .._explain import describe_call
-from .rebuild import DESCRIBED, Capture
+from ._rebuild import DESCRIBED, Capture
 
 
 class Traced:

@@ -18,8 +18,8 @@ from typing import Any
 import jax
 
 from ..._module import BoundMethod, Module, bind_method
-from .reads import Reads, unwrap_jitted
-from .values import (
+from ._reads import Reads, unwrap_jitted
+from ._values import (
     METHOD,
     MISSING,
     Same,

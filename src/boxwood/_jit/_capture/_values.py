@@ -20,14 +20,6 @@ _PLAIN = frozenset(
 )  # fmt: skip
 
 
-class CapturedValueWarning(UserWarning):
-    """A value read by a `filter_jit` function may be stale in the compiled code:
-    an array that a method of a module *argument* reads from its globals, where
-    the callable given to `filter_jit` takes no per-call check (a
-    `functools.partial` that reads nothing watched itself), is fixed at the
-    trace."""
-
-
 MSG_ARGUMENT_METHOD = (
     "{label} ({value}) is read inside {via}, a method of a module passed to {name}: "
     "a method runs from its class, so boxwood cannot pass that global to it as an "

@@ -9,12 +9,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._init import (
+    Initializer,
+    drawn_shape,
+    fast_call,
+    layout_at,
+    split_keys,
+    to_stored,
+)
 from .._paths import dotted_path
 from .._tree import LeafProbe
-from ._jax_initializers import fast_call
-from ._keys import split_keys
-from ._layer import Initializer
-from ._layout import drawn_shape, layout_at, to_stored
 
 _MSG_SELECT = (
     "nn.init: pass exactly one of `where` (`model -> node(s)`, as in `tree_at`: "

@@ -2,7 +2,7 @@
 
 A method runs from its class, so what it reads from globals is fixed when the
 function that calls it is traced. boxwood watches such reads in the classes it can
-find from the function (`reads.py`: names the function reads, the callable given
+find from the function (`_reads.py`: names the function reads, the callable given
 to `filter_jit`) and keys the compiled code by them. The class of a module passed
 as an *argument* is only known at the call: `argument_reads` gives what the
 methods of those classes read, in the globals of the file or notebook that defined
@@ -28,12 +28,11 @@ from typing import Any
 import jax
 
 from ..._module import MODULE_TYPES
-from ..._warnings import user_stacklevel
-from .reads import Reads, class_functions, scan_code, unbound
-from .values import (
+from ..._warnings import CapturedValueWarning, user_stacklevel
+from ._reads import Reads, class_functions, scan_code, unbound
+from ._values import (
     MISSING,
     MSG_ARGUMENT_METHOD,
-    CapturedValueWarning,
     has_arrays,
     short,
 )

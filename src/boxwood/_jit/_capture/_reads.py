@@ -6,7 +6,7 @@ function of the same module it reaches from a name it reads: a function, a
 function wrapper that keeps the function in its closure (`jax.vmap`, `jax.grad`,
 `functools.wraps` decorators), a `functools.partial`, a bound method, or a dict,
 list or tuple of those. These are *followed*: at trace time they are copied
-around the traced values (`rebuild.py`), so what they read is an input.
+around the traced values (`_rebuild.py`), so what they read is an input.
 
 Methods and class attributes (`model(x)` runs `type(model).__call__`, `C.helper`
 a static method) are found too, but they cannot be copied in place: what they
@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..._module import BoundMethod, Module
-from .values import MISSING, closure_label, contents
+from ._values import MISSING, closure_label, contents
 
 MAX_FUNCTIONS = 64  # functions scanned per wrapped function
 _MAX_DEPTH = 4  # wrappers and containers looked through from one value

@@ -23,11 +23,11 @@ from typing import Any
 
 from ..._module import as_pytree_function, bind_method
 from ..._tracebacks import hide_own_frames
-from .arguments import argument_reads
-from .reads import globals_of
-from .rebuild import Capture
-from .traced import Traced, traced_for
-from .values import MISSING
+from ._arguments import argument_reads
+from ._reads import globals_of
+from ._rebuild import Capture
+from ._traced import Traced, traced_for
+from ._values import MISSING
 
 # Internal names start with `_bw_` so that they cannot shadow a parameter. The
 # free variables of `call` are the same whatever is watched, so that a new scan
