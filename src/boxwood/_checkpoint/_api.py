@@ -8,11 +8,11 @@ from typing import Any
 
 from . import _background
 from ._format import read_header
+from ._load_file import load_file
 from ._save_load import (
     check_savable,
     decode_user_metadata,
     encode_metadata,
-    load_file,
     to_host,
     write_file,
 )
