@@ -238,9 +238,9 @@ class Pretrained(Vocabulary):
         tensors, left_out = renamed_tensors(tensors, names, dropped or None)
         for part in absent:
             abstract = tree_at(lambda m, p=part: getattr(m, p), abstract, None)
+        if isinstance(rules, str):  # `sharding_rules` checks the name itself
+            rules = sharding_rules(cls, cast(Strategy, rules))
         if mesh is not None:
-            if isinstance(rules, str):  # `sharding_rules` checks the name itself
-                rules = sharding_rules(cls, cast(Strategy, rules))
             abstract = with_layer_shardings(abstract, mesh, rules or ())
         slots, parts = layer_slots(abstract), layer_parts(abstract)
         names = {cls.checkpoint_name(name): name for name in slots}
