@@ -233,6 +233,8 @@ def _joined(
             f"its leading axes {lead}"
         )
         return None
+    if problems:  # nothing will be read
+        return None
     rows: list[Any] = [None] * len(group)
     for want, plan in zip(group, found):
         row = int(np.ravel_multi_index(want.index, lead))
