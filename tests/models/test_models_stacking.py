@@ -190,35 +190,6 @@ def test_layers_with_extra_unit_axes_load(model, tmp_path):
     assert bool(boxwood.tree_equal(ToyStacked.from_pretrained(tmp_path / "d"), model))
 
 
-class _Array:
-    """A `Tensor` over a NumPy array."""
-
-    def __init__(self, array):
-        self.array = array
-        self.dtype, self.shape = array.dtype, array.shape
-
-    def read(self, index=None):
-        return self.array.copy() if index is None else self.array[index].copy()
-
-
-def test_layer_stack_reads_whole_and_by_shard():
-    layers = [np.arange(12, dtype=np.float16).reshape(3, 4) + 100 * i for i in range(4)]
-    parts = tuple(_Array(a) for a in layers)
-    stack = _stacking.LayerStack(parts, (4, 3, 4), np.dtype(np.float32), 1)
-    whole = stack.read()
-    assert whole.dtype == np.float32 and whole.ctypes.data % 64 == 0
-    np.testing.assert_array_equal(whole, np.stack(layers))
-    index = (slice(1, 3), slice(None), slice(2, 4))
-    np.testing.assert_array_equal(stack.read(index), np.stack(layers)[index])
-    # two stacked axes (a stack in a stack), one layer stored with a unit axis
-    parts = parts[:3] + (_Array(layers[3].reshape(1, 3, 4)),)
-    nested = _stacking.LayerStack(parts, (2, 2, 3, 4), np.dtype(np.float16), 2)
-    want = np.stack(layers).reshape(2, 2, 3, 4)
-    np.testing.assert_array_equal(nested.read(), want)
-    index = (slice(1, 2), slice(0, 2), slice(0, 1), slice(None))
-    np.testing.assert_array_equal(nested.read(index), want[index])
-
-
 def test_nested_stacks_unroll_level_by_level():
     inner = lambda k: Stacked(lambda k2: Linear(2, 2, key=k2), 3, key=k)  # noqa: E731
     tree = {"outer": Stacked(inner, 2, key=jax.random.key(0))}

@@ -119,7 +119,7 @@ def checkpoint_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("property-checkpoints")
 
 
-def test_checkpoint_save_load_round_trip(checkpoint_dir):
+def test_checkpoint_safetensors_round_trip(checkpoint_dir):
     @settings(**SETTINGS)
     @given(trees(arrays() | scalars))
     def check(tree):

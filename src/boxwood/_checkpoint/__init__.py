@@ -3,16 +3,15 @@
 See README.md in this folder for how the parts fit together.
 
 The names imported here are this package's whole interface; other code imports
-only them, never a submodule (tests/house/test_architecture.py checks `models/`). Most
-are public (re-exported by `boxwood`); ten serve the rest of boxwood
-(`boxwood.models`) and are not re-exported: `assemble` and `Tensor` (validated
-loading from named tensors), `read_tensors` and `write_file` (a safetensors file
-read lazily, its aligned tensors mapped rather than copied, written
-crash-safely), `stacked_view` (a stack of layers as one mapped span), `aligned_empty` (a
-host buffer the device can adopt), `read_region` (one region of host memory for a
-load's copies, faulted in by a helper thread),
-`atomic_write`, `stored_names` (the checkpoint names of a tree's array
-leaves), and `ArrayTensor` (an in-memory array read as a checkpoint tensor).
+only them, never a submodule (tests/house/test_architecture.py checks it). Most are
+public (re-exported by `boxwood`); eight serve the rest of boxwood
+(`boxwood.models`) and are not re-exported: `assemble`, `Tensor` and `Part`
+(validated loading from named tensors, a leaf stored as per-layer tensors read
+in the same pass, the copies in one region of host memory), `read_tensors` and
+`write_file` (a safetensors file read lazily, its aligned tensors mapped rather
+than copied, written crash-safely), `atomic_write`, `stored_names` (the
+checkpoint names of a tree's array leaves), and `ArrayTensor` (an in-memory
+array read as a checkpoint tensor).
 """
 
 from ._assemble import LoadReport as LoadReport
@@ -26,13 +25,11 @@ from ._equinox import default_serialise_filter_spec as default_serialise_filter_
 from ._equinox import tree_deserialise_leaves as tree_deserialise_leaves
 from ._equinox import tree_serialise_leaves as tree_serialise_leaves
 from ._error import CheckpointError as CheckpointError
-from ._host_memory import aligned_empty as aligned_empty
 from ._leaves import stored_names as stored_names
 from ._load import load as load
 from ._load import read_metadata as read_metadata
-from ._safetensors import read_region as read_region
+from ._parts import Part as Part
 from ._safetensors import read_tensors as read_tensors
-from ._safetensors import stacked_view as stacked_view
 from ._safetensors import write_file as write_file
 from ._save import save as save
 from ._state_dict import ArrayTensor as ArrayTensor

@@ -1,14 +1,17 @@
 """Validated assembly: a tree shaped like `like`, filled from named tensors.
 
 Every problem (missing, unexpected, shape, dtype) is collected first and reported
-together in one `CheckpointError`; no array is read before validation passed.
+together in one `CheckpointError`; no array is read before validation passed. A
+leaf stored as one tensor per layer (`parts`) is validated part by part in the
+same pass, then read once (`_parts`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +23,8 @@ from ._format import describe
 from ._host_memory import aligned_empty
 from ._leaves import Leaf, is_stored, stored_leaves
 from ._load_progress import load_progress
+from ._parts import Part, PartsTensor
+from ._safetensors import read_region
 
 
 class Tensor(Protocol):
@@ -104,11 +109,13 @@ def assemble(
     strict: bool,
     cast: Any = None,
     squeeze_ok: bool = False,
+    parts: Mapping[str, Part] | None = None,
     source: str = "the checkpoint",
     where: str = "the file",
     hint: Callable[[LoadReport], str] | None = None,
     materialise: Callable[[list[Plan]], dict[str, Any]] | None = None,
     progress: bool = False,
+    region: bool = False,
 ) -> tuple[Any, LoadReport]:
     """Fill `like`'s stored leaves from `tensors`, after validating all of them.
 
@@ -119,6 +126,11 @@ def assemble(
     - `strict`: whether missing and unexpected names are errors.
     - `cast`: a floating dtype to cast floating-point arrays to, or `None`.
     - `squeeze_ok`: whether a tensor may differ from the leaf by size-1 axes.
+    - `parts`: the names the source has for `like`'s leaves, where they are not
+      the leaves' own: `{tensor name: Part(leaf name, index)}`, in the order
+      problems are listed. A leaf named by parts with an `index` is read from
+      them, each one validated as the leaf's row at `index`, into one buffer
+      (`_parts.PartsTensor`). Default: each leaf whole, under its own name.
     - `source`: how the error's first line names the source; `where`: how each
       problem's line does.
     - `hint`: called with the report to add a line to the error.
@@ -126,35 +138,123 @@ def assemble(
       value by name (orbax restores in one call); default: one by one.
     - `progress`: whether a large load may show a progress bar (`_load_progress`;
       default `materialise` only).
+    - `region`: whether the reads that copy take their buffers from one region
+      of memory sized for all of them, whose pages a helper thread faults in
+      meanwhile (`read_region`; default `materialise` only, unsharded leaves:
+      the region lives until the last array holding a piece of it is freed).
 
     **Returns:** `(tree, report)`.
     """
     leaves, pairs, treedef = stored_leaves(like)
-    report, problems = _check_names(leaves, tensors, strict, where)
-    plans = {}
-    for leaf in leaves:
-        if leaf.name in tensors:
-            tensor = tensors[leaf.name]
-            plan = _plan_one(leaf, tensor, cast, squeeze_ok, where, problems)
-            plans[leaf.name] = plan
+    wanted = _wanted(leaves, parts)
+    report, problems = _check_names(wanted, tensors, strict, where)
+    planned = {}
+    for want in wanted:
+        if want.view.name in tensors:
+            tensor = tensors[want.view.name]
+            plan = _plan_one(want.view, tensor, cast, squeeze_ok, where, problems)
+            planned[want.view.name] = plan
+    plans = _leaf_plans(leaves, wanted, planned, problems)
     if problems:
         raise _error(problems, source, hint(report) if hint else "")
     if materialise is None:
-        loaded = _materialise_all(list(plans.values()), progress)
+        reads = [plan.tensor for plan in plans]
+        with read_region(reads, cast) if region else contextlib.nullcontext():
+            loaded = _materialise_all(plans, progress)
     else:
-        loaded = materialise(list(plans.values()))
+        loaded = materialise(plans)
     names = iter(leaf.name for leaf in leaves)
     out = [loaded.get(next(names), x) if is_stored(x) else x for _, x in pairs]
     return jtu.tree_unflatten(treedef, out), report
 
 
+@dataclass(frozen=True)
+class _Want:
+    """A tensor the source should hold: `view` (its name, and the shape and dtype
+    it must have) is `leaf` itself, or the row `index` of it."""
+
+    view: Leaf
+    leaf: Leaf
+    index: tuple[int, ...]
+
+
+def _wanted(leaves: list[Leaf], parts: Mapping[str, Part] | None) -> list[_Want]:
+    """The tensors `like`'s leaves are read from: those `parts` names, in its
+    order, then every other leaf whole under its own name."""
+    by_name = {leaf.name: leaf for leaf in leaves}
+    out, covered = [], set()
+    for name, (leaf_name, index) in (parts or {}).items():
+        leaf = by_name[leaf_name]
+        covered.add(leaf_name)
+        value = leaf.value
+        if index:
+            value = jax.ShapeDtypeStruct(value.shape[len(index) :], value.dtype)
+        out.append(_Want(Leaf(name, value, leaf.key_impl), leaf, tuple(index)))
+    out += [_Want(leaf, leaf, ()) for leaf in leaves if leaf.name not in covered]
+    return out
+
+
+def _leaf_plans(
+    leaves: list[Leaf],
+    wanted: list[_Want],
+    planned: dict[str, Plan | None],
+    problems: list[str],
+) -> list[Plan]:
+    """Each stored leaf's plan, in `leaves`' order: its tensor's, or its parts'
+    joined into one `PartsTensor` (a leaf without a tensor keeps its value)."""
+    groups: dict[str, list[_Want]] = {}
+    for want in wanted:
+        groups.setdefault(want.leaf.name, []).append(want)
+    plans = []
+    for leaf in leaves:
+        group = groups[leaf.name]
+        found = [planned.get(want.view.name) for want in group]
+        if not any(found):
+            continue
+        if len(group) == 1 and not group[0].index:
+            plan = cast(Plan, found[0])
+            plans.append(Plan(leaf, plan.tensor, plan.dtype, plan.reshape))
+        else:
+            plan = _joined(leaf, group, found, problems)
+            plans += [plan] if plan is not None else []
+    return plans
+
+
+def _joined(
+    leaf: Leaf, group: list[_Want], found: list[Plan | None], problems: list[str]
+) -> Plan | None:
+    """`leaf` read from the tensors of its rows (`group`, validated as `found`),
+    or a problem where the rows named are not each of the leaf's rows once."""
+    axes = len(group[0].index)
+    lead = tuple(leaf.value.shape[:axes])
+    if sorted(want.index for want in group) != list(np.ndindex(*lead)):
+        problems.append(
+            f"{leaf.name}: the tensors named for it are not one for each index of "
+            f"its leading axes {lead}"
+        )
+        return None
+    if problems:  # nothing will be read
+        return None
+    rows: list[Any] = [None] * len(group)
+    for want, plan in zip(group, found):
+        row = int(np.ravel_multi_index(want.index, lead))
+        rows[row] = plan.tensor if plan is not None else None
+    dtype = next(plan.dtype for plan in found if plan is not None)
+    keep = None
+    if any(row is None for row in rows):  # a non-strict load: keep those rows
+        value = leaf.value
+        keep = np.asarray(jax.random.key_data(value) if leaf.key_impl else value)
+    tensor = PartsTensor(tuple(rows), leaf.shape, dtype, axes, keep)
+    return Plan(leaf, tensor, dtype, reshape=False)
+
+
 def _check_names(
-    leaves: list[Leaf], tensors: Mapping[str, Tensor], strict: bool, where: str
+    wanted: list[_Want], tensors: Mapping[str, Tensor], strict: bool, where: str
 ) -> tuple[LoadReport, list[str]]:
     """The missing and unexpected names, and the problems they make."""
-    names = {leaf.name for leaf in leaves}
+    names = {want.view.name for want in wanted}
     report = LoadReport(
-        [leaf.name for leaf in leaves if leaf.name not in tensors],
+        [want.view.name for want in wanted if want.view.name not in tensors],
         [name for name in tensors if name not in names],
     )
     if strict:
@@ -164,9 +264,10 @@ def _check_names(
         ]
         return report, problems
     abstract = [
-        leaf.name
-        for leaf in leaves
-        if leaf.name not in tensors and isinstance(leaf.value, jax.ShapeDtypeStruct)
+        want.view.name
+        for want in wanted
+        if want.view.name not in tensors
+        and isinstance(want.leaf.value, jax.ShapeDtypeStruct)
     ]
     problems = [
         f"{n}: missing from {where}, and `like` has no value to keep (it is abstract)"

@@ -5,7 +5,7 @@ A file is an 8-byte little-endian header length, a JSON header naming every tens
 `"__metadata__"` map of strings), then the tensors' bytes, C-ordered and
 little-endian. Files written here are read by the `safetensors` library and the
 other way round (`test_interop_with_the_safetensors_library` in
-tests/checkpoint/test_checkpoint_save_load.py checks both directions). The format is written
+tests/checkpoint/test_checkpoint_safetensors.py checks both directions). The format is written
 here rather than through `safetensors.numpy` so that arrays go to the file without
 an intermediate copy, the file can be fsynced before it replaces the old one, and a
 sharded load reads only the slices each device needs. The files written here have

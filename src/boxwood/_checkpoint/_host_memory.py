@@ -9,8 +9,9 @@ the benchmarks about 0.2 s of system time for GPT-2-small's 500 MB in 4 KiB
 pages, more than the copy. A load that copies therefore asks for all its memory
 at once, as one private anonymous mapping, and has a second thread fault the
 pages in (`MADV_POPULATE_WRITE`, from the mapping's end towards its start) while
-the first builds the model abstractly or reads the file into the mapping from
-its start; the two meet somewhere in the middle.
+the first reads the file into the mapping from its start; the two meet
+somewhere in the middle. The region is sized once a load knows what it copies:
+after validation, from its plans (`_assemble`, `_safetensors.read_region`).
 
 Buffers are private anonymous mappings, never shared ones: Python's
 `mmap.mmap(-1, n)` is shared (shmem), which costs more per fault and gets no

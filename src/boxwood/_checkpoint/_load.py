@@ -8,7 +8,8 @@ from typing import Any
 
 from . import _background
 from ._format import read_header
-from ._safetensors import decode_user_metadata, load_file
+from ._load_file import load_file
+from ._safetensors import decode_user_metadata
 from ._save import check_format
 
 

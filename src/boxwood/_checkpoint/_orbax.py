@@ -23,12 +23,8 @@ from . import _background
 from ._assemble import Plan, assemble, sharding_of
 from ._error import CheckpointError
 from ._leaves import stored_leaves
-from ._safetensors import (
-    USER_KEY,
-    check_keys,
-    encode_metadata,
-    fingerprint_hint,
-)
+from ._load_file import check_keys, fingerprint_hint
+from ._safetensors import USER_KEY, encode_metadata
 
 _MISSING = (
     "Saving or loading a tree that spans several processes needs orbax-checkpoint: "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._assemble import assemble
 from ._atomic import atomic_write, start_writeback
 from ._error import CheckpointError
 from ._format import (
@@ -205,11 +204,11 @@ def read_tensors(
 
 def read_region(tensors: Iterable[Any], cast: Any) -> AbstractContextManager[None]:
     """A `load_region` (one mapping, its pages faulted in by a helper thread) for
-    the whole reads of `tensors`: room for the buffer of each one's
-    `fresh_nbytes(cast)` (a tensor without that method takes none), each starting
-    on an `ALIGNMENT`-byte boundary. None where a tensor says `None` (its read
-    would leave an intermediate buffer in the region for as long as the model
-    lives: a cast)."""
+    the whole reads of `tensors` that copy: room for the buffer of each one's
+    `fresh_nbytes(cast)` (a `FileTensor`'s, or a `PartsTensor`'s; other tensors
+    are in memory already), each starting on an `ALIGNMENT`-byte boundary. None
+    where a tensor says `None` (its read would leave an intermediate buffer in
+    the region for as long as the model lives: a cast)."""
     nbytes = 0
     for tensor in tensors:
         fresh = getattr(tensor, "fresh_nbytes", None)
@@ -268,65 +267,3 @@ def decode_user_metadata(path: str, header: Header) -> dict:
         raise CheckpointError(
             f"{path}: its metadata is corrupted (not JSON)."
         ) from None
-
-
-def key_problems(metadata: dict, names: Any, like_leaves: list[Leaf]) -> list[str]:
-    """Leaves whose typed-key-ness (or key impl) differs between file and `like`."""
-    stored = json.loads(metadata.get(KEYS_KEY, "{}"))
-    problems = []
-    for leaf in like_leaves:
-        if leaf.name not in names:
-            continue
-        if leaf.key_impl != stored.get(leaf.name):
-            has = stored.get(leaf.name)
-            has = f"a PRNG key array of impl {has!r}" if has else "a plain array"
-            want = (
-                f"a PRNG key array of impl {leaf.key_impl!r}"
-                if leaf.key_impl
-                else "a plain array"
-            )
-            problems.append(f"{leaf.name}: file has {has}, model expects {want}")
-    return problems
-
-
-def load_file(path: Any, like: Any, *, strict: bool = True, dtype: Any = None) -> Any:
-    path = os.fspath(path)
-    header = read_header(path)
-    like_leaves, _, _ = stored_leaves(like)
-    check_keys(path, header.metadata, header.tensors, like_leaves)
-    tree, _ = assemble(
-        like,
-        file_tensors(path, header),
-        strict=strict,
-        cast=dtype,
-        source=f"the checkpoint {path}",
-        hint=fingerprint_hint(header.metadata, like_leaves),
-    )
-    return tree
-
-
-def check_keys(path: str, metadata: dict, names: Any, like_leaves: list[Leaf]) -> None:
-    problems = key_problems(metadata, names, like_leaves)
-    if problems:
-        raise CheckpointError(
-            f"Cannot load the checkpoint {path} into the given tree:\n"
-            + "\n".join(f"  - {p}" for p in problems),
-            problems,
-        )
-
-
-def fingerprint_hint(metadata: dict, like_leaves: list[Leaf]) -> Callable[[Any], str]:
-    """The error's last line when the file's structure differs from `like`'s."""
-
-    def hint(report: Any) -> str:
-        have = metadata.get(FINGERPRINT_KEY)
-        if have and have != fingerprint(like_leaves):
-            return (
-                "The file was saved from a tree of a different structure (fingerprint "
-                f"{have}, the given tree's is {fingerprint(like_leaves)}): build "
-                "`like` with the same model and options as the saved one, or use "
-                "`load_state_dict(..., key_map=...)` to rename keys."
-            )
-        return ""
-
-    return hint

@@ -1,5 +1,7 @@
 """The files of a `save_pretrained` directory: `config.json`, and the tensors of
-`model.safetensors` or of the shards its index lists."""
+`model.safetensors` or of the shards its index lists, under the model's names:
+the published layout that fits, a tied copy checked and left out, the optional
+parts the file lacks, the renaming to the model's names."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checkpoint import Tensor, read_tensors
+from .._checkpoint import CheckpointError, Tensor, read_tensors
 from ._model_config import ConfigError, read_json
 
 SINGLE = "model.safetensors"
@@ -69,20 +71,60 @@ def _safetensors_files(directory: str) -> list[str]:
     return paths
 
 
+def without_tied_copies(
+    tensors: dict[str, Any], tied: dict[str, str], directory: str, owner: str
+) -> dict[str, Any]:
+    """`tensors` less the copies of `tied` (`{name: name of the tensor it must
+    equal}`, a class's `tied_tensors`) it holds, after checking each equals its
+    original (`CheckpointError` naming both and `owner`, the class, otherwise)."""
+    out = dict(tensors)
+    for copy_name, original in tied.items():
+        if copy_name not in out or original not in out:
+            continue
+        a, b = out[copy_name], out[original]
+        same = tuple(a.shape) == tuple(b.shape) and np.array_equal(a.read(), b.read())
+        if not same:
+            raise CheckpointError(
+                f"the checkpoint in {directory}: `{copy_name}` differs from "
+                f"`{original}`, but {owner} ties them (its output "
+                "projection is the token embedding), so the file describes "
+                f"another model; remove `{copy_name}` from the file, or set "
+                "`tie_word_embeddings` to false where the class allows it."
+            )
+        del out[copy_name]
+    return out
+
+
+def absent_parts(
+    tensors: dict[str, Any], names: dict[str, str], optional: tuple[str, ...]
+) -> list[str]:
+    """The attributes of `optional` of which the file has no tensor (`names`:
+    file name -> the model's name, which begins with its attribute's)."""
+    return [
+        part
+        for part in optional
+        if not any(
+            n in tensors for n, own in names.items() if own.startswith(f"{part}.")
+        )
+    ]
+
+
 def renamed_tensors(
     tensors: dict[str, Any],
     names: dict[str, str],
     dropped: str | None,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[str]]:
     """The file's tensors under the model's names (`names`: file name -> model
-    name); names the model lacks are kept (and reported as unexpected), `dropped`
-    (a regular expression) ones are left out (buffers `transformers` may store)."""
-    out = {}
+    name), and the names left out: those the model lacks are kept (and reported
+    as unexpected), except `dropped` (a regular expression) ones (buffers
+    `transformers` may store, other heads' parameters)."""
+    out, left_out = {}, []
     for file_name, tensor in tensors.items():
         if file_name not in names and dropped and re.fullmatch(dropped, file_name):
+            left_out.append(file_name)
             continue
         out[names.get(file_name, file_name)] = tensor
-    return out
+    return out, left_out
 
 
 def floating_dtype(tensors: dict[str, Any]) -> Any:

@@ -17,7 +17,7 @@ import numpy as np
 from .._caches import register_cache_clear
 from .._checkpoint import ArrayTensor
 from .._paths import dotted_path
-from ._stacking import layer_slots
+from ._stacking import Slot
 
 # The compiled draws (`drawn`), by class, config, dtype and names, most recently
 # made last.
@@ -38,7 +38,7 @@ def drawn(
     config: Any,
     dtype: Any,
     key: Any,
-    abstract: Any,
+    slots: dict[str, Slot],
     names: list[str],
     which: Any,
 ) -> dict[str, ArrayTensor]:
@@ -47,12 +47,11 @@ def drawn(
     per class, config, dtype and names), so that only these parameters are
     computed: XLA drops the rest (BERT-base's build: about 1 s compiled, 6 s run
     eagerly on two CPU cores). `which` identifies the class, config and dtype
-    (`abstract` is their abstract build)."""
+    (`slots` are the layer view of their abstract build, `layer_slots`)."""
     which = (which, tuple(names))
     with _LOCK:
         program = _PROGRAMS.get(which)
     if program is None:
-        slots = layer_slots(abstract)
 
         def build(key: Any) -> list[Any]:
             model = cls(config, dtype, key=key)
@@ -70,16 +69,17 @@ def drawn(
 
 
 def resized_head(
-    cls: Any, abstract: Any, tensors: dict[str, Any], names: dict[str, str]
+    cls: Any, slots: dict[str, Slot], tensors: dict[str, Any], names: dict[str, str]
 ) -> dict[str, tuple[tuple, tuple]]:
     """`{name: (shape in the file, shape in the model)}` for each tensor of the
     class's head (`NEW_ON_LOAD`) that the file holds with another shape (another
     number of labels than the config's), by checkpoint name. `names` maps
-    checkpoint names to boxwood's."""
-    slots = layer_slots(abstract)
+    checkpoint names to boxwood's, by which `tensors` and `slots` (the model's
+    layer view, `layer_slots`) are keyed."""
     out = {}
-    for name in matching(cls.NEW_ON_LOAD, [n for n in names if n in tensors]):
-        have, want = tuple(tensors[name].shape), slots[names[name]].shape
+    held = [n for n, own in names.items() if own in tensors]
+    for name in matching(cls.NEW_ON_LOAD, held):
+        have, want = tuple(tensors[names[name]].shape), slots[names[name]].shape
         if have != want:
             out[name] = (have, want)
     return out

@@ -3,7 +3,6 @@ directory into an abstractly built model, and exporting one back."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import json
@@ -20,7 +19,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._caches import register_cache_clear
-from .._checkpoint import CheckpointError, atomic_write, read_region
+from .._checkpoint import CheckpointError, assemble, atomic_write
 from .._transforms import filter_eval_shape
 from .._tree import tree_at
 from .._warnings import user_stacklevel
@@ -29,11 +28,13 @@ from ._attend import check_implementation
 from ._blocks import with_fields
 from ._checkpoint_files import (
     FileLayout,
+    absent_parts,
     checkpoint_tensors,
     config_path,
     floating_dtype,
     renamed_tensors,
     standard_tensors,
+    without_tied_copies,
 )
 from ._model_config import WRITTEN_ANEW, config_from, generation_options, read_json
 from ._new_parameters import (
@@ -47,10 +48,11 @@ from ._resize import Vocabulary
 from ._save_files import cast_arrays, shard_bytes, write_weights
 from ._sharding_rules import Strategy, sharding_rules
 from ._stacking import (
-    assemble_layers,
     layer_arrays,
     layer_names,
-    layer_shardings,
+    layer_parts,
+    layer_slots,
+    with_layer_shardings,
 )
 from ._torch_habits import habit_error
 
@@ -198,17 +200,7 @@ class Pretrained(Vocabulary):
         """The model of `directory`, with `config` (and the directory's
         `generation_config.json`, if any), in inference mode. `resize`: a head
         tensor of another shape than the model's is drawn anew (else an error)."""
-        tensors = checkpoint_tensors(directory)
-        dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
-        # The tensors that cannot be mapped are copied whatever the model: a
-        # helper thread faults their memory in while the model is built (see
-        # `_checkpoint._host_memory`).
-        one_region = mesh is None and _adopts_host_buffers()
-        early = read_region(tensors.values(), dtype) if one_region else None
-        with early or contextlib.nullcontext():
-            model = cls._load_into(
-                directory, config, dtype, mesh, rules, tensors, one_region, key, resize
-            )
+        model = cls._load_into(directory, config, dtype, mesh, rules, key, resize)
         generation = os.path.join(directory, GENERATION_CONFIG)
         if os.path.isfile(generation):
             # set on the loaded model: the abstract build, remembered per config,
@@ -227,49 +219,61 @@ class Pretrained(Vocabulary):
         dtype: Any,
         mesh: Any,
         rules: Any,
-        tensors: dict[str, Any],
-        one_region: bool,
-        key: Any = None,
-        resize: bool = False,
+        key: Any,
+        resize: bool,
     ) -> Any:
+        """The weights of `directory` in the abstractly built model: the files'
+        tensors under the model's names (`_checkpoint_files`), the head drawn
+        anew where the file lacks it (`_new_parameters`), then all of them
+        validated and read in one pass, each stacked leaf from its layers'
+        tensors (`boxwood._checkpoint.assemble` with the plan `layer_parts`)."""
+        tensors = checkpoint_tensors(directory)
+        dtype = jnp.dtype(dtype) if dtype is not None else floating_dtype(tensors)
         abstract = abstract_model(cls, config, dtype)
-        expected = {cls.checkpoint_name(name) for name in layer_names(abstract)}
-        tensors = standard_tensors(tensors, expected, cls.LAYOUTS)
-        tensors = cls._without_tied_copies(config, tensors, directory)
-        abstract = cls._without_absent_parts(abstract, tensors)
-        if isinstance(rules, str):
-            # `sharding_rules` checks the name itself
+        names = {cls.checkpoint_name(name): name for name in layer_names(abstract)}
+        tensors = standard_tensors(tensors, set(names), cls.LAYOUTS)
+        tied = cls.tied_tensors(config)
+        tensors = without_tied_copies(tensors, tied, directory, cls.__name__)
+        absent = absent_parts(tensors, names, cls.OPTIONAL_PARTS)
+        dropped = "|".join(f"(?:{p})" for p in (cls.DROPPED, cls.OTHER_HEADS) if p)
+        tensors, left_out = renamed_tensors(tensors, names, dropped or None)
+        for part in absent:
+            abstract = tree_at(lambda m, p=part: getattr(m, p), abstract, None)
+        if isinstance(rules, str):  # `sharding_rules` checks the name itself
             rules = sharding_rules(cls, cast(Strategy, rules))
         if mesh is not None:
-            abstract = _with_shardings(
-                abstract, layer_shardings(abstract, mesh, rules or ())
-            )
-        names = {cls.checkpoint_name(name): name for name in layer_names(abstract)}
-        resized = resized_head(cls, abstract, tensors, names)
+            abstract = with_layer_shardings(abstract, mesh, rules or ())
+        slots, parts = layer_slots(abstract), layer_parts(abstract)
+        names = {cls.checkpoint_name(name): name for name in slots}
+        resized = resized_head(cls, slots, tensors, names)
         if resized and not resize:
             raise CheckpointError(resized_message(cls, directory, resized))
-        tensors = {n: t for n, t in tensors.items() if n not in resized}
-        new = matching(cls.NEW_ON_LOAD, [n for n in names if n not in tensors])
-        unused = matching(cls.OTHER_HEADS, [n for n in tensors if n not in names])
-        dropped = "|".join(f"(?:{p})" for p in (cls.DROPPED, cls.OTHER_HEADS) if p)
-        tensors = renamed_tensors(tensors, names, dropped or None)
+        gone = {names[n] for n in resized}  # drawn anew, as if the file lacked them
+        tensors = {n: t for n, t in tensors.items() if n not in gone}
+        new = matching(cls.NEW_ON_LOAD, [n for n in names if names[n] not in tensors])
+        unused = matching(cls.OTHER_HEADS, left_out)
         if new:
             which = (cls, _config_key(config), jnp.dtype(dtype))
             own = [names[n] for n in new]
-            tensors.update(drawn(cls, config, dtype, key, abstract, own, which))
-        model = assemble_layers(
+            tensors.update(drawn(cls, config, dtype, key, slots, own, which))
+        # what was drawn and dropped is always listed, once the load succeeded
+        message = None
+        if new or unused:
+            message = new_parameters_message(cls, directory, new, unused, resized)
+        model, _ = assemble(
             abstract,
             tensors,
+            strict=True,
             cast=dtype,
+            squeeze_ok=True,
+            parts=parts,  # a stacked leaf read from its layers, in the same pass
             source=f"the checkpoint in {directory}",
             where="the checkpoint",
             progress=True,  # a bar for a large checkpoint, on a terminal only
-            # the copies (stacked layers not back to back in the file too) into
-            # one region of memory, unless `_load`'s serves them all already
-            one_region=one_region,
+            # the copies in one region of memory, where the device adopts them
+            region=mesh is None and _adopts_host_buffers(),
         )
-        if new or unused:  # what was drawn and dropped is always listed
-            message = new_parameters_message(cls, directory, new, unused, resized)
+        if message is not None:
             warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
         return model
 
@@ -279,42 +283,6 @@ class Pretrained(Vocabulary):
         embedding written out): `{name: name of the tensor it must equal}`, in
         `save_pretrained`'s names."""
         return {}
-
-    @classmethod
-    def _without_tied_copies(
-        cls, config: Any, tensors: dict[str, Any], directory: str
-    ) -> dict[str, Any]:
-        """`tensors` less the copies of `tied_tensors` it holds, after checking
-        each equals its original (`CheckpointError` naming both otherwise)."""
-        out = dict(tensors)
-        for copy_name, original in cls.tied_tensors(config).items():
-            if copy_name not in out or original not in out:
-                continue
-            a, b = out[copy_name], out[original]
-            same = tuple(a.shape) == tuple(b.shape) and np.array_equal(
-                a.read(), b.read()
-            )
-            if not same:
-                raise CheckpointError(
-                    f"the checkpoint in {directory}: `{copy_name}` differs from "
-                    f"`{original}`, but {cls.__name__} ties them (its output "
-                    "projection is the token embedding), so the file describes "
-                    f"another model; remove `{copy_name}` from the file, or set "
-                    "`tie_word_embeddings` to false where the class allows it."
-                )
-            del out[copy_name]
-        return out
-
-    @classmethod
-    def _without_absent_parts(cls, abstract: Any, tensors: dict[str, Any]) -> Any:
-        """`abstract` with each of `OPTIONAL_PARTS` of which the file has no
-        tensor set to `None`."""
-        names = layer_names(abstract)
-        for part in cls.OPTIONAL_PARTS:
-            own = [n for n in names if n.startswith(f"{part}.")]
-            if not any(cls.checkpoint_name(n) in tensors for n in own):
-                abstract = tree_at(lambda m, p=part: getattr(m, p), abstract, None)
-        return abstract
 
     def export_array(self, name: str, array: np.ndarray) -> np.ndarray:
         """Boxwood's parameter `name` in the checkpoint's layout."""
@@ -470,15 +438,6 @@ def _own_indices(tree: Any) -> Any:
 def _clear_abstract_models() -> None:
     with _ABSTRACT_LOCK:
         _ABSTRACT.clear()
-
-
-def _with_shardings(abstract: Any, shardings: Any) -> Any:
-    def put(x: Any, s: Any) -> Any:
-        if isinstance(x, jax.ShapeDtypeStruct) and s is not None:
-            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
-        return x
-
-    return jtu.tree_map(put, abstract, shardings, is_leaf=lambda x: x is None)
 
 
 def save_pretrained(model: Pretrained, path: str | os.PathLike, **options: Any) -> None:

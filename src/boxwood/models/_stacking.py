@@ -14,25 +14,16 @@ what the plain tree gives.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, cast
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .._checkpoint import (
-    Tensor,
-    aligned_empty,
-    assemble,
-    read_region,
-    stacked_view,
-    state_dict,
-)
+from .._checkpoint import Part, state_dict
 from .._paths import dotted_path
 from .._sharding import named_shardings
 from ..nn import Stacked
@@ -183,137 +174,14 @@ def layer_arrays(tree: Any) -> Iterator[tuple[str, np.ndarray]]:
         yield name, (array[slot.index] if slot.index else array)
 
 
-def stacked_groups(tree: Any) -> dict[str, list[tuple[str, Slot]]]:
-    """For each stacked leaf of `tree` (by its path), its layers' names in the
-    layer view and their slots, in index order."""
-    groups: dict[str, list[tuple[str, Slot]]] = {}
-    for name, slot in layer_slots(tree).items():
-        if slot.index:
-            groups.setdefault(slot.source, []).append((name, slot))
-    return groups
-
-
-@dataclasses.dataclass(frozen=True)
-class LayerStack:
-    """The file tensors of one stacked leaf's layers (`parts`, in index order)
-    presented as one tensor of the leaf's `shape` and `dtype`: a read fills one
-    new host buffer of that shape and dtype with each layer in its place (a
-    layer whose own shape differs from the leaf's by size-1 axes is reshaped; a
-    floating-point layer is cast on the way in)."""
-
-    parts: tuple[Tensor, ...]
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    stacked_axes: int
-
-    # a read returns a fresh buffer that only the caller references
-    reads_are_owned = True
-
-    def read(self, index: tuple[slice, ...] | None = None) -> np.ndarray:
-        lead = self.shape[: self.stacked_axes]
-        if index is None:
-            # the layers back to back in a mapped file: one view, no copy
-            view = stacked_view(self.parts, self.shape, self.dtype)
-            if view is not None:
-                return view
-            out = aligned_empty(self.shape, self.dtype)
-            rows = out.reshape(-1, *self.shape[self.stacked_axes :])
-            for row, part in zip(rows, self.parts):
-                if self._reads_into(part, row):
-                    cast(Any, part).read_into(row)  # file to its place, one copy
-                else:
-                    row[...] = self._layer(part, None)
-            return out
-        order = np.arange(len(self.parts)).reshape(lead)[index[: self.stacked_axes]]
-        inner = tuple(index[self.stacked_axes :])
-        pieces = [self._layer(self.parts[int(n)], inner) for n in order.reshape(-1)]
-        out = aligned_empty(order.shape + pieces[0].shape, self.dtype)
-        for row, piece in zip(out.reshape(-1, *pieces[0].shape), pieces):
-            row[...] = piece
-        return out
-
-    def fresh_nbytes(self, cast: Any) -> int | None:
-        """The bytes of new memory a whole read takes (`read_region`): none for
-        one mapped span, the stacked buffer otherwise; `None` where a layer is
-        read into a buffer of its own first (a cast)."""
-        if any(np.dtype(part.dtype) != self.dtype for part in self.parts):
-            return None
-        if stacked_view(self.parts, self.shape, self.dtype) is not None:
-            return 0
-        return self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
-
-    @staticmethod
-    def _reads_into(part: Any, row: np.ndarray) -> bool:
-        """Whether `part` can be read into `row` as it is (same dtype and number
-        of elements; only file tensors can)."""
-        return (
-            hasattr(part, "read_into")
-            and np.dtype(part.dtype) == row.dtype
-            and int(np.prod(part.shape, dtype=np.int64)) == row.size
-        )
-
-    def _layer(self, part: Tensor, index: tuple[slice, ...] | None) -> np.ndarray:
-        layer_shape = self.shape[self.stacked_axes :]
-        if tuple(part.shape) == layer_shape:
-            return part.read(index)
-        data = part.read().reshape(layer_shape)
-        return data if index is None else data[index]
-
-
-def joined_tensors(
-    tree: Any, tensors: Mapping[str, Tensor], cast: Any
-) -> dict[str, Tensor]:
-    """`tensors` (named as in `tree`'s layer view, already validated against it)
-    with the layers of each stacked leaf joined into one `LayerStack` named by the
-    leaf's path; `cast` is the floating dtype the load casts to, or `None`."""
-    out = dict(tensors)
-    leaves = {dotted_path(p): x for p, x in jtu.tree_flatten_with_path(tree)[0]}
-    for source, layers in stacked_groups(tree).items():
-        leaf = leaves[source]
-        dtype = np.dtype(leaf.dtype)
-        if cast is not None and jnp.issubdtype(dtype, jnp.floating):
-            dtype = np.dtype(cast)
-        parts = tuple(out.pop(name) for name, _ in layers)
-        stacked_axes = len(layers[0][1].index)
-        out[source] = LayerStack(parts, tuple(leaf.shape), dtype, stacked_axes)
-    return out
-
-
-def assemble_layers(
-    abstract: Any,
-    tensors: Mapping[str, Tensor],
-    *,
-    cast: Any,
-    one_region: bool = False,
-    **options: Any,
-) -> Any:
-    """`abstract` filled from `tensors`, which are named as in its layer view
-    (per-layer names), as `boxwood._checkpoint.assemble` fills it (strict, size-1
-    axes may differ): every problem is collected first and reported at once by
-    per-layer name; then each stacked leaf's layers are read into one host buffer
-    of the stacked shape, in the final dtype, and placed once (each device's shard
-    read on its own where `abstract` carries a sharding). With `one_region`, the
-    buffers of the whole reads are pieces of one region of memory whose pages a
-    helper thread faults in meanwhile (`read_region`; not for sharded reads).
-    `options`: `source` and `where` for the error."""
-    if has_stacks(abstract):
-        # Validation only: nothing is read (`materialise` reads no plan).
-        assemble(
-            layer_view(abstract),
-            tensors,
-            strict=True,
-            cast=cast,
-            squeeze_ok=True,
-            materialise=lambda plans: {},
-            **options,
-        )
-        tensors = joined_tensors(abstract, tensors, cast)
-    region = read_region(tensors.values(), cast) if one_region else None
-    with region or contextlib.nullcontext():
-        model, _ = assemble(
-            abstract, tensors, strict=True, cast=cast, squeeze_ok=True, **options
-        )
-    return model
+def layer_parts(tree: Any) -> dict[str, Part]:
+    """Where each tensor of `tree`'s layer view goes in `tree`: `{name: Part(path
+    of the leaf, index into its stacked axes)}`, in an unrolled model's order
+    (the plan `boxwood._checkpoint.assemble(..., parts=...)` reads a stacked
+    leaf's layers by)."""
+    return {
+        name: Part(slot.source, slot.index) for name, slot in layer_slots(tree).items()
+    }
 
 
 def layer_shardings(tree: Any, mesh: Any, rules: Any) -> Any:
@@ -346,6 +214,18 @@ def layer_shardings(tree: Any, mesh: Any, rules: Any) -> Any:
         _marked(tree),
         is_leaf=_is_slot,
     )
+
+
+def with_layer_shardings(tree: Any, mesh: Any, rules: Any) -> Any:
+    """The abstract `tree` with each array leaf given its `layer_shardings`."""
+    shardings = layer_shardings(tree, mesh, rules)
+
+    def put(x: Any, s: Any) -> Any:
+        if isinstance(x, jax.ShapeDtypeStruct) and s is not None:
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+        return x
+
+    return jtu.tree_map(put, tree, shardings, is_leaf=lambda x: x is None)
 
 
 @dataclasses.dataclass(frozen=True)
