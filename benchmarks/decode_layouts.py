@@ -224,6 +224,8 @@ def main() -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--boxwood-only", action="store_true",
+                   help="only boxwood's decode step and generate")  # fmt: skip
     args = p.parse_args()
     case = cases.generate_case(args.quick)
     model = _acc_boxwood.generation_model(case.options)
@@ -238,7 +240,7 @@ def main() -> int:
         )
         start = jnp.int32(case.prompt)
         reference = None
-        for layout, where in VARIANTS:
+        for layout, where in () if args.boxwood_only else VARIANTS:
             run = functools.partial(
                 _tokens, params, first, start, length, steps, heads, layout, where
             )

@@ -149,15 +149,53 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def hlo_lines(case: Any, model: Any, batch: int) -> list[str]:
+    """The compiled decoding loop of `generate` at `batch` (on the device), its
+    custom calls and copies, one line each: what a step does besides the model's
+    arithmetic."""
+    import boxwood as bw
+    from boxwood.models import _generate
+    from boxwood.models._generate_loop import decode_loop
+
+    called: dict = {}
+    original = _generate._decode
+
+    def spy(*args: Any) -> Any:
+        called["args"] = args
+        return original(*args)
+
+    _generate._decode = spy
+    try:
+        prompt = np.zeros((batch, case.prompt), np.int32)
+        _acc_boxwood.generate(model, jnp.asarray(prompt), 2)
+    finally:
+        _generate._decode = original
+    text = bw.filter_jit(decode_loop).lower(*called["args"]).compile().as_text()
+    return [
+        line.strip()[:400]
+        for line in text.splitlines()
+        if " custom-call(" in line or " copy(" in line or "copy-start" in line
+    ]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, default=HERE / "results")
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--only", default="boxwood,pure JAX")
+    p.add_argument("--hlo", action="store_true",
+                   help="only write decode_hlo.txt: the custom calls and copies of "
+                   "the compiled loop at the largest batch")  # fmt: skip
     args = p.parse_args()
     case = cases.generate_case(args.quick)
     model = _acc_boxwood.generation_model(case.options)
+    if args.hlo:
+        args.out.mkdir(parents=True, exist_ok=True)
+        lines = hlo_lines(case, model, max(case.batches))
+        (args.out / "decode_hlo.txt").write_text("\n".join(lines) + "\n")
+        print(f"{len(lines)} custom calls and copies", file=sys.stderr)
+        return 0
     params = _acc_jax.from_boxwood_gpt2(model)
     bw_bytes = bandwidth(args.quick)
     meta = {"device": jax.devices()[0].device_kind, "label": case.label(0),

@@ -3,11 +3,14 @@ is (switched to inference mode inside the trace), so a second call with the
 same model rebuilds nothing and runs the compiled loop it already has; a model
 in training mode generates as in inference mode."""
 
+import jax
 import numpy as np
+import pytest
 
 import boxwood
 import boxwood.models as bm
-from _tiny_causal_lms import gpt2
+from _jaxprs import all_equations
+from _tiny_causal_lms import gpt2, llama
 from boxwood.nn import _inference
 
 
@@ -41,3 +44,67 @@ def test_a_model_in_training_mode_generates_as_in_inference_mode():
     np.testing.assert_array_equal(
         bm.generate(training, ids, 6), bm.generate(gpt2(), ids, 6)
     )
+
+
+def _weight_slices_in_the_loop(monkeypatch, mode):
+    """How many slices of the stacked layers' weights the body of `generate`'s
+    decoding loop takes per step, with `SLICE_LAYERS` set to `mode`."""
+    import jax.numpy as jnp
+
+    from boxwood.models import _decode_layers, _generate
+    from boxwood.models._generate_loop import decode_loop
+
+    monkeypatch.setattr(_decode_layers, "SLICE_LAYERS", mode)
+    model = gpt2()
+    called = {}
+    original = getattr(_generate._decode, "original", _generate._decode)
+
+    def spy(*args):
+        called["args"] = args
+        return original(*args)
+
+    spy.original = original
+    monkeypatch.setattr(_generate, "_decode", spy)
+    original.clear_cache()  # traced again with this setting
+    bm.generate(model, np.array([3, 5, 7], np.int32), 4)
+    jaxpr = boxwood.filter_make_jaxpr(decode_loop)(*called["args"])[0].jaxpr
+    weights = {
+        x.shape
+        for x in jax.tree.leaves(model.blocks(model))
+        if isinstance(x, jax.Array)
+    }
+    (loop,) = [e for e in jaxpr.eqns if e.primitive.name == "while"]
+    body = loop.params["body_jaxpr"].jaxpr
+    return sum(
+        1
+        for e in all_equations(body)
+        if e.primitive.name in ("slice", "dynamic_slice", "gather")
+        and tuple(e.invars[0].aval.shape) in weights
+        and e.invars[0].aval.dtype != jnp.int32
+    )
+
+
+def test_the_loop_reads_each_layer_sliced_once_before_it(monkeypatch):
+    """Where the layers are sliced apart (on a TPU, where the copy fits; here
+    asked for), the decoding loop's body reads each layer's weights as arrays
+    of their own: no slice of a stacked weight is taken per step."""
+    assert _weight_slices_in_the_loop(monkeypatch, "never") > 0
+    assert _weight_slices_in_the_loop(monkeypatch, "always") == 0
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_layers_sliced_apart_give_the_same_tokens(monkeypatch, beams):
+    from boxwood.models import _beam_search, _decode_layers, _generate
+
+    out = {}
+    for mode in ("never", "always"):
+        monkeypatch.setattr(_decode_layers, "SLICE_LAYERS", mode)
+        _generate._decode.clear_cache()
+        _beam_search._beam_loop.clear_cache()
+        out[mode] = [
+            np.asarray(bm.generate(make(), prompts, 6, num_beams=beams))
+            for make in (gpt2, llama)
+            for prompts in (np.array([[3, 5, 7], [11, 13, 17]]), [[3, 5], [7, 9, 11]])
+        ]
+    for never, always in zip(out["never"], out["always"]):
+        np.testing.assert_array_equal(never, always)

@@ -16,6 +16,7 @@ from jax.experimental import io_callback
 from jaxtyping import Array
 
 from ..nn import inference_mode
+from ._decode_layers import with_layers_apart
 from ._id_ranges import ids_known_in_range
 from ._sampling import Sampling, draw, warp
 from ._score_rules import Rules, Tokens, apply_rules, is_end, stopped
@@ -164,7 +165,10 @@ def prefill(model: Any, batch: Batch, capacity: int, repeat: int = 1) -> tuple:
     written). Each prompt is `repeat` consecutive rows (beam search's beams).
     The model runs in inference mode (dropout off), switched here, inside the
     trace: `generate` passes the caller's model as it is, so that a call finds
-    its flattened form and compiled loop without rebuilding the model."""
+    its flattened form and compiled loop without rebuilding the model. The
+    returned stepper is the loop's: for one row, its layers sliced from the
+    stack once, here, where `_decode_layers.with_layers_apart` finds that worth
+    it."""
     model = inference_mode(model, True)
     padded, pads, start = batch.padded, batch.pads, batch.start
     if repeat > 1:
@@ -173,6 +177,10 @@ def prefill(model: Any, batch: Batch, capacity: int, repeat: int = 1) -> tuple:
     rows, width = padded.shape
     step, state = stepper(model, pads, rows, model.init_cache(width + capacity))
     logits, state = step(padded, state, 0, start)
+    if rows == 1 and pads is None:  # one row: the loop's layers sliced once
+        apart = with_layers_apart(model)
+        if apart is not model:
+            step = stepper(apart, pads, rows, None)[0]
     logits = jax.lax.dynamic_index_in_dim(logits, start - 1, 1, keepdims=False)
     fill = jnp.full((rows, capacity), batch.pad_id, jnp.int32)
     ids = jnp.concatenate([padded, fill], axis=1)
