@@ -161,6 +161,27 @@ def test_the_collector_finds_blocks_and_skip_marks(tmp_path):
         _run(found[1], namespace)
 
 
+def test_a_page_cut_into_parts_runs_each_part_afresh(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: devices 8 -->\n\n```python\nx = 1\n```\n\n"
+        "<!-- docs-test: new part -->\n\n<!-- docs-test: setup\ny = 2\n-->\n\n"
+        "```python\nz = y + 1\n```\n\n```python\nx\n```\n"
+    )
+    assert parts(page) == 2
+    assert [(b.line, b.part, b.hidden) for b in blocks(page)] == [
+        (4, 0, False),
+        (10, 1, True),
+        (14, 1, False),
+        (18, 1, False),
+    ]
+    assert (devices(page, 0), devices(page, 1)) == (8, 1)
+    run_page(page, 0)
+    # the second part's namespace starts empty: `x` of the first is not there
+    with pytest.raises(AssertionError, match=r"page.md:18 raised NameError"):
+        run_page(page, 1)
+
+
 def test_every_page_with_python_is_collected():
     pages = {str(p.relative_to(ROOT)) for p in PAGES}
     assert "README.md" in pages and "docs/getting-started.md" in pages
