@@ -16,6 +16,12 @@ What a reader has at hand from the text around a block (a trained `model`, a
 A page whose examples need several devices says so once, `<!-- docs-test: devices
 8 -->`: its blocks then run in a subprocess with that many simulated CPU devices.
 
+A long page may be cut into parts, each a test of its own, so that the suite's
+workers share its time: `<!-- docs-test: new part -->` starts a part, whose
+blocks run in a fresh namespace (what it needs from the text above, the imports
+at least, is its own hidden setup). A devices comment then holds for the part it
+stands in, and a part without one runs in the test's own process.
+
 Every fence names its language: a Python one (`python`, `pycon`, `py`) runs, one of
 `NOT_PYTHON` (shell commands, program output, data) is shown only, and any other
 (an untagged fence, `python3`) is refused with its place, so no example is silently
@@ -38,7 +44,8 @@ NOT_PYTHON = frozenset(
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)[^\n]*$")
 SKIP = re.compile(r"^<!-- docs-test: skip \((?P<reason>[^)]+)\) -->$")
 _SETUP = "<!-- docs-test: setup"
-_DEVICES = re.compile(r"^<!-- docs-test: devices (\d+) -->$", re.M)
+_DEVICES = re.compile(r"^<!-- docs-test: devices (\d+) -->$")
+_PART = "<!-- docs-test: new part -->"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +55,7 @@ class Block:
     code: str
     skip_reason: str | None
     hidden: bool = False  # setup code in an HTML comment
+    part: int = 0  # the page's part (0 on a page of one part)
 
     @property
     def is_doctest(self) -> bool:
@@ -61,21 +69,38 @@ class Block:
         return f"{page}:{self.line}"
 
 
-def devices(page: pathlib.Path) -> int:
-    """How many devices the page's examples need (1 unless it says)."""
-    found = _DEVICES.search(page.read_text(encoding="utf-8"))
-    return int(found[1]) if found else 1
+def _parts(page: pathlib.Path) -> list[list[str]]:
+    """The page's lines, cut into its parts (each `_PART` line starts one)."""
+    found: list[list[str]] = [[]]
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.strip() == _PART:
+            found.append([])
+        found[-1].append(line)
+    return found
+
+
+def parts(page: pathlib.Path) -> int:
+    """How many parts the page is cut into (1 unless it says)."""
+    return len(_parts(page))
+
+
+def devices(page: pathlib.Path, part: int = 0) -> int:
+    """How many devices the examples of the page's `part` need (1 unless it says)."""
+    found = [m for line in _parts(page)[part] if (m := _DEVICES.match(line.strip()))]
+    return int(found[0][1]) if found else 1
 
 
 def blocks(page: pathlib.Path) -> list[Block]:
     """The Python blocks of `page`, in order."""
     lines = page.read_text(encoding="utf-8").splitlines()
-    found, i = [], 0
+    found, i, part = [], 0, 0
     while i < len(lines):
+        if lines[i].strip() == _PART:
+            part += 1
         if lines[i].strip() == _SETUP:
             end = lines.index("-->", i)
             code = "\n".join(lines[i + 1 : end]) + "\n"
-            found.append(Block(page, i + 2, code, None, hidden=True))
+            found.append(Block(page, i + 2, code, None, hidden=True, part=part))
             i = end + 1
             continue
         fence = _FENCE.match(lines[i])
@@ -96,6 +121,7 @@ def blocks(page: pathlib.Path) -> list[Block]:
             previous = lines[i - 1].strip() if i else ""
             skip = SKIP.match(previous)
             body = "\n".join(line[indent:] for line in lines[i + 1 : end])
-            found.append(Block(page, i + 2, body + "\n", skip and skip["reason"]))
+            reason = skip and skip["reason"]
+            found.append(Block(page, i + 2, body + "\n", reason, part=part))
         i = end + 1
     return found

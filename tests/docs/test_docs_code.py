@@ -15,7 +15,7 @@ import pytest
 
 import boxwood
 from _child_flags import child_env, xla_flags_with_devices
-from _markdown_blocks import PAGES, ROOT, Block, blocks, devices
+from _markdown_blocks import PAGES, ROOT, Block, blocks, devices, parts
 from _notebook_pages import RUN_AS_NOTEBOOK, check
 
 # Pages run as their notebooks (tests/_notebook_pages.py) are checked against them
@@ -25,6 +25,14 @@ RUNNABLE = [
     for p in PAGES
     if any(not b.skip_reason for b in blocks(p)) and p.name not in RUN_AS_NOTEBOOK
 ]
+# A page cut into parts is a test per part (tests/_markdown_blocks.py)
+RUNNABLE_PARTS = [(p, part) for p in RUNNABLE for part in range(parts(p))]
+
+
+def _part_id(case: tuple[pathlib.Path, int]) -> str:
+    page, part = case
+    name = str(page.relative_to(ROOT))
+    return name if parts(page) == 1 else f"{name}:part{part + 1}"
 
 
 def _run(block: Block, namespace: dict) -> None:
@@ -43,10 +51,10 @@ def _run(block: Block, namespace: dict) -> None:
         raise AssertionError(f"the block at {block.where} raised {error!r}") from error
 
 
-def run_page(page: pathlib.Path) -> None:
-    """Run the page's blocks in order in one namespace, in the current folder, with
-    JAX's default promotion rules (a reader's session; the test suite's conftest
-    makes them strict)."""
+def run_page(page: pathlib.Path, part: int = 0) -> None:
+    """Run the blocks of the page's `part` in order in one namespace, in the current
+    folder, with JAX's default promotion rules (a reader's session; the test
+    suite's conftest makes them strict)."""
     namespace = {"__name__": "__docs__"}
     explain = boxwood.config.explain_recompiles  # a page may switch it on
     try:
@@ -55,18 +63,19 @@ def run_page(page: pathlib.Path) -> None:
             jax.numpy_rank_promotion("allow"),
         ):
             for block in blocks(page):
-                if not block.skip_reason:
+                if block.part == part and not block.skip_reason:
                     _run(block, namespace)
     finally:
         boxwood.config.explain_recompiles = explain
 
 
-@pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
-def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
+@pytest.mark.parametrize("case", RUNNABLE_PARTS, ids=_part_id)
+def test_the_code_blocks_of_a_page_run(case, tmp_path, monkeypatch):
+    page, part = case
     monkeypatch.chdir(tmp_path)  # a scratch folder for the files examples write
-    n = devices(page)
+    n = devices(page, part)
     if n == 1:
-        run_page(page)
+        run_page(page, part)
         return
     # n simulated CPU devices, whatever this process's backend
     env = child_env(XLA_FLAGS=xla_flags_with_devices(n))
@@ -77,7 +86,10 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch):
             *filter(None, [env.get("PYTHONPATH")]),
         ]
     )
-    code = f"from test_docs_code import run_page; run_page(__import__('pathlib').Path({str(page)!r}))"
+    code = (
+        "from test_docs_code import run_page; "
+        f"run_page(__import__('pathlib').Path({str(page)!r}), {part})"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env
     )
@@ -147,6 +159,27 @@ def test_the_collector_finds_blocks_and_skip_marks(tmp_path):
         _run(wrong, namespace)
     with pytest.raises(AssertionError, match=r"block at .*page.md:9 raised NameError"):
         _run(found[1], namespace)
+
+
+def test_a_page_cut_into_parts_runs_each_part_afresh(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: devices 8 -->\n\n```python\nx = 1\n```\n\n"
+        "<!-- docs-test: new part -->\n\n<!-- docs-test: setup\ny = 2\n-->\n\n"
+        "```python\nz = y + 1\n```\n\n```python\nx\n```\n"
+    )
+    assert parts(page) == 2
+    assert [(b.line, b.part, b.hidden) for b in blocks(page)] == [
+        (4, 0, False),
+        (10, 1, True),
+        (14, 1, False),
+        (18, 1, False),
+    ]
+    assert (devices(page, 0), devices(page, 1)) == (8, 1)
+    run_page(page, 0)
+    # the second part's namespace starts empty: `x` of the first is not there
+    with pytest.raises(AssertionError, match=r"page.md:18 raised NameError"):
+        run_page(page, 1)
 
 
 def test_every_page_with_python_is_collected():
