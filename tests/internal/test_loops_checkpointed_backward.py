@@ -4,6 +4,7 @@ gradients against a plain `lax.scan`, and how many steps it recomputes against
 the optimal offline schedule."""
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -48,9 +49,14 @@ def test_planner_matches_the_binomial_rule(slots, longest):
     assert np.asarray(got).tolist() == want
 
 
-def test_beta_is_the_binomial_coefficient():
-    assert [_treeverse.beta(3, t) for t in range(5)] == [1, 4, 10, 20, 35]
-    assert _treeverse.beta(2, 65535) > _INT32_MAX > _treeverse.beta(2, 65534)
+def test_a_row_of_the_table_is_the_binomial_coefficients_capped_at_int32():
+    """Row `s` of the schedule's table is `beta(s, t) = C(s + t, s)` for `t = 0,
+    1, ...` up to the first value reaching `longest`, capped at int32's maximum."""
+    assert _treeverse._row(3, 35) == [math.comb(3 + t, 3) for t in range(5)]
+    row = _treeverse._row(2, _INT32_MAX)
+    assert len(row) == 65536  # C(65536, 2) < int32 max <= C(65537, 2)
+    assert row[-2] == math.comb(65536, 2) < _INT32_MAX
+    assert row[-1] == _INT32_MAX  # capped
 
 
 # --- gradients against a plain scan ------------------------------------------------
