@@ -18,7 +18,6 @@ Writes `generate_profile.json` and `generate_profile.md` into `--out`.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -35,7 +34,7 @@ import numpy as np  # noqa: E402
 import _acc_boxwood  # noqa: E402
 import _acc_cases as cases  # noqa: E402
 import _acc_jax  # noqa: E402
-from tpu_profile import _device_profile  # noqa: E402
+from tpu_profile import _device_profile, write_results  # noqa: E402
 
 
 def bandwidth(quick: bool) -> float:
@@ -215,10 +214,7 @@ def main() -> int:
             except Exception as error:  # noqa: BLE001 - one failed figure, reported
                 rows.append({"contender": who, "batch": batch,
                              "error": f"{type(error).__name__}: {str(error)[:300]}"})  # fmt: skip
-            (args.out / "generate_profile.json").write_text(
-                json.dumps({"meta": meta, "rows": rows}, indent=1, default=str)
-            )
-            (args.out / "generate_profile.md").write_text(markdown(rows, meta))
+            write_results(args.out, "generate_profile", meta, rows, markdown)
     print(markdown(rows, meta))
     return 0
 

@@ -215,6 +215,15 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_results(out: Path, stem: str, meta: dict, rows: list, markdown: Any) -> None:
+    """`stem.json` (the meta and rows) and `stem.md` (`markdown(rows, meta)`) in
+    `out`, written again after each row, so that a run cut short keeps its rows."""
+    (out / f"{stem}.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1, default=str)
+    )
+    (out / f"{stem}.md").write_text(markdown(rows, meta))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
@@ -246,10 +255,7 @@ def main() -> int:
                     "error": f"{type(error).__name__}: {str(error)[:300]}",
                 }
             )
-        (args.out / "profile.json").write_text(
-            json.dumps({"meta": meta, "rows": rows}, indent=1, default=str)
-        )
-        (args.out / "profile.md").write_text(markdown(rows, meta))
+        write_results(args.out, "profile", meta, rows, markdown)
     print(markdown(rows, meta))
     return 0
 

@@ -329,16 +329,16 @@ def watch_plain(
 
 def watch_callable(
     fun: Any, core: Any, make_plain: Callable, promote: Callable
-) -> bool:
+) -> None:
     """`watch_plain` for a callable object that reads no watched name (a
     `functools.partial`, a bound method, an object with `__call__`): its layer
     compiles `call_keyed` bound to it, as `wrap` makes one (`make_plain`).
-    `False` (nothing watched) where no plain function is reached from `fun`
-    (no globals to scan it in): its module arguments' methods are then warned
-    about at the first trace."""
+    Where no plain function is reached from `fun` (no globals to scan it in),
+    nothing is watched: the dispatch keeps warning at the first trace about
+    its module arguments' methods."""
     g = globals_of(fun)
     if type(g) is not dict:
-        return False
+        return
 
     def layer_for(extra: dict) -> Layer:
         capture = Capture(fun, g, own=True)
@@ -349,7 +349,6 @@ def watch_callable(
         )
 
     _watch_arguments(core, layer_for, promote)
-    return True
 
 
 def _watch_arguments(core: Any, layer_for: Callable, promote: Callable) -> None:
