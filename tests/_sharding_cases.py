@@ -114,6 +114,20 @@ def reference():
     return [float(v) for v in losses], host_leaves(model)
 
 
+def reference_on_cpu():
+    """`reference()` run on the CPU platform, which the two-process workers use
+    (`JAX_PLATFORMS=cpu`), whatever this process's default backend: a GPU's
+    float32 results differ from the CPU's in their last bits, and more at its
+    default matmul precision."""
+    import jax
+
+    with jax.numpy_dtype_promotion("standard"):  # optax's adam mixes int and float
+        if jax.default_backend() == "cpu":
+            return reference()  # cached: shared with the in-process cases
+        with jax.default_device(jax.devices("cpu")[0]):
+            return reference.__wrapped__()
+
+
 def _sharded_run(mesh, rules, batch_axis):
     import boxwood as bw
 

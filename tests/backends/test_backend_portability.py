@@ -325,10 +325,7 @@ def test_the_backend_arithmetic_factor_gives_the_direct_bits(monkeypatch, fn):
 def test_the_two_process_reference_runs_on_the_cpu(monkeypatch):
     import _sharding_cases
 
-    monkeypatch.syspath_prepend(str(TESTS / "sharding"))
-    from test_sharding import _reference_on_cpu
-
-    want = _reference_on_cpu(_sharding_cases)
+    want = _sharding_cases.reference_on_cpu()
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     placed = []
     real = jax.default_device
@@ -338,7 +335,7 @@ def test_the_two_process_reference_runs_on_the_cpu(monkeypatch):
         return real(device)
 
     monkeypatch.setattr(jax, "default_device", recording)
-    got = _reference_on_cpu(_sharding_cases)
+    got = _sharding_cases.reference_on_cpu()
     assert placed == ["cpu"]
     np.testing.assert_array_equal(got[0], want[0])
     for a, b in zip(got[1], want[1], strict=True):

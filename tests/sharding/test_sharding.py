@@ -65,18 +65,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _reference_on_cpu(cases):
-    """The single-device reference run on the CPU platform, which the two workers
-    use (`JAX_PLATFORMS=cpu`), whatever this process's default backend: a GPU's
-    float32 results differ from the CPU's in their last bits, and more at its
-    default matmul precision."""
-    with jax.numpy_dtype_promotion("standard"):  # optax's adam mixes int and float
-        if jax.default_backend() == "cpu":
-            return cases.reference()  # cached: shared with the in-process cases
-        with jax.default_device(jax.devices("cpu")[0]):
-            return cases.reference.__wrapped__()
-
-
 def test_two_processes_data_parallel(tmp_path):
     """Two processes of 4 CPU devices each form one 8-device mesh; a few
     data-parallel steps end with the same parameters in both, equal to one
@@ -113,7 +101,7 @@ def test_two_processes_data_parallel(tmp_path):
     assert names == sorted(results[1].files)
     for name in names:  # identical in both processes
         np.testing.assert_array_equal(results[0][name], results[1][name])
-    ref_losses, ref_leaves = _reference_on_cpu(_sharding_cases)
+    ref_losses, ref_leaves = _sharding_cases.reference_on_cpu()
     np.testing.assert_allclose(results[0]["losses"], ref_losses, rtol=1e-5, atol=1e-5)
     assert len(ref_leaves) == len(names) - 1
     for i, want in enumerate(ref_leaves):
