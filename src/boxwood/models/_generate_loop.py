@@ -16,6 +16,7 @@ from jax.experimental import io_callback
 from jaxtyping import Array
 
 from ..nn import inference_mode
+from ._blocks import grouped_cache
 from ._decode_layers import with_layers_apart
 from ._id_ranges import ids_known_in_range
 from ._sampling import Sampling, draw, warp
@@ -168,14 +169,16 @@ def prefill(model: Any, batch: Batch, capacity: int, repeat: int = 1) -> tuple:
     its flattened form and compiled loop without rebuilding the model. The
     returned stepper is the loop's: for one row, its layers sliced from the
     stack once, here, where `_decode_layers.with_layers_apart` finds that worth
-    it."""
+    it. The cache is a `_blocks.GroupedCache` (heads side by side in 128-lane
+    rows) where `_blocks.group_size` says so."""
     model = inference_mode(model, True)
     padded, pads, start = batch.padded, batch.pads, batch.start
     if repeat > 1:
         padded = jnp.repeat(padded, repeat, axis=0)
         pads = None if pads is None else jnp.repeat(pads, repeat)
     rows, width = padded.shape
-    step, state = stepper(model, pads, rows, model.init_cache(width + capacity))
+    cache = grouped_cache(model, model.init_cache(width + capacity))
+    step, state = stepper(model, pads, rows, cache)
     logits, state = step(padded, state, 0, start)
     if rows == 1 and pads is None:  # one row: the loop's layers sliced once
         apart = with_layers_apart(model)
