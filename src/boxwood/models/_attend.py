@@ -17,9 +17,16 @@ from jaxtyping import Array, Float
 from .._kernels import fusable, fused_attention
 
 # How one new token attends over a cache (a decoding step): "einsum" (two
-# plain products in the cache's layout, the softmax in float32) or "fused"
-# (`jax.nn.dot_product_attention`, as a many-token call does).
-DECODE_ATTENTION = "einsum"
+# plain products in the cache's layout, the softmax in float32), "fused"
+# (`jax.nn.dot_product_attention`, as a many-token call does) or "auto"
+# ("einsum" on a TPU, "fused" elsewhere).
+DECODE_ATTENTION = "auto"
+
+
+def _einsum_decode() -> bool:
+    if DECODE_ATTENTION == "auto":
+        return jax.default_backend() == "tpu"
+    return DECODE_ATTENTION == "einsum"
 
 Implementation = Literal["xla", "cudnn", "splash"] | None
 
@@ -205,8 +212,8 @@ def attend(
     weights formed explicitly, so inference keeps the fused call.
 
     One new token over a cache (a decoding step) is attended with two plain
-    products in the cache's own layout where `DECODE_ATTENTION` is "einsum"
-    (see the module docstring). `k` and `v` may be a `GroupedCache` layer's
+    products in the cache's own layout where `DECODE_ATTENTION` says so
+    ("einsum", or "auto" on a TPU; see the module docstring). `k` and `v` may be a `GroupedCache` layer's
     (`_blocks.Grouped`): one token attends to them with a block-diagonal
     query; more tokens (a prefill) to the keys and values laid out as usual.
     """
@@ -218,7 +225,7 @@ def attend(
             mask = _visible(step, 1, k.rows.shape[1], window)[0]
             return _one_token_grouped(q, k.rows, v.rows, mask)
         k, v = k.ungrouped(q.shape[-1]), v.ungrouped(q.shape[-1])
-    if one_token and DECODE_ATTENTION == "einsum":
+    if one_token and _einsum_decode():
         mask = _visible(step, 1, k.shape[0], window)[0]
         return _one_token(q, k, v, mask)
     if dropping:
