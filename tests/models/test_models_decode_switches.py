@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import boxwood.models as bm
-from _tiny_causal_lms import gpt2, llama, mistral, qwen2_mixed
+from _tiny_causal_lms import gpt2, llama, mistral
 from boxwood.models import _attend, _beam_search, _blocks, _generate, _generate_loop
 from boxwood.models._attend import Step, attend
 from boxwood.models._blocks import GroupedCache, write_cache
@@ -58,9 +58,7 @@ def _outputs(monkeypatch, switches):
     _switched(monkeypatch, switches)
     out = []
     for make, prompts, beams in CASES:
-        result = bm.generate(
-            make(), prompts, 5, num_beams=beams, output_scores=True
-        )
+        result = bm.generate(make(), prompts, 5, num_beams=beams, output_scores=True)
         scores = result.scores if beams == 1 else result.sequence_scores
         out.append((np.asarray(result.sequences), np.asarray(scores)))
     return out
@@ -96,9 +94,7 @@ def _one_step_attention(monkeypatch, group, window, pad):
     monkeypatch.setattr(_blocks, "GROUP_HEADS", group)
     keys = jax.random.split(jax.random.key(0), 6)
     q1, k1, v1 = (jax.random.normal(k, (5, h, 16)) for k, h in zip(keys, (8, 4, 4)))
-    q2, k2, v2 = (
-        jax.random.normal(k, (1, h, 16)) for k, h in zip(keys[3:], (8, 4, 4))
-    )
+    q2, k2, v2 = (jax.random.normal(k, (1, h, 16)) for k, h in zip(keys[3:], (8, 4, 4)))
     zeros = jnp.zeros((2, 8, 4, 16))
     cache = (zeros, zeros)
     if group != "never":

@@ -2,7 +2,17 @@
 (`check_implementation`), what one call's layers share (`Step`: cache slot, left
 padding, segment ids of an `attention_mask`, dropout key), which keys each query
 may see (`_visible`), and `attend`: the fused kernels of `_kernels`
-where they apply, the weights formed explicitly otherwise."""
+where they apply, the weights formed explicitly otherwise.
+
+One new token over a cache (a decoding step) attends with two plain products
+in the cache's own layout and the softmax in float32 where `DECODE_ATTENTION`
+says so ("auto": on a TPU), and over a `_blocks.GroupedCache` layer (`Grouped`:
+key/value heads side by side in 128-lane rows) always, with a block-diagonal
+query. On a TPU v5e, `jax.nn.dot_product_attention`'s one-token call at batch
+32 left transposes of its output in GPT-2-small's compiled step, and the same
+step written by hand took 0.938 ms with the usual cache layout and 0.779 ms
+with heads side by side (`benchmarks/results/2026-12-06-tpu-v5e-generate-profile.md`;
+`benchmarks/decode_switches.py` times `generate` with each choice)."""
 
 from __future__ import annotations
 
@@ -27,6 +37,7 @@ def _einsum_decode() -> bool:
     if DECODE_ATTENTION == "auto":
         return jax.default_backend() == "tpu"
     return DECODE_ATTENTION == "einsum"
+
 
 Implementation = Literal["xla", "cudnn", "splash"] | None
 
@@ -220,11 +231,11 @@ def attend(
     static_window = window is None or isinstance(window, int)
     dropping = dropout is not None and not dropout.inference and dropout.p > 0
     one_token = q.shape[0] == 1 and step.cached and not dropping
-    if isinstance(k, Grouped) and isinstance(v, Grouped):
-        if one_token:
-            mask = _visible(step, 1, k.rows.shape[1], window)[0]
-            return _one_token_grouped(q, k.rows, v.rows, mask)
-        k, v = k.ungrouped(q.shape[-1]), v.ungrouped(q.shape[-1])
+    if isinstance(k, Grouped) and isinstance(v, Grouped) and one_token:
+        mask = _visible(step, 1, k.rows.shape[1], window)[0]
+        return _one_token_grouped(q, k.rows, v.rows, mask)
+    k = k.ungrouped(q.shape[-1]) if isinstance(k, Grouped) else k
+    v = v.ungrouped(q.shape[-1]) if isinstance(v, Grouped) else v
     if one_token and _einsum_decode():
         mask = _visible(step, 1, k.shape[0], window)[0]
         return _one_token(q, k, v, mask)

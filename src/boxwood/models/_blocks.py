@@ -1,7 +1,9 @@
 """What the architectures' blocks are made of and how they run: activations by
 their `transformers` names, RoPE at given positions, the stacked key/value cache
-held in a `boxwood.nn.State` (`write_cache`, `init_cache`), and the stacked blocks
-applied in one scan (unrolled for a one-token decoding step; `run_blocks`)."""
+held in a `boxwood.nn.State` (`write_cache`, `init_cache`; for `generate`'s loop
+also as a `GroupedCache`, heads side by side in 128-lane rows, where
+`GROUP_HEADS` says so: `grouped_cache`), and the stacked blocks applied in one
+scan (unrolled for a one-token decoding step; `run_blocks`)."""
 
 from __future__ import annotations
 
@@ -133,8 +135,9 @@ def write_cache(
         keys, values = (
             jax.lax.dynamic_update_slice(
                 whole,
-                jnp.swapaxes(new.reshape(new.shape[0], parts, width), 0, 1)[None]
-                .astype(whole.dtype),
+                jnp.swapaxes(new.reshape(new.shape[0], parts, width), 0, 1)[
+                    None
+                ].astype(whole.dtype),
                 at,
             )
             for whole, new in zip(cache, (k, v), strict=True)
