@@ -99,7 +99,8 @@ def group_size(kv_heads: int, head_dim: int) -> int:
 def grouped_cache(model: Any, state: State) -> State:
     """`state` (from `model.init_cache`, empty) with each key/value cache
     replaced by an empty `GroupedCache` of the same length, where `group_size`
-    groups its heads; else `state` itself."""
+    groups its heads; else (or where `model` holds no `StateIndex`) `state`
+    itself."""
     indices = [
         x
         for x in jtu.tree_leaves(model, is_leaf=lambda x: isinstance(x, StateIndex))
@@ -115,7 +116,7 @@ def grouped_cache(model: Any, state: State) -> State:
         shape = (depth, kv_heads // g, length, g * head_dim)
         zeros = jnp.zeros(shape, keys.dtype)
         grouped.append(with_fields(index, init=GroupedCache(zeros, zeros)))
-    return State(grouped)
+    return State(grouped) if grouped else state  # (a model without an index)
 
 
 def write_cache(

@@ -17,7 +17,7 @@ from jaxtyping import Array
 
 from ..nn import inference_mode
 from ._blocks import grouped_cache
-from ._causal_lm import decode_with_head
+from ._causal_lm import CausalLM, decode_with_head
 from ._decode_layers import with_layers_apart
 from ._id_ranges import ids_known_in_range
 from ._sampling import Sampling, draw, warp
@@ -185,7 +185,8 @@ def prefill(model: Any, batch: Batch, capacity: int, repeat: int = 1) -> tuple:
     returned stepper is the loop's: for one row, its layers sliced from the
     stack once, here, where `_decode_layers.with_layers_apart` finds that worth
     it; with `HEAD_BEFORE_LOOP`, its logits from the output embedding
-    transposed here. The cache is a `_blocks.GroupedCache` (heads side by side in 128-lane
+    transposed here. The cache of a `CausalLM` (whose layers write it with
+    `_blocks.write_cache`) is a `_blocks.GroupedCache` (heads side by side in 128-lane
     rows) where `_blocks.group_size` says so."""
     model = inference_mode(model, True)
     padded, pads, start = batch.padded, batch.pads, batch.start
@@ -193,14 +194,16 @@ def prefill(model: Any, batch: Batch, capacity: int, repeat: int = 1) -> tuple:
         padded = jnp.repeat(padded, repeat, axis=0)
         pads = None if pads is None else jnp.repeat(pads, repeat)
     rows, width = padded.shape
-    cache = grouped_cache(model, model.init_cache(width + capacity))
+    cache = model.init_cache(width + capacity)
+    if isinstance(model, CausalLM):  # its layers write and read a grouped cache
+        cache = grouped_cache(model, cache)
     step, state = stepper(model, pads, rows, cache)
     logits, state = step(padded, state, 0, start)
     loop_model = model
     if rows == 1 and pads is None:  # one row: the loop's layers sliced once
         loop_model = with_layers_apart(model)
     head = None
-    if HEAD_BEFORE_LOOP:  # laid out once, here, for every step's logits
+    if HEAD_BEFORE_LOOP and isinstance(model, CausalLM):  # laid out once, here
         head = jnp.swapaxes(model.output_embedding(), 0, 1)
     if loop_model is not model or head is not None:
         step = stepper(loop_model, pads, rows, None, head)[0]
