@@ -87,19 +87,21 @@ def test_switches_give_todays_tokens_and_scores(monkeypatch, today, name):
     _beam_search._beam_loop.clear_cache()
 
 
-def _one_step_attention(monkeypatch, group, window, pad):
+def _one_step_attention(monkeypatch, group, window, pad, dim):
     """A prompt of 5 tokens, then one more, attended over a cache of 8 slots held
-    as `group` says, with 8 query heads over 4 key/value heads: the prompt's
-    attention output and the new token's."""
+    as `group` says, with 8 query heads over 4 key/value heads of `dim`: the
+    prompt's attention output and the new token's."""
     monkeypatch.setattr(_blocks, "GROUP_HEADS", group)
     keys = jax.random.split(jax.random.key(0), 6)
-    q1, k1, v1 = (jax.random.normal(k, (5, h, 16)) for k, h in zip(keys, (8, 4, 4)))
-    q2, k2, v2 = (jax.random.normal(k, (1, h, 16)) for k, h in zip(keys[3:], (8, 4, 4)))
-    zeros = jnp.zeros((2, 8, 4, 16))
+    q1, k1, v1 = (jax.random.normal(k, (5, h, dim)) for k, h in zip(keys, (8, 4, 4)))
+    q2, k2, v2 = (
+        jax.random.normal(k, (1, h, dim)) for k, h in zip(keys[3:], (8, 4, 4))
+    )
+    zeros = jnp.zeros((2, 8, 4, dim))
     cache = (zeros, zeros)
     if group != "never":
-        g = _blocks.group_size(4, 16)
-        empty = jnp.zeros((2, 4 // g, 8, g * 16))
+        g = _blocks.group_size(4, dim)
+        empty = jnp.zeros((2, 4 // g, 8, g * dim))
         cache = GroupedCache(empty, empty)
     pad = None if pad is None else jnp.int32(pad)
     k, v, cache = write_cache(cache, 1, k1, v1, 0)
@@ -108,13 +110,16 @@ def _one_step_attention(monkeypatch, group, window, pad):
     return first, attend(q2, k, v, Step(5, pad, True), window)
 
 
-@pytest.mark.parametrize("window, pad", [(None, None), (3, None), (None, 2)])
-def test_one_token_attention_matches_the_fused_call(monkeypatch, window, pad):
+# heads of 16: all 4 in one row; of 64: two rows of 2 (as GPT-2-small's)
+@pytest.mark.parametrize(
+    "window, pad, dim", [(None, None, 16), (3, None, 16), (None, 2, 16), (3, 2, 64)]
+)
+def test_one_token_attention_matches_the_fused_call(monkeypatch, window, pad, dim):
     monkeypatch.setattr(_attend, "DECODE_ATTENTION", "fused")
-    want = _one_step_attention(monkeypatch, "never", window, pad)
+    want = _one_step_attention(monkeypatch, "never", window, pad, dim)
     monkeypatch.setattr(_attend, "DECODE_ATTENTION", "einsum")
     for group in ("never", "always"):
-        got = _one_step_attention(monkeypatch, group, window, pad)
+        got = _one_step_attention(monkeypatch, group, window, pad, dim)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
 
