@@ -133,14 +133,10 @@ def write_cache(
     if isinstance(cache, GroupedCache):
         parts, width = cache.keys.shape[1], cache.keys.shape[3]
         at = (layer, zero, slot, zero)
+        # `(seq, kv_heads, dim)` as rows: `(1, parts, seq, width)`
+        rows = lambda x: jnp.swapaxes(x.reshape(x.shape[0], parts, width), 0, 1)  # noqa: E731
         keys, values = (
-            jax.lax.dynamic_update_slice(
-                whole,
-                jnp.swapaxes(new.reshape(new.shape[0], parts, width), 0, 1)[
-                    None
-                ].astype(whole.dtype),
-                at,
-            )
+            jax.lax.dynamic_update_slice(whole, rows(new)[None].astype(whole.dtype), at)
             for whole, new in zip(cache, (k, v), strict=True)
         )
         return Grouped(keys[layer]), Grouped(values[layer]), GroupedCache(keys, values)
