@@ -35,6 +35,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,19 +83,20 @@ def _median_call(model: Any, ids: Any, new: int, reps: int) -> tuple[float, Any]
     return statistics.median(times), tokens
 
 
-def measure(model: Any, case: Any, batch: int, reps: int) -> list[dict]:
+def measure(model: Any, case: Any, batch: int, reps: int) -> Iterator[dict]:
+    """Each combination's row at `batch`, as it is measured."""
     vocab = case.options["vocab_size"]
     prompt = np.random.RandomState(0).randint(0, vocab, (batch, case.prompt))
     ids = jnp.asarray(prompt.astype(np.int32))
     new = case.new_tokens
-    rows, today = [], None
+    today = None
     for name, switches in combinations().items():
         _switch(*switches)
         whole, tokens = _median_call(model, ids, new, reps)
         one, _ = _median_call(model, ids, 1, reps)
         today = tokens if today is None else today
         step = (whole - one) / (new - 1)
-        rows.append({
+        row = {
             "combination": name, "batch": batch,
             "decode_attention": switches[0], "group_heads": switches[1],
             "head_before_loop": switches[2],
@@ -102,10 +104,10 @@ def measure(model: Any, case: Any, batch: int, reps: int) -> list[dict]:
             "tokens_per_s": batch * new / whole,
             "steady_tokens_per_s": batch / step if step > 0 else None,
             "same_tokens_as_today": bool(np.array_equal(tokens, today)),
-        })  # fmt: skip
-        print(rows[-1], file=sys.stderr, flush=True)
+        }  # fmt: skip
+        print(row, file=sys.stderr, flush=True)
+        yield row
     _switch(*DEFAULTS)
-    return rows
 
 
 # the switches as the modules set them
@@ -177,8 +179,9 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     for batch in case.batches:
-        rows += measure(model, case, batch, reps)
-        write_results(args.out, "decode_switches", meta, rows, markdown)
+        for row in measure(model, case, batch, reps):  # written row by row
+            rows.append(row)
+            write_results(args.out, "decode_switches", meta, rows, markdown)
     print(markdown(rows, meta))
     if args.quick and not all(r["same_tokens_as_today"] for r in rows):
         print("float32: a combination's tokens differ from today's", file=sys.stderr)
