@@ -15,7 +15,10 @@
 # output), accelerator.json and accelerator.md, train_curve.json and
 # train_curve.md, pytest.txt (the suite's output, -rA) and pytest-junit.xml;
 # the phase "generate" (not in the defaults either) writes generate_profile.json
-# and generate_profile.md (benchmarks/tpu_generate_profile.py); the phase "first" writes first_step.json and first_step.md (with
+# and generate_profile.md (benchmarks/tpu_generate_profile.py); the phase "switches" (not in
+# the defaults) writes decode_switches.json and decode_switches.md
+# (benchmarks/decode_switches.py: `generate` with each decoding-step switch on
+# and off, in one process, within TPU_RUN_FIRST_S); the phase "first" writes first_step.json and first_step.md (with
 # TPU_RUN_FIRST_CACHE=1 instead first_step_nan_cold/ and first_step_nan_cached/:
 # a process that fills a persistent compilation cache and one that reads it,
 # both with BOXWOOD_ON_ERROR=nan).
@@ -97,7 +100,7 @@ if phase bench && [[ ",${TPU_RUN_BENCH_ARGS:-}," != *"--only"* || "${TPU_RUN_BEN
 fi
 phase tests && NEEDS_ECOSYSTEM=1
 GROUPS_TO_INSTALL=("$WANT_BASE")
-phase bench || phase curve || phase first || phase generate && GROUPS_TO_INSTALL+=("$WANT_BENCH")
+phase bench || phase curve || phase first || phase generate || phase switches && GROUPS_TO_INSTALL+=("$WANT_BENCH")
 phase tests && GROUPS_TO_INSTALL+=("$WANT_TESTS")
 [ "$NEEDS_ECOSYSTEM" = 1 ] && GROUPS_TO_INSTALL+=("$WANT_FLAX")
 [ "${TPU_RUN_TORCH:-0}" = 1 ] && GROUPS_TO_INSTALL+=("transformers:transformers tokenizers:tokenizers")
@@ -170,6 +173,12 @@ if phase generate; then
     say "tpu_generate_profile.py exit $? (124: stopped at its ${FIRST} s limit)"
     [ -f "$OUT/generate_profile.md" ] && head -n 12 "$OUT/generate_profile.md" >>"$LOG"
   fi
+fi
+if phase switches; then
+  # `generate` with each decoding-step switch on and off (decode_switches.py).
+  timeout -k 10 "$FIRST" "$PY" benchmarks/decode_switches.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1
+  say "decode_switches.py exit $? (124: stopped at its ${FIRST} s limit)"
+  [ -f "$OUT/decode_switches.md" ] && cat "$OUT/decode_switches.md" >>"$LOG"
 fi
 if phase curve; then
   timeout -k 10 "$CURVE" "$PY" benchmarks/train_curve.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1

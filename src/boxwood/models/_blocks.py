@@ -1,11 +1,13 @@
 """What the architectures' blocks are made of and how they run: activations by
 their `transformers` names, RoPE at given positions, the stacked key/value cache
-held in a `boxwood.nn.State` (`write_cache`, `init_cache`), and the stacked blocks
-applied in one scan (unrolled for a one-token decoding step; `run_blocks`)."""
+held in a `boxwood.nn.State` (`write_cache`, `init_cache`; for `generate`'s loop
+also as a `GroupedCache`, heads side by side in 128-lane rows, where
+`GROUP_HEADS` says so: `grouped_cache`), and the stacked blocks applied in one
+scan (unrolled for a one-token decoding step; `run_blocks`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.core
@@ -16,7 +18,7 @@ from jaxtyping import Array
 
 from .._module import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
-from ._attend import Step
+from ._attend import Grouped, Step
 
 # The window of a layer with full attention, where windows are data: no distance
 # between two slots reaches it.
@@ -59,18 +61,86 @@ def rope_at(x: Array, positions: Array, frequencies: Any) -> Array:
     return (x.astype(jnp.float32) * cos + rotated * sin).astype(x.dtype)
 
 
-Cache = tuple[Array, Array] | None  # keys, values: `(depth, length, kv_heads, dim)`
+class GroupedCache(NamedTuple):
+    """A key/value cache with `group` key/value heads side by side in each row:
+    keys and values `(depth, kv_heads // group, length, group * head_dim)`, the
+    layout `generate`'s loop may hold (`grouped_cache`). A TPU stores an
+    array's minor dimension in rows of 128 lanes, so 64-wide heads held one to
+    a row (`(depth, length, kv_heads, head_dim)`) are read twice over; two of
+    them side by side fill a row."""
+
+    keys: Array
+    values: Array
+
+
+# keys, values: `(depth, length, kv_heads, dim)`, or a `GroupedCache`
+Cache = tuple[Array, Array] | GroupedCache | None
+
+# Whether `generate`'s loop holds its cache as a `GroupedCache`: "auto" (on a
+# TPU, where whole 128-lane rows are filled), "always" (where any two heads fit
+# a row: tests run it on a CPU) or "never".
+GROUP_HEADS = "auto"
+_LANES = 128
+
+
+def group_size(kv_heads: int, head_dim: int) -> int:
+    """How many key/value heads `grouped_cache` puts side by side in one row
+    under `GROUP_HEADS` (1: none): the most that divide `kv_heads` and fit 128
+    lanes; under "auto" only on a TPU, and only where they fill the row."""
+    if GROUP_HEADS == "never" or head_dim >= _LANES:
+        return 1
+    fit = max(g for g in range(1, _LANES // head_dim + 1) if kv_heads % g == 0)
+    if GROUP_HEADS == "always":
+        return fit
+    filled = fit * head_dim == _LANES
+    return fit if filled and jax.default_backend() == "tpu" else 1
+
+
+def grouped_cache(model: Any, state: State) -> State:
+    """`state` (from `model.init_cache`, empty) with each key/value cache
+    replaced by an empty `GroupedCache` of the same length, where `group_size`
+    groups its heads; else (or where `model` holds no `StateIndex`) `state`
+    itself."""
+    indices = [
+        x
+        for x in jtu.tree_leaves(model, is_leaf=lambda x: isinstance(x, StateIndex))
+        if isinstance(x, StateIndex)
+    ]
+    grouped = []
+    for index in indices:
+        keys, _ = state.get(index)
+        depth, length, kv_heads, head_dim = keys.shape
+        g = group_size(kv_heads, head_dim)
+        if g == 1:
+            return state
+        shape = (depth, kv_heads // g, length, g * head_dim)
+        zeros = jnp.zeros(shape, keys.dtype)
+        grouped.append(with_fields(index, init=GroupedCache(zeros, zeros)))
+    return State(grouped) if grouped else state  # (a model without an index)
 
 
 def write_cache(
     cache: Cache, layer: Array, k: Array, v: Array, start: Any
-) -> tuple[Array, Array, Cache]:
+) -> tuple[Any, Any, Cache]:
     """The keys and values layer `layer` attends to: without a `cache` the new
     ones; with one (every layer's), its own after the new ones are written at
-    slot `start`, and the updated cache."""
+    slot `start`, and the updated cache. From a `GroupedCache`, the layer's
+    keys and values are each `Grouped`."""
     if cache is None:
         return k, v, None
-    at = (layer, jnp.asarray(start, jnp.int32), jnp.int32(0), jnp.int32(0))
+    slot = jnp.asarray(start, jnp.int32)
+    zero = jnp.int32(0)
+    if isinstance(cache, GroupedCache):
+        parts, width = cache.keys.shape[1], cache.keys.shape[3]
+        at = (layer, zero, slot, zero)
+        # `(seq, kv_heads, dim)` as rows: `(1, parts, seq, width)`
+        rows = lambda x: jnp.swapaxes(x.reshape(x.shape[0], parts, width), 0, 1)  # noqa: E731
+        keys, values = (
+            jax.lax.dynamic_update_slice(whole, rows(new)[None].astype(whole.dtype), at)
+            for whole, new in zip(cache, (k, v), strict=True)
+        )
+        return Grouped(keys[layer]), Grouped(values[layer]), GroupedCache(keys, values)
+    at = (layer, slot, zero, zero)
     keys, values = (
         jax.lax.dynamic_update_slice(whole, new[None].astype(whole.dtype), at)
         for whole, new in zip(cache, (k, v), strict=True)

@@ -1,0 +1,164 @@
+"""`generate`'s decoding-step switches: one new token attended with plain
+products (`_attend.DECODE_ATTENTION`), the loop's cache with heads side by side
+(`_blocks.GROUP_HEADS`: `GroupedCache`) and the output embedding laid out once
+before the loop (`_generate_loop.HEAD_BEFORE_LOOP`) give today's tokens and
+scores, and the public `init_cache` keeps its layout."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import boxwood.models as bm
+from _tiny_causal_lms import gpt2, llama, mistral
+from boxwood.models import _attend, _beam_search, _blocks, _generate, _generate_loop
+from boxwood.models._attend import Step, attend
+from boxwood.models._blocks import GroupedCache, write_cache
+
+# (DECODE_ATTENTION, GROUP_HEADS, HEAD_BEFORE_LOOP)
+TODAY = ("fused", "never", False)
+SWITCHED = {
+    "einsum": ("einsum", "never", False),
+    "all": ("einsum", "always", True),
+}
+# (model, prompts, beams): GPT-2, prompts of one length; Llama with
+# grouped-query attention, left-padded prompts of several lengths, beam
+# search; Mistral with a sliding window (3) over one prompt (no `vmap`)
+CASES = (
+    (gpt2, np.array([[3, 5, 7], [11, 13, 17]]), 1),
+    (llama, [[3, 5], [7, 9, 11, 13]], 2),
+    (mistral, np.array([3, 5, 7, 9]), 1),
+)
+
+
+def _switched(monkeypatch, switches):
+    attention, group, head = switches
+    monkeypatch.setattr(_attend, "DECODE_ATTENTION", attention)
+    monkeypatch.setattr(_blocks, "GROUP_HEADS", group)
+    monkeypatch.setattr(_generate_loop, "HEAD_BEFORE_LOOP", head)
+    _generate._decode.clear_cache()
+    _beam_search._beam_loop.clear_cache()
+
+
+def _paths_taken(monkeypatch):
+    """Counts the traces of the two one-token attentions."""
+    taken = {"_one_token": 0, "_one_token_grouped": 0}
+    for name in taken:
+        original = getattr(_attend, name)
+
+        def spy(*args, name=name, original=original):
+            taken[name] += 1
+            return original(*args)
+
+        monkeypatch.setattr(_attend, name, spy)
+    return taken
+
+
+def _outputs(monkeypatch, switches):
+    _switched(monkeypatch, switches)
+    out = []
+    for make, prompts, beams in CASES:
+        result = bm.generate(make(), prompts, 5, num_beams=beams, output_scores=True)
+        scores = result.scores if beams == 1 else result.sequence_scores
+        out.append((np.asarray(result.sequences), np.asarray(scores)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def today():
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield _outputs(monkeypatch, TODAY)
+        _switched(monkeypatch, TODAY)  # the loops compiled anew after the test
+    _generate._decode.clear_cache()
+    _beam_search._beam_loop.clear_cache()
+
+
+@pytest.mark.parametrize("name", list(SWITCHED))
+def test_switches_give_todays_tokens_and_scores(monkeypatch, today, name):
+    taken = _paths_taken(monkeypatch)
+    switched = _outputs(monkeypatch, SWITCHED[name])
+    grouped = SWITCHED[name][1] == "always"
+    assert (taken["_one_token_grouped"] > 0) == grouped
+    assert (taken["_one_token"] > 0) == (not grouped)
+    for (tokens, scores), (want_tokens, want_scores) in zip(switched, today):
+        np.testing.assert_array_equal(tokens, want_tokens)
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+    _generate._decode.clear_cache()
+    _beam_search._beam_loop.clear_cache()
+
+
+def _one_step_attention(monkeypatch, group, window, pad, dim):
+    """A prompt of 5 tokens, then one more, attended over a cache of 8 slots held
+    as `group` says, with 8 query heads over 4 key/value heads of `dim`: the
+    prompt's attention output and the new token's."""
+    monkeypatch.setattr(_blocks, "GROUP_HEADS", group)
+    keys = jax.random.split(jax.random.key(0), 6)
+    q1, k1, v1 = (jax.random.normal(k, (5, h, dim)) for k, h in zip(keys, (8, 4, 4)))
+    q2, k2, v2 = (
+        jax.random.normal(k, (1, h, dim)) for k, h in zip(keys[3:], (8, 4, 4))
+    )
+    zeros = jnp.zeros((2, 8, 4, dim))
+    cache = (zeros, zeros)
+    if group != "never":
+        g = _blocks.group_size(4, dim)
+        empty = jnp.zeros((2, 4 // g, 8, g * dim))
+        cache = GroupedCache(empty, empty)
+    pad = None if pad is None else jnp.int32(pad)
+    k, v, cache = write_cache(cache, 1, k1, v1, 0)
+    first = attend(q1, k, v, Step(0, pad, True), window)
+    k, v, cache = write_cache(cache, 1, k2, v2, 5)
+    return first, attend(q2, k, v, Step(5, pad, True), window)
+
+
+# heads of 16: all 4 in one row; of 64: two rows of 2 (as GPT-2-small's)
+@pytest.mark.parametrize(
+    "window, pad, dim", [(None, None, 16), (3, None, 16), (None, 2, 16), (3, 2, 64)]
+)
+def test_one_token_attention_matches_the_fused_call(monkeypatch, window, pad, dim):
+    monkeypatch.setattr(_attend, "DECODE_ATTENTION", "fused")
+    want = _one_step_attention(monkeypatch, "never", window, pad, dim)
+    monkeypatch.setattr(_attend, "DECODE_ATTENTION", "einsum")
+    for group in ("never", "always"):
+        got = _one_step_attention(monkeypatch, group, window, pad, dim)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+def test_the_grouped_cache_has_its_layout_and_init_cache_keeps_its_own(
+    monkeypatch,
+):
+    model, length = llama(), 10  # 2 key/value heads of 8, 2 layers
+    plain = model.init_cache(length)
+    (keys, values) = plain.get(model.model.cache)
+    assert type(keys) is not GroupedCache
+    assert keys.shape == values.shape == (2, length, 2, 8)
+    monkeypatch.setattr(_blocks, "GROUP_HEADS", "always")
+    state = _blocks.grouped_cache(model, model.init_cache(length))
+    cache = state.get(model.model.cache)
+    assert isinstance(cache, GroupedCache)
+    assert cache.keys.shape == cache.values.shape == (2, 1, length, 16)
+    state = _blocks.grouped_cache(gpt2(), gpt2().init_cache(length))
+    assert state.get(gpt2().transformer.cache).keys.shape == (2, 1, length, 32)
+    monkeypatch.setattr(_blocks, "GROUP_HEADS", "never")
+    cache = _blocks.grouped_cache(model, model.init_cache(length))
+    assert not isinstance(cache.get(model.model.cache), GroupedCache)
+
+
+@pytest.mark.parametrize(
+    "mode, backend, kv_heads, head_dim, size",
+    [
+        ("auto", "cpu", 12, 64, 1),
+        ("auto", "tpu", 12, 64, 2),  # GPT-2-small: two heads to a 128-lane row
+        ("auto", "tpu", 8, 128, 1),
+        ("auto", "tpu", 4, 8, 1),  # 4 heads of 8 fill a quarter of a row
+        ("auto", "tpu", 32, 8, 16),
+        ("always", "cpu", 4, 8, 4),
+        ("always", "cpu", 3, 64, 1),
+        ("always", "cpu", 6, 32, 3),
+        ("never", "tpu", 12, 64, 1),
+    ],
+)
+def test_group_size(monkeypatch, mode, backend, kv_heads, head_dim, size):
+    monkeypatch.setattr(_blocks, "GROUP_HEADS", mode)
+    monkeypatch.setattr(_blocks.jax, "default_backend", lambda: backend)
+    assert _blocks.group_size(kv_heads, head_dim) == size
