@@ -7,9 +7,9 @@ by side in one process (GPT-2-small in bf16, greedy, 128 new tokens after a
   `jax.nn.dot_product_attention` ("fused");
 - `_blocks.GROUP_HEADS`: the loop's cache holds heads side by side in 128-lane
   rows ("always"; "auto" does so on a TPU only) or one head to a row ("never");
-- `_generate_loop.HEAD_BEFORE_LOOP`: the logits read the output embedding laid
-  out `(hidden, vocab)` once before the loop (True) or the model's own
-  `(vocab, hidden)` matrix every step (False).
+- `_generate_loop.ROWS_APART`: the most rows for which the loop takes each
+  layer's weights sliced from the stack once, before it (1: one row only, as
+  by default; 32: the batch too).
 
 For each combination ("today": all off; each on alone; all on; the modules'
 defaults, where they differ from all of those) and batch it records the median
@@ -53,23 +53,22 @@ import boxwood.models as bm  # noqa: E402
 from boxwood.models import _attend, _blocks, _generate, _generate_loop  # noqa: E402
 from tpu_profile import write_results  # noqa: E402
 
-# name: (DECODE_ATTENTION, GROUP_HEADS, HEAD_BEFORE_LOOP); "defaults" is filled
+# name: (DECODE_ATTENTION, GROUP_HEADS, ROWS_APART); "defaults" is filled
 # in from the modules as imported
-COMBINATIONS: dict[str, tuple[str, str, bool]] = {
-    "today": ("fused", "never", False),
-    "einsum": ("einsum", "never", False),
-    "grouped": ("fused", "always", False),
-    "head": ("fused", "never", True),
-    "all": ("einsum", "always", True),
+COMBINATIONS: dict[str, tuple[str, str, int]] = {
+    "today": ("fused", "never", 1),
+    "einsum": ("einsum", "never", 1),
+    "grouped": ("einsum", "always", 1),
+    "apart": ("einsum", "always", 64),
 }
 
 
-def _switch(attention: str, group: str, head: bool) -> None:
+def _switch(attention: str, group: str, apart: int) -> None:
     """Set the switches; the compiled loops are dropped, so the next call traces
     with them."""
     _attend.DECODE_ATTENTION = attention
     _blocks.GROUP_HEADS = group
-    _generate_loop.HEAD_BEFORE_LOOP = head
+    _generate_loop.ROWS_APART = apart
     _generate._decode.clear_cache()
 
 
@@ -99,7 +98,7 @@ def measure(model: Any, case: Any, batch: int, reps: int) -> Iterator[dict]:
         row = {
             "combination": name, "batch": batch,
             "decode_attention": switches[0], "group_heads": switches[1],
-            "head_before_loop": switches[2],
+            "rows_apart": switches[2],
             "call_s": whole, "one_token_call_s": one, "step_ms": 1e3 * step,
             "tokens_per_s": batch * new / whole,
             "steady_tokens_per_s": batch / step if step > 0 else None,
@@ -114,7 +113,7 @@ def measure(model: Any, case: Any, batch: int, reps: int) -> Iterator[dict]:
 DEFAULTS = (
     _attend.DECODE_ATTENTION,
     _blocks.GROUP_HEADS,
-    _generate_loop.HEAD_BEFORE_LOOP,
+    _generate_loop.ROWS_APART,
 )
 
 
@@ -140,7 +139,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"{meta['new_tokens']} new tokens after a {meta['prompt']}-token prompt, greedy; "
         f"median of {meta['reps']} calls. Step: `(T(new) - T(1)) / (new - 1)`.",
         "",
-        "| batch | combination | DECODE_ATTENTION | GROUP_HEADS | HEAD_BEFORE_LOOP "
+        "| batch | combination | DECODE_ATTENTION | GROUP_HEADS | ROWS_APART "
         "| call ms | step ms | step / today's | tokens/s | steady tokens/s | tokens as today's |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -150,7 +149,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         ratio = r["step_ms"] / today[r["batch"]] if today[r["batch"]] > 0 else 0.0
         lines.append(
             f"| {r['batch']} | {r['combination']} | {r['decode_attention']} | "
-            f"{r['group_heads']} | {r['head_before_loop']} | {1e3 * r['call_s']:.2f} | "
+            f"{r['group_heads']} | {r['rows_apart']} | {1e3 * r['call_s']:.2f} | "
             f"{r['step_ms']:.3f} | {ratio:.3f} | {r['tokens_per_s']:,.0f} | "
             f"{'-' if steady is None else f'{steady:,.0f}'} | {r['same_tokens_as_today']} |"
         )

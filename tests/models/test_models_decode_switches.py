@@ -1,8 +1,10 @@
 """`generate`'s decoding-step switches: one new token attended with plain
 products (`_attend.DECODE_ATTENTION`), the loop's cache with heads side by side
-(`_blocks.GROUP_HEADS`: `GroupedCache`) and the output embedding laid out once
-before the loop (`_generate_loop.HEAD_BEFORE_LOOP`) give today's tokens and
+(`_blocks.GROUP_HEADS`: `GroupedCache`) and the layers sliced apart before the
+loop over several rows (`_generate_loop.ROWS_APART`) give today's tokens and
 scores, and the public `init_cache` keeps its layout."""
+
+import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -10,16 +12,24 @@ import numpy as np
 import pytest
 
 import boxwood.models as bm
+from _precision import on_cpu
 from _tiny_causal_lms import gpt2, llama, mistral
-from boxwood.models import _attend, _beam_search, _blocks, _generate, _generate_loop
+from boxwood.models import (
+    _attend,
+    _beam_search,
+    _blocks,
+    _decode_layers,
+    _generate,
+    _generate_loop,
+)
 from boxwood.models._attend import Step, attend
 from boxwood.models._blocks import GroupedCache, write_cache
 
-# (DECODE_ATTENTION, GROUP_HEADS, HEAD_BEFORE_LOOP)
-TODAY = ("fused", "never", False)
+# (DECODE_ATTENTION, GROUP_HEADS, ROWS_APART)
+TODAY = ("fused", "never", 1)
 SWITCHED = {
-    "einsum": ("einsum", "never", False),
-    "all": ("einsum", "always", True),
+    "einsum": ("einsum", "never", 1),
+    "all": ("einsum", "always", 64),
 }
 # (model, prompts, beams): GPT-2, prompts of one length; Llama with
 # grouped-query attention, left-padded prompts of several lengths, beam
@@ -32,10 +42,11 @@ CASES = (
 
 
 def _switched(monkeypatch, switches):
-    attention, group, head = switches
+    attention, group, apart = switches
     monkeypatch.setattr(_attend, "DECODE_ATTENTION", attention)
     monkeypatch.setattr(_blocks, "GROUP_HEADS", group)
-    monkeypatch.setattr(_generate_loop, "HEAD_BEFORE_LOOP", head)
+    monkeypatch.setattr(_generate_loop, "ROWS_APART", apart)
+    monkeypatch.setattr(_decode_layers, "SLICE_LAYERS", "always")
     _generate._decode.clear_cache()
     _beam_search._beam_loop.clear_cache()
 
@@ -66,8 +77,13 @@ def _outputs(monkeypatch, switches):
 
 @pytest.fixture(scope="module")
 def today():
+    # Off the CPU each test runs at `highest` precision (tests/conftest.py), but
+    # a module's fixture is set up outside that: the reference is made so too.
+    highest = jax.default_matmul_precision("highest")
     with pytest.MonkeyPatch.context() as monkeypatch:
-        yield _outputs(monkeypatch, TODAY)
+        with contextlib.nullcontext() if on_cpu() else highest:
+            outputs = _outputs(monkeypatch, TODAY)
+        yield outputs
         _switched(monkeypatch, TODAY)  # the loops compiled anew after the test
     _generate._decode.clear_cache()
     _beam_search._beam_loop.clear_cache()
@@ -145,20 +161,21 @@ def test_the_grouped_cache_has_its_layout_and_init_cache_keeps_its_own(
 
 
 @pytest.mark.parametrize(
-    "mode, backend, kv_heads, head_dim, size",
+    "mode, backend, rows, kv_heads, head_dim, size",
     [
-        ("auto", "cpu", 12, 64, 1),
-        ("auto", "tpu", 12, 64, 2),  # GPT-2-small: two heads to a 128-lane row
-        ("auto", "tpu", 8, 128, 1),
-        ("auto", "tpu", 4, 8, 1),  # 4 heads of 8 fill a quarter of a row
-        ("auto", "tpu", 32, 8, 16),
-        ("always", "cpu", 4, 8, 4),
-        ("always", "cpu", 3, 64, 1),
-        ("always", "cpu", 6, 32, 3),
-        ("never", "tpu", 12, 64, 1),
+        ("auto", "cpu", 32, 12, 64, 1),
+        ("auto", "tpu", 32, 12, 64, 2),  # GPT-2-small: two heads to a 128-lane row
+        ("auto", "tpu", 1, 12, 64, 1),  # one row: no faster grouped
+        ("auto", "tpu", 32, 8, 128, 1),
+        ("auto", "tpu", 32, 4, 8, 1),  # 4 heads of 8 fill a quarter of a row
+        ("auto", "tpu", 32, 32, 8, 16),
+        ("always", "cpu", 1, 4, 8, 4),
+        ("always", "cpu", 32, 3, 64, 1),
+        ("always", "cpu", 32, 6, 32, 3),
+        ("never", "tpu", 32, 12, 64, 1),
     ],
 )
-def test_group_size(monkeypatch, mode, backend, kv_heads, head_dim, size):
+def test_group_size(monkeypatch, mode, backend, rows, kv_heads, head_dim, size):
     monkeypatch.setattr(_blocks, "GROUP_HEADS", mode)
     monkeypatch.setattr(_blocks.jax, "default_backend", lambda: backend)
-    assert _blocks.group_size(kv_heads, head_dim) == size
+    assert _blocks.group_size(kv_heads, head_dim, rows) == size

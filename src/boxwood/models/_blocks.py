@@ -77,30 +77,34 @@ class GroupedCache(NamedTuple):
 Cache = tuple[Array, Array] | GroupedCache | None
 
 # Whether `generate`'s loop holds its cache as a `GroupedCache`: "auto" (on a
-# TPU, where whole 128-lane rows are filled), "always" (where any two heads fit
-# a row: tests run it on a CPU) or "never".
+# TPU, over several rows, where whole 128-lane rows are filled), "always"
+# (where any two heads fit a row: tests run it on a CPU) or "never". On a TPU
+# v5e GPT-2-small's step at batch 32 took 0.995 ms so against 1.278 ms, and at
+# batch 1 0.288 against 0.282 ms (benchmarks/results/2026-12-06-tpu-v5e-decode-switches.md).
 GROUP_HEADS = "auto"
 _LANES = 128
 
 
-def group_size(kv_heads: int, head_dim: int) -> int:
+def group_size(kv_heads: int, head_dim: int, rows: int = 2) -> int:
     """How many key/value heads `grouped_cache` puts side by side in one row
-    under `GROUP_HEADS` (1: none): the most that divide `kv_heads` and fit 128
-    lanes; under "auto" only on a TPU, and only where they fill the row."""
+    for a loop over `rows` rows under `GROUP_HEADS` (1: none): the most that
+    divide `kv_heads` and fit 128 lanes; under "auto" only on a TPU, over
+    several rows, and only where they fill the row."""
     if GROUP_HEADS == "never" or head_dim >= _LANES:
         return 1
     fit = max(g for g in range(1, _LANES // head_dim + 1) if kv_heads % g == 0)
     if GROUP_HEADS == "always":
         return fit
     filled = fit * head_dim == _LANES
-    return fit if filled and jax.default_backend() == "tpu" else 1
+    wanted = filled and rows > 1 and jax.default_backend() == "tpu"
+    return fit if wanted else 1
 
 
-def grouped_cache(model: Any, state: State) -> State:
+def grouped_cache(model: Any, state: State, rows: int = 2) -> State:
     """`state` (from `model.init_cache`, empty) with each key/value cache
     replaced by an empty `GroupedCache` of the same length, where `group_size`
-    groups its heads; else (or where `model` holds no `StateIndex`) `state`
-    itself."""
+    groups its heads for a loop over `rows` rows; else (or where `model` holds
+    no `StateIndex`) `state` itself."""
     indices = [
         x
         for x in jtu.tree_leaves(model, is_leaf=lambda x: isinstance(x, StateIndex))
@@ -110,7 +114,7 @@ def grouped_cache(model: Any, state: State) -> State:
     for index in indices:
         keys, _ = state.get(index)
         depth, length, kv_heads, head_dim = keys.shape
-        g = group_size(kv_heads, head_dim)
+        g = group_size(kv_heads, head_dim, rows)
         if g == 1:
             return state
         shape = (depth, kv_heads // g, length, g * head_dim)

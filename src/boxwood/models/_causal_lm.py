@@ -223,22 +223,6 @@ class CausalLM(Pretrained):
         return model.body()(input_ids, step, state)
 
 
-def decode_with_head(
-    model: CausalLM,
-    head: Array,
-    input_ids: Array,
-    state: State | None,
-    start: Any,
-    pad: Any = None,
-    extent: Any = None,
-) -> tuple[Array, State | None]:
-    """`model.decode(input_ids, state, start, pad, extent)` with the logits taken
-    from `head`, the output embedding transposed, `(hidden, vocab)` (as
-    `generate`'s loop lays it out once, before the loop)."""
-    hidden, state, _ = model._hidden(input_ids, state, start, pad, extent)
-    return hidden @ head, state
-
-
 @filter_jit
 def _logits_of_checked_ids(
     model: CausalLM,

@@ -17,7 +17,7 @@ from jaxtyping import Array
 
 from ..nn import inference_mode
 from ._blocks import grouped_cache
-from ._causal_lm import CausalLM, decode_with_head
+from ._causal_lm import CausalLM
 from ._decode_layers import with_layers_apart
 from ._id_ranges import ids_known_in_range
 from ._sampling import Sampling, draw, warp
@@ -71,41 +71,32 @@ def _emit(stream: Array, tokens: Array, streaming: bool) -> Array:
     return io_callback(_deliver, result, stream, tokens, ordered=True)
 
 
-# Whether `generate`'s loop takes its logits from the output embedding laid
-# out `(hidden, vocab)` once, before the loop (True), or from the model's own
-# `(vocab, hidden)` matrix on every step (False).
-HEAD_BEFORE_LOOP = False
+# The most rows for which `generate`'s loop takes the layers sliced apart
+# before it (`_decode_layers`); over more rows the model is used as it is.
+ROWS_APART = 1
 
 
-def _decoder(
-    model: Any, pads: Any, ids: Array, start: Any, end: Any, head: Any = None
-) -> Any:
+def _decoder(model: Any, pads: Any, ids: Array, start: Any, end: Any) -> Any:
     """`model.decode` for a step of `ids` from slot `start` whose last real token
-    sits at slot `end - 1` (`None`: the last of `ids`); with `head` (the output
-    embedding transposed, `(hidden, vocab)`), logits taken from it instead. A
-    model with `dynamic` RoPE scaling is given the step's `extent`: the longest
-    row's real positions, as in `transformers`' batched `generate`."""
-    decode = model.decode
-    if head is not None:
-        decode = functools.partial(decode_with_head, model, head)
+    sits at slot `end - 1` (`None`: the last of `ids`). A model with `dynamic`
+    RoPE scaling is given the step's `extent`: the longest row's real positions,
+    as in `transformers`' batched `generate`."""
     if not getattr(model, "uses_extent", False):
-        return decode
+        return model.decode
     end = start + ids.shape[-1] if end is None else end
     extent = end if pads is None else end - jnp.min(pads)
-    return functools.partial(decode, extent=extent)
+    return functools.partial(model.decode, extent=extent)
 
 
-def stepper(
-    model: Any, pads: Array | None, rows: int, cache: Any, head: Any = None
-) -> tuple:
+def stepper(model: Any, pads: Array | None, rows: int, cache: Any) -> tuple:
     """`model.decode` over a batch of rows at one `start` (`end`: the slot after
     the step's last real token, by default after its last token), and the rows'
     cache. One row without padding (one prompt) is decoded as is, without
-    `jax.vmap`. `head`: see `_decoder`."""
+    `jax.vmap`."""
     if pads is None and rows == 1:
 
         def single(ids: Array, state: Any, start: Any, end: Any = None) -> tuple:
-            decode = _decoder(model, pads, ids, start, end, head)
+            decode = _decoder(model, pads, ids, start, end)
             logits, state = decode(ids[0], state, start)
             return logits[None], state
 
@@ -114,13 +105,13 @@ def stepper(
     if pads is None:
 
         def same(ids: Array, state: Any, start: Any, end: Any = None) -> tuple:
-            decode = _decoder(model, pads, ids, start, end, head)
+            decode = _decoder(model, pads, ids, start, end)
             return jax.vmap(decode, in_axes=(0, 0, None))(ids, state, start)
 
         return same, state
 
     def step(ids: Array, state: Any, start: Any, end: Any = None) -> tuple:
-        decode = _decoder(model, pads, ids, start, end, head)
+        decode = _decoder(model, pads, ids, start, end)
         one = lambda i, s, p: decode(i, s, start, pad=p)  # noqa: E731
         return jax.vmap(one)(ids, state, pads)
 
@@ -184,8 +175,7 @@ def prefill(model: Any, batch: Batch, capacity: int, repeat: int = 1) -> tuple:
     its flattened form and compiled loop without rebuilding the model. The
     returned stepper is the loop's: for one row, its layers sliced from the
     stack once, here, where `_decode_layers.with_layers_apart` finds that worth
-    it; with `HEAD_BEFORE_LOOP`, its logits from the output embedding
-    transposed here. The cache of a `CausalLM` (whose layers write it with
+    it (for at most `ROWS_APART` rows without padding). The cache of a `CausalLM` (whose layers write it with
     `_blocks.write_cache`) is a `_blocks.GroupedCache` (heads side by side in 128-lane
     rows) where `_blocks.group_size` says so."""
     model = inference_mode(model, True)
@@ -196,17 +186,13 @@ def prefill(model: Any, batch: Batch, capacity: int, repeat: int = 1) -> tuple:
     rows, width = padded.shape
     cache = model.init_cache(width + capacity)
     if isinstance(model, CausalLM):  # its layers write and read a grouped cache
-        cache = grouped_cache(model, cache)
+        cache = grouped_cache(model, cache, rows)
     step, state = stepper(model, pads, rows, cache)
     logits, state = step(padded, state, 0, start)
-    loop_model = model
-    if rows == 1 and pads is None:  # one row: the loop's layers sliced once
-        loop_model = with_layers_apart(model)
-    head = None
-    if HEAD_BEFORE_LOOP and isinstance(model, CausalLM):  # laid out once, here
-        head = jnp.swapaxes(model.output_embedding(), 0, 1)
-    if loop_model is not model or head is not None:
-        step = stepper(loop_model, pads, rows, None, head)[0]
+    if rows <= ROWS_APART and pads is None:  # the loop's layers sliced once
+        apart = with_layers_apart(model)
+        if apart is not model:
+            step = stepper(apart, pads, rows, None)[0]
     logits = jax.lax.dynamic_index_in_dim(logits, start - 1, 1, keepdims=False)
     fill = jnp.full((rows, capacity), batch.pad_id, jnp.int32)
     ids = jnp.concatenate([padded, fill], axis=1)
