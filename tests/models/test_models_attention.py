@@ -173,22 +173,30 @@ def test_fused_attention_equals_the_explicit_softmax(window, cached):
     k = jax.random.normal(keys[1], (6, 2, 8))
     v = jax.random.normal(keys[2], (6, 2, 8))
     step = Step(0, None, cached)
-    # compiled (eagerly, each of the many small operations compiles on its own)
-    fused = jax.jit(lambda q, k, v: attend(q, k, v, step, window))
-    explicit = jax.jit(lambda q, k, v: _explicit(q, k, v, _visible(step, 6, 6, window)))
-    reference = explicit(q, k, v)
-    np.testing.assert_allclose(fused(q, k, v), reference, atol=1e-6)
+
+    # one compiled program (eagerly, each of the many small operations compiles
+    # on its own): the fused attention of float32 and of bfloat16 inputs, and the
+    # explicit softmax
+    @jax.jit
+    def compared(q, k, v):
+        low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+        explicit = _explicit(q, k, v, _visible(step, 6, 6, window))
+        return attend(q, k, v, step, window), attend(*low, step, window), explicit
+
+    fused, out, reference = compared(q, k, v)
+    np.testing.assert_allclose(fused, reference, atol=1e-6)
     # bfloat16 inputs: within bfloat16 rounding of the float32 result
-    low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
-    out = fused(*low)
     assert out.dtype == jnp.bfloat16
     np.testing.assert_allclose(out.astype(jnp.float32), reference, atol=3e-2)
 
 
 def test_bfloat16_model_is_close_to_float32():
-    low = jax.tree_util.tree_map(
-        lambda x: x.astype(jnp.bfloat16) if boxwood.is_array(x) else x, _model("llama")
-    )
+    # cast in one program (eagerly, each leaf's shape compiles a cast of its own)
+    low = boxwood.filter_jit(
+        lambda model: jax.tree_util.tree_map(
+            lambda x: x.astype(jnp.bfloat16) if boxwood.is_array(x) else x, model
+        )
+    )(_model("llama"))
 
     @boxwood.filter_jit
     def both(low):

@@ -144,10 +144,14 @@ def _kept_fraction(dropped, plain, p):
 
 @pytest.mark.parametrize("p", [0.2, 0.5])
 def test_the_residual_rate_is_measured_in_the_mlp(p):
-    mlp = _gpt2(resid_pdrop=p).transformer.h[0].mlp
-    x = jax.random.normal(jax.random.key(0), (64, 32))
-    plain = boxwood.nn.inference_mode(mlp)(x)
-    fraction = _kept_fraction(mlp(x, jax.random.key(1)), plain, p)
+    @boxwood.filter_jit  # one program, where eagerly each operation compiles
+    def both(model):
+        mlp = model.transformer.h[0].mlp
+        x = jax.random.normal(jax.random.key(0), (64, 32))
+        return mlp(x, jax.random.key(1)), boxwood.nn.inference_mode(mlp)(x)
+
+    dropped, plain = both(_gpt2(resid_pdrop=p))
+    fraction = _kept_fraction(dropped, plain, p)
     assert abs(fraction - (1 - p)) < 0.03  # 2,048 entries: 3 standard errors
 
 
@@ -225,7 +229,8 @@ def test_attention_dropout_on_bfloat16_weights_under_strict_promotion():
     """Active attention dropout forms the weights in float32 from bfloat16 heads;
     that widening is explicit, so it holds under the suite's strict promotion, and
     the gradient comes back in the parameters' bfloat16."""
-    model = boxwood.cast_floating(_gpt2(), jnp.bfloat16)
+    # cast in one program (eagerly, each leaf's shape compiles a cast of its own)
+    model = boxwood.filter_jit(boxwood.cast_floating)(_gpt2(), jnp.bfloat16)
     floats, static = boxwood.partition(model, boxwood.is_inexact_array)
 
     def loss(floats):

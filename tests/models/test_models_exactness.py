@@ -70,7 +70,8 @@ def test_llama_grouped_query_untied_rope_theta(tmp_path):
     model = bm.LlamaForCausalLM.from_pretrained(tmp_path)
     assert model.lm_head is not None and model.config.kv_heads == 2
     assert model.config.rope_theta == 500.0
-    assert model.model.layers[0].self_attn.k_proj.weight.shape == (16, 32)
+    # (2 stacked layers; read without slicing every leaf of the stack)
+    assert model.model.layers.layers.self_attn.k_proj.weight.shape == (2, 16, 32)
     ids = token_ids(2, (2, 23))
     out = _batched(model, jnp.asarray(ids))
     assert np.abs(np.asarray(out) - _logits(reference, ids)).max() <= LOGITS_TOL
@@ -141,10 +142,12 @@ def test_bfloat16_checkpoint_stays_bfloat16(tmp_path):
 def test_dtype_argument_casts_on_read():
     directory, _ = shared_tiny("gpt2")
     model = bm.GPT2LMHeadModel.from_pretrained(directory, dtype=jnp.bfloat16)
-    weight = model.transformer.h[0].attn.c_attn.weight
+    # the stacked blocks' leaf, sliced alone (`h[0]` would slice every leaf,
+    # each shape compiling a slice of its own)
+    weight = model.transformer.h.layers.attn.c_attn.weight[0]
     assert weight.dtype == jnp.bfloat16 and weight.shape == (32, 96)  # (in, out)
     full = bm.GPT2LMHeadModel.from_pretrained(directory)
-    expected = np.asarray(full.transformer.h[0].attn.c_attn.weight).astype(
+    expected = np.asarray(full.transformer.h.layers.attn.c_attn.weight[0]).astype(
         ml_dtypes.bfloat16
     )
     np.testing.assert_array_equal(np.asarray(weight), expected)

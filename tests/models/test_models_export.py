@@ -94,7 +94,8 @@ def test_export_writes_checkpoint_names_and_layouts(tmp_path):
     from safetensors.numpy import load_file
 
     tensors = load_file(tmp_path / "model.safetensors")
-    weight = model.transformer.h[1].attn.c_attn.weight
+    # block 1's leaf, sliced alone (`h[1]` slices every leaf of the stack)
+    weight = model.transformer.h.layers.attn.c_attn.weight[1]
     np.testing.assert_array_equal(
         tensors["transformer.h.1.attn.c_attn.weight"], np.asarray(weight)
     )

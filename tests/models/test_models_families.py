@@ -189,7 +189,7 @@ def test_cache_steps_equal_full_forward(pair):
 
 def test_structure_of_each_family(pair):
     kind, model, _ = pair
-    attn = model.model.layers[0].self_attn
+    attn = model.model.layers.layers.self_attn  # stacked (no leaf sliced)
     if kind.startswith("qwen2"):
         assert attn.q_proj.bias is not None and attn.o_proj.bias is None
     if kind == "qwen2":

@@ -75,49 +75,77 @@ def _ids(seed, shape):
     return jnp.asarray(np.random.RandomState(seed).randint(0, VOCAB, size=shape))
 
 
-@pytest.mark.parametrize("chunk_size", [1, 3, 5, 12, 100])
+CHUNK_SIZES = (1, 3, 5, 12, 100)
+
+
+@bw.filter_jit
+def _chunked_and_whole(model, ids):
+    """`({chunk_size: loss}, naive loss)` of `ids`, every chunk size in one
+    compiled program (each size is its own scan; op by op, each of their small
+    operations would compile on its own)."""
+    chunked = {c: bm.causal_lm_loss(model, ids, chunk_size=c) for c in CHUNK_SIZES}
+    return chunked, naive_loss(model, ids)
+
+
+_LOSSES = {}
+
+
+@pytest.mark.parametrize("chunk_size", CHUNK_SIZES)
 @pytest.mark.parametrize("shape", [(12,), (3, 12)])
 def test_equals_the_whole_logits_loss(model, shape, chunk_size):
-    ids = _ids(0, shape)
-    got = bm.causal_lm_loss(model, ids, chunk_size=chunk_size)
+    if shape not in _LOSSES:  # computed once per shape, for its five chunk sizes
+        _LOSSES[shape] = _chunked_and_whole(model, _ids(0, shape))
+    chunked, expected = _LOSSES[shape]
+    got = chunked[chunk_size]
     assert got.shape == () and got.dtype == jnp.float32
-    np.testing.assert_allclose(got, naive_loss_jit(model, ids), rtol=1e-5)
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+@bw.filter_jit
+def _label_and_mask_losses(model, ids, labels, moved, relabelled, mask):
+    """Every loss `test_labels_ignore_index_and_mask` compares, in one program."""
+    loss = bm.causal_lm_loss
+    return dict(
+        got=loss(model, ids, labels, chunk_size=4),
+        expected=naive_loss(model, ids, labels),
+        moved=loss(model, ids, moved, chunk_size=4),
+        masked=loss(model, ids, labels, mask=mask, chunk_size=3),
+        expected_masked=naive_loss(model, ids, labels, mask),
+        relabelled=loss(model, ids, relabelled, mask=mask),
+        masked_default=loss(model, ids, labels, mask=mask),
+        int_mask=loss(model, ids, labels, mask=mask.astype(jnp.int32)),
+    )
 
 
 def test_labels_ignore_index_and_mask(model):
-    # the batch shape of `test_equals_the_whole_logits_loss`, whose eager ops it reuses
     ids = _ids(1, (3, 12))
-    labels = _ids(2, (3, 12)).at[0, 3:6].set(-100).at[1, 9].set(-100)
-    got = bm.causal_lm_loss(model, ids, labels, chunk_size=4)
-    expected = naive_loss_jit(model, ids, labels)
-    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    labels = np.array(_ids(2, (3, 12)))
+    labels[0, 3:6], labels[1, 9] = -100, -100
+    # ignoring one more position
+    moved = labels.copy()
+    moved[0, 7] = -100
+    # a masked position's label changed
+    relabelled = labels.copy()
+    relabelled[1, 7] = (relabelled[1, 7] + 1) % VOCAB
+    mask = np.ones((3, 12), bool)
+    mask[1, 6:] = False
+    out = _label_and_mask_losses(
+        model, ids, *map(jnp.asarray, (labels, moved, relabelled, mask))
+    )
+    np.testing.assert_allclose(out["got"], out["expected"], rtol=1e-5)
     # ignoring one more position changes the loss (the comparison can fail)
-    moved = bm.causal_lm_loss(model, ids, labels.at[0, 7].set(-100), chunk_size=4)
-    assert moved != got
-    mask = jnp.ones((3, 12), bool).at[1, 6:].set(False)
-    np.testing.assert_allclose(
-        bm.causal_lm_loss(model, ids, labels, mask=mask, chunk_size=3),
-        naive_loss_jit(model, ids, labels, mask),
-        rtol=1e-5,
-    )
+    assert out["moved"] != out["got"]
+    np.testing.assert_allclose(out["masked"], out["expected_masked"], rtol=1e-5)
     # a masked position's label is not read
-    np.testing.assert_allclose(
-        bm.causal_lm_loss(
-            model, ids, labels.at[1, 7].set((labels[1, 7] + 1) % VOCAB), mask=mask
-        ),
-        bm.causal_lm_loss(model, ids, labels, mask=mask),
-    )
-    np.testing.assert_allclose(
-        bm.causal_lm_loss(model, ids, labels, mask=mask.astype(jnp.int32)),
-        naive_loss_jit(model, ids, labels, mask),
-        rtol=1e-5,
-    )
+    np.testing.assert_allclose(out["relabelled"], out["masked_default"])
+    np.testing.assert_allclose(out["int_mask"], out["expected_masked"], rtol=1e-5)
 
 
 def test_nothing_to_predict_gives_zero(model):
     ids = _ids(3, (6,))
-    assert bm.causal_lm_loss(model, ids, jnp.full(6, -100)) == 0
-    assert bm.causal_lm_loss(model, ids[:1]) == 0
+    loss = bw.filter_jit(bm.causal_lm_loss)
+    assert loss(model, ids, jnp.full(6, -100)) == 0
+    assert loss(model, ids[:1]) == 0
 
 
 def test_gradient_equals_the_whole_logits_gradient(model):
