@@ -16,8 +16,12 @@ def normal():
 
 
 def batched(bn, axis_name="batch", **kwargs):
+    """`bn` over a batch, as one jitted program (eagerly, each operation would
+    compile a program of its own for each shape)."""
     call = lambda x, s: bn(x, s, **kwargs)
-    return jax.vmap(call, axis_name=axis_name, in_axes=(0, None), out_axes=(0, None))
+    return jax.jit(
+        jax.vmap(call, axis_name=axis_name, in_axes=(0, None), out_axes=(0, None))
+    )
 
 
 def test_initial_state_and_params():
