@@ -151,16 +151,20 @@ PAIRS = {
         lambda fn: lambda s: nnx.Linear(512, 128, kernel_init=fn, rngs=nnx.Rngs(s)),
         lambda m: m.kernel[...],
     ),
+    # the convolutions: N_MIN draws from one layer, as the others (not a layer
+    # built again per seed); fans 144 and 4608, 5120 and 80
     "conv": (
-        lambda fn: lambda s: nn.Conv2d(8, 64, 3, weight_init=fn, key=jr.key(s)),
+        lambda fn: lambda s: nn.Conv2d(16, 512, 3, weight_init=fn, key=jr.key(s)),
         lambda m: m.weight,
-        lambda fn: lambda s: nnx.Conv(8, 64, (3, 3), kernel_init=fn, rngs=nnx.Rngs(s)),
+        lambda fn: lambda s: nnx.Conv(16, 512, (3, 3), kernel_init=fn,
+                                      rngs=nnx.Rngs(s)),
         lambda m: m.kernel[...],
     ),
     "conv_transpose": (
-        lambda fn: lambda s: nn.ConvTranspose1d(64, 8, 5, weight_init=fn, key=jr.key(s)),
+        lambda fn: lambda s: nn.ConvTranspose1d(1024, 16, 5, weight_init=fn,
+                                                key=jr.key(s)),
         lambda m: m.weight,
-        lambda fn: lambda s: nnx.ConvTranspose(64, 8, (5,), kernel_init=fn,
+        lambda fn: lambda s: nnx.ConvTranspose(1024, 16, (5,), kernel_init=fn,
                                                rngs=nnx.Rngs(s)),
         lambda m: m.kernel[...],
     ),

@@ -40,14 +40,26 @@ def _heads(shape, kv_heads=None, seed=0, dtype=jnp.float32):
     )
 
 
-def _value_and_grads(fn, *args):
-    """`fn`'s value and its gradient with respect to every argument, in one jit."""
+def _value_and_grad(fn, n_args):
+    """`fn`'s value and its gradient with respect to each of its `n_args` arguments."""
 
     def loss(*args):  # a cotangent that is not uniform
         out = fn(*args)
         return jnp.sum(out * jax.random.normal(jax.random.key(9), out.shape))
 
-    return jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args)))))(*args)
+    return jax.value_and_grad(loss, argnums=tuple(range(n_args)))
+
+
+def _splash_and_xla_grads(fn, *args):
+    """The values of `fn("splash")` and `fn("xla")` and their gradients with
+    respect to every argument, in one jit (one compile, not two)."""
+
+    def both(*args):
+        return tuple(
+            _value_and_grad(fn(i), len(args))(*args) for i in ("splash", "xla")
+        )
+
+    return jax.jit(both)(*args)
 
 
 def _assert_close(got, want, **tol):
@@ -87,9 +99,7 @@ def test_fused_attention_splash_matches_xla(case):
     )
     assert _pallas_calls(fn("splash"), *heads) == 1
     assert _pallas_calls(fn("xla"), *heads) == 0
-    _assert_close(
-        _value_and_grads(fn("splash"), *heads), _value_and_grads(fn("xla"), *heads)
-    )
+    _assert_close(*_splash_and_xla_grads(fn, *heads))
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
@@ -154,7 +164,7 @@ def test_nn_attention_with_splash():
     fn = lambda impl: (
         lambda q, k, v: _attention.dot_product_attention(q, k, v, implementation=impl)
     )
-    _assert_close(jax.jit(fn("splash"))(q, k, v), fn("xla")(q, k, v))
+    _assert_close(*jax.jit(lambda *h: (fn("splash")(*h), fn("xla")(*h)))(q, k, v))
 
     layer = lambda impl: bw.nn.MultiheadAttention(
         2, 128, implementation=impl, key=jax.random.key(2)
@@ -167,12 +177,11 @@ def test_nn_attention_with_splash():
         return lambda x: jax.vmap(lambda x, m: attn(x, x, x, m))(x, real)
 
     assert _pallas_calls(run("splash"), x) == 1
-    splash, xla = _value_and_grads(run("splash"), x), _value_and_grads(run("xla"), x)
-    _assert_close(splash, xla, rtol=1e-4, atol=1e-4)
+    _assert_close(*_splash_and_xla_grads(run, x), rtol=1e-4, atol=1e-4)
     # the 2-d mask of the same padding gives what the padding mask gives
     square = jnp.broadcast_to(real[:, None, :], (2, 100, 100))
-    two_d = jax.vmap(lambda x, m: layer(None)(x, x, x, m))(x, square)
-    _assert_close(two_d, run(None)(x), rtol=1e-6, atol=1e-6)
+    two_d = lambda x: jax.vmap(lambda x, m: layer(None)(x, x, x, m))(x, square)
+    _assert_close(*jax.jit(lambda x: (two_d(x), run(None)(x)))(x), rtol=1e-6, atol=1e-6)
 
 
 def test_multihead_attention_implementation_errors():
@@ -254,10 +263,11 @@ def test_none_falls_back_to_xla_where_splash_refuses_while_tracing(tpu, monkeypa
 
     monkeypatch.setattr(_splash, "splash_attention", refuse)
     q, k, v = _heads((1, 128, 2, 64))
-    got = _fused_attention.fused_attention(q, k, v, is_causal=True)
-    want = _fused_attention.fused_attention(
-        q, k, v, is_causal=True, implementation="xla"
+    both = lambda q, k, v: (
+        _fused_attention.fused_attention(q, k, v, is_causal=True),
+        _fused_attention.fused_attention(q, k, v, is_causal=True, implementation="xla"),
     )
+    got, want = jax.jit(both)(q, k, v)  # the refusal comes while tracing, as eagerly
     np.testing.assert_array_equal(got, want)
 
 
@@ -308,12 +318,9 @@ def _causal_lms():
 def _compare(loss, floats, gradient):
     """Splash's value (and, with `gradient`, its gradient) against XLA's."""
     if gradient:
-        got, want = (
-            _value_and_grads(loss("splash"), floats),
-            _value_and_grads(loss("xla"), floats),
-        )
+        got, want = _splash_and_xla_grads(loss, floats)
     else:
-        got, want = jax.jit(loss("splash"))(floats), jax.jit(loss("xla"))(floats)
+        got, want = jax.jit(lambda f: (loss("splash")(f), loss("xla")(f)))(floats)
     _assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -487,6 +494,6 @@ def test_a_padded_causal_batch_takes_splash_as_segment_ids():
         )(ids, mask)
 
     assert _pallas_calls(logits("splash"), floats) == 1
-    splash, xla = logits("splash")(floats), logits("xla")(floats)
+    splash, xla = jax.jit(lambda f: (logits("splash")(f), logits("xla")(f)))(floats)
     real = mask.astype(bool)
     np.testing.assert_allclose(splash[real], xla[real], rtol=1e-4, atol=1e-4)

@@ -123,15 +123,21 @@ def test_multihead_fused_matches_explicit(fused_calls, normal, per_head):
     q, kv = normal(3, 4), normal(5, 4)
     shape = (2, 3, 5) if per_head else (3, 5)
     mask = jnp.asarray(np.random.default_rng(1).random(shape) > 0.4)
-    fused = mha(q, kv, kv, mask, inference=True)
+
+    @jax.jit  # one program (eagerly, each operation compiles one of its own)
+    def fused_and_explicit(q, kv):
+        fused = mha(q, kv, kv, mask, inference=True)
+        # the same heads through the explicit softmax (dropout with p=0 weights)
+        heads = [mha._split_heads(p, x) for p, x in ((mha.query_proj, q),
+                 (mha.key_proj, kv), (mha.value_proj, kv))]  # fmt: skip
+        explicit = _attention._attend(*heads, mask, drop=lambda w: w)
+        return fused, jax.vmap(mha.output_proj)(explicit.reshape(3, -1))
+
+    fused, want = fused_and_explicit(q, kv)
     assert len(fused_calls) == 1
-    # the same heads through the explicit softmax (dropout with p=0 weights)
-    heads = [mha._split_heads(p, x) for p, x in ((mha.query_proj, q),
-             (mha.key_proj, kv), (mha.value_proj, kv))]  # fmt: skip
-    explicit = _attention._attend(*heads, mask, drop=lambda w: w)
-    want = jax.vmap(mha.output_proj)(explicit.reshape(3, -1))
     np.testing.assert_allclose(fused, want, atol=1e-6)
-    grad_fused = jax.grad(lambda m: m(q, kv, kv, mask, inference=True).sum())(mha)
+    loss = lambda m: m(q, kv, kv, mask, inference=True).sum()
+    grad_fused = jax.jit(jax.grad(loss))(mha)
     assert np.all(np.isfinite(grad_fused.query_proj.weight))
 
 

@@ -42,7 +42,7 @@ def test_dtype(getkey, dtype):
     emb = nn.Embedding(6, 3, dtype=dtype, key=getkey())
     assert emb.weight.dtype == dtype
     y = emb(1)
-    assert y.dtype == dtype and jnp.all(jnp.isfinite(y))
+    assert y.dtype == dtype and np.isfinite(np.asarray(y)).all()
 
 
 def test_gradient_flows_to_row(getkey):

@@ -100,7 +100,7 @@ def test_low_precision(getkey, make, shape, dtype):
     assert all(leaf.dtype == dtype for leaf in jax.tree_util.tree_leaves(norm))
     x = (jr.normal(getkey(), shape) * 100 + 500).astype(dtype)
     y = norm(x)
-    assert y.dtype == dtype and jnp.all(jnp.isfinite(y))
+    assert y.dtype == dtype and np.isfinite(np.asarray(y)).all()
     # float32 statistics: matches the float32 computation to bf16/f16 precision
     ref = make(jnp.float32)(x.astype(jnp.float32))
     np.testing.assert_allclose(y.astype(jnp.float32), ref, atol=0.05)

@@ -14,6 +14,11 @@ def normal():
     return lambda *shape: jnp.asarray(rng.normal(size=shape), jnp.float32)
 
 
+# One input shape for the tests where the shape is not the point: each eager
+# operation compiles once per shape, so tests that share it share those programs.
+SEQ, SIZE = 6, 8
+
+
 def reference_rope(x, theta=10_000.0):
     """Hand-written RoPE, "rotate half" convention: channel j pairs with j + d/2."""
     x = np.asarray(x, np.float64)
@@ -30,21 +35,23 @@ def reference_rope(x, theta=10_000.0):
 
 @pytest.mark.parametrize("theta", [10_000.0, 100.0])
 def test_matches_reference(getkey, theta, normal):
-    rope = nn.RotaryPositionalEmbedding(6, theta=theta)
-    x = normal(7, 6)
+    rope = nn.RotaryPositionalEmbedding(SIZE, theta=theta)
+    x = normal(SEQ, SIZE)
     np.testing.assert_allclose(rope(x), reference_rope(x, theta), atol=1e-5)
 
 
 def test_matches_equinox_if_installed(getkey, normal):
     eqx = pytest.importorskip("equinox")
-    x = normal(5, 8)
-    expected = eqx.nn.RotaryPositionalEmbedding(8)(x)
-    np.testing.assert_allclose(nn.RotaryPositionalEmbedding(8)(x), expected, atol=1e-6)
+    x = normal(SEQ, SIZE)
+    expected = eqx.nn.RotaryPositionalEmbedding(SIZE)(x)
+    np.testing.assert_allclose(
+        nn.RotaryPositionalEmbedding(SIZE)(x), expected, atol=1e-6
+    )
 
 
 def test_position_zero_unchanged_and_norms_preserved(getkey, normal):
-    rope = nn.RotaryPositionalEmbedding(4)
-    x = normal(5, 4)
+    rope = nn.RotaryPositionalEmbedding(SIZE)
+    x = normal(SEQ, SIZE)
     y = rope(x)
     np.testing.assert_allclose(y[0], x[0], atol=1e-6)
     np.testing.assert_allclose(
@@ -72,29 +79,29 @@ def test_with_attention_process_heads(getkey, normal):
         k = jax.vmap(rope, in_axes=1, out_axes=1)(k)
         return q, k, v
 
-    x = normal(5, 8)
+    x = normal(SEQ, SIZE)
     y = jax.jit(lambda x: mha(x, x, x, process_heads=process_heads))(x)
-    assert y.shape == (5, 8)
+    assert y.shape == (SEQ, SIZE)
     assert not np.allclose(y, mha(x, x, x), atol=1e-4)
 
 
 def test_static_config_and_jit(getkey, normal):
-    rope = nn.RotaryPositionalEmbedding(4)
+    rope = nn.RotaryPositionalEmbedding(SIZE)
     assert jax.tree_util.tree_leaves(rope) == []
-    x = normal(3, 4)
+    x = normal(SEQ, SIZE)
     np.testing.assert_allclose(jax.jit(lambda m, x: m(x))(rope, x), rope(x), atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_low_precision(getkey, dtype, normal):
-    x = normal(4, 6)
+    x = normal(SEQ, SIZE)
     expected = reference_rope(x)
-    y = nn.RotaryPositionalEmbedding(6, dtype=dtype)(x.astype(dtype))
+    y = nn.RotaryPositionalEmbedding(SIZE, dtype=dtype)(x.astype(dtype))
     assert y.dtype == dtype
     np.testing.assert_allclose(y.astype(jnp.float32), expected, atol=0.05)
     # A float32 table with a low-precision input works under standard promotion
     # and, as in Equinox, raises under strict promotion (the tests' setting).
-    rope32 = nn.RotaryPositionalEmbedding(6)
+    rope32 = nn.RotaryPositionalEmbedding(SIZE)
     with jax.numpy_dtype_promotion("standard"):
         y = rope32(x.astype(dtype))
     assert y.dtype == dtype
@@ -123,32 +130,34 @@ def test_errors():
 
 
 def test_rotate_half_and_precompute_freqs_cis(normal):
-    rope = nn.RotaryPositionalEmbedding(6, theta=50.0)
-    x = normal(4, 6)
+    rope = nn.RotaryPositionalEmbedding(SIZE, theta=50.0)
+    x = normal(SEQ, SIZE)
     rotated = rope.rotate_half(x)
-    np.testing.assert_array_equal(rotated[:, :3], -x[:, 3:])
-    np.testing.assert_array_equal(rotated[:, 3:], x[:, :3])
+    np.testing.assert_array_equal(rotated[:, :4], -x[:, 4:])
+    np.testing.assert_array_equal(rotated[:, 4:], x[:, :4])
     cos, sin = nn.RotaryPositionalEmbedding.precompute_freqs_cis(
-        6, 4, 50.0, jnp.float32
+        SIZE, SEQ, 50.0, jnp.float32
     )
-    assert cos.shape == sin.shape == (4, 3) and cos.dtype == jnp.float32
-    angles = np.arange(4)[:, None] * 50.0 ** (-np.arange(0, 6, 2) / 6)[None, :]
+    assert cos.shape == sin.shape == (6, 4) and cos.dtype == jnp.float32
+    angles = np.arange(6)[:, None] * 50.0 ** (-np.arange(0, 8, 2) / 8)[None, :]
     np.testing.assert_allclose(cos, np.cos(angles), atol=1e-6)
     np.testing.assert_allclose(sin, np.sin(angles), atol=1e-6)
     # The layer is exactly `x * cos + rotate_half(x) * sin` with the tables tiled.
     manual = x * np.tile(cos, (1, 2)) + rotated * np.tile(sin, (1, 2))
     np.testing.assert_allclose(rope(x), manual, atol=1e-6)
-    half = nn.RotaryPositionalEmbedding.precompute_freqs_cis(6, 2, 50.0, jnp.bfloat16)
+    half = nn.RotaryPositionalEmbedding.precompute_freqs_cis(
+        SIZE, SEQ, 50.0, jnp.bfloat16
+    )
     assert half[0].dtype == jnp.bfloat16
 
 
 def test_static_methods_match_equinox_if_installed(normal):
     eqx = pytest.importorskip("equinox")
     ours, theirs = nn.RotaryPositionalEmbedding, eqx.nn.RotaryPositionalEmbedding
-    x = normal(3, 8)
+    x = normal(SEQ, SIZE)
     np.testing.assert_array_equal(ours.rotate_half(x), theirs.rotate_half(x))
     for a, b in zip(
-        ours.precompute_freqs_cis(8, 5, 10_000.0, jnp.float32),
-        theirs.precompute_freqs_cis(8, 5, 10_000.0, jnp.float32),
+        ours.precompute_freqs_cis(SIZE, SEQ, 10_000.0, jnp.float32),
+        theirs.precompute_freqs_cis(SIZE, SEQ, 10_000.0, jnp.float32),
     ):
         np.testing.assert_allclose(a, b, atol=1e-6)

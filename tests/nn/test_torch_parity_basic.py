@@ -35,15 +35,21 @@ def randomise(torch_module, seed=0):
     return torch_module
 
 
+@boxwood.filter_jit
+def _forward_and_grad(layer, x, cot, batched):
+    """The output and the input-gradient for `cot`, in one program (eager, each
+    operation would compile a program of its own for each shape)."""
+    y, vjp = jax.vjp(jax.vmap(layer) if batched else layer, x)
+    return y, vjp(cot)[0]
+
+
 def compare(layer, torch_module, x_np, *, batched=True):
     """Outputs and input-gradients (for a random cotangent) of both frameworks."""
     x_t = torch.tensor(x_np, requires_grad=True)
     y_t = torch_module(x_t)
     cot = np.random.default_rng(1).standard_normal(y_t.shape).astype(np.float32)
     y_t.backward(torch.tensor(cot))
-    fn = jax.vmap(layer) if batched else layer
-    y, vjp = jax.vjp(fn, jnp.asarray(x_np))
-    (gx,) = vjp(jnp.asarray(cot))
+    y, gx = _forward_and_grad(layer, jnp.asarray(x_np), jnp.asarray(cot), batched)
     np.testing.assert_allclose(y, y_t.detach().numpy(), atol=ATOL, rtol=1e-5)
     np.testing.assert_allclose(gx, x_t.grad.numpy(), atol=ATOL, rtol=1e-5)
 
