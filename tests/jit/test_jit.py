@@ -451,8 +451,8 @@ def test_thread_safety_one_trace_per_signature():
 
 
 def test_async_dispatch_returns_before_result_is_ready():
-    # about a second of computing (ten products of 512 x 512 matrices) against a
-    # dispatch of well under a millisecond
+    # a few tenths of a second of computing (ten products of 512 x 512 matrices)
+    # against a dispatch of well under a millisecond
     @bw.filter_jit
     def heavy(a):
         for _ in range(10):
