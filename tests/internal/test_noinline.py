@@ -109,8 +109,11 @@ def _wrapped(model, x):
 
 @functools.cache
 def _inputs():
-    x = jnp.array([0.3, -0.8, 1.1])
-    return _model(), x, jnp.stack([x, 2 * x, -x], axis=1)  # batched along axis 1
+    # concrete arrays even where the first call is inside a `jax.jit` trace (they
+    # are cached: a tracer would outlive its trace)
+    with jax.ensure_compile_time_eval():
+        x = jnp.array([0.3, -0.8, 1.1])
+        return _model(), x, jnp.stack([x, 2 * x, -x], axis=1)  # batched on axis 1
 
 
 # Each case calls `c`, the function (`_direct`) or its wrapper (`_wrapped`).
