@@ -17,6 +17,7 @@ from boxwood.internal import _online_schedule, _treeverse, while_loop
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
+@functools.cache  # shared by the cases: those of int32's maximum draw the same pairs
 def _reference_advance(length, s):
     """`_treeverse`'s rule, by counting `t` up in Python integers."""
     t, b, b_fewer = 0, 1, 1
@@ -78,11 +79,16 @@ def _checkpointed(w, y0, n, checkpoints, max_steps):
     return out[1].sum()
 
 
-def _scanned(w, y0, n):
-    def body(y, i):
-        return _step(w, y, i), None
+_LONGEST_SCAN = 53  # the longest `n` of the tests below
 
-    return jax.lax.scan(body, y0, jnp.arange(n))[0].sum()
+
+def _scanned(w, y0, n):
+    # the first `n` of `_LONGEST_SCAN` steps, the others selecting the carry as it
+    # is: the same values and gradients as a scan of length `n`, with `n` traced
+    def body(y, i):
+        return jnp.where(i < n, _step(w, y, i), y), None
+
+    return jax.lax.scan(body, y0, jnp.arange(_LONGEST_SCAN))[0].sum()
 
 
 # Defined once: each wrapper keeps its own cache of compiled programs (a
@@ -90,9 +96,9 @@ def _scanned(w, y0, n):
 _checkpointed_grad = jax.jit(
     jax.grad(_checkpointed, argnums=(0, 1)), static_argnums=(2, 3, 4)
 )
-# the reference: one program per `n` (eagerly, its two scans compile on their own
-# and the operations around them one by one)
-_scanned_grad = jax.jit(jax.grad(_scanned, argnums=(0, 1)), static_argnums=2)
+# the reference: one program for every `n` (eagerly, its two scans would compile
+# on their own and the operations around them one by one)
+_scanned_grad = jax.jit(jax.grad(_scanned, argnums=(0, 1)))
 
 
 @pytest.mark.parametrize("max_steps", [None, 60], ids=["online", "max_steps"])

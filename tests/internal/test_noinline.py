@@ -2,6 +2,7 @@
 executable, called from every call site; its transforms give the same results as
 the function itself."""
 
+import functools
 import subprocess
 import sys
 
@@ -106,30 +107,58 @@ def _wrapped(model, x):
     return bwi.noinline(model)(x, power=3)
 
 
+@functools.cache
+def _inputs():
+    # concrete arrays even where the first call is inside a `jax.jit` trace (they
+    # are cached: a tracer would outlive its trace)
+    with jax.ensure_compile_time_eval():
+        x = jnp.array([0.3, -0.8, 1.1])
+        return _model(), x, jnp.stack([x, 2 * x, -x], axis=1)  # batched on axis 1
+
+
+# Each case calls `c`, the function (`_direct`) or its wrapper (`_wrapped`).
+_CASES = {
+    "call": lambda c, model, x, xs: c(model, x)["y"],
+    "jvp": lambda c, model, x, xs: jax.jvp(lambda v: c(model, v)["y"], (x,), (x + 1,)),
+    "grad_x": lambda c, model, x, xs: jax.grad(lambda v: _loss(c, model, v))(x),
+    "grad_fn": lambda c, model, x, xs: bw.filter_grad(lambda m: _loss(c, m, x))(model),
+    "hessian": lambda c, model, x, xs: jax.hessian(lambda v: _loss(c, model, v))(x),
+    "vmap": lambda c, model, x, xs: jax.vmap(lambda v: c(model, v)["y"], 1)(xs),
+    "vmap_grad": lambda c, model, x, xs: jax.vmap(
+        jax.grad(lambda v: _loss(c, model, v)), 1
+    )(xs),
+    "grad_vmap": lambda c, model, x, xs: jax.grad(
+        lambda v: jnp.sum(jax.vmap(lambda u: c(model, u)["y"], 1)(v) ** 2)
+    )(xs),
+}
+
+
+def _case(name, c):
+    """Case `name` with `c`, its inputs closed over (constants under `jax.jit`)."""
+    return _CASES[name](c, *_inputs())
+
+
+_case_jit = jax.jit(_case, static_argnums=(0, 1))
+
+
+@functools.cache
+def _expected(name):
+    """The function's own result for case `name`, compiled: one program per case,
+    shared by both parametrisations (run eagerly, each of its operations would
+    compile on its own, about 120 programs for the eight cases)."""
+    return _case_jit(name, _direct)
+
+
 @pytest.mark.parametrize("jit", [False, True])
 def test_transforms_match_the_function(jit):
-    model, x = _model(), jnp.array([0.3, -0.8, 1.1])
-    xs = jnp.stack([x, 2 * x, -x], axis=1)  # batched along axis 1
-    cases = {
-        "call": lambda c: c(model, x)["y"],
-        "jvp": lambda c: jax.jvp(lambda v: c(model, v)["y"], (x,), (x + 1,)),
-        "grad_x": lambda c: jax.grad(lambda v: _loss(c, model, v))(x),
-        "grad_fn": lambda c: bw.filter_grad(lambda m: _loss(c, m, x))(model),
-        "hessian": lambda c: jax.hessian(lambda v: _loss(c, model, v))(x),
-        "vmap": lambda c: jax.vmap(lambda v: c(model, v)["y"], 1)(xs),
-        "vmap_grad": lambda c: jax.vmap(jax.grad(lambda v: _loss(c, model, v)), 1)(xs),
-        "grad_vmap": lambda c: jax.grad(
-            lambda v: jnp.sum(jax.vmap(lambda u: c(model, u)["y"], 1)(v) ** 2)
-        )(xs),
-    }
-    for name, case in cases.items():
-        run = jax.jit(case, static_argnums=0) if jit else case
-        expected = run(_direct)
-        got = run(_wrapped)
+    for name in _CASES:
+        got = _case_jit(name, _wrapped) if jit else _case(name, _wrapped)
+        expected = _expected(name)
         for e, g in zip(
             jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)
         ):
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=name)
+    model, x, _ = _inputs()
     out = _wrapped(model, x)
     assert out["power"] == 3 and out["count"].dtype == jnp.int32
 

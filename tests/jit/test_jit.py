@@ -451,13 +451,15 @@ def test_thread_safety_one_trace_per_signature():
 
 
 def test_async_dispatch_returns_before_result_is_ready():
+    # a few tenths of a second of computing (ten products of 512 x 512 matrices)
+    # against a dispatch of well under a millisecond
     @bw.filter_jit
     def heavy(a):
-        for _ in range(20):
+        for _ in range(10):
             a = jnp.tanh(a @ a)
         return a
 
-    a = jnp.ones((1024, 1024)) / 1024
+    a = jnp.ones((512, 512)) / 512
     heavy(a).block_until_ready()  # compile
     start = time.perf_counter()
     out = heavy(a)
