@@ -226,3 +226,19 @@ def test_deterministic_is_the_deprecated_spelling_of_inference(getkey, normal):
     with pytest.warns(DeprecationWarning, match=r"MultiheadAttention\(\)\(\.\.\., det"):
         y = mha(x, x, x, deterministic=True)  # no key needed: no dropout
     np.testing.assert_allclose(y, mha(x, x, x, inference=True), atol=1e-6)
+
+
+def test_float16_attention_compiles_on_every_backend(getkey):
+    """float16 heads under `filter_jit`: on the CPU, whose XLA has no float16
+    product summed in float32, the weights are formed explicitly instead of
+    through `jax.nn.dot_product_attention`, and the result is the eager call's."""
+    mha = nn.MultiheadAttention(2, 8, dtype=jnp.float16, key=getkey())
+    x = jax.random.normal(getkey(), (3, 8)).astype(jnp.float16)
+    compiled = boxwood.filter_jit(lambda m, x: m(x, x, x))(mha, x)
+    assert compiled.dtype == jnp.float16
+    np.testing.assert_allclose(
+        np.asarray(compiled, np.float32),
+        np.asarray(mha(x, x, x), np.float32),
+        rtol=2e-3,
+        atol=2e-3,
+    )
