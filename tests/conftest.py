@@ -104,6 +104,29 @@ def count_compiles():
     return counting
 
 
+# The files whose items take a worker 15 seconds or more (notebooks run in
+# kernels, docs pages, libraries run in a child process), run first: with
+# `pytest -n 2 --dist worksteal` the other worker's short items then fill in
+# around them, where one of them started last would leave a worker idle.
+LONG_FIRST = (
+    "notebooks/training.ipynb",
+    "notebooks/pretrained_models.ipynb",
+    "tests/docs/test_docs_code.py",
+    "tests/ecosystem/test_ecosystem.py",
+    "tests/ecosystem/test_ecosystem_libraries.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The items of `LONG_FIRST`'s files first, in their own order, then the rest
+    as collected (every test passes in any order)."""
+    rank = {path: i for i, path in enumerate(LONG_FIRST)}
+    first = [item for item in items if item.nodeid.split("::")[0] in rank]
+    first.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable
+    rest = [item for item in items if item.nodeid.split("::")[0] not in rank]
+    items[:] = first + rest
+
+
 def pytest_collection_finish(session):
     """Once everything the tests import is loaded: move those objects (modules,
     classes, functions; none of them garbage) out of the collector's reach, so
