@@ -284,6 +284,14 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _threefry_dropout_masks():
+    """boxwood's dropout masks drawn with threefry, as Equinox draws them (on a
+    TPU boxwood's default is the chip's own generator, whose masks differ)."""
+    with bnn.dropout_generator("threefry"):
+        yield
+
+
 def build_both(case):
     theirs, ours = case.build(eqx.nn), case.build(bnn)
     if isinstance(ours, tuple) and isinstance(ours[1], bnn.State):

@@ -25,11 +25,15 @@ def both(program, *args):
     """`program(eqx, *args)` for Equinox and for boxwood; their results agree.
 
     (Run with JAX's standard dtype promotion, as users run them: optax mixes its
-    integer step count with floats, which the suite's strict setting rejects.)
+    integer step count with floats, which the suite's strict setting rejects.
+    boxwood draws its dropout masks with threefry here, as Equinox does: on a
+    TPU its default is the chip's own generator, whose masks differ.)
     """
+    boxwood = importlib.import_module("boxwood")
     with jax.numpy_dtype_promotion("standard"):
         theirs = program(importlib.import_module("equinox"), *args)
-        ours = program(importlib.import_module("boxwood"), *args)
+        with boxwood.nn.dropout_generator("threefry"):
+            ours = program(boxwood, *args)
     np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=1e-5)
     return ours
 

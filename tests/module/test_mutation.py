@@ -165,7 +165,9 @@ def test_donated_buffer_used_again_is_a_clear_error():
     x = jnp.ones(3)
     f(x)
     assert x.is_deleted()
-    with pytest.raises(Exception, match=r"deleted or donated|has been deleted"):
+    with pytest.raises(
+        RuntimeError, match=r"input args\[0\] \(f32\[3\]\) has been deleted or donated"
+    ):
         f(x)
     with pytest.raises(RuntimeError, match="deleted"):
         np.asarray(x)  # as in JAX: the caller gave the buffer away
@@ -175,7 +177,9 @@ def test_donated_module_used_again_is_a_clear_error():
     f = bw.filter_jit(_apply, donate="all")
     m = Scale(jnp.arange(3.0))
     f(m, 1.0)
-    with pytest.raises(Exception, match=r"deleted or donated|has been deleted"):
+    with pytest.raises(
+        RuntimeError, match=r"input args\[0\]\.\w+ .*deleted or donated"
+    ):
         f(m, 1.0)
 
 

@@ -91,6 +91,24 @@ def rename_arguments(
     error.args = (_GROUP_REF.sub(name, message), *error.args[1:])
 
 
+def deleted_input(args: tuple, kwargs: dict) -> RuntimeError | None:
+    """After a call failed: an error naming the first input array that was
+    deleted or donated to an earlier call, or `None` where none was. (The
+    backends word their own error differently, or not at all clearly: a TPU
+    reports "Donation requested for invalid buffer".)"""
+    keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    for path, leaf in keyed:
+        if isinstance(leaf, jax.Array) and leaf.is_deleted():
+            where = _user_path(path)
+            return RuntimeError(
+                f"filter_jit: the input {where} ({array_summary(leaf)}) has been "
+                "deleted or donated: an array given to a call that donates it "
+                "belongs to that call. Pass that call's output instead, or a copy "
+                "made before it (`jnp.copy`)."
+            )
+    return None
+
+
 def _deepest_unhashable(path: str, obj: Any) -> tuple[str, Any]:
     for name, value in getattr(obj, "__dict__", {}).items():
         try:

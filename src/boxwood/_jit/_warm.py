@@ -23,6 +23,7 @@ from typing import Any
 from .._module import call_key
 from .._tracebacks import hide_own_frames
 from . import _convention
+from ._diagnostics import deleted_input
 from ._dispatch import Dispatch
 
 
@@ -75,6 +76,10 @@ def warm_call(dispatch: Dispatch) -> Callable:
                 return build(result)
             return output(entry, dyn, result)
         except Exception as error:  # boxwood's frames hidden, as JAX hides its own
+            clear = deleted_input(args, kwargs)  # the same words on every backend
+            if clear is not None:
+                hide_own_frames(clear)
+                raise clear from error
             hide_own_frames(error)
             raise
 
