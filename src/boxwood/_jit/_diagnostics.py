@@ -96,7 +96,10 @@ def deleted_input(args: tuple, kwargs: dict) -> RuntimeError | None:
     deleted or donated to an earlier call, or `None` where none was. (The
     backends word their own error differently, or not at all clearly: a TPU
     reports "Donation requested for invalid buffer".)"""
-    keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    try:
+        keyed, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    except Exception:  # noqa: BLE001 (the call's own error is the one to raise)
+        return None
     for path, leaf in keyed:
         if isinstance(leaf, jax.Array) and leaf.is_deleted():
             where = _user_path(path)
