@@ -9,6 +9,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 import jax
+import jax.core
 
 from .._config import config
 from .._filters import is_array
@@ -91,6 +92,17 @@ def rename_arguments(
     error.args = (_GROUP_REF.sub(name, message), *error.args[1:])
 
 
+def _deleted(leaf: Any) -> bool:
+    """Whether `leaf` is a concrete array whose buffer is gone (a tracer, as
+    under an outer `jax.vmap`, has no buffer to ask about)."""
+    if not isinstance(leaf, jax.Array) or isinstance(leaf, jax.core.Tracer):
+        return False
+    try:
+        return leaf.is_deleted()
+    except Exception:  # noqa: BLE001 (the call's own error is the one to raise)
+        return False
+
+
 def deleted_input(args: tuple, kwargs: dict) -> RuntimeError | None:
     """After a call failed: an error naming the first input array that was
     deleted or donated to an earlier call, or `None` where none was. (The
@@ -101,7 +113,7 @@ def deleted_input(args: tuple, kwargs: dict) -> RuntimeError | None:
     except Exception:  # noqa: BLE001 (the call's own error is the one to raise)
         return None
     for path, leaf in keyed:
-        if isinstance(leaf, jax.Array) and leaf.is_deleted():
+        if _deleted(leaf):
             where = _user_path(path)
             return RuntimeError(
                 f"filter_jit: the input {where} ({array_summary(leaf)}) has been "
