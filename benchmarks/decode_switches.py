@@ -6,12 +6,14 @@ by side in one process (GPT-2-small in bf16, greedy, 128 new tokens after a
   plain products in the cache's layout ("einsum") or through
   `jax.nn.dot_product_attention` ("fused");
 - `_blocks.GROUP_HEADS`: the loop's cache holds heads side by side in 128-lane
-  rows ("always"; "auto" does so on a TPU only) or one head to a row ("never");
+  rows ("always"; "auto" does so on a TPU over several rows) or one head to a
+  row ("never");
 - `_generate_loop.ROWS_APART`: the most rows for which the loop takes each
   layer's weights sliced from the stack once, before it (1: one row only, as
   by default; 32: the batch too).
 
-For each combination ("today": all off; each on alone; all on; the modules'
+For each combination ("today": all off; the plain products alone; with the
+grouped cache; with the layers apart over the batch too; the modules'
 defaults, where they differ from all of those) and batch it records the median
 of `--reps` whole calls and of `--reps` one-token calls (after a warm-up call
 each), the step `(T(new) - T(1)) / (new - 1)` and tokens/s, and whether the
