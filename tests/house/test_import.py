@@ -1,5 +1,6 @@
 """Importing boxwood creates no array and touches no device (so JAX can still be
-configured afterwards: device counts, platforms, `jax.distributed`). In the same
+configured afterwards: device counts, platforms, `jax.distributed`), and leaves
+Pallas's TPU kernels unimported until splash attention is used. In the same
 fresh process: comparing two known enumeration items compiles nothing."""
 
 import subprocess
@@ -8,8 +9,10 @@ import sys
 from _child_flags import child_env
 
 _PROBE = """
+import sys
 import jax, jax.monitoring
 import boxwood, boxwood.nn
+assert "jax.experimental.pallas.ops.tpu.splash_attention" not in sys.modules
 from jax._src import xla_bridge
 assert not xla_bridge.backends_are_initialized(), "a JAX backend was started"
 jax.config.update("jax_num_cpu_devices", 4)

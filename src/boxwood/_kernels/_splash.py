@@ -24,7 +24,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.pallas.ops.tpu import splash_attention as sa
 from jax.sharding import AxisType, PartitionSpec
 from jaxtyping import Array
 
@@ -45,6 +44,16 @@ HEADS_AXIS = "model"
 _PAD_SEGMENT = int(np.iinfo(np.int32).min)
 
 Window = tuple[int, int] | None
+
+
+@functools.cache
+def _sa() -> Any:
+    """JAX's splash attention module, imported on first use: Pallas's TPU
+    modules take about 0.1 s of CPU to import, which a process that never runs
+    splash (most of them) should not pay at `import boxwood`."""
+    from jax.experimental.pallas.ops.tpu import splash_attention
+
+    return splash_attention
 
 
 def block_size(length: int) -> int:
@@ -233,7 +242,7 @@ def _kernel_call(
 
     def per_example(q: Array, k: Array, v: Array, *ids: Array) -> Array:
         k, v = (k[0], v[0]) if kv_heads == 1 else (k, v)  # one key head: MQA
-        return kernel(q, k, v, segment_ids=sa.SegmentIds(*ids) if ids else None)
+        return kernel(q, k, v, segment_ids=_sa().SegmentIds(*ids) if ids else None)
 
     def call(q: Array, k: Array, v: Array) -> Array:
         q = q * jnp.asarray(1 / math.sqrt(size), q.dtype)
@@ -282,6 +291,7 @@ def _kernel(
     interpret: bool,
 ) -> Any:
     """The splash kernel for one example's `(heads, q_len, kv_len)` attention."""
+    sa = _sa()
     shape = (q_len, kv_len)
     if window is not None:
         left, right = window
