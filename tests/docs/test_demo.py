@@ -145,16 +145,20 @@ BLOCK_OPTAX = "import sys; sys.modules['optax'] = None; "
 
 
 def test_help_works_and_a_missing_optax_is_one_clear_line():
-    env_run = [sys.executable, "-c"]
-    shown = subprocess.run(
-        [*env_run, BLOCK_OPTAX + "from boxwood.demo import main; main(['--help'])"],
-        capture_output=True, text=True, cwd=ROOT, env=child_env(),
-    )  # fmt: skip
-    assert shown.returncode == 0 and "--batch-size" in shown.stdout
+    # one fresh process without optax: `--help` (argparse exits 0 after printing
+    # it), then a training run, which must stop at once with one clear line
+    script = BLOCK_OPTAX + (
+        "from boxwood.demo import main\n"
+        "try:\n    main(['--help'])\n"
+        "except SystemExit as done:\n    print('help exited', done.code, flush=True)\n"
+        "main(['--epochs', '1'])"
+    )
     failed = subprocess.run(
-        [*env_run, BLOCK_OPTAX + "from boxwood.demo import main; main(['--epochs', '1'])"],
+        [sys.executable, "-c", script],
         capture_output=True, text=True, cwd=ROOT, env=child_env(),
     )  # fmt: skip
+    assert "--batch-size" in failed.stdout
+    assert failed.stdout.rstrip().endswith("help exited 0")
     assert failed.returncode == 2
     assert failed.stderr.strip() == (
         "boxwood-demo: error: the demo needs optax; install the train extra: "
