@@ -5,6 +5,7 @@ loop over several rows (`_generate_loop.ROWS_APART`) give today's tokens and
 scores, and the public `init_cache` keeps its layout."""
 
 import contextlib
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -103,27 +104,44 @@ def test_switches_give_todays_tokens_and_scores(monkeypatch, today, name):
     _beam_search._beam_loop.clear_cache()
 
 
-def _one_step_attention(monkeypatch, group, window, pad, dim):
-    """A prompt of 5 tokens, then one more, attended over a cache of 8 slots held
-    as `group` says, with 8 query heads over 4 key/value heads of `dim`: the
-    prompt's attention output and the new token's."""
-    monkeypatch.setattr(_blocks, "GROUP_HEADS", group)
+@functools.cache
+def _queries_keys_values(dim):
+    """A prompt of 5 tokens, then one more: 8 query heads over 4 key/value heads
+    of `dim` (drawn once per `dim`, outside the compiled attention)."""
     keys = jax.random.split(jax.random.key(0), 6)
-    q1, k1, v1 = (jax.random.normal(k, (5, h, dim)) for k, h in zip(keys, (8, 4, 4)))
-    q2, k2, v2 = (
-        jax.random.normal(k, (1, h, dim)) for k, h in zip(keys[3:], (8, 4, 4))
-    )
+    shapes = [(n, h, dim) for n in (5, 1) for h in (8, 4, 4)]
+    return tuple(jax.random.normal(k, shape) for k, shape in zip(keys, shapes))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _one_step_attention(attention, group, window, padded, data, pad):
+    """`data`'s prompt, then its new token, attended over a cache of 8 slots held
+    as `group` says: the prompt's attention output and the new token's. One
+    program per switch setting (the switches are read while tracing, so they are
+    static here; the callers set the module's switches to the same values)."""
+    assert (_attend.DECODE_ATTENTION, _blocks.GROUP_HEADS) == (attention, group)
+    q1, k1, v1, q2, k2, v2 = data
+    dim = q1.shape[-1]
     zeros = jnp.zeros((2, 8, 4, dim))
     cache = (zeros, zeros)
     if group != "never":
         g = _blocks.group_size(4, dim)
         empty = jnp.zeros((2, 4 // g, 8, g * dim))
         cache = GroupedCache(empty, empty)
-    pad = None if pad is None else jnp.int32(pad)
+    pad = pad if padded else None
     k, v, cache = write_cache(cache, 1, k1, v1, 0)
     first = attend(q1, k, v, Step(0, pad, True), window)
     k, v, cache = write_cache(cache, 1, k2, v2, 5)
     return first, attend(q2, k, v, Step(5, pad, True), window)
+
+
+def _attention_with(monkeypatch, attention, group, window, pad, dim):
+    monkeypatch.setattr(_attend, "DECODE_ATTENTION", attention)
+    monkeypatch.setattr(_blocks, "GROUP_HEADS", group)
+    padded = pad is not None
+    pad = jnp.int32(0 if pad is None else pad)
+    data = _queries_keys_values(dim)
+    return _one_step_attention(attention, group, window, padded, data, pad)
 
 
 # heads of 16: all 4 in one row; of 64: two rows of 2 (as GPT-2-small's)
@@ -131,11 +149,9 @@ def _one_step_attention(monkeypatch, group, window, pad, dim):
     "window, pad, dim", [(None, None, 16), (3, None, 16), (None, 2, 16), (3, 2, 64)]
 )
 def test_one_token_attention_matches_the_fused_call(monkeypatch, window, pad, dim):
-    monkeypatch.setattr(_attend, "DECODE_ATTENTION", "fused")
-    want = _one_step_attention(monkeypatch, "never", window, pad, dim)
-    monkeypatch.setattr(_attend, "DECODE_ATTENTION", "einsum")
+    want = _attention_with(monkeypatch, "fused", "never", window, pad, dim)
     for group in ("never", "always"):
-        got = _one_step_attention(monkeypatch, group, window, pad, dim)
+        got = _attention_with(monkeypatch, "einsum", group, window, pad, dim)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
 

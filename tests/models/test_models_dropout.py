@@ -18,12 +18,14 @@ import boxwood.models._training as training
 from _hf_models import shared_model
 from boxwood.models._attend import Step, attend
 
-GPT2 = dict(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+# One layer: the dropout layers sit in each block alike (the stacked blocks
+# share one `Dropout` per site; each layer draws from its own key).
+GPT2 = dict(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=4)
 LLAMA = dict(
     vocab_size=64,
     hidden_size=32,
     intermediate_size=64,
-    num_hidden_layers=2,
+    num_hidden_layers=1,
     num_attention_heads=4,
     max_position_embeddings=32,
 )

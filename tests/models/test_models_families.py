@@ -28,8 +28,10 @@ from _hf_models import (
 )
 from _precision import tolerance
 
+# One layer (each family's formulas apply in every layer alike), but two where
+# the windows differ between layers (`qwen2_window`).
 SMALL = dict(
-    num_hidden_layers=2,
+    num_hidden_layers=1,
     hidden_size=32,
     num_attention_heads=4,
     num_key_value_heads=2,
@@ -73,7 +75,12 @@ FAMILIES = {
     "qwen2_window": (
         "Qwen2ForCausalLM",
         transformers.Qwen2Config,
-        dict(use_sliding_window=True, sliding_window=4, max_window_layers=1),
+        dict(
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=1,
+            num_hidden_layers=2,
+        ),
     ),
 }
 
@@ -194,11 +201,11 @@ def test_structure_of_each_family(pair):
         assert attn.q_proj.bias is not None and attn.o_proj.bias is None
     if kind == "qwen2":
         assert model.lm_head is None
-        assert model.model.windows == (None, None)
+        assert model.model.windows == (None,)
     if kind == "qwen2_window":  # layers from `max_window_layers` on slide
         assert model.model.windows == (None, 4)
     if kind == "mistral":
-        assert model.model.windows == (5, 5) and attn.q_proj.bias is None
+        assert model.model.windows == (5,) and attn.q_proj.bias is None
     if kind == "gemma":
         assert model.lm_head is None and model.model.embed_scale == 32**0.5
         assert model.config.hidden_act == "gelu_pytorch_tanh"

@@ -5,6 +5,7 @@ in training mode generates as in inference mode."""
 
 import jax
 import numpy as np
+import pytest
 
 import boxwood
 import boxwood.models as bm
@@ -45,28 +46,54 @@ def test_a_model_in_training_mode_generates_as_in_inference_mode():
     )
 
 
-def _weight_slices_in_the_loop(monkeypatch, mode):
-    """How many slices of the stacked layers' weights the body of `generate`'s
-    decoding loop takes per step, with `SLICE_LAYERS` set to `mode`."""
-    import jax.numpy as jnp
+@pytest.fixture(scope="module")
+def slice_modes():
+    """For each `SLICE_LAYERS` mode ("never", "always"): one prompt's greedy
+    tokens from GPT-2 and from Llama, and the arguments GPT-2's call passed to
+    the decoding loop; and, per call, whether its loop's layers were sliced
+    apart. One compiled loop per model and mode, shared by the two tests below."""
+    from boxwood.models import _decode_layers, _generate, _generate_loop
 
-    from boxwood.models import _decode_layers, _generate
-    from boxwood.models._generate_loop import decode_loop
-
-    monkeypatch.setattr(_decode_layers, "SLICE_LAYERS", mode)
-    model = gpt2()
-    called = {}
+    sliced, called, out = [], {}, {}
+    original_apart = _generate_loop.with_layers_apart
     original = getattr(_generate._decode, "original", _generate._decode)
+
+    def apart(model):
+        result = original_apart(model)
+        sliced.append(result is not model)
+        return result
 
     def spy(*args):
         called["args"] = args
         return original(*args)
 
     spy.original = original
-    monkeypatch.setattr(_generate, "_decode", spy)
-    original.clear_cache()  # traced again with this setting
-    bm.generate(model, np.array([3, 5, 7], np.int32), 4)
-    jaxpr = boxwood.filter_make_jaxpr(decode_loop)(*called["args"])[0].jaxpr
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(_generate_loop, "with_layers_apart", apart)
+        monkeypatch.setattr(_generate, "_decode", spy)
+        for mode in ("never", "always"):
+            monkeypatch.setattr(_decode_layers, "SLICE_LAYERS", mode)
+            original.clear_cache()  # traced again with this setting
+            tokens = [np.asarray(bm.generate(gpt2(), np.array([3, 5, 7, 11]), 6))]
+            gpt2_args = called["args"]
+            tokens.append(np.asarray(bm.generate(llama(), np.array([3, 5, 7, 11]), 6)))
+            out[mode] = tokens, gpt2_args
+    original.clear_cache()  # later tests trace it with the default setting
+    return out, sliced
+
+
+def _weight_slices_in_the_loop(monkeypatch, slice_modes, mode):
+    """How many slices of the stacked layers' weights the body of `generate`'s
+    decoding loop takes per step, with `SLICE_LAYERS` set to `mode`."""
+    import jax.numpy as jnp
+
+    from boxwood.models import _decode_layers
+    from boxwood.models._generate_loop import decode_loop
+
+    monkeypatch.setattr(_decode_layers, "SLICE_LAYERS", mode)
+    model = gpt2()
+    args = slice_modes[0][mode][1]
+    jaxpr = boxwood.filter_make_jaxpr(decode_loop)(*args)[0].jaxpr
     weights = {
         x.shape
         for x in jax.tree.leaves(model.blocks(model))
@@ -83,37 +110,19 @@ def _weight_slices_in_the_loop(monkeypatch, mode):
     )
 
 
-def test_the_loop_reads_each_layer_sliced_once_before_it(monkeypatch):
+def test_the_loop_reads_each_layer_sliced_once_before_it(monkeypatch, slice_modes):
     """Where the layers are sliced apart (on a TPU, where the copy fits; here
     asked for), the decoding loop's body reads each layer's weights as arrays
     of their own: no slice of a stacked weight is taken per step."""
-    assert _weight_slices_in_the_loop(monkeypatch, "never") > 0
-    assert _weight_slices_in_the_loop(monkeypatch, "always") == 0
+    assert _weight_slices_in_the_loop(monkeypatch, slice_modes, "never") > 0
+    assert _weight_slices_in_the_loop(monkeypatch, slice_modes, "always") == 0
 
 
-def test_layers_sliced_apart_give_the_same_tokens(monkeypatch):
+def test_layers_sliced_apart_give_the_same_tokens(slice_modes):
     """One prompt (the only loop whose layers are sliced apart: a batch of rows,
     and beam search's beams, run the stack as it is in both modes, one program)
     gives the same greedy tokens with the layers sliced apart as without."""
-    from boxwood.models import _decode_layers, _generate, _generate_loop
-
-    sliced = []
-    original = _generate_loop.with_layers_apart
-
-    def spy(model):
-        apart = original(model)
-        sliced.append(apart is not model)
-        return apart
-
-    monkeypatch.setattr(_generate_loop, "with_layers_apart", spy)
-    out = {}
-    for mode in ("never", "always"):
-        monkeypatch.setattr(_decode_layers, "SLICE_LAYERS", mode)
-        _generate._decode.clear_cache()
-        out[mode] = [
-            np.asarray(bm.generate(make(), np.array([3, 5, 7, 11]), 6))
-            for make in (gpt2, llama)
-        ]
+    out, sliced = slice_modes
     assert sliced == [False, False, True, True]  # the second mode's loops sliced
-    for never, always in zip(out["never"], out["always"], strict=True):
+    for never, always in zip(out["never"][0], out["always"][0], strict=True):
         np.testing.assert_array_equal(never, always)

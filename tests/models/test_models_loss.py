@@ -278,6 +278,15 @@ def test_model_and_input_errors(model):
         bw.filter_jit(bm.causal_lm_loss)(model, _ids(7, (6,)), labels)
 
 
+@bw.filter_jit
+def _chunked_and_whole_gradients(model, ids, labels):
+    """`((loss, gradient), gradient of the whole logits' loss)`, in one program."""
+    chunked = bw.filter_value_and_grad(bm.causal_lm_loss)
+    return chunked(model, ids, labels, chunk_size=5), bw.filter_grad(naive_loss)(
+        model, ids, labels
+    )
+
+
 @pytest.mark.parametrize(
     "kind, options",
     [("gpt2", {}), ("llama", dict(tie_word_embeddings=False)), ("gemma", {})],
@@ -296,15 +305,23 @@ def test_equals_transformers_labels_loss(kind, options):
         loss = bw.filter_jit(bm.causal_lm_loss)(model, ids, labels, chunk_size=5)
         np.testing.assert_allclose(loss, out.loss.item(), rtol=1e-5)
         return  # the chunked gradient's path is the same for every family
-    # GPT-2: the value and the gradient, from one compiled program
-    value_and_grad = bw.filter_jit(bw.filter_value_and_grad(bm.causal_lm_loss))
-    loss, grads = value_and_grad(model, ids, labels, chunk_size=5)
+    # GPT-2: the value and the gradient, and the whole logits' gradient, from
+    # one compiled program
+    (loss, grads), expected = _chunked_and_whole_gradients(model, ids, labels)
     np.testing.assert_allclose(loss, out.loss.item(), rtol=1e-5)
-    expected = bw.filter_jit(bw.filter_grad(naive_loss))(model, ids, labels)
     for g, e in zip(jax.tree.leaves(grads), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
     shapes = _logit_shapes(model, ids, chunk_size=5, vocab=97)
     assert (5, 97) in shapes and not shapes & {(13, 97), (2, 13, 97), (26, 97)}
+
+
+@bw.filter_jit
+def _both_conventions(model, ids, mask):
+    """The loss without and with `predicted_from_padding`, in one program."""
+    loss = bm.causal_lm_loss
+    return loss(model, ids, attention_mask=mask), loss(
+        model, ids, attention_mask=mask, predicted_from_padding=True
+    )
 
 
 @pytest.mark.parametrize(
@@ -332,10 +349,8 @@ def test_both_left_padding_conventions_equal_transformers(kind, options):
             out = reference(**{k: torch.tensor(v) for k, v in tensors.items()})
         return out.loss.item()
 
-    loss = bw.filter_jit(bm.causal_lm_loss)
-    default = loss(model, ids, attention_mask=mask)
+    default, scored = _both_conventions(model, ids, mask)
     np.testing.assert_allclose(default, theirs(first_too), rtol=1e-5)
-    scored = loss(model, ids, attention_mask=mask, predicted_from_padding=True)
     assert abs(float(scored) - float(default)) > 1e-3  # the conventions differ
     # the first real token is then predicted from a pad's output, which follows
     # how padding attends: as boxwood's in the Llama family (GPT-2's pads attend
