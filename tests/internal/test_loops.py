@@ -35,11 +35,8 @@ def _unrolled(x, n_steps):
 
 @pytest.mark.parametrize("kind,options", KINDS)
 def test_values_match_unrolled(kind, options):
-    # one program for every length (`n` is an argument: the loop's bound is traced;
-    # eagerly, each length's loop compiles on its own)
-    value = jax.jit(lambda x, n: _loop(x, n, kind, options))
     for n in (0, 1, 7):
-        assert jnp.allclose(value(0.5, n), _unrolled(0.5, n))
+        assert jnp.allclose(_loop(0.5, n, kind, options), _unrolled(0.5, n))
 
 
 @pytest.mark.parametrize("kind,options", KINDS[1:])
@@ -80,13 +77,9 @@ def test_gradient_with_respect_to_initial_value_and_max_steps():
         return while_loop(lambda y: y < 100.0, lambda y: y * 2.0, y0, kind=kind,
                           max_steps=3)  # fmt: skip
 
-    # a value and a gradient per kind, each one program (eagerly, the loop's
-    # surrounding operations compile one by one)
-    value = jax.jit(f, static_argnums=1)
-    grad = jax.jit(jax.grad(f), static_argnums=1)
     for kind in ("bounded", "checkpointed"):
-        assert value(1.0, kind) == 8.0  # stopped by max_steps
-        assert grad(1.0, kind) == 8.0
+        assert f(1.0, kind) == 8.0  # stopped by max_steps
+        assert jax.grad(f)(1.0, kind) == 8.0
 
 
 def test_lax_kind_max_steps_and_errors():
