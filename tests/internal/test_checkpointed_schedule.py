@@ -3,6 +3,7 @@ Stumm-Walther, then Wang-Moin), the backward pass's recomputations (binomial),
 buffers never stored, and only perturbed leaves differentiated."""
 
 import collections
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -52,29 +53,42 @@ def test_states_kept_by_the_forward_pass(c, n, kept):
     assert _kept_after(c, n) == kept
 
 
-def _trace_steps(c, n, buffer=False):
-    """`(value, grad, order of the steps the body ran)` for the loop
-    `y <- y * cos(y) + 1` run `n` times, differentiated at 0.3."""
-    order = []
+_LONGEST = 64  # the most steps of the tests below: the buffer's length
+_ORDER = []  # the steps the body ran, in order, in the latest `_trace_steps`
+
+
+@functools.cache
+def _value_and_grad(c):
+    """`value_and_grad(f)(y0, n)` for the loop `y <- y * cos(y) + 1` run `n` times
+    with `c` slots, each run of the body recorded in `_ORDER`. One program per `c`
+    for every `n` (an argument: only `cond` sees it; eagerly, each loop of the
+    forward and backward pass compiles on its own, and their small operations
+    one by one)."""
 
     def body(carry):
         i, y, buf = carry
-        jax.debug.callback(lambda k: order.append(int(k)), i, ordered=True)
+        jax.debug.callback(lambda k: _ORDER.append(int(k)), i, ordered=True)
         buf = buf.at[i].set(y)
         return i + 1, y * jnp.cos(y) + 1.0, buf
 
-    def f(y0):
+    def f(y0, n):
         out = while_loop(
-            lambda carry: carry[0] < n, body, (0, y0, jnp.zeros(n + 1)),
+            lambda carry: carry[0] < n, body, (0, y0, jnp.zeros(_LONGEST + 1)),
             kind="checkpointed", checkpoints=c,
-            buffers=(lambda carry: carry[2]) if buffer else None,
         )  # fmt: skip
         return out[1] + jnp.sum(out[2])
 
-    # one program (eagerly, each loop of the forward and backward pass compiles
-    # on its own, and their small operations one by one)
-    value, grad = jax.jit(jax.value_and_grad(f))(0.3)
-    return value, grad, order
+    return jax.jit(jax.value_and_grad(f))
+
+
+def _trace_steps(c, n):
+    """`(value, grad, order of the steps the body ran)` for the loop
+    `y <- y * cos(y) + 1` run `n` times, differentiated at 0.3."""
+    assert n <= _LONGEST
+    _ORDER.clear()
+    value, grad = jax.block_until_ready(_value_and_grad(c)(0.3, n))
+    jax.effects_barrier()
+    return value, grad, list(_ORDER)
 
 
 def _reference(n):
@@ -156,7 +170,8 @@ def test_unperturbed_leaves_are_not_differentiated():
         return a + jax.lax.stop_gradient(b)
 
     # a = x**4 + x**2 + 2 x + 3 after three steps
-    assert np.allclose(jax.grad(f)(2.0, 1.0), 4 * 2.0**3 + 2 * 2.0 + 2)
+    # one program (eagerly, the loops' small operations compile one by one)
+    assert np.allclose(jax.jit(jax.grad(f))(2.0, 1.0), 4 * 2.0**3 + 2 * 2.0 + 2)
 
     def g(x):
         def body(carry):

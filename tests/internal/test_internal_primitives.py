@@ -110,39 +110,41 @@ def test_jvp_and_grad():
     np.testing.assert_allclose(lin(jnp.ones(2))[0], want, rtol=1e-5)
 
 
+@ft.partial(jax.jit, static_argnums=0)
+def _with_solve_and_reference(case):
+    """`case(solve)` and `case(reference)` in one compiled program (eagerly, each
+    operation of the rules and of the reference would compile on its own)."""
+    return case(solve), case(reference)
+
+
 def test_derived_batching():
     bs = jnp.stack([B, 2 * B, -B])
     As = jnp.stack([A, A + jnp.eye(2), 2 * A])
+    # eagerly, as written: the batched primitive dispatched on its own
     np.testing.assert_allclose(
         jax.vmap(solve, (None, 0))(A, bs), compiled(reference, A, bs.T).T, rtol=1e-5
     )
-    np.testing.assert_allclose(
-        jax.vmap(solve)(As, bs), compiled(jax.vmap(reference), As, bs), rtol=1e-5
-    )
-    # vmap inside vmap, vmap of grad, grad of vmap, jvp of vmap
-    nested = jax.vmap(jax.vmap(solve, (None, 0)), (0, None))(As, bs)
+    cases = [
+        lambda fn: jax.vmap(fn)(As, bs),
+        # vmap inside vmap, vmap of grad, grad of vmap, jvp of vmap
+        lambda fn: jax.vmap(jax.vmap(fn, (None, 0)), (0, None))(As, bs),
+        lambda fn: jax.vmap(jax.grad(lambda b: fn(A, b).sum()))(bs),
+        lambda fn: jax.grad(lambda b: jax.vmap(fn)(As, jnp.stack([b] * 3)).sum())(B),
+        lambda fn: jax.jvp(lambda m: jax.vmap(fn)(m, bs), (As,), (jnp.ones_like(As),))[
+            1
+        ],
+        # unbatched operands of a batched call: the cotangent is summed over the batch
+        lambda fn: jax.grad(lambda b: jax.vmap(fn, (0, None))(As, b).sum())(B),
+    ]
+    for case in cases:
+        got, want = _with_solve_and_reference(case)
+        assert got.shape == want.shape
+        rtol = 1e-4 if case is cases[4] else 1e-5  # the jvp's tolerance as before
+        np.testing.assert_allclose(got, want, rtol=rtol)
+    nested = _with_solve_and_reference(cases[1])[0]
     assert nested.shape == (3, 3, 2)
     want = compiled(lambda a, b: reference(a[1], b[2]), As, bs)
     np.testing.assert_allclose(nested[1, 2], want, rtol=1e-5)
-    g = jax.vmap(jax.grad(lambda b: solve(A, b).sum()))(bs)
-    g_ref = compiled(jax.vmap(jax.grad(lambda b: reference(A, b).sum())), bs)
-    np.testing.assert_allclose(g, g_ref, rtol=1e-5)
-    g = jax.grad(lambda b: jax.vmap(solve)(As, jnp.stack([b] * 3)).sum())(B)
-    g_ref = compiled(
-        jax.grad(lambda b: jax.vmap(reference)(As, jnp.stack([b] * 3)).sum()), B
-    )
-    np.testing.assert_allclose(g, g_ref, rtol=1e-5)
-    _, t = jax.jvp(lambda m: jax.vmap(solve)(m, bs), (As,), (jnp.ones_like(As),))
-    _, t_ref = compiled(
-        lambda: jax.jvp(
-            lambda m: jax.vmap(reference)(m, bs), (As,), (jnp.ones_like(As),)
-        )
-    )
-    np.testing.assert_allclose(t, t_ref, rtol=1e-4)
-    # unbatched operands of a batched call: the cotangent is summed over the batch
-    g = jax.grad(lambda b: jax.vmap(solve, (0, None))(As, b).sum())(B)
-    g_ref = compiled(jax.grad(lambda b: jax.vmap(reference, (0, None))(As, b).sum()), B)
-    np.testing.assert_allclose(g, g_ref, rtol=1e-5)
 
 
 def test_filter_primitive_batching_rule():
@@ -392,7 +394,7 @@ def test_vprim_differentiated_inside_and_outside_vmap():
     ones = (jnp.ones(3), jnp.ones((2, 3)))
     sums = lambda fn: lambda *args: sum(o.sum() for o in fn(*args))  # noqa: E731
     As = jnp.stack([VA, 2 * VA])
-    for f in (
+    cases = [
         lambda fn: jax.jvp(jax.vmap(fn, (None, 0)), (VA, VX), ones),
         lambda fn: jax.jvp(lambda x: jax.vmap(fn, (None, 0))(VA, x), (VX,), ones[1:]),
         lambda fn: jax.vmap(lambda x: jax.jvp(lambda y: fn(VA, y), (x,), (x,)))(VX),
@@ -406,9 +408,19 @@ def test_vprim_differentiated_inside_and_outside_vmap():
         )(VA),
         lambda fn: jax.vmap(jax.grad(lambda x: sums(fn)(VA, x)))(VX),
         lambda fn: jax.grad(lambda x: jax.vmap(fn, (None, 0))(VA, x)[0].sum())(VX),
-    ):
-        # the reference compiled as one program (eagerly: op by op)
-        _close(f(_v), jax.jit(f, static_argnums=0)(_v_ref))
+    ]
+    # the first case eagerly, as written (the rules' results dispatched op by op);
+    # the others with the reference in one program each (eagerly, every operation
+    # of the rules would compile on its own)
+    _close(cases[0](_v), jax.jit(cases[0], static_argnums=0)(_v_ref))
+    for f in cases[1:]:
+        _close(*_side_by_side(f))
+
+
+@ft.partial(jax.jit, static_argnums=0)
+def _side_by_side(f):
+    """`f` of the primitive and of its reference, in one compiled program."""
+    return f(_v), f(_v_ref)
 
 
 def test_vprim_keeps_the_vmap_axis_name():

@@ -1,45 +1,76 @@
 """`while_loop(kind="bounded")`'s step bound and memory, and `scan`'s length
 checks."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import pytest
 
 from boxwood.internal import scan, while_loop
 
+_MAX_STEPS = [1, 2, 3, 4, 8, 9, 16, 17, 27, 28]
+
+
+@functools.cache
+def _steps_run(base):
+    """`{max_steps: steps run}` for a loop that only the bound stops, each
+    `max_steps` its own loop (the nesting of blocks depends on it), all of them
+    traced into one program per `base` (one compile instead of ten)."""
+
+    def run_all():
+        return {
+            max_steps: while_loop(
+                lambda c: True,
+                lambda c: c + 1,
+                0,
+                kind="bounded",
+                max_steps=max_steps,
+                base=base,
+            )  # fmt: skip
+            for max_steps in _MAX_STEPS
+        }
+
+    return jax.jit(run_all)()
+
 
 @pytest.mark.parametrize("base", [2, 3, 16])
-@pytest.mark.parametrize("max_steps", [1, 2, 3, 4, 8, 9, 16, 17, 27, 28])
+@pytest.mark.parametrize("max_steps", _MAX_STEPS)
 def test_bounded_runs_exactly_max_steps(base, max_steps):
     # `cond` never stops the loop: only the bound does, whether or not
     # `max_steps` is a power of `base`.
-    out = while_loop(
-        lambda c: True, lambda c: c + 1, 0, kind="bounded", max_steps=max_steps,
-        base=base,
-    )  # fmt: skip
-    assert out == max_steps
+    assert _steps_run(base)[max_steps] == max_steps
+
+
+def _bounded(x, n):
+    def body(c):
+        return c[0] + 1, c[1] * jnp.cos(c[1]) + x
+
+    return while_loop(
+        lambda c: c[0] < n, body, (0, x), kind="bounded", max_steps=16, base=4
+    )[1]
+
+
+# One program each for every `n` (an argument: the loop's stopping point is data).
+_bounded_value = jax.jit(_bounded)
+_bounded_grad = jax.jit(jax.grad(_bounded))
+_bounded_tangent = jax.jit(
+    lambda x, n: jax.jvp(lambda v: _bounded(v, n), (x,), (1.0,))[1]
+)
 
 
 @pytest.mark.parametrize("n", [0, 1, 4, 5, 12])
 def test_bounded_value_and_gradient_stop_where_cond_does(n):
-    def loop(x):
-        def body(c):
-            return c[0] + 1, c[1] * jnp.cos(c[1]) + x
-
-        return while_loop(
-            lambda c: c[0] < n, body, (0, x), kind="bounded", max_steps=16, base=4
-        )[1]
-
     def unrolled(x):
         y = x
         for _ in range(n):
             y = y * jnp.cos(y) + x
         return y
 
-    assert jnp.allclose(loop(0.4), unrolled(0.4))
-    assert jnp.allclose(jax.grad(loop)(0.4), jax.grad(unrolled)(0.4), rtol=1e-5)
-    _, tangent = jax.jvp(loop, (0.4,), (1.0,))
-    assert jnp.allclose(tangent, jax.grad(unrolled)(0.4), rtol=1e-5)
+    assert jnp.allclose(_bounded_value(0.4, n), unrolled(0.4))
+    want = jax.grad(unrolled)(0.4)
+    assert jnp.allclose(_bounded_grad(0.4, n), want, rtol=1e-5)
+    assert jnp.allclose(_bounded_tangent(0.4, n), want, rtol=1e-5)
 
 
 def test_bounded_gradient_does_not_store_every_state():

@@ -19,13 +19,20 @@ _INT32_MAX = int(np.iinfo(np.int32).max)
 
 @functools.cache  # shared by the cases: those of int32's maximum draw the same pairs
 def _reference_advance(length, s):
-    """`_treeverse`'s rule, by counting `t` up in Python integers."""
-    t, b, b_fewer = 0, 1, 1
-    while b < length:
-        t += 1
-        b = b * (s + t) // t
-        b_fewer = b_fewer * (s - 1 + t) // t
-    return max(1, length - b_fewer)
+    """`_treeverse`'s rule from the binomial coefficients themselves: the least `t`
+    with `C(s + t, s) >= length` (by bisection: near int32's maximum, counting `t`
+    up takes tens of thousands of steps per length), then `length` less the
+    steps `s - 1` slots reverse in `t` sweeps, at least 1."""
+    lo, hi = 0, 1
+    while math.comb(s + hi, s) < length:
+        hi *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if math.comb(s + mid, s) < length:
+            lo = mid + 1
+        else:
+            hi = mid
+    return max(1, length - math.comb(s - 1 + lo, s - 1))
 
 
 @pytest.mark.parametrize(
@@ -92,9 +99,10 @@ def _scanned(w, y0, n):
 
 
 # Defined once: each wrapper keeps its own cache of compiled programs (a
-# `(n, checkpoints, max_steps)` seen before is not compiled again).
+# `(checkpoints, max_steps)` seen before is not compiled again; `n`, which only
+# `cond` reads, is an argument).
 _checkpointed_grad = jax.jit(
-    jax.grad(_checkpointed, argnums=(0, 1)), static_argnums=(2, 3, 4)
+    jax.grad(_checkpointed, argnums=(0, 1)), static_argnums=(3, 4)
 )
 # the reference: one program for every `n` (eagerly, its two scans would compile
 # on their own and the operations around them one by one)

@@ -34,10 +34,12 @@ def _store(wrapper):
     return wrapper._boxwood_jit._store
 
 
-def test_ten_thousand_fresh_models_leave_nothing_behind():
+def test_thousands_of_fresh_models_leave_nothing_behind():
     apply = bw.filter_jit(lambda m, x: m(x))
     x = jnp.float32(2.0)
-    base = np.arange(SIZE, dtype=np.float32)
+    # 64 KiB per model, so that 2,500 leaked models show in RSS as 10,000 of
+    # `SIZE` would (the values stay below 2**24: their float32 sum is exact)
+    base = np.arange(4 * SIZE, dtype=np.float32) % 1024
     refs = []
 
     def run(n, keep_every):
@@ -48,15 +50,15 @@ def test_ten_thousand_fresh_models_leave_nothing_behind():
                 refs.append(weakref.ref(model))
         return out
 
-    run(200, 10**9)  # warm up allocators and caches
+    run(50, 10**9)  # warm up allocators and caches
     gc.collect()
     before = rss_bytes()
-    last = run(10_000, 1000)
+    last = run(2_500, 250)
     gc.collect()
     grown = rss_bytes() - before
-    assert float(last) == float(np.sum(base) * 2 + 9999)
+    assert float(last) == float(np.sum(base) * 2 + 2499)
     assert all(r() is None for r in refs), "an earlier model is still alive"
-    # 10,000 leaked models would be 10,000 * 16 KiB = 160 MiB
+    # 2,500 leaked models would be 2,500 * 64 KiB = 160 MiB
     assert grown < 24 * 2**20, f"resident memory grew by {grown / 2**20:.1f} MiB"
     store = _store(apply)
     assert len(store.plans) == 1 and len(store.plan_variants) == 1
@@ -101,7 +103,8 @@ def test_many_structures_grow_the_cache_per_structure_until_cleared():
     other = bw.filter_jit(lambda m: m.tag)
     x = jnp.float32(1.0)
     configs = [Config(i) for i in range(N_STRUCTURES)]
-    for i in range(2000):
+    # ten calls of each structure: its cold call, then remembered and warm ones
+    for i in range(10 * N_STRUCTURES):
         model = Model(jnp.ones(3), jnp.float32(0), configs[i % N_STRUCTURES])
         apply(model, x)
         other(model)

@@ -52,6 +52,9 @@ def test_gradient_of_the_master_is_float32(getkey):
     mlp = nn.MLP(3, 2, 8, 2, key=getkey())
     x = jr.normal(getkey(), (3,))
 
+    # one compiled program (eagerly, each operation of the bfloat16 forward and
+    # backward pass compiles on its own)
+    @bw.filter_jit
     @bw.filter_grad
     def grads(model):
         out = bw.cast_floating(model, jnp.bfloat16)(x.astype(jnp.bfloat16))
@@ -60,7 +63,7 @@ def test_gradient_of_the_master_is_float32(getkey):
     g = grads(mlp)
     leaves = jax.tree.leaves(g)
     assert leaves and {x.dtype for x in leaves} == {jnp.dtype(jnp.float32)}
-    assert any(bool(jnp.any(x != 0)) for x in leaves)
+    assert any(np.any(np.asarray(x) != 0) for x in leaves)
 
 
 def test_matmuls_run_in_the_cast_dtype(getkey):
