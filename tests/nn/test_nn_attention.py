@@ -22,6 +22,11 @@ def normal():
     return lambda *shape: jnp.asarray(rng.normal(size=shape), jnp.float32)
 
 
+# Layer calls whose values are compared: compiled as one program per call
+# signature (eagerly, each of the layer's operations compiles one of its own).
+_call = jax.jit(lambda layer, *args: layer(*args))
+
+
 def softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -73,7 +78,7 @@ def test_custom_sizes_match_reference(getkey, normal):
         normal(6, 6),
         normal(6, 7),
     )
-    y = mha(q, k, v)
+    y = _call(mha, q, k, v)
     assert y.shape == (4, 2)
     np.testing.assert_allclose(y, reference(mha, q, k, v), atol=1e-5)
 
@@ -86,21 +91,22 @@ def test_mask(getkey, per_head, normal):
     mask = np.random.default_rng(1).random(shape) > 0.5
     mask[..., 0] = True
     mask = jnp.asarray(mask)
-    y = mha(q, k, k, mask)
+    y = _call(mha, q, k, k, mask)
     np.testing.assert_allclose(y, reference(mha, q, k, k, mask), atol=1e-5)
     # Masked-out values do not matter.
     if not per_head:
-        k2 = jnp.where(mask.any(axis=0)[:, None], k, 100.0)
-        np.testing.assert_allclose(mha(q, k, k2, mask), y, atol=1e-5)
+        k2 = np.where(np.asarray(mask).any(axis=0)[:, None], k, np.float32(100.0))
+        np.testing.assert_allclose(_call(mha, q, k, k2, mask), y, atol=1e-5)
 
 
 def test_causal_mask_ignores_future(getkey, normal):
     mha = nn.MultiheadAttention(2, 4, key=getkey())
     x = normal(5, 4)
-    causal = jnp.tril(jnp.ones((5, 5), bool))
-    y = mha(x, x, x, causal)
-    x2 = x.at[4].set(10.0)
-    np.testing.assert_allclose(mha(x2, x2, x2, causal)[:4], y[:4], atol=1e-5)
+    causal = np.tril(np.ones((5, 5), bool))
+    y = _call(mha, x, x, x, causal)
+    x2 = np.asarray(x).copy()
+    x2[4] = 10.0
+    np.testing.assert_allclose(_call(mha, x2, x2, x2, causal)[:4], y[:4], atol=1e-5)
 
 
 def test_process_heads(getkey, normal):
@@ -153,10 +159,11 @@ def test_bf16_forward(getkey, normal):
     mha = nn.MultiheadAttention(2, 4, dtype=jnp.bfloat16, key=getkey())
     assert mha.key_proj.weight.dtype == jnp.bfloat16
     x = normal(3, 4)
-    y = mha(x.astype(jnp.bfloat16), x.astype(jnp.bfloat16), x.astype(jnp.bfloat16))
+    low = x.astype(jnp.bfloat16)
+    y = _call(mha, low, low, low)
     assert y.dtype == jnp.bfloat16
-    m32 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), mha)
-    np.testing.assert_allclose(y.astype(jnp.float32), m32(x, x, x), atol=0.05)
+    m32 = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float32), mha)
+    np.testing.assert_allclose(y.astype(jnp.float32), _call(m32, x, x, x), atol=0.05)
 
 
 @pytest.mark.parametrize(

@@ -11,21 +11,27 @@ from _precision import highest_matmul_precision, on_cpu, reduction_atol  # noqa:
 # float32 agreement to CPU-sized tolerances: full-precision matmuls on every backend
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
 
+# Layer calls whose values are checked: one compiled program per call signature
+# (eagerly, each of the layer's operations compiles one of its own). Eager calls
+# are kept where eager is what a test checks (`test_vmap_and_jit`,
+# `test_layernorm_groupnorm_match_mean_var_formula`, `test_state_passthrough`).
+_call = jax.jit(lambda layer, x: layer(x))
+
 
 def test_layernorm_values(getkey):
     norm = nn.LayerNorm((2, 3))
     assert norm.weight.shape == norm.bias.shape == (2, 3)
     np.testing.assert_array_equal(norm.weight, 1.0)
     np.testing.assert_array_equal(norm.bias, 0.0)
-    x = jr.normal(getkey(), (2, 3)) * 4 + 1
-    y = norm(x)
+    x = np.asarray(jr.normal(getkey(), (2, 3))) * 4 + 1
+    y = np.asarray(_call(norm, x))
     assert abs(float(y.mean())) < 1e-5
     assert abs(float(y.var()) - 1) < 1e-3
     norm = nn.LayerNorm(3, use_weight=False, use_bias=False)
     assert norm.weight is None and norm.bias is None
-    x = jnp.array([1.0, 2.0, 6.0])
-    expected = (x - 3.0) / jnp.sqrt(x.var() + 1e-5)
-    np.testing.assert_allclose(norm(x), expected, rtol=1e-6)
+    x = np.array([1.0, 2.0, 6.0], np.float32)
+    expected = (x - 3.0) / np.sqrt(x.var() + 1e-5)
+    np.testing.assert_allclose(_call(norm, x), expected, rtol=1e-6)
 
 
 def test_layernorm_affine(getkey):
@@ -34,8 +40,10 @@ def test_layernorm_affine(getkey):
     bias = jr.normal(getkey(), (4,))
     norm = boxwood.tree_at(lambda n: (n.weight, n.bias), norm, (weight, bias))
     x = jr.normal(getkey(), (4,))
-    plain = nn.LayerNorm(4, use_weight=False, use_bias=False)(x)
-    np.testing.assert_allclose(norm(x), plain * weight + bias, rtol=1e-5, atol=1e-6)
+    plain = _call(nn.LayerNorm(4, use_weight=False, use_bias=False), x)
+    np.testing.assert_allclose(
+        _call(norm, x), np.asarray(plain) * weight + bias, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_rmsnorm_values(getkey):
@@ -43,11 +51,11 @@ def test_rmsnorm_values(getkey):
     norm = nn.RMSNorm(3)
     assert norm.use_bias is True
     np.testing.assert_array_equal(norm.bias, jnp.zeros(3))
-    x = jnp.array([1.0, -2.0, 2.0])
-    np.testing.assert_allclose(norm(x), x / jnp.sqrt(3.0 + 1e-5), rtol=1e-6)
+    x = np.array([1.0, -2.0, 2.0], np.float32)
+    np.testing.assert_allclose(_call(norm, x), x / np.sqrt(3.0 + 1e-5), rtol=1e-6)
     no_bias = nn.RMSNorm(3, use_bias=False)
     assert no_bias.bias is None and no_bias.use_bias is False
-    np.testing.assert_allclose(no_bias(x), norm(x), rtol=1e-6)
+    np.testing.assert_allclose(_call(no_bias, x), _call(norm, x), rtol=1e-6)
 
 
 def test_layernorm_elementwise_affine_is_deprecated():
@@ -64,17 +72,17 @@ def test_layernorm_elementwise_affine_is_deprecated():
 
 def test_groupnorm_values(getkey):
     norm = nn.GroupNorm(2, 4)
-    x = jr.normal(getkey(), (4, 5))
-    y = norm(x)
+    x = np.asarray(jr.normal(getkey(), (4, 5)))
+    y = _call(norm, x)
     for g in range(2):
         group = x[2 * g : 2 * g + 2]
-        expected = (group - group.mean()) / jnp.sqrt(group.var() + 1e-5)
+        expected = (group - group.mean()) / np.sqrt(group.var() + 1e-5)
         np.testing.assert_allclose(y[2 * g : 2 * g + 2], expected, rtol=1e-5, atol=1e-6)
     # channels may be omitted without affine parameters
     free = nn.GroupNorm(2, channelwise_affine=False)
     assert free.weight is None
-    np.testing.assert_allclose(free(x), y, rtol=1e-6)
-    assert free(jnp.ones((6,))).shape == (6,)
+    np.testing.assert_allclose(_call(free, x), y, rtol=1e-6)
+    assert _call(free, np.ones((6,), np.float32)).shape == (6,)
 
 
 def test_groupnorm_per_channel_affine(getkey):
@@ -82,8 +90,10 @@ def test_groupnorm_per_channel_affine(getkey):
     w = jnp.array([1.0, 2.0, 3.0])
     norm = boxwood.tree_at(lambda n: n.weight, norm, w)
     x = jr.normal(getkey(), (3, 2, 2))
-    base = nn.GroupNorm(1, 3, channelwise_affine=False)(x)
-    np.testing.assert_allclose(norm(x), base * w[:, None, None], rtol=1e-5)
+    base = np.asarray(_call(nn.GroupNorm(1, 3, channelwise_affine=False), x))
+    np.testing.assert_allclose(
+        _call(norm, x), base * np.asarray(w)[:, None, None], rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize(
@@ -98,11 +108,11 @@ def test_groupnorm_per_channel_affine(getkey):
 def test_low_precision(getkey, make, shape, dtype):
     norm = make(dtype)
     assert all(leaf.dtype == dtype for leaf in jax.tree_util.tree_leaves(norm))
-    x = (jr.normal(getkey(), shape) * 100 + 500).astype(dtype)
-    y = norm(x)
+    x = (np.asarray(jr.normal(getkey(), shape)) * 100 + 500).astype(dtype)
+    y = _call(norm, x)
     assert y.dtype == dtype and np.isfinite(np.asarray(y)).all()
     # float32 statistics: matches the float32 computation to bf16/f16 precision
-    ref = make(jnp.float32)(x.astype(jnp.float32))
+    ref = _call(make(jnp.float32), x.astype(np.float32))
     np.testing.assert_allclose(y.astype(jnp.float32), ref, atol=0.05)
 
 
@@ -190,8 +200,13 @@ def test_layernorm_groupnorm_match_mean_var_formula(getkey, scale):
     x = jr.normal(getkey(), (6, 35)) * scale + 2.0
     ln = nn.LayerNorm((6, 35), use_weight=False, use_bias=False)
     gn = nn.GroupNorm(3, 6, channelwise_affine=False)
-    want_ln = _reference_standardise(x, 1e-5)
-    want_gn = _reference_standardise(x.reshape(3, -1), 1e-5, axis=1).reshape(6, 35)
+    # the references in one program (eagerly, an operation of theirs compiled each)
+    want_ln, want_gn = jax.jit(
+        lambda x: (
+            _reference_standardise(x, 1e-5),
+            _reference_standardise(x.reshape(3, -1), 1e-5, axis=1).reshape(6, 35),
+        )
+    )(x)
     # The same formula; XLA may order the reductions differently (last bits), and
     # another backend's order (a GPU's tree) moves the mean by a few ulps of the
     # data, which standardising divides by the spread `scale`.
