@@ -348,6 +348,38 @@ def test_jitted_helper_is_inlined_so_its_captures_are_seen(getkey):
     assert evaluate.cache_info().traces == 1
 
 
+def test_an_inlined_jitted_helper_keeps_its_wrapper_attributes(getkey):
+    """Inside the trace of a function that reads it, a `filter_jit` wrapper is its
+    function run inline, and still has the wrapper's attributes: `__wrapped__`
+    (what Equinox programs call to reach the plain function), its name,
+    `cache_info` and `lower`; the user's own function gains none of them."""
+    model = nn.Linear(2, 1, key=getkey())
+
+    def plain(x):
+        return model(x)
+
+    predict = bw.filter_jit(plain)
+    seen = {}
+
+    @bw.filter_jit
+    def evaluate(x):
+        seen["name"], seen["lower"] = predict.__name__, predict.lower
+        seen["cache_info"] = predict.cache_info
+        return predict.__wrapped__(x) * 2 + predict(x)
+
+    x = jnp.ones(2)
+    np.testing.assert_allclose(evaluate(x), model(x) * 3, rtol=1e-6)
+    model = nn.Linear(2, 1, key=getkey())  # the plain function's capture is seen
+    np.testing.assert_allclose(evaluate(x), model(x) * 3, rtol=1e-6)
+    assert seen == {
+        "name": "plain",
+        "lower": predict.lower,
+        "cache_info": predict.cache_info,
+    }
+    assert not hasattr(plain, "__wrapped__") and not hasattr(plain, "lower")
+    assert evaluate.cache_info().traces == 1
+
+
 def test_method_using_super_is_not_watching_its_class():
     class Base(bw.Module):
         def scale(self):

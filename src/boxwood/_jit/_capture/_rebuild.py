@@ -67,6 +67,19 @@ def copy_function(
     return new
 
 
+def inlined_wrapper(wrapper: Any, function: types.FunctionType) -> types.FunctionType:
+    """A `filter_jit` wrapper as the trace of a function that reads it sees it:
+    `function` (the wrapper's function, rebuilt for this trace), run inline, as a
+    copy of its own that carries the wrapper's attributes (`cache_info`, `lower`,
+    its name) with `__wrapped__` naming `function`, as the wrapper's names its
+    function outside a trace (`step.__wrapped__(x)` runs as under Equinox). The
+    copy is new, so nothing is set on the user's function."""
+    copy = copy_function(function, function.__globals__, function.__closure__)
+    copy.__dict__.update(vars(wrapper))
+    copy.__wrapped__ = function  # type: ignore[attr-defined]
+    return copy
+
+
 class Labels(list):
     """The labels of a capture's names (`global 'LR'`, `closure 'w'`), in the
     order of the hidden argument's entries; `first`: `{label: text}` of the
@@ -347,7 +360,10 @@ class Rebuilder:
             return self.done[key]
         self._keep.append(v)
         self.done[key] = v  # a cycle sees the original
-        new = self._value(unwrap_jitted(v), depth)
+        inner = unwrap_jitted(v)
+        new = self._value(inner, depth)
+        if inner is not v:
+            new = inlined_wrapper(v, new)
         self.done[key] = new
         return new
 
