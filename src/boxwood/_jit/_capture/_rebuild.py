@@ -75,7 +75,7 @@ def inlined_wrapper(wrapper: Any, function: types.FunctionType) -> types.Functio
     function outside a trace (`step.__wrapped__(x)` runs as under Equinox). The
     copy is new, so nothing is set on the user's function."""
     copy = copy_function(function, function.__globals__, function.__closure__)
-    copy.__dict__.update(vars(wrapper))
+    copy.__dict__.update(getattr(wrapper, "__dict__", {}))
     copy.__wrapped__ = function  # type: ignore[attr-defined]
     return copy
 
