@@ -24,11 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-# The reference models are tiny: one thread computes each of their operations
-# in microseconds, where PyTorch's default (a thread per core) spends most of
-# its CPU time starting and waiting on its threads (a 20-token attention took
-# about 1 ms of CPU time on 2 threads, 45 us on one; far more on a busy machine).
-torch.set_num_threads(1)
+# PyTorch runs on one thread here: tests/conftest.py sets OMP_NUM_THREADS=1.
 
 COMMON = dict(
     num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64

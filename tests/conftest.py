@@ -5,10 +5,14 @@ import os
 from _child_flags import quick_cpu_compiles  # tests/ is on sys.path; no JAX
 
 quick_cpu_compiles()  # before JAX starts its backend (below)
-# Two xdist workers share two cores: PyTorch's OpenMP pool (read when torch is
-# first imported, by a test module) at one thread, so that a worker's idle pool
-# threads do not spin on the core the other worker is using (the PyTorch
-# comparisons of tests/nn took about 8% less CPU). Child processes inherit it.
+# PyTorch at one thread (its OpenMP pool's size is read when a test module first
+# imports torch; child processes inherit it). The suite's reference models are
+# tiny: one thread computes each operation in microseconds, where a thread per
+# core spends most of its CPU starting and waiting on threads (a 20-token
+# attention took about 1 ms of CPU on 2 threads, 45 us on one), and two xdist
+# workers share two cores, so idle pool threads spin on the core the other
+# worker is using (the PyTorch comparisons of tests/nn took about 8% less CPU,
+# measured on a loaded machine).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import jax  # noqa: E402

@@ -49,7 +49,7 @@ Window = tuple[int, int] | None
 @functools.cache
 def _sa() -> Any:
     """JAX's splash attention module, imported on first use: Pallas's TPU
-    modules take about 0.1 s of CPU to import, which a process that never runs
+    modules took about 0.2 s of CPU to import (docs/performance.md), which a process that never runs
     splash (most of them) should not pay at `import boxwood`."""
     from jax.experimental.pallas.ops.tpu import splash_attention
 
