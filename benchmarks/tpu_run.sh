@@ -30,6 +30,8 @@
 # "bench,curve,tests"; e.g. "tests" to give the suite the whole run),
 # TPU_RUN_BENCH_ARGS (more options for accelerator.py, e.g. "--attention xla"),
 # TPU_RUN_GENERATE_PROFILE=0 (the phase "generate" runs decode_layouts.py only),
+# TPU_RUN_GENERATE_LAYOUTS=0 (it runs tpu_generate_profile.py only),
+# TPU_RUN_SWITCHES_ARGS (more options for decode_switches.py, e.g. "--batches 32"),
 # TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, tests/backends/test_tpu_only.py
 # at their head, then all of tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
 # for the tests that compare with `transformers` PyTorch), TPU_RUN_SHARD=k/n (run the
@@ -165,8 +167,10 @@ fi
 if phase generate; then
   # What bounds greedy generation: boxwood and the hand-written loop, whole
   # calls and one-token calls, and a device profile of each.
-  timeout -k 10 "$FIRST" "$PY" benchmarks/decode_layouts.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1
-  say "decode_layouts.py exit $?"
+  if [ "${TPU_RUN_GENERATE_LAYOUTS:-1}" = 1 ]; then
+    timeout -k 10 "$FIRST" "$PY" benchmarks/decode_layouts.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1
+    say "decode_layouts.py exit $?"
+  fi
   if [ "${TPU_RUN_GENERATE_PROFILE:-1}" = 1 ]; then
     timeout -k 10 "$FIRST" "$PY" benchmarks/tpu_generate_profile.py --out "$OUT" $QUICK \
       >>"$OUT/bench.log" 2>&1
@@ -176,7 +180,8 @@ if phase generate; then
 fi
 if phase switches; then
   # `generate` with each decoding-step switch on and off (decode_switches.py).
-  timeout -k 10 "$FIRST" "$PY" benchmarks/decode_switches.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1
+  timeout -k 10 "$FIRST" "$PY" benchmarks/decode_switches.py --out "$OUT" $QUICK \
+    ${TPU_RUN_SWITCHES_ARGS:-} >>"$OUT/bench.log" 2>&1
   say "decode_switches.py exit $? (124: stopped at its ${FIRST} s limit)"
   [ -f "$OUT/decode_switches.md" ] && cat "$OUT/decode_switches.md" >>"$LOG"
 fi
