@@ -1,6 +1,7 @@
 """Checkpoints through orbax-checkpoint: `format="orbax"` in one process, boxwood
 modules with orbax's own checkpointer, and a tree sharded over two real processes
-on localhost (saved, then restored into a different sharding)."""
+on localhost (saved, then restored into a different sharding; a Checkpointer
+that keeps the newest steps and resumes)."""
 
 import os
 import socket
@@ -72,12 +73,17 @@ def test_boxwood_modules_with_orbax_own_checkpointer(tmp_path, getkey):
     assert isinstance(restored, nn.MLP) and boxwood.tree_equal(restored, model)
 
 
-WORKER = r"""
-import sys
+# Both scenarios run one after the other in the same pair of processes (one
+# Python start, JAX and orbax import and `jax.distributed` set-up for the two);
+# each prints its own `SCENARIO-<name>-<pid>-OK` or its traceback, and the next
+# one still runs.
+TWO_PROCESSES = r"""
+import os, sys, traceback, warnings
 import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-port, pid, directory = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+port, pid = sys.argv[1], int(sys.argv[2])
 jax.distributed.initialize(
     coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
     initialization_timeout=120,
@@ -86,37 +92,90 @@ import boxwood
 
 assert jax.process_count() == 2 and jax.device_count() == 8, jax.devices()
 mesh = Mesh(np.array(jax.devices()), ("x",))
-full = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
 rows = NamedSharding(mesh, P("x", None))
-w = jax.make_array_from_callback(full.shape, rows, lambda index: full[index])
-assert not w.is_fully_addressable
-tree = {"encoder": {"weight": w}, "step": np.int32(7)}
-try:  # one .safetensors file cannot hold an array no process holds whole
-    boxwood.save(directory + ".safetensors", tree, format="safetensors")
-except boxwood.CheckpointError as e:
-    assert "Cannot save `encoder.weight` to one file: it spans several processes" in str(e), e
-else:
-    raise AssertionError("no error")
-boxwood.save(directory, tree, metadata={"step": 7})  # spans two processes: orbax
-
 columns = NamedSharding(mesh, P(None, "x"))
-like = {"encoder": {"weight": jax.ShapeDtypeStruct((64, 8), jnp.float32, sharding=columns)}, "step": np.int32(0)}
-out = boxwood.load(directory, like)
-got = out["encoder"]["weight"]
-assert got.sharding == columns, got.sharding
-assert {s.data.shape for s in got.addressable_shards} == {(64, 1)}
-for shard in got.addressable_shards:
-    np.testing.assert_array_equal(np.asarray(shard.data), full[shard.index])
-assert out["step"] == 7
-assert boxwood.read_metadata(directory) == {"step": 7}
-bad = {"encoder": {"weight": jax.ShapeDtypeStruct((64, 4), jnp.float32, sharding=columns)}}
-try:
-    boxwood.load(directory, bad)
-except boxwood.CheckpointError as e:
-    assert e.problems == ["step: in the file but not in the model", "encoder.weight: file has f32[64,8], model expects f32[64,4]"], e.problems
-else:
-    raise AssertionError("no error")
-print(f"PROCESS-{pid}-OK", flush=True)
+
+
+def sharded(directory):
+    full = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    w = jax.make_array_from_callback(full.shape, rows, lambda index: full[index])
+    assert not w.is_fully_addressable
+    tree = {"encoder": {"weight": w}, "step": np.int32(7)}
+    try:  # one .safetensors file cannot hold an array no process holds whole
+        boxwood.save(directory + ".safetensors", tree, format="safetensors")
+    except boxwood.CheckpointError as e:
+        assert "Cannot save `encoder.weight` to one file: it spans several processes" in str(e), e
+    else:
+        raise AssertionError("no error")
+    boxwood.save(directory, tree, metadata={"step": 7})  # spans two processes: orbax
+
+    like = {"encoder": {"weight": jax.ShapeDtypeStruct((64, 8), jnp.float32, sharding=columns)}, "step": np.int32(0)}
+    out = boxwood.load(directory, like)
+    got = out["encoder"]["weight"]
+    assert got.sharding == columns, got.sharding
+    assert {s.data.shape for s in got.addressable_shards} == {(64, 1)}
+    for shard in got.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), full[shard.index])
+    assert out["step"] == 7
+    assert boxwood.read_metadata(directory) == {"step": 7}
+    bad = {"encoder": {"weight": jax.ShapeDtypeStruct((64, 4), jnp.float32, sharding=columns)}}
+    try:
+        boxwood.load(directory, bad)
+    except boxwood.CheckpointError as e:
+        assert e.problems == ["step: in the file but not in the model", "encoder.weight: file has f32[64,8], model expects f32[64,4]"], e.problems
+    else:
+        raise AssertionError("no error")
+
+
+def checkpointer(directory):
+    def full(step):
+        return np.arange(64 * 8, dtype=np.float32).reshape(64, 8) + 1000 * step
+
+    def tree(step):
+        w = jax.make_array_from_callback((64, 8), rows, lambda index: full(step)[index])
+        return {"w": w, "step": np.int32(step)}
+
+    ckpt = boxwood.Checkpointer(directory, keep=2)
+    assert ckpt.latest_step() is None
+    if pid == 0:  # what a killed save left: removed by the next save
+        os.makedirs(os.path.join(directory, ".step_000005.saving", "state"))
+    multihost_utils.sync_global_devices("leftover made")
+    for step in (10, 20, 30):
+        handle = ckpt.save(step, tree(step), metadata={"loss": step / 10}, blocking=step != 20)
+        if handle is not None:
+            handle.wait()
+    ckpt.wait()
+    assert sorted(os.listdir(directory)) == ["step_000020", "step_000030"], os.listdir(directory)
+    assert ckpt.all_steps() == [20, 30] and ckpt.latest_step() == 30
+    assert ckpt.read_metadata() == {"loss": 3.0, "step": 30}
+
+    like = {"w": jax.ShapeDtypeStruct((64, 8), jnp.float32, sharding=columns), "step": np.int32(0)}
+    for step in (None, 20):
+        out = ckpt.restore(like, step=step)
+        want = step or 30
+        assert out["step"] == want and out["w"].sharding == columns
+        for shard in out["w"].addressable_shards:
+            np.testing.assert_array_equal(np.asarray(shard.data), full(want)[shard.index])
+
+    # a damaged newest step (a directory that is not a complete checkpoint) is skipped
+    if pid == 0:
+        os.makedirs(os.path.join(directory, "step_000040"))
+    multihost_utils.sync_global_devices("damaged made")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ckpt.latest_step() == 30
+    assert any("Skipping a damaged checkpoint" in str(w.message) for w in caught), caught
+    assert ckpt.restore(like)["step"] == 30
+
+
+for name, directory in zip(sys.argv[3::2], sys.argv[4::2]):
+    try:
+        globals()[name](directory)
+    except Exception:
+        print(f"SCENARIO-{name}-{pid}-FAILED\n{traceback.format_exc()}", flush=True)
+    else:
+        print(f"SCENARIO-{name}-{pid}-OK", flush=True)
+    multihost_utils.sync_global_devices(name + " done")  # reached after a failure too
 jax.distributed.shutdown()
 """
 
@@ -127,23 +186,24 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _run_two_processes(worker: str, directory: str) -> None:
-    """Run `worker` as processes 0 and 1 of a 2-process JAX job on localhost (4 CPU
-    devices each); both are always reaped, even after a timeout or a failure."""
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory) -> list[tuple[int, str]]:
+    """The exit statuses and outputs of processes 0 and 1 of a 2-process JAX job on localhost (4 CPU
+    devices each) that ran the scenarios of `TWO_PROCESSES`, each in a directory
+    of its own; both processes are always reaped, even after a timeout or a
+    failure."""
+    directory = tmp_path_factory.mktemp("two_processes")
+    scenarios = []
+    for name, where in (("sharded", "sharded"), ("checkpointer", "run")):
+        scenarios += [name, str(directory / where)]
     port = _free_port()
     env = child_env(
         XLA_FLAGS=xla_flags_with_devices(4), PYTHONPATH=os.pathsep.join(sys.path)
     )
+    script = textwrap.dedent(TWO_PROCESSES)
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                textwrap.dedent(worker),
-                str(port),
-                str(i),
-                directory,
-            ],
+            [sys.executable, "-c", script, str(port), str(i), *scenarios],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -160,78 +220,21 @@ def _run_two_processes(worker: str, directory: str) -> None:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-    for i, (proc, out) in enumerate(zip(procs, outputs)):
-        assert proc.returncode == 0, out[-4000:]
-        assert f"PROCESS-{i}-OK" in out
+    return [(p.returncode, out) for p, out in zip(procs, outputs)]
 
 
-def test_two_processes_save_sharded_and_restore_resharded(tmp_path):
-    _run_two_processes(WORKER, str(tmp_path / "sharded"))
+def _assert_scenario_ran(two_processes: list, name: str) -> None:
+    for i, (returncode, out) in enumerate(two_processes):
+        assert returncode == 0, out[-4000:]
+        assert f"SCENARIO-{name}-{i}-OK" in out, out[-4000:]
 
 
-CHECKPOINTER_WORKER = r"""
-import os, sys, warnings
-import jax, jax.numpy as jnp, numpy as np
-from jax.experimental import multihost_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-port, pid, directory = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-jax.distributed.initialize(
-    coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
-    initialization_timeout=120,
-)
-import boxwood
-
-mesh = Mesh(np.array(jax.devices()), ("x",))
-rows = NamedSharding(mesh, P("x", None))
-columns = NamedSharding(mesh, P(None, "x"))
-
-def full(step):
-    return np.arange(64 * 8, dtype=np.float32).reshape(64, 8) + 1000 * step
-
-def tree(step):
-    w = jax.make_array_from_callback((64, 8), rows, lambda index: full(step)[index])
-    return {"w": w, "step": np.int32(step)}
-
-ckpt = boxwood.Checkpointer(directory, keep=2)
-assert ckpt.latest_step() is None
-if pid == 0:  # what a killed save left: removed by the next save
-    os.makedirs(os.path.join(directory, ".step_000005.saving", "state"))
-multihost_utils.sync_global_devices("leftover made")
-for step in (10, 20, 30):
-    handle = ckpt.save(step, tree(step), metadata={"loss": step / 10}, blocking=step != 20)
-    if handle is not None:
-        handle.wait()
-ckpt.wait()
-assert sorted(os.listdir(directory)) == ["step_000020", "step_000030"], os.listdir(directory)
-assert ckpt.all_steps() == [20, 30] and ckpt.latest_step() == 30
-assert ckpt.read_metadata() == {"loss": 3.0, "step": 30}
-
-like = {"w": jax.ShapeDtypeStruct((64, 8), jnp.float32, sharding=columns), "step": np.int32(0)}
-for step in (None, 20):
-    out = ckpt.restore(like, step=step)
-    want = step or 30
-    assert out["step"] == want and out["w"].sharding == columns
-    for shard in out["w"].addressable_shards:
-        np.testing.assert_array_equal(np.asarray(shard.data), full(want)[shard.index])
-
-# a damaged newest step (a directory that is not a complete checkpoint) is skipped
-if pid == 0:
-    os.makedirs(os.path.join(directory, "step_000040"))
-multihost_utils.sync_global_devices("damaged made")
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    assert ckpt.latest_step() == 30
-assert any("Skipping a damaged checkpoint" in str(w.message) for w in caught), caught
-assert ckpt.restore(like)["step"] == 30
-multihost_utils.sync_global_devices("done")
-print(f"PROCESS-{pid}-OK", flush=True)
-jax.distributed.shutdown()
-"""
+def test_two_processes_save_sharded_and_restore_resharded(two_processes):
+    _assert_scenario_ran(two_processes, "sharded")
 
 
-def test_two_processes_checkpointer_keeps_newest_and_resumes(tmp_path):
-    _run_two_processes(CHECKPOINTER_WORKER, str(tmp_path / "run"))
+def test_two_processes_checkpointer_keeps_newest_and_resumes(two_processes):
+    _assert_scenario_ran(two_processes, "checkpointer")
 
 
 def test_checkpointer_orbax_steps_in_one_process(tmp_path):
