@@ -4,6 +4,7 @@ on localhost (saved, then restored into a different sharding; a Checkpointer
 that keeps the newest steps and resumes)."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -268,16 +269,27 @@ def test_checkpointer_skips_a_damaged_step_directory(tmp_path):
         assert ckpt.latest_step() == 1
 
 
-KILLED_SAVER = r"""
-import sys
+# Imports JAX, boxwood and orbax once, then forks one saver per line read from
+# stdin; the test kills each saver. JAX's backend is started only in the savers
+# (forking a process whose backend runs is unsafe), so each saver is a fresh
+# process that saves with orbax until it is killed.
+KILLED_SAVERS = r"""
+import os, sys
 import jax.numpy as jnp
+import orbax.checkpoint  # for every saver at once
 import boxwood
-ckpt = boxwood.Checkpointer(sys.argv[1], keep=2, format="orbax")
-step = (ckpt.latest_step() or 0) + 1
-print("READY", flush=True)
-while True:  # until killed
-    ckpt.save(step, {"w": jnp.full(200_000, float(step)), "b": jnp.full(3, float(step))})
-    step += 1
+
+for _ in sys.stdin:
+    pid = os.fork()
+    if pid == 0:  # the saver
+        ckpt = boxwood.Checkpointer(sys.argv[1], keep=2, format="orbax")
+        step = (ckpt.latest_step() or 0) + 1
+        print("READY", os.getpid(), flush=True)
+        while True:  # until killed
+            ckpt.save(step, {"w": jnp.full(200_000, float(step)), "b": jnp.full(3, float(step))})
+            step += 1
+    os.waitpid(pid, 0)
+    print("REAPED", flush=True)
 """
 
 
@@ -289,25 +301,35 @@ def test_sigkill_during_checkpointer_orbax_save(tmp_path):
     like = {"w": jnp.zeros(200_000), "b": jnp.zeros(3)}
     ckpt.save(0, like)
     env = child_env(PYTHONPATH=os.pathsep.join(sys.path))
+    forker = subprocess.Popen(
+        [sys.executable, "-c", KILLED_SAVERS, str(directory)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     left = 0
-    for delay in (0.1, 0.4, 0.7, 1.3):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_SAVER, str(directory)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert proc.stdout.readline().strip() == "READY"
+    saver = None
+    try:
+        for delay in (0.1, 0.4, 0.7, 1.3):
+            forker.stdin.write("fork\n")
+            forker.stdin.flush()
+            ready, saver = forker.stdout.readline().split()
+            assert ready == "READY"
             time.sleep(delay)
-        finally:
-            proc.kill()  # SIGKILL, mid-save or between saves
-            proc.communicate()
-        left += any(name.startswith(".") for name in os.listdir(directory))
-        step = ckpt.latest_step()
-        out = ckpt.restore(like)  # the newest step directory is complete
-        assert out["w"].min() == out["w"].max() == out["b"][0] == step
+            os.kill(int(saver), signal.SIGKILL)  # mid-save or between saves
+            assert forker.stdout.readline().strip() == "REAPED"
+            saver = None
+            left += any(name.startswith(".") for name in os.listdir(directory))
+            step = ckpt.latest_step()
+            out = ckpt.restore(like)  # the newest step directory is complete
+            assert out["w"].min() == out["w"].max() == out["b"][0] == step
+    finally:
+        if saver is not None:  # a failure before its kill
+            os.kill(int(saver), signal.SIGKILL)
+        forker.kill()
+        forker.communicate()
     ckpt.save(step + 1, like)  # removes what the killed saves left
     assert sorted(os.listdir(directory)) == [
         f"step_{step:06d}",
