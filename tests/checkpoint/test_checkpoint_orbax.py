@@ -269,23 +269,24 @@ def test_checkpointer_skips_a_damaged_step_directory(tmp_path):
         assert ckpt.latest_step() == 1
 
 
-# Imports JAX, boxwood and orbax once, then forks one saver per line read from
-# stdin; the test kills each saver. JAX's backend is started only in the savers
-# (forking a process whose backend runs is unsafe), so each saver is a fresh
-# process that saves with orbax until it is killed.
+# Imports JAX, boxwood and orbax once (no threads start, no backend), then forks
+# one saver per line read from stdin and reaps it once the test has killed it.
+# JAX's backend starts only in each saver (forking a process whose backend runs
+# is unsafe), so every saver is a fresh process saving with orbax until killed.
 KILLED_SAVERS = r"""
 import os, sys
 import jax.numpy as jnp
 import orbax.checkpoint  # for every saver at once
 import boxwood
 
+forker = os.getpid()
 for _ in sys.stdin:
     pid = os.fork()
     if pid == 0:  # the saver
         ckpt = boxwood.Checkpointer(sys.argv[1], keep=2, format="orbax")
         step = (ckpt.latest_step() or 0) + 1
         print("READY", os.getpid(), flush=True)
-        while True:  # until killed
+        while os.getppid() == forker:  # until killed (or orphaned by a failed test)
             ckpt.save(step, {"w": jnp.full(200_000, float(step)), "b": jnp.full(3, float(step))})
             step += 1
     os.waitpid(pid, 0)
@@ -315,8 +316,9 @@ def test_sigkill_during_checkpointer_orbax_save(tmp_path):
         for delay in (0.1, 0.4, 0.7, 1.3):
             forker.stdin.write("fork\n")
             forker.stdin.flush()
-            ready, saver = forker.stdout.readline().split()
-            assert ready == "READY"
+            ready = forker.stdout.readline()
+            assert ready.startswith("READY "), ready  # the saver started
+            saver = ready.split()[1]
             time.sleep(delay)
             os.kill(int(saver), signal.SIGKILL)  # mid-save or between saves
             assert forker.stdout.readline().strip() == "REAPED"
