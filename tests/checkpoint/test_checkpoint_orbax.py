@@ -3,6 +3,7 @@ modules with orbax's own checkpointer, and a tree sharded over two real processe
 on localhost (saved, then restored into a different sharding; a Checkpointer
 that keeps the newest steps and resumes)."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -329,7 +330,8 @@ def test_sigkill_during_checkpointer_orbax_save(tmp_path):
             assert out["w"].min() == out["w"].max() == out["b"][0] == step
     finally:
         if saver is not None:  # a failure before its kill
-            os.kill(int(saver), signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # unless it died itself
+                os.kill(int(saver), signal.SIGKILL)
         forker.kill()
         forker.communicate()
     ckpt.save(step + 1, like)  # removes what the killed saves left
