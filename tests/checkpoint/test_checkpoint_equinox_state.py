@@ -2,6 +2,8 @@
 loaded into the boxwood model, and trained further in both libraries gives equal
 outputs, parameters and states; and back. Every record is matched by position."""
 
+import contextlib
+import functools
 import io
 import warnings
 
@@ -54,9 +56,7 @@ def make(lib, mode, key):
         return n.make_with_state(Model)()
 
 
-def step(lib, model, state, x):
-    """One SGD step; returns the new model and state and the training output."""
-
+def _step(lib, model, state, x):
     def loss(model, state):
         f = jax.vmap(model, axis_name="batch", in_axes=(0, None), out_axes=(0, None))
         y, state = f(x, state)
@@ -67,10 +67,31 @@ def step(lib, model, state, x):
     return lib.apply_updates(model, update), state, y
 
 
-def evaluate(lib, model, state, x):
+def _evaluate(lib, model, state, x):
     model = lib.nn.inference_mode(model)
     f = jax.vmap(model, axis_name="batch", in_axes=(0, None), out_axes=(0, None))
-    return f(x, state)[0]
+    # Equinox's batch mode takes `momentum ** counter` (a float to an int32 array),
+    # which strict promotion refuses once traced (eagerly, `jnp.power` takes its
+    # concrete-exponent path)
+    strict = lib is boxwood
+    with contextlib.nullcontext() if strict else jax.numpy_dtype_promotion("standard"):
+        return f(x, state)[0]
+
+
+# Compiled with each library's `filter_jit`: one program per model class (run
+# eagerly, every operation of the layers' rules would compile on its own).
+@functools.cache
+def _jitted(fn, lib):
+    return lib.filter_jit(functools.partial(fn, lib))
+
+
+def step(lib, model, state, x):
+    """One SGD step; returns the new model and state and the training output."""
+    return _jitted(_step, lib)(model, state, x)
+
+
+def evaluate(lib, model, state, x):
+    return _jitted(_evaluate, lib)(model, state, x)
 
 
 def batches(n):
