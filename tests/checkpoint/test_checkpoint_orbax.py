@@ -334,9 +334,13 @@ def test_sigkill_during_checkpointer_orbax_save(tmp_path):
                 os.kill(int(saver), signal.SIGKILL)
         forker.kill()
         forker.communicate()
-    ckpt.save(step + 1, like)  # removes what the killed saves left
+    # The next save removes what the killed saves left. It saves step + 2, not the
+    # step + 1 the last saver was writing, whose staging directory it would
+    # reuse: a leftover of step + 1 (made here if that kill left none) must go.
+    os.makedirs(directory / f".step_{step + 1:06d}.saving" / "state", exist_ok=True)
+    ckpt.save(step + 2, like)
     assert sorted(os.listdir(directory)) == [
         f"step_{step:06d}",
-        f"step_{step + 1:06d}",
+        f"step_{step + 2:06d}",
     ]
     assert left > 0  # at least one kill came in the middle of a save
