@@ -35,7 +35,7 @@
 # TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, tests/backends/test_tpu_only.py
 # at their head, then all of tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
 # for the tests that compare with `transformers` PyTorch), TPU_RUN_SHARD=k/n (run the
-# k-th of n shards of the test files: the suite across n calls), TPU_RUN_SITE (where
+# k-th of n shards of the test files: the suite across n calls; k1,k2/n runs several), TPU_RUN_SITE (where
 # packages install; default .tpu-site/ in the checkout, on disk: never /tmp, which is
 # in RAM there and outlives the call). Each phase installs only what it needs.
 #
@@ -68,8 +68,13 @@ phase() { [[ ",$PHASES," == *",$1,"* ]]; }
 
 if [ -n "${TPU_RUN_SHARD:-}" ]; then
   K=${TPU_RUN_SHARD%/*} N=${TPU_RUN_SHARD#*/}
-  if ! [[ "$K" =~ ^[0-9]+$ && "$N" =~ ^[0-9]+$ ]] || [ "$K" -lt 1 ] || [ "$K" -gt "$N" ]; then
-    echo "TPU_RUN_SHARD must be k/n with 1 <= k <= n, got '$TPU_RUN_SHARD'" >&2
+  BAD=0
+  [[ "$K" =~ ^[0-9]+(,[0-9]+)*$ && "$N" =~ ^[0-9]+$ ]] || BAD=1
+  if [ "$BAD" = 0 ]; then
+    for k in ${K//,/ }; do { [ "$k" -lt 1 ] || [ "$k" -gt "$N" ]; } && BAD=1; done
+  fi
+  if [ "$BAD" = 1 ]; then
+    echo "TPU_RUN_SHARD must be k/n (or k1,k2,.../n) with 1 <= k <= n, got '$TPU_RUN_SHARD'" >&2
     exit 2
   fi
 fi
@@ -210,11 +215,12 @@ if phase tests; then
     done
   fi
   # TPU_RUN_SHARD=k/n: the k-th of n shards of the files (every n-th file from
-  # the k-th), so that the suite runs across n calls, each within the limits.
+  # the k-th), so that the suite runs across n calls, each within the limits;
+  # k1,k2,.../n: those shards together.
   if [ -n "${TPU_RUN_SHARD:-}" ]; then
     SHARD=()
     for i in "${!TESTS[@]}"; do
-      [ $((i % N)) -eq $((K - 1)) ] && SHARD+=("${TESTS[$i]}")
+      [[ ",$K," == *",$((i % N + 1)),"* ]] && SHARD+=("${TESTS[$i]}")
     done
     TESTS=("${SHARD[@]}")
     say "shard $K/$N: ${#TESTS[@]} files"

@@ -10,7 +10,10 @@ order, so that pytest-xdist's work stealing never moves a cell of a notebook to
 another worker (and another kernel).
 
 The kernel runs with the environment of `kernel_env`: the suite's compile flags
-on the CPU, as for every child process (tests/_child_flags.py). Run as a script,
+on the CPU, as for every child process (tests/_child_flags.py), and on one core
+(`one_core`): XLA's CPU results depend on how many threads share a product (the
+training notebook's classifier reached 86.0% on two threads, 84.4% on one), and
+one core makes them the same on every machine. Run as a script,
 this module runs notebooks with that environment and writes their outputs into
 them, which is how the committed outputs are made:
 
@@ -30,6 +33,7 @@ from nbval.plugin import IPyNbFile, NbCellError
 
 from _child_flags import (
     child_env,
+    one_core,
     quick_cpu_compiles,
     xla_flags_for_running,
 )
@@ -56,11 +60,12 @@ class NotebookFile(IPyNbFile):
         saved = dict(os.environ)
         os.environ.update(kernel_env(self.path))  # the kernel inherits it
         try:
-            self.kernel = RunningKernel(
-                CURRENT_ENV_KERNEL_NAME,  # this Python, as `--nbval-current-env`
-                cwd=str(self.path.parent),
-                startup_timeout=self.config.option.nbval_kernel_startup_timeout,
-            )
+            with one_core():  # the kernel on one core: see the module docstring
+                self.kernel = RunningKernel(
+                    CURRENT_ENV_KERNEL_NAME,  # this Python, as `--nbval-current-env`
+                    cwd=str(self.path.parent),
+                    startup_timeout=self.config.option.nbval_kernel_startup_timeout,
+                )
         finally:
             os.environ.clear()
             os.environ.update(saved)
@@ -111,7 +116,8 @@ def refresh(paths: list[str]) -> None:
         client = nbclient.NotebookClient(
             notebook, timeout=600, kernel_name="python3", record_timing=False
         )
-        client.execute(cwd=str(path.parent), env=kernel_env(path))
+        with one_core():
+            client.execute(cwd=str(path.parent), env=kernel_env(path))
         nbformat.write(notebook, path)
         print("refreshed", path.relative_to(ROOT))
 

@@ -2,9 +2,13 @@ import contextlib
 import gc
 import os
 
-from _child_flags import quick_cpu_compiles  # tests/ is on sys.path; no JAX
+from _child_flags import (  # tests/ is on sys.path; no JAX
+    quick_cpu_compiles,
+    share_cores_among_workers,
+)
 
 quick_cpu_compiles()  # before JAX starts its backend (below)
+share_cores_among_workers()  # before JAX sizes its thread pool (below)
 # PyTorch at one thread (its OpenMP pool's size is read when a test module first
 # imports torch; child processes inherit it). The suite's reference models are
 # tiny: one thread computes each operation in microseconds, where a thread per

@@ -132,6 +132,52 @@ def test_a_page_block_missing_from_its_notebook_is_named(tmp_path):
         check(page, swapped, results=False)
 
 
+def test_a_notebook_cell_under_another_heading_than_its_block_is_named(tmp_path):
+    """The notebook's `## ` headings stand where the page's do: a heading that
+    came after its section's first cell (as the training notebook's sampling
+    heading once did) is named."""
+    nbformat = pytest.importorskip("nbformat")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n```python\nx = 1\n```\n\n## Sampling\n\nText.\n\n"
+        "```python\ny = x\n```\n"
+    )
+    cell, text = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
+    notebook = nbformat.v4.new_notebook(
+        cells=[cell("x = 1"), text("## Sampling\n\nText."), cell("y = x")]
+    )
+    check(page, notebook, results=False)
+    late = nbformat.v4.new_notebook(
+        cells=[cell("x = 1"), cell("y = x"), text("## Sampling\n\nText.")]
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"the cell 'y = x' stands under the notebook's heading None, "
+        r"the page's block under 'Sampling'",
+    ):
+        check(page, late, results=False)
+
+
+def test_a_shown_output_the_notebook_does_not_print_is_named(tmp_path):
+    """A ```text block right after a Python block is what its cell printed."""
+    nbformat = pytest.importorskip("nbformat")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nprint('accuracy 84.4%')\n```\n\n```text\naccuracy 84.4%\n```\n"
+    )
+    printed = nbformat.v4.new_code_cell("print('accuracy 84.4%')")
+    printed.outputs = [nbformat.v4.new_output("stream", text="accuracy 84.4%  \n")]
+    notebook = nbformat.v4.new_notebook(cells=[printed])
+    check(page, notebook, results=True)
+    printed.outputs = [nbformat.v4.new_output("stream", text="accuracy 86.0%\n")]
+    with pytest.raises(
+        AssertionError,
+        match=r"printed 'accuracy 86.0%', the page shows 'accuracy 84.4%'",
+    ):
+        check(page, notebook, results=True)
+    check(page, notebook, results=False)  # the sources alone still agree
+
+
 def test_skipped_blocks_say_why_and_are_few():
     skipped = [b for p in PAGES for b in blocks(p) if b.skip_reason]
     assert all(len(b.skip_reason) > 10 for b in skipped)
