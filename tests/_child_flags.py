@@ -97,7 +97,7 @@ def quick_cpu_compiles() -> None:
 def share_cores_among_workers() -> None:
     """In a pytest-xdist worker: this process, and every child it starts, on its
     own share of the machine's cores (worker k of n takes every n-th core from
-    the k-th; a worker whose share is empty keeps them all). XLA's CPU client
+    the k-th; with more workers than cores, they take the cores in turn). XLA's CPU client
     sizes its thread pool by the cores a process may run on, and a worker's
     programs are tiny: with two workers on two cores, each worker's pool of two
     threads split each program across the core the other worker was busy on,
@@ -110,11 +110,16 @@ def share_cores_among_workers() -> None:
         return
     if not hasattr(os, "sched_setaffinity"):
         return
-    cores = sorted(os.sched_getaffinity(0))
-    index, workers = int(worker[2:]), int(count)
-    share = {core for i, core in enumerate(cores) if i % workers == index % len(cores)}
-    if share:
-        os.sched_setaffinity(0, share)
+    os.sched_setaffinity(0, core_share(int(worker[2:]), int(count)))
+
+
+def core_share(worker: int, workers: int, cores: set[int] | None = None) -> set[int]:
+    """The cores (of `cores`, default this process's) of xdist worker `worker`
+    of `workers`: every `workers`-th from the `worker`-th, taken in turn where
+    there are more workers than cores; never empty."""
+    ordered = sorted(os.sched_getaffinity(0) if cores is None else cores)
+    first = worker % len(ordered)  # < workers, so the share holds that core at least
+    return {core for i, core in enumerate(ordered) if i % workers == first}
 
 
 @contextlib.contextmanager

@@ -1,10 +1,14 @@
 """Every child Python process a test starts runs on the CPU (`child_env`), so that
-the suite runs on a machine whose accelerator the pytest process holds."""
+the suite runs on a machine whose accelerator the pytest process holds; each xdist
+worker, with its children, on its own share of the cores (`core_share`)."""
 
 import ast
+import os
 import pathlib
 
-from _child_flags import child_env, xla_accepts, xla_flags_with_devices
+import pytest
+
+from _child_flags import child_env, core_share, xla_accepts, xla_flags_with_devices
 
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 
@@ -64,3 +68,21 @@ def test_xla_flags_with_devices_keeps_the_rest(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", f"--a=1 {count}=3 --b=2")
     assert xla_flags_with_devices(8) == f"--a=1 --b=2 {count}=8"
     assert xla_flags_with_devices(None) == "--a=1 --b=2"
+
+
+def test_workers_share_the_cores_in_turn():
+    assert [core_share(k, 2, {0, 1}) for k in range(2)] == [{0}, {1}]
+    assert [core_share(k, 3, {0, 1}) for k in range(3)] == [{0}, {1}, {0}]
+    assert core_share(1, 2, set(range(6))) == {1, 3, 5}
+    assert core_share(0, 1, {4, 7}) == {4, 7}  # one worker keeps them all
+
+
+@pytest.mark.skipif(
+    "PYTEST_XDIST_WORKER" not in os.environ or not hasattr(os, "sched_getaffinity"),
+    reason="only an xdist worker on a platform with CPU affinities is pinned",
+)
+def test_this_worker_runs_on_its_share_of_the_cores():
+    worker = int(os.environ["PYTEST_XDIST_WORKER"][2:])
+    workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    before = os.sched_getaffinity(os.getppid())  # the xdist controller's, unpinned
+    assert os.sched_getaffinity(0) == core_share(worker, workers, before)
