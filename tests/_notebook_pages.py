@@ -41,7 +41,7 @@ def page_cells(page: pathlib.Path) -> list[PageCell]:
             continue
         section = _heading_before(lines[: block.line - 1])
         if not block.is_doctest:
-            printed = _shown_after(lines, block.line - 1)
+            printed = None if block.hidden else _shown_after(lines, block.line - 1)
             cells.append(PageCell(block.code.strip(), None, printed, section))
             continue
         for example in doctest.DocTestParser().get_examples(block.code):
@@ -85,7 +85,11 @@ def _sections(notebook: Any) -> list[str | None]:
 
 def _printed(cell: Any) -> str:
     return _lines_stripped(
-        "".join(o.text for o in cell.outputs if o.output_type == "stream")
+        "".join(
+            o.text
+            for o in cell.outputs
+            if o.output_type == "stream" and o.name == "stdout"
+        )
     )
 
 

@@ -166,7 +166,10 @@ def test_a_shown_output_the_notebook_does_not_print_is_named(tmp_path):
         "```python\nprint('accuracy 84.4%')\n```\n\n```text\naccuracy 84.4%\n```\n"
     )
     printed = nbformat.v4.new_code_cell("print('accuracy 84.4%')")
-    printed.outputs = [nbformat.v4.new_output("stream", text="accuracy 84.4%  \n")]
+    printed.outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text="a warning\n"),
+        nbformat.v4.new_output("stream", text="accuracy 84.4%  \n"),
+    ]
     notebook = nbformat.v4.new_notebook(cells=[printed])
     check(page, notebook, results=True)
     printed.outputs = [nbformat.v4.new_output("stream", text="accuracy 86.0%\n")]
@@ -176,6 +179,11 @@ def test_a_shown_output_the_notebook_does_not_print_is_named(tmp_path):
     ):
         check(page, notebook, results=True)
     check(page, notebook, results=False)  # the sources alone still agree
+    # hidden setup code shows nothing: the text block is the next block's
+    page.write_text("<!-- docs-test: setup\nx = 1\n-->\n\n" + page.read_text())
+    setup = nbformat.v4.new_code_cell("x = 1")
+    printed.outputs = [nbformat.v4.new_output("stream", text="accuracy 84.4%\n")]
+    check(page, nbformat.v4.new_notebook(cells=[setup, printed]), results=True)
 
 
 def test_skipped_blocks_say_why_and_are_few():
