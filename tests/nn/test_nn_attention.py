@@ -235,10 +235,26 @@ def test_deterministic_is_the_deprecated_spelling_of_inference(getkey, normal):
     np.testing.assert_allclose(y, mha(x, x, x, inference=True), atol=1e-6)
 
 
+def test_float16_heads_are_fused_on_a_gpu_only(monkeypatch):
+    """`jax.nn.dot_product_attention`'s float16 products sum in float32, which
+    the CPU's and a TPU's XLA refuse (seen on a v5e): there float16 heads take
+    the explicit weights; bfloat16 heads stay fused everywhere."""
+    from boxwood._kernels import fusable
+
+    half, brain = (
+        jnp.ones((1, 2, 1, 8), jnp.float16),
+        jnp.ones((1, 2, 1, 8), jnp.bfloat16),
+    )
+    for backend, fused in (("cpu", False), ("tpu", False), ("gpu", True)):
+        monkeypatch.setattr(jax, "default_backend", lambda b=backend: b)
+        assert fusable(half, half, half) is fused, backend
+        assert fusable(brain, brain, brain), backend
+
+
 def test_float16_attention_compiles_on_every_backend(getkey):
-    """float16 heads under `filter_jit`: on the CPU, whose XLA has no float16
-    product summed in float32, the weights are formed explicitly instead of
-    through `jax.nn.dot_product_attention`, and the result is the eager call's."""
+    """float16 heads under `filter_jit`: on the CPU and a TPU, whose XLA has no
+    float16 product summed in float32, the weights are formed explicitly instead
+    of through `jax.nn.dot_product_attention`, and the result is the eager call's."""
     mha = nn.MultiheadAttention(2, 8, dtype=jnp.float16, key=getkey())
     x = jax.random.normal(getkey(), (3, 8)).astype(jnp.float16)
     compiled = boxwood.filter_jit(lambda m, x: m(x, x, x))(mha, x)

@@ -28,9 +28,11 @@ def fusable(q: Array, k: Array, v: Array) -> bool:
     as the key heads (which it requires)."""
     dtypes = {jnp.dtype(a.dtype) for a in (q, k, v)}
     served = _FUSED_DTYPES
-    if jax.default_backend() == "cpu":
-        # Compiled for the CPU, its float16 products ask for float32 sums,
-        # which the CPU's XLA refuses ("F16_F16_F32 is not supported")
+    if jax.default_backend() != "gpu":
+        # Its float16 products ask for float32 sums, which XLA refuses on the
+        # CPU ("F16_F16_F32 is not supported") and on a TPU v5e ("Dot algorithm
+        # ALG_DOT_F16_F16_F32 is not supported", even at the default precision);
+        # a GPU computes them
         served = served - {jnp.dtype(jnp.float16)}
     return len(dtypes) == 1 and dtypes <= served and k.shape == v.shape
 
