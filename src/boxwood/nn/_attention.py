@@ -173,9 +173,10 @@ def dot_product_attention(
     (dropped out by `dropout` if given) applied to `value`.
 
     Without active dropout the result comes from `jax.nn.dot_product_attention`
-    when the inputs share one dtype among float16, bfloat16 and float32 and
-    `v_size == qk_size`; otherwise (float64, mixed dtypes, other value sizes, or
-    dropout on the weights) the weights are formed explicitly.
+    when the inputs share one dtype among bfloat16, float32 and (on a GPU only:
+    XLA on the CPU and on a TPU refuses its float16 products summed in float32)
+    float16, and `v_size == qk_size`; otherwise (float64, mixed dtypes, other
+    value sizes, or dropout on the weights) the weights are formed explicitly.
 
     - `implementation`: `None` (the choice above; without a `mask`, splash
       attention on a TPU for float32/bfloat16 heads whose lengths are multiples
@@ -277,13 +278,13 @@ class MultiheadAttention(Module):
     in_proj_weight[2E:]`, `output_proj.weight = out_proj.weight`.
 
     Computation: without active dropout, and when the projected heads share one
-    dtype among float16, bfloat16 and float32 and `qk_size == vo_size`, the heads
-    go through fused attention (with `implementation=None`: on a TPU, splash
-    attention where it applies, with a `(kv_seq,)` padding mask or none; on a
-    GPU, cuDNN's flash attention for float16/bfloat16 heads without a `mask`;
-    XLA's attention otherwise). Otherwise (dropout on the weights, float64,
-    `qk_size != vo_size`) the weights are formed explicitly, with the softmax in
-    at least float32. The `implementation` field (a constructor keyword) names
+    dtype among bfloat16, float32 and (on a GPU only) float16, and `qk_size ==
+    vo_size`, the heads go through fused attention (with `implementation=None`:
+    on a TPU, splash attention where it applies, with a `(kv_seq,)` padding mask
+    or none; on a GPU, cuDNN's flash attention for float16/bfloat16 heads
+    without a `mask`; XLA's attention otherwise). Otherwise (dropout on the
+    weights, float64, float16 off a GPU, `qk_size != vo_size`) the weights are
+    formed explicitly, with the softmax in at least float32. The `implementation` field (a constructor keyword) names
     one instead: `"xla"`, `"cudnn"` or `"splash"`.
     """
 
