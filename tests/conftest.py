@@ -95,6 +95,10 @@ def count_flattens(monkeypatch):
     return calls
 
 
+# The `jax.monitoring` event of one XLA compile.
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
 @pytest.fixture
 def count_compiles():
     """`with count_compiles() as events:` lists XLA compiles (one entry each) made
@@ -105,7 +109,7 @@ def count_compiles():
         events = []
 
         def listen(event, duration, **kwargs):
-            if event == "/jax/core/compile/backend_compile_duration":
+            if event == COMPILE_EVENT:
                 events.append(event)
 
         jax.monitoring.register_event_duration_secs_listener(listen)
@@ -156,7 +160,7 @@ _compiles_since_clearing = [0]
 
 
 def _count_compiles(event, duration, **kwargs):
-    if event == "/jax/core/compile/backend_compile_duration":
+    if event == COMPILE_EVENT:
         _compiles_since_clearing[0] += 1
 
 

@@ -284,8 +284,9 @@ class MultiheadAttention(Module):
     or none; on a GPU, cuDNN's flash attention for float16/bfloat16 heads
     without a `mask`; XLA's attention otherwise). Otherwise (dropout on the
     weights, float64, float16 off a GPU, `qk_size != vo_size`) the weights are
-    formed explicitly, with the softmax in at least float32. The `implementation` field (a constructor keyword) names
-    one instead: `"xla"`, `"cudnn"` or `"splash"`.
+    formed explicitly, with the softmax in at least float32. The `implementation`
+    field (a constructor keyword) names one instead: `"xla"`, `"cudnn"` or
+    `"splash"`.
     """
 
     query_proj: Linear
