@@ -10,10 +10,12 @@
 #   bash benchmarks/tpu_run.sh            # full sizes
 #   bash benchmarks/tpu_run.sh --quick    # tiny sizes (a CPU check of this script)
 #
-# Writes into $OUT (default benchmarks/results/tpu-run/), 8 files: run.txt (machine,
+# Writes into $OUT (default benchmarks/results/tpu-run/), 9 files: run.txt (machine,
 # versions, the phases' times, the suite's summary), bench.log (the benchmarks'
 # output), accelerator.json and accelerator.md, train_curve.json and
-# train_curve.md, pytest.txt (the suite's output, -rA) and pytest-junit.xml;
+# train_curve.md, pytest.txt (the suite's output, -v -rA), failures.txt (each
+# test's start and each failure's traceback as they happen,
+# benchmarks/_tpu_failures.py) and pytest-junit.xml;
 # the phase "generate" (not in the defaults either) writes generate_profile.json
 # and generate_profile.md (benchmarks/tpu_generate_profile.py); the phase "switches" (not in
 # the defaults) writes decode_switches.json and decode_switches.md
@@ -100,6 +102,8 @@ PIP=("$PY" -m pip install --isolated -q --only-binary=:all: --target "$SITE")
 WANT_BASE="jaxtyping:jaxtyping wadler_lindig:wadler-lindig optax:optax"
 WANT_BENCH="safetensors:safetensors tqdm:tqdm"
 WANT_TESTS="pytest:pytest hypothesis:hypothesis safetensors:safetensors tqdm:tqdm"
+# the demo's --plot and docs/models.md's tokenizer, each a group of its own
+WANT_TESTS_EXTRA=("matplotlib:matplotlib" "tokenizers:tokenizers")
 WANT_FLAX="flax:flax"
 NEEDS_ECOSYSTEM=0
 if phase bench && [[ ",${TPU_RUN_BENCH_ARGS:-}," != *"--only"* || "${TPU_RUN_BENCH_ARGS:-}" == *ecosystem* ]]; then
@@ -108,7 +112,7 @@ fi
 phase tests && NEEDS_ECOSYSTEM=1
 GROUPS_TO_INSTALL=("$WANT_BASE")
 phase bench || phase curve || phase first || phase generate || phase switches && GROUPS_TO_INSTALL+=("$WANT_BENCH")
-phase tests && GROUPS_TO_INSTALL+=("$WANT_TESTS")
+phase tests && GROUPS_TO_INSTALL+=("$WANT_TESTS" "${WANT_TESTS_EXTRA[@]}")
 [ "$NEEDS_ECOSYSTEM" = 1 ] && GROUPS_TO_INSTALL+=("$WANT_FLAX")
 [ "${TPU_RUN_TORCH:-0}" = 1 ] && GROUPS_TO_INSTALL+=("transformers:transformers tokenizers:tokenizers")
 if [ "$NEEDS_ECOSYSTEM" = 1 ] && ls .whl-tpu/*.whl >/dev/null 2>&1 && ! has equinox; then
@@ -225,10 +229,15 @@ if phase tests; then
     TESTS=("${SHARD[@]}")
     say "shard $K/$N: ${#TESTS[@]} files"
   fi
-  LEFT=$((TOTAL - $(elapsed) - 25))
+  LEFT=$((TOTAL - $(elapsed) - 70))
   [ "$LEFT" -lt 30 ] && LEFT=30
   say "tests: ${LEFT} s for ${TESTS[*]:0:3} ..."
-  timeout -s INT -k 20 "$LEFT" "$PY" -m pytest -o addopts="" -p no:cacheprovider -p no:xdist -q \
+  # failures.txt gets each failure's traceback as it happens (pytest prints them
+  # only at the end, which a run stopped at its limit never reaches); a test
+  # running past 150 s dumps every thread's stack into pytest.txt.
+  TPU_RUN_FAILURES="$OUT/failures.txt" PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" \
+  timeout -s INT -k 60 "$LEFT" "$PY" -m pytest -o addopts="" -p no:cacheprovider -p no:xdist -v \
+    -p _tpu_failures -o faulthandler_timeout=150 \
     -rA --continue-on-collection-errors --junitxml="$OUT/pytest-junit.xml" \
     -W "ignore:Transparent hugepages:UserWarning" -W "ignore:cloud_tpu_init:UserWarning" \
     "${TESTS[@]}" >"$OUT/pytest.txt" 2>&1
@@ -237,6 +246,11 @@ if phase tests; then
     echo "pytest exit $CODE (124: stopped at its ${LEFT} s limit, summary and junit kept; 1: failures)"
     grep -E "^(FAILED|ERROR) " "$OUT/pytest.txt" | sort | head -n 200
     tail -n 1 "$OUT/pytest.txt"
+    if [ "$CODE" = 124 ] || [ "$CODE" = 137 ]; then
+      # stopped: no summary above; the failures so far and the test that was running
+      grep -E "^FAILED " "$OUT/failures.txt" 2>/dev/null | head -n 200
+      echo "running when stopped: $(grep "^started " "$OUT/failures.txt" 2>/dev/null | tail -n 1)"
+    fi
   } >>"$LOG"
 fi
 say "done"

@@ -1,12 +1,23 @@
-"""The environment of a child Python process that a test starts: `child_env`, and
-the `XLA_FLAGS` for it."""
+"""The environment of a child Python process that a test starts: `child_env`, the
+`XLA_FLAGS` for it, and a port on 127.0.0.1 for processes that talk to each other
+(`localhost_port`)."""
 
 import contextlib
+import errno
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+
+import pytest
+
+# as pyproject.toml's filterwarnings for the suite itself
+QUIET_TPU_RUNTIME = (
+    "ignore:Transparent hugepages are not enabled:UserWarning,"
+    "ignore::UserWarning:jax._src.cloud_tpu_init"
+)
 
 
 def child_env(**overrides: str | None) -> dict[str, str]:
@@ -19,12 +30,32 @@ def child_env(**overrides: str | None) -> dict[str, str]:
     here (tests/house/test_child_processes.py checks it); one that needs this process's
     backend would set `JAX_PLATFORMS` itself and say why."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    # the TPU runtime's start-up advice at `import jax` (on a TPU machine, even
+    # with JAX_PLATFORMS=cpu) is not the child's output that a test reads
+    warnings = [env.get("PYTHONWARNINGS"), QUIET_TPU_RUNTIME]
+    env["PYTHONWARNINGS"] = ",".join(filter(None, warnings))
     for name, value in overrides.items():
         if value is None:
             env.pop(name, None)
         else:
             env[name] = value
     return env
+
+
+def localhost_port() -> int:
+    """A free TCP port on 127.0.0.1 for a multi-process JAX job of a test.
+
+    Skips the test where this machine allows no TCP sockets at all (a sandbox
+    without a network stack answers `EAFNOSUPPORT`): the processes could not
+    reach each other there."""
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    except OSError as error:
+        if error.errno not in (errno.EAFNOSUPPORT, errno.EPERM, errno.EACCES):
+            raise
+        pytest.skip(f"this machine opens no TCP socket on 127.0.0.1 ({error})")
 
 
 def xla_flags_with_devices(n: int | None) -> str:

@@ -47,6 +47,18 @@ def _full_float32_products_off_the_cpu():
         yield
 
 
+@pytest.fixture
+def host_arrays():
+    """The test with the host's CPU as JAX's default device, whatever the backend:
+    for what exists only where arrays live in host memory (a device adopting a
+    host buffer, an array aliasing a file's mapping). On the CPU it does nothing."""
+    if ON_CPU:
+        yield
+        return
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _fresh_method_read_warnings():
     """Each test sees boxwood's once-per-process warnings about globals read inside

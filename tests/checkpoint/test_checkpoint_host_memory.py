@@ -21,6 +21,9 @@ from _safetensors_rewrite import rewrite_in_reverse_order, rewrite_with_8_byte_p
 from boxwood._checkpoint import _host_memory, _safetensors, read_tensors
 from boxwood.models import _pretrained
 
+# what a load reads into host memory, and which arrays keep it: on the host's CPU
+pytestmark = pytest.mark.usefixtures("host_arrays")
+
 CONFIG = bm.GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=2)
 MiB = 2**20
 
@@ -278,11 +281,12 @@ def test_no_region_where_the_device_copies_host_buffers(tmp_path, monkeypatch):
     model = _model()
     bm.save_pretrained(model, tmp_path)
     rewrite_with_8_byte_padding(tmp_path / "model.safetensors")
-    assert _pretrained._adopts_host_buffers()  # the tests run on the CPU
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert not _pretrained._adopts_host_buffers()
+    assert _pretrained._adopts_host_buffers()  # the host's CPU (`host_arrays`)
     sizes = _recorded_region_sizes(monkeypatch)
-    loaded = bm.from_pretrained(tmp_path)
+    with jax.default_device(None):  # JAX's own choice of device...
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # ...a GPU
+        assert not _pretrained._adopts_host_buffers()
+        loaded = bm.from_pretrained(tmp_path)
     assert sizes == []
     for x, y in zip(jax.tree.leaves(loaded), jax.tree.leaves(model)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -21,6 +21,9 @@ import boxwood.models as bm
 from _safetensors_rewrite import rewrite_in_reverse_order
 from boxwood._checkpoint import CheckpointError, _load_progress, read_tensors
 
+# arrays that alias a file's mapping: on the host's CPU, whatever the backend
+pytestmark = pytest.mark.usefixtures("host_arrays")
+
 CONFIG = bm.GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=2)
 
 

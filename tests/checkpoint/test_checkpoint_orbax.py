@@ -6,7 +6,6 @@ that keeps the newest steps and resumes)."""
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,7 +18,7 @@ import pytest
 
 import boxwood
 import boxwood.nn as nn
-from _child_flags import child_env, xla_flags_with_devices
+from _child_flags import child_env, localhost_port, xla_flags_with_devices
 
 ocp = pytest.importorskip("orbax.checkpoint")
 
@@ -182,12 +181,6 @@ jax.distributed.shutdown()
 """
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory) -> list[tuple[int, str]]:
     """The exit statuses and outputs of processes 0 and 1 of a 2-process JAX job on localhost (4 CPU
@@ -198,7 +191,7 @@ def two_processes(tmp_path_factory) -> list[tuple[int, str]]:
     scenarios = []
     for name, where in (("sharded", "sharded"), ("checkpointer", "run")):
         scenarios += [name, str(directory / where)]
-    port = _free_port()
+    port = localhost_port()
     env = child_env(
         XLA_FLAGS=xla_flags_with_devices(4), PYTHONPATH=os.pathsep.join(sys.path)
     )

@@ -98,6 +98,7 @@ def test_a_non_strict_load_keeps_the_layers_it_lacks():
         assemble(abstract, _source(LAYERS[:3]), strict=False, parts=_parts(4))
 
 
+@pytest.mark.usefixtures("host_arrays")  # a view of the file in host memory
 def test_parts_back_to_back_in_a_file_are_one_view_of_it(tmp_path):
     path = tmp_path / "layers.safetensors"
     write_file(path, [(f"w.{i}", a) for i, a in enumerate(LAYERS)], {})

@@ -7,6 +7,7 @@ from the code. The blocks of a page share one namespace and run in order; blocks
 import doctest
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -69,9 +70,32 @@ def run_page(page: pathlib.Path, part: int = 0) -> None:
         boxwood.config.explain_recompiles = explain
 
 
+# Packages of the test extra that a page's examples may import; where one is not
+# installed (a machine that runs the suite without it), the page is skipped, naming
+# it. CI installs them all.
+OPTIONAL = {
+    "equinox",
+    "flax",
+    "matplotlib",
+    "orbax",
+    "tokenizers",
+    "torch",
+    "transformers",
+}
+_IMPORT = re.compile(r"^\s*(?:from|import)\s+(\w+)", re.M)
+
+
+def _imported(page: pathlib.Path, part: int) -> set[str]:
+    """The top-level packages that the blocks of the page's `part` import."""
+    code = [b.code for b in blocks(page) if b.part == part and not b.skip_reason]
+    return {name for text in code for name in _IMPORT.findall(text)}
+
+
 @pytest.mark.parametrize("case", RUNNABLE_PARTS, ids=_part_id)
 def test_the_code_blocks_of_a_page_run(case, tmp_path, monkeypatch):
     page, part = case
+    for name in sorted(_imported(page, part) & OPTIONAL):
+        pytest.importorskip(name, reason=f"the page's examples import {name}")
     monkeypatch.chdir(tmp_path)  # a scratch folder for the files examples write
     n = devices(page, part)
     if n == 1:
@@ -213,6 +237,17 @@ def test_the_collector_finds_blocks_and_skip_marks(tmp_path):
         _run(wrong, namespace)
     with pytest.raises(AssertionError, match=r"block at .*page.md:9 raised NameError"):
         _run(found[1], namespace)
+
+
+def test_the_packages_a_page_imports_are_found_in_its_hidden_blocks_too(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: setup\nimport torch\nfrom safetensors.torch import save_file\n-->"
+        "\n\n```python\nimport jax, jax.numpy as jnp\n  from tokenizers import X\n```\n\n"
+        "<!-- docs-test: skip (needs 8 GPUs) -->\n```python\nimport flax\n```\n"
+    )
+    assert _imported(page, 0) == {"torch", "safetensors", "jax", "tokenizers"}
+    assert _imported(page, 0) & OPTIONAL == {"torch", "tokenizers"}
 
 
 def test_a_page_cut_into_parts_runs_each_part_afresh(tmp_path):

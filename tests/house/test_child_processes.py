@@ -3,12 +3,22 @@ the suite runs on a machine whose accelerator the pytest process holds; each xdi
 worker, with its children, on its own share of the cores (`core_share`)."""
 
 import ast
+import errno
 import os
 import pathlib
+import socket
+import subprocess
+import sys
 
 import pytest
 
-from _child_flags import child_env, core_share, xla_accepts, xla_flags_with_devices
+from _child_flags import (
+    child_env,
+    core_share,
+    localhost_port,
+    xla_accepts,
+    xla_flags_with_devices,
+)
 
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 
@@ -54,6 +64,36 @@ def test_child_env_pins_the_cpu_and_removes_what_is_none(monkeypatch):
     env = child_env(XLA_FLAGS=None, EXTRA="1")
     assert env["JAX_PLATFORMS"] == "cpu" and env["EXTRA"] == "1"
     assert "XLA_FLAGS" not in env
+
+
+def test_a_child_does_not_print_the_tpu_runtimes_start_up_advice(monkeypatch):
+    monkeypatch.setenv("PYTHONWARNINGS", "default::DeprecationWarning")
+    code = (
+        "import warnings; warnings.warn('Transparent hugepages are not enabled. "
+        "TPU runtime startup ...'); warnings.warn('other', DeprecationWarning)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env()
+    )
+    assert "hugepages" not in done.stderr
+    assert "DeprecationWarning: other" in done.stderr  # the caller's own filters stay
+
+
+def test_localhost_port_skips_where_no_socket_opens(monkeypatch):
+    assert 0 < localhost_port() < 2**16
+
+    def refused(errno_):
+        def make(*args, **kwargs):
+            raise OSError(errno_, os.strerror(errno_))
+
+        return make
+
+    monkeypatch.setattr(socket, "socket", refused(errno.EAFNOSUPPORT))
+    with pytest.raises(pytest.skip.Exception, match="opens no TCP socket on 127.0.0.1"):
+        localhost_port()
+    monkeypatch.setattr(socket, "socket", refused(errno.EMFILE))
+    with pytest.raises(OSError, match="Too many open files"):
+        localhost_port()  # any other failure is the test's failure
 
 
 def test_an_unknown_xla_flag_is_refused_before_it_is_set():

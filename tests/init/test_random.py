@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import boxwood as bw
+from _precision import assert_same_draws
 from _strategies import SETTINGS
 from boxwood._init import _draw
 
@@ -70,23 +71,26 @@ def test_split_keys_falls_back_inside_jit():
 
 
 @pytest.mark.parametrize(
-    "draw, direct, bounds",
+    "dist, draw, direct, bounds",
     [
         (
+            "uniform",
             lambda k, s, d: bw.random.uniform(k, s, d, -0.5, 2.0),
             lambda k, s, d, b: jr.uniform(k, s, d, *b),
             (-0.5, 2.0),
         ),
-        (bw.random.normal, lambda k, s, d, b: jr.normal(k, s, d), ()),
+        ("normal", bw.random.normal, lambda k, s, d, b: jr.normal(k, s, d), ()),
         (
+            "truncated_normal",
             lambda k, s, d: bw.random.truncated_normal(k, -2.0, 1.5, s, d),
             lambda k, s, d, b: jr.truncated_normal(k, *b, s, d),
             (-2.0, 1.5),
         ),
     ],
+    ids=["uniform", "normal", "truncated_normal"],
 )
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
-def test_draws_bit_identical(draw, direct, bounds, dtype, monkeypatch):
+def test_draws_bit_identical(dist, draw, direct, bounds, dtype, monkeypatch):
     monkeypatch.setattr(_draw, "_host_hashed", 0)
     key = jr.key(11)
     shapes = [(), (1,), (3, 5), (37, 53), (2, 3, 4)]
@@ -96,9 +100,7 @@ def test_draws_bit_identical(draw, direct, bounds, dtype, monkeypatch):
     # an ulp away from what the draw computes)
     direct_draws = jax.jit(lambda key, b: [direct(key, s, dtype, b) for s in shapes])
     for shape, theirs in zip(shapes, direct_draws(key, bounds), strict=True):
-        ours = draw(key, shape, dtype)
-        assert (ours.shape, ours.dtype) == (theirs.shape, theirs.dtype)
-        assert np.asarray(ours).tobytes() == np.asarray(theirs).tobytes()
+        assert_same_draws(draw(key, shape, dtype), theirs, dist)
 
 
 def test_draws_compile_nothing_per_shape(monkeypatch, count_compiles):

@@ -52,6 +52,22 @@ def test_body_is_not_compiled_into_the_caller():
     assert len(traces) == 2  # the same executable serves another caller
 
 
+def test_inside_a_compiled_caller_the_body_runs_on_the_host_cpu():
+    # The caller holds its device until the callback returns: a TPU, which runs
+    # one program at a time, would wait for itself if the body ran there.
+    devices = []
+
+    def fn(x):
+        devices.append(jax.config.jax_default_device)
+        return jnp.sin(x)
+
+    wrapped = bwi.noinline(fn)
+    x = jnp.arange(3.0)
+    np.testing.assert_allclose(jax.jit(wrapped)(x), np.sin(np.arange(3.0)), rtol=1e-6)
+    # the trace for the output's shapes, then the executable's, in the callback
+    assert devices == [None, jax.local_devices(backend="cpu")[0]]
+
+
 def test_wrappers_sharing_abstract_fn_do_not_retrace_the_caller():
     traces = {"f": 0, "g": 0, "caller": 0}
 

@@ -5,6 +5,7 @@ import pytest
 
 import boxwood
 import boxwood.nn as nn
+from _jaxprs import primitive_names
 from _precision import tolerance
 
 
@@ -67,6 +68,16 @@ def test_weight_norm_axes(getkey, normal):
     np.testing.assert_allclose(
         whole(x), layer(x), atol=tolerance(cpu=1e-5, accelerator=1e-4)
     )
+
+
+def test_weight_norm_takes_a_square_root_not_a_power(getkey, normal):
+    # a TPU computes `pow(x, 0.5)` as `exp(0.5 * log(x))`, several float32 ulps
+    # from `sqrt`, in the forward pass and in the gradient
+    wn = nn.WeightNorm(nn.Linear(3, 4, key=getkey()))
+    x = normal(3)
+    forward = primitive_names(jax.make_jaxpr(wn)(x).jaxpr)
+    backward = primitive_names(jax.make_jaxpr(jax.grad(lambda m: m(x).sum()))(wn).jaxpr)
+    assert "sqrt" in forward and "pow" not in forward | backward
 
 
 def test_weight_norm_bf16_and_jit(getkey):

@@ -4,7 +4,6 @@ and on two real processes (those run in child processes; see _sharding_cases.py)
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 
@@ -16,7 +15,7 @@ from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
 import boxwood as bw
-from _child_flags import child_env, xla_flags_with_devices
+from _child_flags import child_env, localhost_port, xla_flags_with_devices
 
 CASES = pathlib.Path(__file__).parents[1] / "_sharding_cases.py"
 SRC = str(pathlib.Path(bw.__file__).resolve().parents[1])
@@ -59,10 +58,6 @@ def test_on_8_simulated_devices():
 
 
 # ------------------------------------------------------------- two real processes
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_processes_data_parallel(tmp_path):
@@ -71,7 +66,7 @@ def test_two_processes_data_parallel(tmp_path):
     process's run."""
     import _sharding_cases
 
-    port = _free_port()
+    port = localhost_port()
     env = _child_env(XLA_FLAGS=xla_flags_with_devices(None))  # 4 devices: set inside
     outs = [tmp_path / f"process{i}.npz" for i in range(2)]
     logs = [open(tmp_path / f"process{i}.log", "w+") for i in range(2)]

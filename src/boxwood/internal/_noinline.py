@@ -3,10 +3,10 @@
 The function's code is looked up at run time: a `noinline` wrapper holds its
 arrays and a small integer array, the *ticket*, that names its code in
 `_tickets`. Inside a compiled program the operation is a host callback that reads
-the ticket and runs the function's own executable, compiled once per ticket and
-signature (`_executable`). So the function's body is compiled once, not into each
-caller, and two wrappers that share an `abstract_fn` are interchangeable
-arguments of a compiled caller: they differ only in their arrays' values.
+the ticket and runs the function's own executable (on the host's CPU), compiled
+once per ticket and signature (`_executable`). So the function's body is compiled
+once, not into each caller, and two wrappers that share an `abstract_fn` are
+interchangeable arguments of a compiled caller: they differ only in their arrays.
 
 What the operation computes is a `_Program`: the wrapped call (`_Call`), or a
 transformation of another program (`_Batched` for `vmap`, `_Tangent` for forward
@@ -257,15 +257,16 @@ def _abstract_eval(*avals: Any, program: _Program) -> list:
 
 
 def _on_host(program: _Program) -> Callable:
-    """The host side of the operation: runs the function's own executable on
-    the operands the compiled caller passes (NumPy arrays)."""
+    """The host side: runs the function's executable on the caller's operands on
+    the host's CPU (the caller holds its device; a TPU would wait on itself)."""
     found: dict[int, Callable] = {}  # this call site's executables, by ticket
 
     def run(ticket: Any, *operands: Any) -> tuple:
         number = int(ticket)
         if number not in found:
             found[number] = _executable(program, number)
-        return tuple(np.asarray(x) for x in found[number](*operands))
+        with jax.default_device(jax.local_devices(backend="cpu")[0]):
+            return tuple(np.asarray(x) for x in found[number](*operands))
 
     return run
 

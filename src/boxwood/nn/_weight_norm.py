@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Generic, TypeVar, cast
 
+import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from .._filters import is_array
@@ -40,9 +41,10 @@ def call_with_weight(
 
 def _norm(v: Array, axis: int | None) -> Array:
     """Euclidean norm over every axis except `axis` (all axes if `None`), kept as
-    size-1 axes so that it broadcasts against `v`."""
+    size-1 axes so that it broadcasts against `v`. A square root, not a power of
+    0.5: a TPU computes `pow` as `exp(log)`, several float32 ulps from it."""
     axes = tuple(i for i in range(v.ndim) if i != axis)
-    return (v * v).sum(axis=axes, keepdims=True) ** 0.5
+    return jnp.sqrt((v * v).sum(axis=axes, keepdims=True))
 
 
 class WeightNorm(Module, Generic[_Layer]):
@@ -93,7 +95,7 @@ class WeightNorm(Module, Generic[_Layer]):
     def normalised_weight(self) -> Array:
         """The effective weight, `g * v / norm(v)`."""
         v = getattr(self.layer, self.weight_name)
-        return self.g * (v / _norm(v, self.axis))
+        return v * self.g / _norm(v, self.axis)
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """**Arguments:**
