@@ -68,6 +68,23 @@ def test_inside_a_compiled_caller_the_body_runs_on_the_host_cpu():
     assert devices == [None, jax.local_devices(backend="cpu")[0]]
 
 
+def test_without_a_cpu_backend_the_body_runs_on_the_default_device(monkeypatch):
+    # JAX_PLATFORMS naming accelerators only: JAX has no CPU backend to name
+    from boxwood.internal import _noinline
+
+    def no_cpu(backend=None):
+        raise RuntimeError(f"Unknown backend {backend}. Available backends are []")
+
+    monkeypatch.setattr(jax, "local_devices", no_cpu)
+    _noinline._host_cpu.cache_clear()
+    try:
+        wrapped = bwi.noinline(lambda x: jnp.cos(x) + 1.0)
+        np.testing.assert_allclose(jax.jit(wrapped)(jnp.zeros(2)), [2.0, 2.0])
+        assert _noinline._host_cpu() is None
+    finally:
+        _noinline._host_cpu.cache_clear()
+
+
 def test_wrappers_sharing_abstract_fn_do_not_retrace_the_caller():
     traces = {"f": 0, "g": 0, "caller": 0}
 

@@ -9,9 +9,9 @@ once, not into each caller, and two wrappers that share an `abstract_fn` are
 interchangeable arguments of a compiled caller: they differ only in their arrays.
 
 What the operation computes is a `_Program`: the wrapped call (`_Call`), or a
-transformation of another program (`_Batched` for `vmap`, `_Tangent` for forward
-mode, `_Cotangent` for reverse mode). Each is hashable by value, so call sites
-with the same signature share one executable.
+transformation of another (`_Batched` for `vmap`, `_Tangent` for forward mode,
+`_Cotangent` for reverse mode), hashable by value: call sites with the same
+signature share one executable.
 """
 
 from __future__ import annotations
@@ -168,12 +168,8 @@ class _Batched(_Program):
     name: Any
 
     def flat(self, code: Any) -> Callable:
-        return jax.vmap(
-            self.inner.flat(code),
-            in_axes=self.in_axes,
-            axis_size=self.size,
-            axis_name=self.name,
-        )
+        axes = dict(in_axes=self.in_axes, axis_size=self.size, axis_name=self.name)
+        return jax.vmap(self.inner.flat(code), **axes)
 
 
 def _with(primals: Sequence, chosen: Sequence[bool], replaced: Sequence) -> list:
@@ -256,6 +252,15 @@ def _abstract_eval(*avals: Any, program: _Program) -> list:
     return list(program.outs)
 
 
+@functools.cache
+def _host_cpu() -> Any:
+    """The host's CPU device (`None`, JAX's default, where JAX has no CPU backend)."""
+    try:
+        return jax.local_devices(backend="cpu")[0]
+    except RuntimeError:  # JAX_PLATFORMS names accelerators only
+        return None
+
+
 def _on_host(program: _Program) -> Callable:
     """The host side: runs the function's executable on the caller's operands on
     the host's CPU (the caller holds its device; a TPU would wait on itself)."""
@@ -265,7 +270,7 @@ def _on_host(program: _Program) -> Callable:
         number = int(ticket)
         if number not in found:
             found[number] = _executable(program, number)
-        with jax.default_device(jax.local_devices(backend="cpu")[0]):
+        with jax.default_device(_host_cpu()):
             return tuple(np.asarray(x) for x in found[number](*operands))
 
     return run
@@ -390,14 +395,9 @@ def _new_primitive() -> Primitive:
     prim.multiple_results = True
     prim.def_impl(_impl)
     prim.def_abstract_eval(_abstract_eval)
-    tables: list[tuple[dict, Callable]] = [
-        (ad.primitive_jvps, _jvp),
-        (ad.primitive_transposes, _transpose),
-        (batching.fancy_primitive_batchers, _batch),
-        (primitive_finalisations, _inline),
-    ]
-    for table, rule in tables:
-        table[prim] = rule
+    ad.primitive_jvps[prim], ad.primitive_transposes[prim] = _jvp, _transpose
+    batching.fancy_primitive_batchers[prim] = _batch
+    primitive_finalisations[prim] = _inline
     mlir.register_lowering(prim, _lower, cacheable=False)
     return prim
 
@@ -478,7 +478,7 @@ def noinline(fn: Callable, abstract_fn: Callable | None = None) -> Callable:
     once, as its own executable, and called from every call site instead of being
     traced into each caller (saving compile time for a function called from many
     places, at some run-time cost: inside a compiled program each call goes
-    through the host).
+    through the host, and the body runs on the host's CPU).
 
     **Arguments:**
 
