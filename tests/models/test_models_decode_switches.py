@@ -195,3 +195,28 @@ def test_group_size(monkeypatch, mode, backend, rows, kv_heads, head_dim, size):
     monkeypatch.setattr(_blocks, "GROUP_HEADS", mode)
     monkeypatch.setattr(_blocks.jax, "default_backend", lambda: backend)
     assert _blocks.group_size(kv_heads, head_dim, rows) == size
+
+
+def test_auto_keeps_the_attention_a_model_names(monkeypatch):
+    # On a TPU, "auto" decodes with plain products and a grouped cache only
+    # where the attention is boxwood's to choose: a model that names XLA's or
+    # cuDNN's attention keeps it for its decoding steps too.
+    monkeypatch.setattr(_attend, "DECODE_ATTENTION", "auto")
+    monkeypatch.setattr(_blocks, "GROUP_HEADS", "auto")
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    config = bm.GPT2Config(
+        vocab_size=97, n_positions=16, n_embd=256, n_layer=1, n_head=4
+    )
+    model = bm.GPT2LMHeadModel(config, key=jax.random.key(0))  # heads of 64
+    for implementation, chosen in [
+        (None, True),
+        ("splash", True),  # splash takes no decoding step
+        ("xla", False),
+        ("cudnn", False),
+    ]:
+        assert _attend._einsum_decode(implementation) is chosen
+        assert (_blocks.group_size(12, 64, 32, implementation) == 2) is chosen
+        named = model.with_attention_implementation(implementation)
+        state = _blocks.grouped_cache(named, named.init_cache(8), rows=32)
+        cache = state.get(named.transformer.cache)
+        assert isinstance(cache, GroupedCache) is chosen, implementation

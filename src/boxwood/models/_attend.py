@@ -6,7 +6,8 @@ where they apply, the weights formed explicitly otherwise.
 
 One new token over a cache (a decoding step) attends with two plain products
 in the cache's own layout and the softmax in float32 where `DECODE_ATTENTION`
-says so ("auto": on a TPU), and over a `_blocks.GroupedCache` layer (`Grouped`:
+says so ("auto": on a TPU, unless the model names XLA's or cuDNN's attention),
+and over a `_blocks.GroupedCache` layer (`Grouped`:
 key/value heads side by side in 128-lane rows) always, with a block-diagonal
 query. On a TPU v5e, `jax.nn.dot_product_attention`'s one-token call at batch
 32 left transposes of its output in GPT-2-small's compiled step, and the same
@@ -29,13 +30,20 @@ from .._kernels import fusable, fused_attention
 # How one new token attends over a cache (a decoding step): "einsum" (two
 # plain products in the cache's layout, the softmax in float32), "fused"
 # (`jax.nn.dot_product_attention`, as a many-token call does) or "auto"
-# ("einsum" on a TPU, "fused" elsewhere).
+# ("einsum" on a TPU, "fused" elsewhere or where the model asks for XLA's or
+# cuDNN's attention by name).
 DECODE_ATTENTION = "auto"
 
 
-def _einsum_decode() -> bool:
+def boxwood_decides(implementation: Any) -> bool:
+    """Whether a decoding step's attention is boxwood's to choose: the model
+    names no implementation, or splash attention, which takes no decoding step."""
+    return implementation in (None, "splash")
+
+
+def _einsum_decode(implementation: Any) -> bool:
     if DECODE_ATTENTION == "auto":
-        return jax.default_backend() == "tpu"
+        return jax.default_backend() == "tpu" and boxwood_decides(implementation)
     return DECODE_ATTENTION == "einsum"
 
 
@@ -224,7 +232,8 @@ def attend(
 
     One new token over a cache (a decoding step) is attended with two plain
     products in the cache's own layout where `DECODE_ATTENTION` says so
-    ("einsum", or "auto" on a TPU; see the module docstring). `k` and `v` may be a `GroupedCache` layer's
+    ("einsum", or "auto" on a TPU unless `step.implementation` is "xla" or
+    "cudnn"; see the module docstring). `k` and `v` may be a `GroupedCache` layer's
     (`_blocks.Grouped`): one token attends to them with a block-diagonal
     query; more tokens (a prefill) to the keys and values laid out as usual.
     """
@@ -236,7 +245,7 @@ def attend(
         return _one_token_grouped(q, k.rows, v.rows, mask)
     k = k.ungrouped(q.shape[-1]) if isinstance(k, Grouped) else k
     v = v.ungrouped(q.shape[-1]) if isinstance(v, Grouped) else v
-    if one_token and _einsum_decode():
+    if one_token and _einsum_decode(step.implementation):
         mask = _visible(step, 1, k.shape[0], window)[0]
         return _one_token(q, k, v, mask)
     if dropping:

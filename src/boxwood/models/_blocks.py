@@ -18,7 +18,7 @@ from jaxtyping import Array
 
 from .._module import set_fields
 from ..nn import RotaryPositionalEmbedding, Stacked, State, StateIndex
-from ._attend import Grouped, Step
+from ._attend import Grouped, Step, boxwood_decides
 
 # The window of a layer with full attention, where windows are data: no distance
 # between two slots reaches it.
@@ -77,7 +77,8 @@ class GroupedCache(NamedTuple):
 Cache = tuple[Array, Array] | GroupedCache | None
 
 # Whether `generate`'s loop holds its cache as a `GroupedCache`: "auto" (on a
-# TPU, over several rows, where whole 128-lane rows are filled), "always"
+# TPU, over several rows, where whole 128-lane rows are filled, unless the
+# model names XLA's or cuDNN's attention), "always"
 # (where any two heads fit a row: tests run it on a CPU) or "never". On a TPU
 # v5e GPT-2-small's step at batch 32 took 0.995 ms so against 1.278 ms, and at
 # batch 1 0.288 against 0.282 ms (benchmarks/results/2026-12-06-tpu-v5e-decode-switches.md).
@@ -85,11 +86,14 @@ GROUP_HEADS = "auto"
 _LANES = 128
 
 
-def group_size(kv_heads: int, head_dim: int, rows: int = 2) -> int:
+def group_size(
+    kv_heads: int, head_dim: int, rows: int = 2, implementation: Any = None
+) -> int:
     """How many key/value heads `grouped_cache` puts side by side in one row
     for a loop over `rows` rows under `GROUP_HEADS` (1: none): the most that
     divide `kv_heads` and fit 128 lanes; under "auto" only on a TPU, over
-    several rows, and only where they fill the row."""
+    several rows, where they fill the row, and for a model whose attention
+    `implementation` is boxwood's to choose (`_attend.boxwood_decides`)."""
     if GROUP_HEADS == "never" or head_dim >= _LANES:
         return 1
     fit = max(g for g in range(1, _LANES // head_dim + 1) if kv_heads % g == 0)
@@ -97,24 +101,26 @@ def group_size(kv_heads: int, head_dim: int, rows: int = 2) -> int:
         return fit
     filled = fit * head_dim == _LANES
     wanted = filled and rows > 1 and jax.default_backend() == "tpu"
+    wanted = wanted and boxwood_decides(implementation)
     return fit if wanted else 1
 
 
 def grouped_cache(model: Any, state: State, rows: int = 2) -> State:
     """`state` (from `model.init_cache`, empty) with each key/value cache
     replaced by an empty `GroupedCache` of the same length, where `group_size`
-    groups its heads for a loop over `rows` rows; else (or where `model` holds
-    no `StateIndex`) `state` itself."""
+    groups its heads for a loop over `rows` rows and `model`'s attention
+    implementation; else (or where `model` holds no `StateIndex`) `state` itself."""
     indices = [
         x
         for x in jtu.tree_leaves(model, is_leaf=lambda x: isinstance(x, StateIndex))
         if isinstance(x, StateIndex)
     ]
+    implementation = getattr(model, "attention_implementation", None)
     grouped = []
     for index in indices:
         keys, _ = state.get(index)
         depth, length, kv_heads, head_dim = keys.shape
-        g = group_size(kv_heads, head_dim, rows)
+        g = group_size(kv_heads, head_dim, rows, implementation)
         if g == 1:
             return state
         shape = (depth, kv_heads // g, length, g * head_dim)
