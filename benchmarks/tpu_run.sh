@@ -34,7 +34,8 @@
 # TPU_RUN_GENERATE_PROFILE=0 (the phase "generate" runs decode_layouts.py only),
 # TPU_RUN_GENERATE_LAYOUTS=0 (it runs tpu_generate_profile.py only),
 # TPU_RUN_SWITCHES_ARGS (more options for decode_switches.py, e.g. "--batches 32"),
-# TPU_RUN_TESTS (the test paths; default: TPU-relevant files first, tests/backends/test_tpu_only.py
+# TPU_RUN_TESTS (the test paths, or @FILE for those listed in FILE, e.g.
+# @benchmarks/tpu_pending_tests.txt; default: TPU-relevant files first, tests/backends/test_tpu_only.py
 # at their head, then all of tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
 # for the tests that compare with `transformers` PyTorch), TPU_RUN_SHARD=k/n (run the
 # k-th of n shards of the test files: the suite across n calls; k1,k2/n runs several), TPU_RUN_SITE (where
@@ -205,7 +206,10 @@ if phase tests; then
   # missing are collection errors, not a stop. At the limit pytest gets SIGINT,
   # so it still writes its summary and the junit file.
   shopt -s nullglob
-  if [ -n "${TPU_RUN_TESTS:-}" ]; then
+  if [[ "${TPU_RUN_TESTS:-}" == @* ]]; then
+    # @FILE: the paths listed in FILE, one a line (# comments, blank lines)
+    mapfile -t TESTS < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "${TPU_RUN_TESTS#@}")
+  elif [ -n "${TPU_RUN_TESTS:-}" ]; then
     read -r -a TESTS <<<"$TPU_RUN_TESTS"
   elif [ -n "$QUICK" ]; then
     TESTS=(tests/house/test_architecture.py)
