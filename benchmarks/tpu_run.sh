@@ -14,8 +14,8 @@
 # versions, the phases' times, the suite's summary), bench.log (the benchmarks'
 # output), accelerator.json and accelerator.md, train_curve.json and
 # train_curve.md, pytest.txt (the suite's output, -v -rA), failures.txt (each
-# test's start and each failure's traceback as they happen,
-# benchmarks/_tpu_failures.py) and pytest-junit.xml;
+# test's start, each failure's traceback and each hung test's stacks as they
+# happen, benchmarks/_tpu_failures.py) and pytest-junit.xml (the last attempt's);
 # the phase "generate" (not in the defaults either) writes generate_profile.json
 # and generate_profile.md (benchmarks/tpu_generate_profile.py); the phase "switches" (not in
 # the defaults) writes decode_switches.json and decode_switches.md
@@ -34,7 +34,8 @@
 # TPU_RUN_GENERATE_PROFILE=0 (the phase "generate" runs decode_layouts.py only),
 # TPU_RUN_GENERATE_LAYOUTS=0 (it runs tpu_generate_profile.py only),
 # TPU_RUN_SWITCHES_ARGS (more options for decode_switches.py, e.g. "--batches 32"),
-# TPU_RUN_TESTS (the test paths, or @FILE for those listed in FILE, e.g.
+# TPU_RUN_TEST_LIMIT (240: a test running longer is taken as hung, and pytest
+# starts again without the tests that ran), TPU_RUN_TESTS (the test paths, or @FILE for those listed in FILE, e.g.
 # @benchmarks/tpu_pending_tests.txt; default: TPU-relevant files first, tests/backends/test_tpu_only.py
 # at their head, then all of tests/), TPU_RUN_TORCH=1 (also install the CPU torch of /opt/wheels, about 40 s,
 # for the tests that compare with `transformers` PyTorch), TPU_RUN_SHARD=k/n (run the
@@ -233,27 +234,44 @@ if phase tests; then
     TESTS=("${SHARD[@]}")
     say "shard $K/$N: ${#TESTS[@]} files"
   fi
-  LEFT=$((TOTAL - $(elapsed) - 70))
-  [ "$LEFT" -lt 30 ] && LEFT=30
-  say "tests: ${LEFT} s for ${TESTS[*]:0:3} ..."
-  # failures.txt gets each failure's traceback as it happens (pytest prints them
-  # only at the end, which a run stopped at its limit never reaches); a test
-  # running past 150 s dumps every thread's stack into pytest.txt.
-  TPU_RUN_FAILURES="$OUT/failures.txt" PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" \
-  timeout -s INT -k 60 "$LEFT" "$PY" -m pytest -o addopts="" -p no:cacheprovider -p no:xdist -v \
-    -p _tpu_failures -o faulthandler_timeout=150 \
-    -rA --continue-on-collection-errors --junitxml="$OUT/pytest-junit.xml" \
-    -W "ignore:Transparent hugepages:UserWarning" -W "ignore:cloud_tpu_init:UserWarning" \
-    "${TESTS[@]}" >"$OUT/pytest.txt" 2>&1
-  CODE=$?
+  # failures.txt gets each test's start and each failure's traceback as they
+  # happen (pytest prints them only at the end, which a run stopped at its limit
+  # never reaches); a test running past 150 s dumps every thread's stack into
+  # pytest.txt, and one past TPU_RUN_TEST_LIMIT (240 s) is taken as hung: pytest
+  # exits (75), and starts again without the tests that already ran, while time
+  # is left (benchmarks/_tpu_failures.py).
+  : >"$OUT/failures.txt"
+  : >"$OUT/pytest.txt"
+  ATTEMPT=0
+  while :; do
+    LEFT=$((TOTAL - $(elapsed) - 70))
+    [ "$LEFT" -lt 30 ] && LEFT=30
+    DESELECT=()
+    while IFS= read -r id; do DESELECT+=(--deselect "$id"); done \
+      < <(sed -n 's/^started //p' "$OUT/failures.txt")
+    say "tests (attempt $ATTEMPT, ${#DESELECT[@]} args deselecting tests run before): ${LEFT} s for ${TESTS[*]:0:3} ..."
+    TPU_RUN_FAILURES="$OUT/failures.txt" TPU_RUN_TEST_LIMIT=${TPU_RUN_TEST_LIMIT:-240} \
+    PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" \
+    timeout -s INT -k 60 "$LEFT" "$PY" -m pytest -o addopts="" -p no:cacheprovider -p no:xdist -v \
+      -p _tpu_failures -o faulthandler_timeout=150 \
+      -rA --continue-on-collection-errors --junitxml="$OUT/pytest-junit.xml" \
+      -W "ignore:Transparent hugepages:UserWarning" -W "ignore:cloud_tpu_init:UserWarning" \
+      "${DESELECT[@]}" "${TESTS[@]}" >>"$OUT/pytest.txt" 2>&1
+    CODE=$?
+    [ "$CODE" = 75 ] || break
+    grep "^HUNG " "$OUT/failures.txt" | tail -n 1 | tee -a "$LOG"
+    ATTEMPT=$((ATTEMPT + 1))
+    [ $((TOTAL - $(elapsed) - 70)) -lt 60 ] && break
+  done
   {
-    echo "pytest exit $CODE (124: stopped at its ${LEFT} s limit, summary and junit kept; 1: failures)"
+    echo "pytest exit $CODE (124: stopped at its ${LEFT} s limit, summary and junit kept; 1: failures; 75: a test hung, no time left to go on)"
     grep -E "^(FAILED|ERROR) " "$OUT/pytest.txt" | sort | head -n 200
     tail -n 1 "$OUT/pytest.txt"
-    if [ "$CODE" = 124 ] || [ "$CODE" = 137 ]; then
-      # stopped: no summary above; the failures so far and the test that was running
-      grep -E "^FAILED " "$OUT/failures.txt" 2>/dev/null | head -n 200
-      echo "running when stopped: $(grep "^started " "$OUT/failures.txt" 2>/dev/null | tail -n 1)"
+    # every attempt's failures and hangs (the summary above is the last attempt's)
+    echo "as they happened:"
+    grep -E "^(FAILED|HUNG) " "$OUT/failures.txt" | head -n 200
+    if [ "$CODE" = 124 ] || [ "$CODE" = 137 ] || [ "$CODE" = 75 ]; then
+      echo "running when stopped: $(grep "^started " "$OUT/failures.txt" | tail -n 1)"
     fi
   } >>"$LOG"
 fi
