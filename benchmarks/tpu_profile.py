@@ -5,8 +5,10 @@ from the compiled programs and a profile, in one process:
     python benchmarks/tpu_profile.py --quick --out DIR  # tiny sizes: checks the script
 
 For each step (boxwood with `causal_lm_loss`, boxwood with the whole-logits loss,
-the hand-written pure-JAX step, and boxwood with dropout drawn by rbg and by
-threefry) it records the trace, lowering and compile times, XLA's cost analysis
+the hand-written pure-JAX step, boxwood with dropout drawn by rbg and by
+threefry, and, with `--only`, Flax NNX's step of `_acc_nnx.py` (the fastest peer
+on the chip so far) and boxwood's whole-logits step with its blocks unrolled, as
+NNX's are) it records the trace, lowering and compile times, XLA's cost analysis
 (FLOPs, bytes accessed, transcendentals), `memory_analysis()`, the compiled
 program's instructions by opcode (fusions, custom calls, copies, loops, random
 bit generators), the median step time, and, from a `jax.profiler` trace of a
@@ -43,7 +45,8 @@ import boxwood as bw  # noqa: E402
 
 # `--only` keys and the steps' names
 CONTENDERS = {"boxwood": "boxwood", "whole": "boxwood, whole logits", "jax": "pure JAX",
-              "rbg": "boxwood, dropout (rbg)", "threefry": "boxwood, dropout (threefry)"}  # fmt: skip
+              "rbg": "boxwood, dropout (rbg)", "threefry": "boxwood, dropout (threefry)",
+              "nnx": "Flax NNX", "unrolled": "boxwood, whole logits, unrolled"}  # fmt: skip
 REMAT = "dots_with_no_batch_dims_saveable"
 
 
@@ -53,6 +56,12 @@ def _step(who: str, case: cases.TrainCase, kind: str) -> tuple:
     optimiser = optax.adamw(**_acc_boxwood.OPTIMISER)
     ids = jax.random.randint(jax.random.key(1), (case.batch, case.seq), 0,
                              case.options["vocab_size"])  # fmt: skip
+    if who == "Flax NNX":  # its step updates model and optimiser in place
+        import _acc_nnx
+
+        model = _acc_nnx.build(case.options, kind, REMAT, jnp.bfloat16)
+        step, nnx_optimiser = _acc_nnx.trainer(model)
+        return step, (model, nnx_optimiser, ids), lambda out, a: a
     if who == "pure JAX":
         params = _acc_jax.INITS[case.name](
             case.options, jax.random.key(0), jnp.bfloat16
@@ -67,10 +76,11 @@ def _step(who: str, case: cases.TrainCase, kind: str) -> tuple:
         "boxwood, dropout (rbg)": "rbg",
         "boxwood, dropout (threefry)": "threefry",
     }.get(who)
-    loss = "whole" if who == "boxwood, whole logits" else "chunked"
+    loss = "whole" if who.startswith("boxwood, whole logits") else "chunked"
+    unroll = True if who.endswith("unrolled") else 1  # no scan over the blocks
     bw.nn.set_dropout_generator(dropout or "auto")
     model = _acc_boxwood.prepared(case.name, case.options, kind, REMAT, jnp.bfloat16,
-                                  dropout=dropout is not None)  # fmt: skip
+                                  unroll=unroll, dropout=dropout is not None)  # fmt: skip
     state = optimiser.init(bw.filter(model, bw.is_inexact_array))
     step = _acc_boxwood.step_function(optimiser, loss)
     base, count = jax.random.key(5), [0]
@@ -231,7 +241,9 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--budget", type=float, default=1e9)
     p.add_argument(
-        "--only", default=",".join(CONTENDERS), help="of " + ",".join(CONTENDERS)
+        "--only",
+        default="boxwood,whole,jax,rbg,threefry",
+        help="of " + ",".join(CONTENDERS),
     )
     args = p.parse_args()
     started = time.monotonic()

@@ -34,6 +34,8 @@
 # TPU_RUN_GENERATE_PROFILE=0 (the phase "generate" runs decode_layouts.py only),
 # TPU_RUN_GENERATE_LAYOUTS=0 (it runs tpu_generate_profile.py only),
 # TPU_RUN_SWITCHES_ARGS (more options for decode_switches.py, e.g. "--batches 32"),
+# TPU_RUN_PROFILE_ARGS (options for tpu_profile.py, the phase "profile", within
+# TPU_RUN_FIRST_S; e.g. "--only whole,unrolled,nnx", flax installed for nnx),
 # TPU_RUN_TEST_LIMIT (240: a test running longer is taken as hung, and pytest
 # starts again without the tests that ran), TPU_RUN_TESTS (the test paths, or @FILE for those listed in FILE, e.g.
 # @benchmarks/tpu_pending_tests.txt; default: TPU-relevant files first, tests/backends/test_tpu_only.py
@@ -112,8 +114,11 @@ if phase bench && [[ ",${TPU_RUN_BENCH_ARGS:-}," != *"--only"* || "${TPU_RUN_BEN
   NEEDS_ECOSYSTEM=1
 fi
 phase tests && NEEDS_ECOSYSTEM=1
+# Flax NNX's step in the phase "profile"
+[[ "${TPU_RUN_PROFILE_ARGS:-}" == *nnx* ]] && phase profile && NEEDS_ECOSYSTEM=1
 GROUPS_TO_INSTALL=("$WANT_BASE")
-phase bench || phase curve || phase first || phase generate || phase switches && GROUPS_TO_INSTALL+=("$WANT_BENCH")
+phase bench || phase curve || phase first || phase generate || phase switches || phase profile \
+  && GROUPS_TO_INSTALL+=("$WANT_BENCH")
 phase tests && GROUPS_TO_INSTALL+=("$WANT_TESTS" "${WANT_TESTS_EXTRA[@]}")
 [ "$NEEDS_ECOSYSTEM" = 1 ] && GROUPS_TO_INSTALL+=("$WANT_FLAX")
 [ "${TPU_RUN_TORCH:-0}" = 1 ] && GROUPS_TO_INSTALL+=("transformers:transformers tokenizers:tokenizers")
@@ -195,6 +200,14 @@ if phase switches; then
     ${TPU_RUN_SWITCHES_ARGS:-} >>"$OUT/bench.log" 2>&1
   say "decode_switches.py exit $? (124: stopped at its ${FIRST} s limit)"
   [ -f "$OUT/decode_switches.md" ] && cat "$OUT/decode_switches.md" >>"$LOG"
+fi
+if phase profile; then
+  # What separates boxwood's GPT-2 step from the others' (tpu_profile.py): e.g.
+  # TPU_RUN_PROFILE_ARGS="--only whole,unrolled,nnx" beside the fastest peer.
+  timeout -k 10 "$FIRST" "$PY" benchmarks/tpu_profile.py --out "$OUT" $QUICK \
+    ${TPU_RUN_PROFILE_ARGS:-} >>"$OUT/bench.log" 2>&1
+  say "tpu_profile.py exit $? (124: stopped at its ${FIRST} s limit)"
+  [ -f "$OUT/profile.md" ] && head -n 12 "$OUT/profile.md" >>"$LOG"
 fi
 if phase curve; then
   timeout -k 10 "$CURVE" "$PY" benchmarks/train_curve.py --out "$OUT" $QUICK >>"$OUT/bench.log" 2>&1
