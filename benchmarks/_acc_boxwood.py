@@ -90,7 +90,9 @@ def prepared(
     looped over as `unroll` says (`1`: scanned; `True`: unrolled, no scan)."""
     model = bw.cast_floating(build(case_name, options, dropout=dropout), dtype)
     model = model.with_remat(remat_argument(remat))
-    if unroll != 1:  # the default program stays the one measured before
+    if (
+        unroll is True or unroll != 1
+    ):  # (True == 1); the default program stays as measured
         model = model.with_unroll(unroll)
     return with_attention(model, kind)
 

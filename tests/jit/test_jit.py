@@ -442,16 +442,17 @@ def test_thread_safety_one_trace_per_signature():
 
 
 def test_async_dispatch_returns_before_result_is_ready():
-    # ten products of n x n matrices against a dispatch of well under a
-    # millisecond: a few tenths of a second on a CPU (n = 512); an accelerator
-    # does those in under one, so there n = 4096 (about 10 ms on a TPU v5e)
-    n = 512 if jax.default_backend() == "cpu" else 4096
+    # products of n x n matrices in a loop, against a dispatch of well under a
+    # millisecond: a few tenths of a second on a CPU (n = 512, 10 products); an
+    # accelerator does ten products of n = 4096 in milliseconds, about as long as
+    # a stray pause of the host, so there the loop runs 400 (about a second on a
+    # TPU v5e)
+    cpu = jax.default_backend() == "cpu"
+    n, products = (512, 10) if cpu else (4096, 400)
 
     @bw.filter_jit
     def heavy(a):
-        for _ in range(10):
-            a = jnp.tanh(a @ a)
-        return a
+        return jax.lax.fori_loop(0, products, lambda _, a: jnp.tanh(a @ a), a)
 
     a = jnp.ones((n, n)) / n
     heavy(a).block_until_ready()  # compile

@@ -192,3 +192,18 @@ def test_adaptive_bins_errors():
 def test_constructor_errors(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_max_pool_gradient_leaves_two_axes_outside_the_windows(dims):
+    # A TPU differentiates a maximum over windows (select-and-scatter) only when
+    # two axes of the operand are outside every window; a lone example of
+    # `(channels, *spatial)` has one, so the pool adds a leading unit axis.
+    pool = [nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d][dims - 1](2, 1)
+    x = jnp.arange(3.0 * 4**dims).reshape(3, *(4,) * dims) % 5
+    jaxpr = jax.make_jaxpr(jax.grad(lambda x: jnp.sum(pool(x) ** 2)))(x)
+    (eqn,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "reduce_window_max"]
+    windows, strides = eqn.params["window_dimensions"], eqn.params["window_strides"]
+    outside = [w == s == 1 for w, s in zip(windows, strides)]
+    assert sum(outside) >= 2 and outside[:2] == [True, True]
+    assert pool(x).shape == (3, *(3,) * dims)

@@ -54,7 +54,9 @@ def _close(a, b):
 def test_stack_values_and_gradients_equal_the_scan(unroll):
     scanned, x, key = _stack(), jnp.linspace(-1.0, 1.0, 4), jr.key(1)
     unrolled = scanned.with_unroll(unroll)
-    assert unrolled.unroll == unroll and scanned.unroll == 1
+    # (True == 1 in Python: the types are compared too)
+    assert (unrolled.unroll, type(unrolled.unroll)) == (unroll, type(unroll))
+    assert (scanned.unroll, type(scanned.unroll)) == (1, int)
     loss = boxwood.filter_value_and_grad(lambda s: jnp.sum(s(x, key=key) ** 2))
     ys = lambda s: s.scan(lambda layer, c, i: (layer(c), c * i), x, jnp.arange(3.0))
     both = boxwood.filter_jit(lambda s: (loss(s), ys(s)))
@@ -164,12 +166,15 @@ def test_with_unroll_keeps_checkpoints(tmp_path):
     assert boxwood.state_dict(unrolled).keys() == boxwood.state_dict(model).keys()
     boxwood.save(tmp_path / "unrolled.safetensors", unrolled)
     loaded = boxwood.load(tmp_path / "unrolled.safetensors", model)
-    assert loaded.transformer.h.unroll == 1 and bool(boxwood.tree_equal(loaded, model))
+    scanned = loaded.transformer.h.unroll
+    assert (scanned, type(scanned)) == (1, int) and bool(
+        boxwood.tree_equal(loaded, model)
+    )
     again = boxwood.load(tmp_path / "unrolled.safetensors", unrolled)
     assert again.transformer.h.unroll is True
     unrolled.save_pretrained(tmp_path / "pretrained")
     reloaded = bm.from_pretrained(tmp_path / "pretrained")
-    assert reloaded.transformer.h.unroll == 1
+    assert type(reloaded.transformer.h.unroll) is int
     assert boxwood.state_dict(reloaded).keys() == boxwood.state_dict(model).keys()
     call = boxwood.filter_jit(lambda a, b: (a(IDS), b(IDS)))
     _close(*call(reloaded.with_unroll(True), model))

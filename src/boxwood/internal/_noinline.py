@@ -254,11 +254,14 @@ def _abstract_eval(*avals: Any, program: _Program) -> list:
 
 @functools.cache
 def _host_cpu() -> Any:
-    """The host's CPU device (`None`, JAX's default, where JAX has no CPU backend)."""
+    """The host's CPU device (the caller's own device would wait on itself)."""
     try:
         return jax.local_devices(backend="cpu")[0]
     except RuntimeError:  # JAX_PLATFORMS names accelerators only
-        return None
+        raise RuntimeError(
+            "noinline: a compiled call runs the function on the host's CPU, and JAX "
+            "has no CPU backend; add cpu to JAX_PLATFORMS (e.g. JAX_PLATFORMS=tpu,cpu)."
+        ) from None
 
 
 def _on_host(program: _Program) -> Callable:
@@ -289,6 +292,7 @@ _through_callback_lowering = mlir.lower_fun(_through_callback, multiple_results=
 def _lower(ctx: Any, ticket: Any, *operands: Any, program: _Program) -> Any:
     """The operation inside a compiled program: a call back to the host, emitted
     directly where the program runs on one device."""
+    _host_cpu()  # (raises where there is none)
     if getattr(ctx.module_context.axis_context, "num_devices", None) != 1:
         return _through_callback_lowering(ctx, ticket, *operands, program=program)
     results, _, _ = mlir.emit_python_callback(
@@ -408,10 +412,6 @@ noinline_p = _new_primitive()
 # --- the wrapper --------------------------------------------------------------
 
 
-def _is_struct(x: Any) -> bool:
-    return isinstance(x, jax.ShapeDtypeStruct)
-
-
 def _eval_shape(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     try:  # traced once per signature, where the arguments are hashable
         return cached_filter_eval_shape(fn, *args, **kwargs)
@@ -438,7 +438,7 @@ class _NoInline(Module):
             out = _eval_shape(_call_with, fn, args, kwargs)
         else:
             out = _eval_shape(self.abstract_fn, self.fn_arrays, *args, **kwargs)
-        structs, output = _Flat.of(out, _is_struct)
+        structs, output = _Flat.of(out, lambda s: isinstance(s, jax.ShapeDtypeStruct))
         program = _Call(
             outs=tuple(ShapedArray(s.shape, s.dtype, s.weak_type) for s in structs),
             inputs=inputs,
@@ -478,7 +478,7 @@ def noinline(fn: Callable, abstract_fn: Callable | None = None) -> Callable:
     once, as its own executable, and called from every call site instead of being
     traced into each caller (saving compile time for a function called from many
     places, at some run-time cost: inside a compiled program each call goes
-    through the host, and the body runs on the host's CPU).
+    through the host, whose CPU runs the body: JAX_PLATFORMS must allow cpu).
 
     **Arguments:**
 

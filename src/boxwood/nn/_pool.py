@@ -127,15 +127,22 @@ class Pool(Module):
         return tuple(pads)
 
     def _reduce(self, x: Array, init: Any, operation: Callable) -> Array:
+        """`lax.reduce_window` over the spatial axes of `x`, with a leading axis
+        of size one added for the reduction and dropped after it: the gradient of
+        a maximum (XLA's select-and-scatter) is unimplemented on a TPU unless two
+        axes of its operand are outside every window, which a lone `(channels,
+        length)` or `(channels, height, width)` example lacks. The axis is free
+        (a reshape) and changes no value."""
         pads = self._window_padding(x.shape[1:])
-        return lax.reduce_window(
-            x,
+        out = lax.reduce_window(
+            x[None],
             np.asarray(init, x.dtype),  # concrete: keeps it differentiable
             operation,
-            (1, *self.kernel_size),
-            (1, *self.stride),
-            ((0, 0), *pads),
+            (1, 1, *self.kernel_size),
+            (1, 1, *self.stride),
+            ((0, 0), (0, 0), *pads),
         )
+        return out[0]
 
     def __call__(self, x: PoolInput, *, key: PRNGKeyArray | None = None) -> PoolOutput:
         """**Arguments:**
