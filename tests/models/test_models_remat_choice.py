@@ -99,6 +99,38 @@ def test_a_training_step_with_its_optimiser_state():
     assert jnp.isfinite(loss)
 
 
+def test_unrolls_cross_every_policy_with_every_way_of_looping(monkeypatch):
+    # 1 and True compare equal in Python: the candidates must stay apart
+    sizes = iter([3000, 2000, 1000, 2500, 1500, 500])
+    monkeypatch.setattr(bm._remat_choice, "_peak", lambda compiled: (next(sizes), 0))
+    model, choice = bm.choose_remat(
+        _grad, _stack(), X, unrolls=(1, True), memory_limit=1000, repeats=1
+    )
+    assert [(r.policy, r.unroll) for r in choice.rows] == [
+        (p, u) for u in (1, True) for p in bm._remat_choice.POLICIES
+    ]
+    assert [type(r.unroll) for r in choice.rows] == [int] * 3 + [bool] * 3
+    # only full remat with the blocks unrolled fits in 90% of 1000 bytes
+    assert [r.fits for r in choice.rows] == [False] * 5 + [True]
+    assert (choice.policy, choice.unroll) == ("full", True)
+    assert model.remat is True and model.unroll is True
+    assert "'full, unroll=True'" in str(choice) and "none, unroll=1" in str(choice)
+    assert "none, unroll=1, dots_with_no_batch_dims_saveable, unroll=1" in choice.reason
+    # the caller's optimiser state is converted to both settings
+    state = choice.apply(optax.sgd(0.1).init(_stack()))
+    assert jax.tree.structure(state) == jax.tree.structure(optax.sgd(0.1).init(model))
+
+
+def test_without_unrolls_the_models_own_loop_is_kept(free_choice):
+    model, choice = free_choice
+    assert choice.unroll is None and all(r.unroll is None for r in choice.rows)
+    assert "unroll" not in str(choice)
+    twice, _ = bm.choose_remat(
+        _grad, _stack().with_unroll(2), X, policies=("full",), repeats=1
+    )
+    assert twice.unroll == 2 and type(twice.unroll) is int
+
+
 def test_bad_arguments_are_errors_naming_them():
     with pytest.raises(ValueError, match="`policies` is empty"):
         bm.choose_remat(_grad, _stack(), X, policies=())
@@ -106,5 +138,11 @@ def test_bad_arguments_are_errors_naming_them():
         bm.choose_remat(_grad, _stack(), X, margin=1.5)
     with pytest.raises(TypeError, match="must have `with_remat`.*got Linear"):
         bm.choose_remat(_grad, nn.Linear(2, 2, key=jax.random.key(0)), X)
+    with pytest.raises(ValueError, match=r"`unrolls` must be a non-empty.*got \(\)"):
+        bm.choose_remat(_grad, _stack(), X, unrolls=())
+    with pytest.raises(ValueError, match="`unrolls` must be a non-empty.*got True"):
+        bm.choose_remat(_grad, _stack(), X, unrolls=True)
+    with pytest.raises(ValueError, match="Stacked: `unroll` must be a positive int"):
+        bm.choose_remat(_grad, _stack(), X, unrolls=(0,))
     with pytest.raises(ValueError, match="remat='auto'.*choose_remat"):
         _stack().with_remat("auto")
