@@ -4,7 +4,8 @@ notebooks/conftest.py), checked by nbval against the outputs committed with it.
 nbval runs a notebook's code cells in one kernel and compares each cell's outputs
 with the committed ones, after the substitutions of notebooks/sanitize.cfg (the
 file `--nbval-sanitize-with` would name: timings, addresses, temporary paths,
-rounding-level differences). It makes one pytest item per cell; here the cells
+rounding-level differences, and the losses, accuracies and statistics a training
+run reaches, which another CPU's rounding changes). It makes one pytest item per cell; here the cells
 of a notebook are one item (`NotebookRun`), which runs nbval's own cell items in
 order, so that pytest-xdist's work stealing never moves a cell of a notebook to
 another worker (and another kernel).
@@ -13,7 +14,8 @@ The kernel runs with the environment of `kernel_env`: the suite's compile flags
 on the CPU, as for every child process (tests/_child_flags.py), and on one core
 (`one_core`): XLA's CPU results depend on how many threads share a product (the
 training notebook's classifier reached 86.0% on two threads, 84.4% on one), and
-one core makes them the same on every machine. Run as a script,
+one core makes them the same on every machine with the same CPU (another vector
+width still changes a trained value's digits: sanitize.cfg). Run as a script,
 this module runs notebooks with that environment and writes their outputs into
 them, which is how the committed outputs are made:
 

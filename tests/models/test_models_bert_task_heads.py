@@ -15,7 +15,9 @@ from _precision import highest_matmul_precision  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision")
 
-TOL = 1e-5
+# float32 through the layers against PyTorch's: logits of a few units agree to a
+# few ulps of their scale, and which few depends on the CPU (its vector width)
+TOL = 5e-5
 IDS = token_ids(5, (2, 7))
 MASK = np.array([[1, 1, 1, 1, 1, 0, 0], [1] * 7])
 TYPES = np.array([[0, 0, 0, 1, 1, 1, 1], [0] * 7])

@@ -109,3 +109,95 @@ def test_prevent_cse_is_passed(getkey):
     f = boxwood.filter_checkpoint(jnp.sin, prevent_cse=False)
     (eqn,) = _remat_eqns(jax.make_jaxpr(f)(jnp.ones(2)))
     assert eqn.params["prevent_cse"] is False
+
+
+def _counting(traces):
+    def body(x, flag):
+        traces.append(flag)
+        y = jnp.sin(x) if flag is True else jnp.cos(x)
+        return y * 2.0, {"flag": flag}
+
+    return boxwood.filter_checkpoint(body)
+
+
+def test_calls_alike_are_traced_once():
+    # one wrapper called again with the same static parts and array types is
+    # traced once (its jaxpr then differentiated and batched once too): a loop
+    # of identical layers costs one layer's trace
+    traces = []
+    body = _counting(traces)
+
+    def loss(x):
+        total = 0.0
+        for _ in range(4):
+            y, aux = body(x, True)
+            assert aux == {"flag": True}
+            total = total + jnp.sum(y)
+            x = x + 1.0
+        return total
+
+    x = jnp.linspace(0.0, 1.0, 3)
+    value, grad = jax.value_and_grad(loss)(x)
+    assert len(traces) == 1
+    steps = [x + i for i in range(4)]
+    np.testing.assert_allclose(value, sum(jnp.sum(2 * jnp.sin(s)) for s in steps), 1e-6)
+    np.testing.assert_allclose(grad, sum(2 * jnp.cos(s) for s in steps), 1e-6)
+
+
+def test_calls_that_differ_are_traced_apart():
+    traces = []
+    body = _counting(traces)
+    x = jnp.ones(3)
+    sin, aux = body(x, True)
+    cos, aux_one = body(x, 1)  # True == 1, but the body tells them apart
+    np.testing.assert_allclose(sin, 2 * jnp.sin(x))
+    np.testing.assert_allclose(cos, 2 * jnp.cos(x))
+    assert aux["flag"] is True and type(aux_one["flag"]) is int
+    body(jnp.ones(4), True)  # another shape
+    body(jnp.ones(3, jnp.int32).astype(jnp.float16), True)  # another dtype
+    assert traces == [True, 1, True, True]
+
+    class Unhashable:
+        __hash__ = None
+
+        def __eq__(self, other):
+            return True
+
+    body(x, Unhashable())  # traced, not kept
+    body(x, Unhashable())
+    assert len(traces) == 6
+
+
+def test_a_wrapper_collected_takes_its_functions_with_it():
+    import gc
+    import operator
+    import pickle
+
+    from boxwood._transforms import _checkpoint
+
+    wrapper = boxwood.filter_checkpoint(operator.neg)
+    wrapper(jnp.ones(2))
+    key = id(wrapper)
+    assert key in _checkpoint._FUNCTIONS
+    assert pickle.loads(pickle.dumps(wrapper))(jnp.ones(1)) == -1.0  # still picklable
+    del wrapper
+    gc.collect()
+    assert key not in _checkpoint._FUNCTIONS
+
+
+def test_an_unrolled_stack_traces_its_layer_once():
+    traces = []
+
+    def layer_step(layer, carry, _):
+        traces.append(None)
+        return layer(carry), None
+
+    stack = boxwood.nn.Stacked(
+        lambda k: boxwood.nn.Linear(3, 3, key=k), 4, key=jr.key(0), remat=True
+    )
+    x = jnp.ones(3)
+    for unroll in (True, 1):
+        traces.clear()
+        grad = jax.grad(lambda s: jnp.sum(s.scan(layer_step, x)[0]))
+        grad(stack.with_unroll(unroll))
+        assert len(traces) == 1, unroll

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -13,20 +14,67 @@ from .._module import as_pytree_function, field
 from ._split import OutBox, split_out
 from ._wrapped import Wrapped
 
+# The checkpointed functions of each live wrapper, by `id` (outside the wrapper:
+# it stays picklable and copyable), at most `_KEPT` each (`_Checkpointed.remat`).
+_FUNCTIONS: dict[int, dict] = {}
+_KEPT = 64
+
+
+def _call_key(dynamic: Any, static: Any) -> Any:
+    """What a call's trace depends on: the static leaves (with their types:
+    `True == 1`) and structure, and the arrays' types. `None` where a static
+    leaf is unhashable (that call is traced on its own)."""
+    leaves, treedef = jax.tree_util.tree_flatten(static)
+    arrays, layout = jax.tree_util.tree_flatten(dynamic)
+    key = (
+        treedef,
+        tuple((type(leaf), leaf) for leaf in leaves),
+        layout,
+        tuple(jax.typeof(x) for x in arrays),
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
 
 class _Checkpointed(Wrapped):
     prevent_cse: bool = field(static=True)
     policy: Callable | None = field(static=True)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        dynamic, static = partition((self.fun, args, kwargs), is_array)
+    def remat(self, dynamic: Any, static: Any) -> tuple[Callable, OutBox]:
+        """`jax.checkpoint` of the call with these static parts, and the box its
+        trace fills: the same function for calls alike (`_call_key`), so that
+        JAX traces it, and differentiates and batches its jaxpr, once: a loop
+        of identical layers (`Stacked` unrolled) costs one layer's trace."""
+        key = _call_key(dynamic, static)
+        kept = _FUNCTIONS.get(id(self))
+        if kept is None:
+            kept = _FUNCTIONS[id(self)] = {}
+            weakref.finalize(self, _FUNCTIONS.pop, id(self), None)
+        try:  # (a static leaf's `==` may give no bool)
+            found = None if key is None else kept.get(key)
+        except (TypeError, ValueError):
+            key = found = None
+        if found is not None:
+            return found
         box = OutBox()
 
         def run(dyn: Any) -> Any:
             f, a, kw = combine(dyn, static)
             return split_out(f(*a, **kw), box)
 
-        remat = jax.checkpoint(run, prevent_cse=self.prevent_cse, policy=self.policy)
+        made = jax.checkpoint(run, prevent_cse=self.prevent_cse, policy=self.policy)
+        if key is not None:
+            if len(kept) >= _KEPT:
+                kept.clear()
+            kept[key] = (made, box)
+        return made, box
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        dynamic, static = partition((self.fun, args, kwargs), is_array)
+        remat, box = self.remat(dynamic, static)
         out_dynamic = remat(dynamic)
         return combine(out_dynamic, box.get())
 
@@ -56,7 +104,9 @@ def filter_checkpoint(
 
     **Returns:**
 
-    The checkpointed function.
+    The checkpointed function. Called again with the same static parts and
+    array types (the layers of an unrolled [`boxwood.nn.Stacked`][]), it reuses
+    its first trace, which JAX then differentiates and batches once.
     """
     if fun is None:
         return functools.partial(
