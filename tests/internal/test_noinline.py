@@ -68,10 +68,9 @@ def test_inside_a_compiled_caller_the_body_runs_on_the_host_cpu():
     assert devices == [None, jax.local_devices(backend="cpu")[0]]
 
 
-def test_without_a_cpu_backend_a_compiled_call_says_what_to_do(monkeypatch):
-    # JAX_PLATFORMS naming accelerators only: JAX has no CPU backend to name, and
-    # the callback cannot run the body on the device that waits for it (it hangs
-    # on a TPU), so compiling the call fails and says how to add the CPU
+@pytest.fixture
+def without_cpu_backend(monkeypatch):
+    """JAX_PLATFORMS naming accelerators only: JAX has no CPU backend to name."""
     from boxwood.internal import _noinline
 
     def no_cpu(backend=None):
@@ -79,13 +78,30 @@ def test_without_a_cpu_backend_a_compiled_call_says_what_to_do(monkeypatch):
 
     monkeypatch.setattr(jax, "local_devices", no_cpu)
     _noinline._host_cpu.cache_clear()
-    try:
-        wrapped = bwi.noinline(lambda x: jnp.cos(x) + 1.0)
-        np.testing.assert_allclose(wrapped(jnp.zeros(2)), [2.0, 2.0])  # eager: fine
-        with pytest.raises(RuntimeError, match="add cpu to JAX_PLATFORMS"):
-            jax.jit(wrapped)(jnp.zeros(2))
-    finally:
-        _noinline._host_cpu.cache_clear()
+    yield _noinline
+    _noinline._host_cpu.cache_clear()
+
+
+@pytest.mark.skipif(
+    jax.default_backend() == "tpu",
+    reason="on a TPU the body cannot run on the default device (the next test)",
+)
+def test_without_a_cpu_backend_the_body_runs_on_the_default_device(without_cpu_backend):
+    wrapped = bwi.noinline(lambda x: jnp.cos(x) + 1.0)
+    np.testing.assert_allclose(jax.jit(wrapped)(jnp.zeros(2)), [2.0, 2.0])
+    assert without_cpu_backend._host_cpu() is None
+
+
+def test_on_a_tpu_without_a_cpu_backend_a_compiled_call_says_what_to_do(
+    without_cpu_backend, monkeypatch
+):
+    # the callback cannot run the body on the TPU that waits for it (it hung
+    # there), so compiling the call fails and says how to add the CPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    wrapped = bwi.noinline(lambda x: jnp.cos(x) + 1.0)
+    np.testing.assert_allclose(wrapped(jnp.zeros(2)), [2.0, 2.0])  # eager: fine
+    with pytest.raises(RuntimeError, match="add cpu to JAX_PLATFORMS"):
+        jax.jit(wrapped)(jnp.zeros(2))
 
 
 def test_wrappers_sharing_abstract_fn_do_not_retrace_the_caller():

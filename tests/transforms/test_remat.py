@@ -156,6 +156,10 @@ def test_calls_that_differ_are_traced_apart():
     body(jnp.ones(4), True)  # another shape
     body(jnp.ones(3, jnp.int32).astype(jnp.float16), True)  # another dtype
     assert traces == [True, 1, True, True]
+    body(x, 0.0)
+    body(x, -0.0)  # equal, but another program (1 / -0.0 is -inf)
+    body(x, 0.0)
+    assert len(traces) == 6 and str(traces[-1]) == "-0.0"
 
     class Unhashable:
         __hash__ = None
@@ -163,9 +167,11 @@ def test_calls_that_differ_are_traced_apart():
         def __eq__(self, other):
             return True
 
-    body(x, Unhashable())  # traced, not kept
+    unhashable = Unhashable()  # kept by identity
+    body(x, unhashable)
+    body(x, unhashable)
     body(x, Unhashable())
-    assert len(traces) == 6
+    assert len(traces) == 8
 
 
 def test_a_wrapper_collected_takes_its_functions_with_it():

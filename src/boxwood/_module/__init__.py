@@ -21,5 +21,6 @@ from ._module import BoundMethod as BoundMethod
 from ._module import Module as Module
 from ._module import bind_method as bind_method
 from ._register import MODULE_TYPES as MODULE_TYPES
+from ._static_key import ValueKey as ValueKey
 from ._static_key import needs_strict as needs_strict
 from ._static_key import strict as strict

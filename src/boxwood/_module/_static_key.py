@@ -73,3 +73,35 @@ def key(cls: type, values: dict) -> StaticKey:
     if not names:
         return cls._boxwood_rebuild  # type: ignore[attr-defined]
     return StaticKey((cls, *[strict(values[n]) for n in names]))
+
+
+class ValueKey:
+    """A static value as part of a dictionary key (of code compiled or traced for
+    it): compared by value and `strict` form where it is hashable, so `True` and
+    `1` are apart, and by identity otherwise (holding the value, so that its `id`
+    is not reused while the key lives)."""
+
+    __slots__ = ("value", "_strict")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        try:
+            hash(value)
+            self._strict: Any = strict(value)
+        except TypeError:
+            self._strict = _BY_IDENTITY
+
+    def __hash__(self) -> int:
+        if self._strict is _BY_IDENTITY:
+            return id(self.value)
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ValueKey) or self._strict != other._strict:
+            return False
+        if self._strict is _BY_IDENTITY:
+            return self.value is other.value
+        return bool(self.value == other.value)
+
+
+_BY_IDENTITY = object()

@@ -10,40 +10,35 @@ from typing import Any
 import jax
 
 from .._filters import combine, is_array, partition
-from .._module import as_pytree_function, field
+from .._module import ValueKey, as_pytree_function, field
 from ._split import OutBox, split_out
 from ._wrapped import Wrapped
 
 # The checkpointed functions of each live wrapper, by `id` (outside the wrapper:
-# it stays picklable and copyable), at most `_KEPT` each (`_Checkpointed.remat`).
+# it stays picklable and copyable), at most `_KEPT` each (`_Checkpointed._checkpointed`).
 _FUNCTIONS: dict[int, dict] = {}
 _KEPT = 64
 
 
-def _call_key(dynamic: Any, static: Any) -> Any:
-    """What a call's trace depends on: the static leaves (with their types:
-    `True == 1`) and structure, and the arrays' types. `None` where a static
-    leaf is unhashable (that call is traced on its own)."""
+def _call_key(dynamic: Any, static: Any) -> tuple:
+    """What a call's trace depends on: the static leaves (`ValueKey`: `True` and
+    `1` apart; by identity where unhashable) and structure, and the arrays'
+    types."""
     leaves, treedef = jax.tree_util.tree_flatten(static)
     arrays, layout = jax.tree_util.tree_flatten(dynamic)
-    key = (
+    return (
         treedef,
-        tuple((type(leaf), leaf) for leaf in leaves),
+        tuple(ValueKey(leaf) for leaf in leaves),
         layout,
         tuple(jax.typeof(x) for x in arrays),
     )
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
 
 
 class _Checkpointed(Wrapped):
     prevent_cse: bool = field(static=True)
     policy: Callable | None = field(static=True)
 
-    def remat(self, dynamic: Any, static: Any) -> tuple[Callable, OutBox]:
+    def _checkpointed(self, dynamic: Any, static: Any) -> tuple[Callable, OutBox]:
         """`jax.checkpoint` of the call with these static parts, and the box its
         trace fills: the same function for calls alike (`_call_key`), so that
         JAX traces it, and differentiates and batches its jaxpr, once: a loop
@@ -53,9 +48,9 @@ class _Checkpointed(Wrapped):
         if kept is None:
             kept = _FUNCTIONS[id(self)] = {}
             weakref.finalize(self, _FUNCTIONS.pop, id(self), None)
-        try:  # (a static leaf's `==` may give no bool)
-            found = None if key is None else kept.get(key)
-        except (TypeError, ValueError):
+        try:
+            found = kept.get(key)
+        except (TypeError, ValueError):  # a static leaf's `==` gave no bool
             key = found = None
         if found is not None:
             return found
@@ -74,7 +69,7 @@ class _Checkpointed(Wrapped):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         dynamic, static = partition((self.fun, args, kwargs), is_array)
-        remat, box = self.remat(dynamic, static)
+        remat, box = self._checkpointed(dynamic, static)
         out_dynamic = remat(dynamic)
         return combine(out_dynamic, box.get())
 

@@ -30,7 +30,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .._filters import combine, is_array, partition
-from .._module import Module, field
+from .._module import Module, ValueKey, field
 from .._transforms import (
     filter_eval_shape,
     follow_wrapped_annotations,
@@ -42,31 +42,6 @@ from ._misc import cached_filter_eval_shape
 _tu = jax.tree_util
 
 
-class _Key:
-    """A static value as part of a hashable key: compared by value when it is
-    hashable, by identity otherwise."""
-
-    __slots__ = ("value", "_by_value")
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-        try:
-            hash(value)
-            self._by_value = True
-        except TypeError:
-            self._by_value = False
-
-    def __hash__(self) -> int:
-        return hash(self.value) if self._by_value else id(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _Key) or self._by_value != other._by_value:
-            return False
-        if not self._by_value:
-            return self.value is other.value
-        return type(self.value) is type(other.value) and bool(self.value == other.value)
-
-
 class _Tickets:
     """The code of every wrapped function, by ticket. Equal code (or, when it is
     unhashable, the same object) gets the same ticket."""
@@ -76,7 +51,7 @@ class _Tickets:
         self._numbers: dict = {}
 
     def issue(self, code: Any) -> np.ndarray:
-        key = _Key(code)
+        key = ValueKey(code)
         number = self._numbers.setdefault(key, len(self._code))
         if number == len(self._code):
             self._code.append(code)
@@ -99,7 +74,7 @@ _tickets = _Tickets()
 @dataclasses.dataclass(frozen=True)
 class _Flat:
     """A pytree taken apart: its structure, which leaves are arrays, and the
-    other leaves (as `_Key`s)."""
+    other leaves (as `ValueKey`s)."""
 
     treedef: Any
     is_operand: tuple
@@ -109,7 +84,7 @@ class _Flat:
     def of(tree: Any, operand: Callable = is_array) -> tuple[list, _Flat]:
         leaves, treedef = _tu.tree_flatten(tree)
         mask = tuple(bool(operand(x)) for x in leaves)
-        statics = tuple(_Key(x) for x, m in zip(leaves, mask) if not m)
+        statics = tuple(ValueKey(x) for x, m in zip(leaves, mask) if not m)
         arrays = [x for x, m in zip(leaves, mask) if m]
         return arrays, _Flat(treedef, mask, statics)
 
@@ -254,10 +229,13 @@ def _abstract_eval(*avals: Any, program: _Program) -> list:
 
 @functools.cache
 def _host_cpu() -> Any:
-    """The host's CPU device (the caller's own device would wait on itself)."""
+    """The host's CPU device; without one (JAX_PLATFORMS naming accelerators
+    only), `None` (the default device), or on a TPU (it would wait on itself) an error."""
     try:
         return jax.local_devices(backend="cpu")[0]
-    except RuntimeError:  # JAX_PLATFORMS names accelerators only
+    except RuntimeError:
+        if jax.default_backend() != "tpu":
+            return None
         raise RuntimeError(
             "noinline: a compiled call runs the function on the host's CPU, and JAX "
             "has no CPU backend; add cpu to JAX_PLATFORMS (e.g. JAX_PLATFORMS=tpu,cpu)."
@@ -292,7 +270,7 @@ _through_callback_lowering = mlir.lower_fun(_through_callback, multiple_results=
 def _lower(ctx: Any, ticket: Any, *operands: Any, program: _Program) -> Any:
     """The operation inside a compiled program: a call back to the host, emitted
     directly where the program runs on one device."""
-    _host_cpu()  # (raises where there is none)
+    _host_cpu()  # (raises on a TPU without one)
     if getattr(ctx.module_context.axis_context, "num_devices", None) != 1:
         return _through_callback_lowering(ctx, ticket, *operands, program=program)
     results, _, _ = mlir.emit_python_callback(
@@ -478,7 +456,7 @@ def noinline(fn: Callable, abstract_fn: Callable | None = None) -> Callable:
     once, as its own executable, and called from every call site instead of being
     traced into each caller (saving compile time for a function called from many
     places, at some run-time cost: inside a compiled program each call goes
-    through the host, whose CPU runs the body: JAX_PLATFORMS must allow cpu).
+    through the host, whose CPU runs the body: on a TPU, JAX_PLATFORMS must allow cpu).
 
     **Arguments:**
 
