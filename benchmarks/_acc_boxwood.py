@@ -166,14 +166,16 @@ def trainer(
     return run, {"lowered_text": lowered_text}
 
 
-def abstract_step(case: TrainCase, kind: str, remat: str) -> tuple:
+def abstract_step(
+    case: TrainCase, kind: str, remat: str, unroll: int | bool = 1
+) -> tuple:
     """`(step, args)`: the training step of `trainer` with its arguments as abstract
     arrays (`jax.ShapeDtypeStruct`, from `filter_eval_shape`), to compile without
-    allocating (`step.lower(*args).compile()`)."""
+    allocating (`step.lower(*args).compile()`); `unroll` as `prepared` takes it."""
     optimiser = optax.adamw(**OPTIMISER)
 
     def model_and_state() -> tuple:
-        model = prepared(case.name, case.options, kind, remat, jnp.bfloat16)
+        model = prepared(case.name, case.options, kind, remat, jnp.bfloat16, unroll)
         return model, optimiser.init(bw.filter(model, bw.is_inexact_array))
 
     model, state = bw.filter_eval_shape(model_and_state)

@@ -6,6 +6,7 @@ compile of GPT-2's training step, boxwood's (`causal_lm_loss`, the model as
     python benchmarks/bench_trace_lower.py                 # GPT-2-small, 16 x 1024
     python benchmarks/bench_trace_lower.py --rounds 5 --compile
     python benchmarks/bench_trace_lower.py --quick         # tiny sizes
+    python benchmarks/bench_trace_lower.py --platform tpu --unroll  # a TPU's, here
 
 Arguments are abstract (`jax.ShapeDtypeStruct`): nothing is allocated. Each
 process first lowers and compiles a tiny unrelated function (JAX's own first
@@ -15,6 +16,14 @@ sensitive to a loaded machine), with JAX's trace and lowering durations from
 program's size: jaxpr equations (all levels) and StableHLO lines. Prints a
 markdown table of medians and the paired ratios (boxwood / pure JAX, per
 round), with the load average.
+
+`--platform tpu` lowers both steps for a TPU from this machine (JAX lowers
+Pallas kernels to Mosaic without the chip): splash attention, not in interpret
+mode (the child reports its backend as `tpu` to the kernels' choice), with
+`BOXWOOD_ON_ERROR=nan` (a host callback, the token-id check, cannot be lowered
+for another backend) and boxwood's model and loss under a plain `jax.jit`
+(`filter_jit`'s `lower` takes no platform; on the CPU it lowers as fast as
+`jax.jit`). No compile. `--unroll` unrolls boxwood's blocks (`with_unroll(True)`).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REMAT = "dots_with_no_batch_dims_saveable"
@@ -44,9 +54,45 @@ def _eqns(jaxpr) -> int:
     return n
 
 
-def child(who: str, quick: bool, compile_too: bool, loss: str = "chunked") -> dict:
+def _plain_jit_step(model: Any, optimiser: Any, loss: str) -> tuple[Any, Any]:
+    """boxwood's step under a plain `jax.jit` of the model's arrays (abstract
+    ones: `model` from `filter_eval_shape`), and its array arguments' state."""
+    import jax
+    import optax
+
+    import _acc_boxwood
+    import boxwood as bw
+
+    leaf = lambda x: isinstance(x, jax.Array | jax.ShapeDtypeStruct)  # noqa: E731
+    params, static = bw.partition(model, leaf)
+    loss_fn = _acc_boxwood.LOSSES[loss]
+
+    @jax.jit
+    def step(ids: Any, params: Any, state: Any) -> tuple:
+        value, grads = jax.value_and_grad(
+            lambda p: loss_fn(bw.combine(p, static), ids)
+        )(params)
+        updates, state = optimiser.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, value
+
+    return step, params
+
+
+def child(
+    who: str,
+    quick: bool,
+    compile_too: bool,
+    loss: str = "chunked",
+    platform: str = "cpu",
+    unroll: bool = False,
+) -> dict:
     sys.path.insert(0, str(HERE))
     import jax
+
+    if (
+        platform == "tpu"
+    ):  # the kernels' choice reads the backend: Mosaic, not interpret
+        jax.default_backend = lambda: "tpu"  # type: ignore[assignment]
     import jax.numpy as jnp
     import optax
 
@@ -66,6 +112,8 @@ def child(who: str, quick: bool, compile_too: bool, loss: str = "chunked") -> di
     jax.jit(lambda x: (x @ x.T).sum()).lower(jnp.ones((4, 4))).compile()
     case = cases.train_cases(quick)["gpt2"]
     optimiser = optax.adamw(**_acc_boxwood.OPTIMISER)
+    kind = "splash" if platform == "tpu" else "xla"
+    raw = None
     if who == "jax":
         ids = jax.ShapeDtypeStruct((case.batch, case.seq), jnp.int32)
         params = jax.eval_shape(
@@ -73,16 +121,28 @@ def child(who: str, quick: bool, compile_too: bool, loss: str = "chunked") -> di
                 case.options, jax.random.key(0), jnp.bfloat16
             )
         )
-        step = _acc_jax.train_step("gpt2", case.options, "xla", REMAT, optimiser)
+        step = _acc_jax.train_step("gpt2", case.options, kind, REMAT, optimiser)
+        args = (ids, params, jax.eval_shape(optimiser.init, params))
+        raw = step
+    elif platform == "tpu":
+        model = bw.filter_eval_shape(
+            lambda: _acc_boxwood.prepared(
+                "gpt2", case.options, kind, REMAT, jnp.bfloat16, unroll=unroll or 1
+            )
+        )
+        step, params = _plain_jit_step(model, optimiser, loss)
+        ids = jax.ShapeDtypeStruct((case.batch, case.seq), jnp.int32)
         args = (ids, params, jax.eval_shape(optimiser.init, params))
         raw = step
     else:
-        step, args = _acc_boxwood.abstract_step(case, "xla", REMAT)
+        step, args = _acc_boxwood.abstract_step(case, "xla", REMAT, unroll or 1)
         step = _acc_boxwood.step_function(optimiser, loss)
-        raw = None
     jax.monitoring.register_event_duration_secs_listener(listen)
     wall, cpu = time.perf_counter(), time.process_time()
-    lowered = step.lower(*args)
+    if platform == "tpu":
+        lowered = step.trace(*args).lower(lowering_platforms=("tpu",))
+    else:
+        lowered = step.lower(*args)
     row = {"who": who, "lower_wall_s": time.perf_counter() - wall,
            "lower_cpu_s": time.process_time() - cpu, **{f"{k}_s": v for k, v in durations.items()}}  # fmt: skip
     if compile_too:
@@ -106,10 +166,16 @@ def main() -> int:
     p.add_argument("--compile", action="store_true")
     p.add_argument("--out", type=Path, default=None, help="a JSON file of the rows")
     p.add_argument("--loss", default="chunked", help="boxwood's loss: chunked or whole")
+    p.add_argument("--platform", default="cpu", choices=("cpu", "tpu"),
+                   help="lower for this platform (tpu: from this machine, no compile)")  # fmt: skip
+    p.add_argument("--unroll", action="store_true", help="boxwood's blocks unrolled")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.platform == "tpu" and args.compile:
+        p.error("--compile needs the platform's device: not with --platform tpu")
     if args.child:
-        row = child(args.child, args.quick, args.compile, args.loss)
+        row = child(args.child, args.quick, args.compile, args.loss, args.platform,
+                    args.unroll)  # fmt: skip
         print("ROW " + json.dumps(row))
         return 0
     load_before = os.getloadavg()
@@ -118,9 +184,13 @@ def main() -> int:
         for who in ("boxwood", "jax") if r % 2 == 0 else ("jax", "boxwood"):
             command = [sys.executable, __file__, "--child", who]
             command += ["--quick"] * args.quick + ["--compile"] * args.compile
-            command += ["--loss", args.loss]
+            command += ["--loss", args.loss, "--platform", args.platform]
+            command += ["--unroll"] * args.unroll
+            env = dict(os.environ)
+            if args.platform == "tpu":  # no host callback: see the docstring
+                env["BOXWOOD_ON_ERROR"] = "nan"
             out = subprocess.run(
-                command, capture_output=True, text=True, check=True
+                command, capture_output=True, text=True, check=True, env=env
             ).stdout
             row = json.loads(
                 next(x for x in out.splitlines() if x.startswith("ROW "))[4:]
