@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 # Functions that empty one cache each. Modules with a global cache add theirs here
 # with `register_cache_clear` at import time (`_jit/_cache.py`: the compiled programs
-# of every `filter_jit` wrapper; `models/_pretrained.py`: parsed checkpoint files).
+# of every `filter_jit` wrapper; `_transforms/_checkpoint.py`: the traced functions
+# of `filter_checkpoint` wrappers; `models/_pretrained.py`: parsed checkpoint files).
 _CLEARS: list[Callable[[], None]] = []
 
 

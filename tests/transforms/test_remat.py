@@ -186,6 +186,10 @@ def test_a_wrapper_collected_takes_its_functions_with_it():
     key = id(wrapper)
     assert key in _checkpoint._FUNCTIONS
     assert pickle.loads(pickle.dumps(wrapper))(jnp.ones(1)) == -1.0  # still picklable
+    boxwood.clear_caches()  # emptied with boxwood's other caches
+    assert key not in _checkpoint._FUNCTIONS
+    np.testing.assert_allclose(wrapper(jnp.ones(2)), [-1.0, -1.0])
+    assert key in _checkpoint._FUNCTIONS
     del wrapper
     gc.collect()
     assert key not in _checkpoint._FUNCTIONS

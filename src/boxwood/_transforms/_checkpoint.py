@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 
+from .._caches import register_cache_clear
 from .._filters import combine, is_array, partition
 from .._module import ValueKey, as_pytree_function, field
 from ._split import OutBox, split_out
@@ -18,6 +19,11 @@ from ._wrapped import Wrapped
 # it stays picklable and copyable), at most `_KEPT` each (`_Checkpointed._checkpointed`).
 _FUNCTIONS: dict[int, dict] = {}
 _KEPT = 64
+
+
+@register_cache_clear
+def _clear_functions() -> None:
+    _FUNCTIONS.clear()
 
 
 def _call_key(dynamic: Any, static: Any) -> tuple:
