@@ -144,34 +144,62 @@ def test_calls_alike_are_traced_once():
     np.testing.assert_allclose(grad, sum(2 * jnp.cos(s) for s in steps), 1e-6)
 
 
+class _Unhashable:
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other):
+        return True
+
+
 def test_calls_that_differ_are_traced_apart():
     traces = []
     body = _counting(traces)
+    unhashable = _Unhashable()  # kept by identity
+
+    @boxwood.filter_jit
+    def calls(x):
+        return [
+            body(x, True),
+            body(x, 1),  # True == 1, but the body tells them apart
+            body(jnp.ones(4) * x[0], True),  # another shape
+            body(x.astype(jnp.float16), True),  # another dtype
+            body(x, 0.0),
+            body(x, -0.0),  # equal, but another program (1 / -0.0 is -inf)
+            body(x, 0.0),
+            body(x, unhashable),
+            body(x, unhashable),
+            body(x, _Unhashable()),
+        ]
+
     x = jnp.ones(3)
-    sin, aux = body(x, True)
-    cos, aux_one = body(x, 1)  # True == 1, but the body tells them apart
+    (sin, aux), (cos, aux_one), *_ = calls(x)
     np.testing.assert_allclose(sin, 2 * jnp.sin(x))
     np.testing.assert_allclose(cos, 2 * jnp.cos(x))
     assert aux["flag"] is True and type(aux_one["flag"]) is int
-    body(jnp.ones(4), True)  # another shape
-    body(jnp.ones(3, jnp.int32).astype(jnp.float16), True)  # another dtype
-    assert traces == [True, 1, True, True]
-    body(x, 0.0)
-    body(x, -0.0)  # equal, but another program (1 / -0.0 is -inf)
-    body(x, 0.0)
-    assert len(traces) == 6 and str(traces[-1]) == "-0.0"
-
-    class Unhashable:
-        __hash__ = None
-
-        def __eq__(self, other):
-            return True
-
-    unhashable = Unhashable()  # kept by identity
-    body(x, unhashable)
-    body(x, unhashable)
-    body(x, Unhashable())
+    assert traces[:6] == [True, 1, True, True, 0.0, -0.0] and str(traces[5]) == "-0.0"
     assert len(traces) == 8
+
+
+def test_a_global_rebound_between_calls_is_read_again():
+    # calls in different traces (or eager ones) share nothing: a notebook's
+    # rebound global is seen by the next call, eager, differentiated or compiled
+    # (by `filter_jit`; a plain `jax.jit` keeps its own trace)
+    global _SCALE
+    body = boxwood.filter_checkpoint(lambda x: x * _SCALE)
+    grad = jax.grad(lambda x: jnp.sum(body(x)))
+    compiled = boxwood.filter_jit(lambda x: grad(x))
+    x = jnp.ones(2)
+    try:
+        for scale in (2.0, 3.0):
+            _SCALE = scale
+            np.testing.assert_allclose(body(x), [scale, scale])
+            np.testing.assert_allclose(grad(x), [scale, scale])
+            np.testing.assert_allclose(compiled(x), [scale, scale])
+    finally:
+        _SCALE = 1.0
+
+
+_SCALE = 1.0
 
 
 def test_a_wrapper_collected_takes_its_functions_with_it():
@@ -181,14 +209,17 @@ def test_a_wrapper_collected_takes_its_functions_with_it():
 
     from boxwood._transforms import _checkpoint
 
+    def traced_call(w):  # a call under a trace: its function is kept
+        return jax.grad(lambda x: jnp.sum(w(x)))(jnp.ones(2))
+
     wrapper = boxwood.filter_checkpoint(operator.neg)
-    wrapper(jnp.ones(2))
+    traced_call(wrapper)
     key = id(wrapper)
     assert key in _checkpoint._FUNCTIONS
     assert pickle.loads(pickle.dumps(wrapper))(jnp.ones(1)) == -1.0  # still picklable
     boxwood.clear_caches()  # emptied with boxwood's other caches
     assert key not in _checkpoint._FUNCTIONS
-    np.testing.assert_allclose(wrapper(jnp.ones(2)), [-1.0, -1.0])
+    np.testing.assert_allclose(traced_call(wrapper), [-1.0, -1.0])
     assert key in _checkpoint._FUNCTIONS
     del wrapper
     gc.collect()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax.extend.core import get_opaque_trace_state
 
 from .._caches import register_cache_clear
 from .._filters import combine, is_array, partition
@@ -15,10 +16,13 @@ from .._module import ValueKey, as_pytree_function, field
 from ._split import OutBox, split_out
 from ._wrapped import Wrapped
 
-# The checkpointed functions of each live wrapper, by `id` (outside the wrapper:
-# it stays picklable and copyable), at most `_KEPT` each (`_Checkpointed._checkpointed`).
-_FUNCTIONS: dict[int, dict] = {}
-_KEPT = 64
+# The checkpointed functions each live wrapper made in the trace it was last called
+# in, by the wrapper's `id` (held outside it, which stays picklable): the calls of
+# one trace (an unrolled stack's layers) share them; a call in another trace, or
+# an eager one, makes its own, so that what the function reads (a global rebound
+# between calls) is read again.
+_FUNCTIONS: dict[int, tuple[Any, dict]] = {}
+_KEPT = 64  # the most kept per wrapper and trace
 
 
 @register_cache_clear
@@ -26,12 +30,27 @@ def _clear_functions() -> None:
     _FUNCTIONS.clear()
 
 
-def _call_key(dynamic: Any, static: Any) -> tuple:
+def _kept(wrapper: Any, arrays: list) -> dict | None:
+    """The functions `wrapper` made in the current trace (`None` for a call that
+    traces nothing: the arrays are concrete)."""
+    if not any(isinstance(x, jax.core.Tracer) for x in arrays):
+        return None
+    state = get_opaque_trace_state()
+    entry = _FUNCTIONS.get(id(wrapper))
+    if entry is None:
+        weakref.finalize(wrapper, _FUNCTIONS.pop, id(wrapper), None)
+    elif entry[0] == state:
+        return entry[1]
+    kept: dict = {}
+    _FUNCTIONS[id(wrapper)] = (state, kept)
+    return kept
+
+
+def _call_key(arrays: list, layout: Any, static: Any) -> tuple:
     """What a call's trace depends on: the static leaves (`ValueKey`: `True` and
     `1` apart; by identity where unhashable) and structure, and the arrays'
-    types."""
+    structure and types."""
     leaves, treedef = jax.tree_util.tree_flatten(static)
-    arrays, layout = jax.tree_util.tree_flatten(dynamic)
     return (
         treedef,
         tuple(ValueKey(leaf) for leaf in leaves),
@@ -46,18 +65,19 @@ class _Checkpointed(Wrapped):
 
     def _checkpointed(self, dynamic: Any, static: Any) -> tuple[Callable, OutBox]:
         """`jax.checkpoint` of the call with these static parts, and the box its
-        trace fills: the same function for calls alike (`_call_key`), so that
-        JAX traces it, and differentiates and batches its jaxpr, once: a loop
-        of identical layers (`Stacked` unrolled) costs one layer's trace."""
-        key = _call_key(dynamic, static)
-        kept = _FUNCTIONS.get(id(self))
-        if kept is None:
-            kept = _FUNCTIONS[id(self)] = {}
-            weakref.finalize(self, _FUNCTIONS.pop, id(self), None)
-        try:
-            found = kept.get(key)
-        except (TypeError, ValueError):  # a static leaf's `==` gave no bool
-            key = found = None
+        trace fills: within one trace, the same function for calls alike
+        (`_call_key`), so that JAX traces it, and differentiates and batches its
+        jaxpr, once: a loop of identical layers (`Stacked` unrolled) costs one
+        layer's trace."""
+        arrays, layout = jax.tree_util.tree_flatten(dynamic)
+        kept = _kept(self, arrays)
+        key = found = None
+        if kept is not None:
+            key = _call_key(arrays, layout, static)
+            try:
+                found = kept.get(key)
+            except (TypeError, ValueError):  # a static leaf's `==` gave no bool
+                key = None
         if found is not None:
             return found
         box = OutBox()
@@ -67,7 +87,7 @@ class _Checkpointed(Wrapped):
             return split_out(f(*a, **kw), box)
 
         made = jax.checkpoint(run, prevent_cse=self.prevent_cse, policy=self.policy)
-        if key is not None:
+        if kept is not None and key is not None:
             if len(kept) >= _KEPT:
                 kept.clear()
             kept[key] = (made, box)
@@ -105,9 +125,11 @@ def filter_checkpoint(
 
     **Returns:**
 
-    The checkpointed function. Called again with the same static parts and
-    array types (the layers of an unrolled [`boxwood.nn.Stacked`][]), it reuses
-    its first trace, which JAX then differentiates and batches once.
+    The checkpointed function. Called again within one trace with the same
+    static parts and array types (the layers of an unrolled
+    [`boxwood.nn.Stacked`][]), it reuses that trace, which JAX then
+    differentiates and batches once; a call in another trace, or an eager one,
+    traces it again, reading what it reads afresh.
     """
     if fun is None:
         return functools.partial(
