@@ -54,26 +54,22 @@ def _eqns(jaxpr) -> int:
     return n
 
 
-def _plain_jit_step(model: Any, optimiser: Any, loss: str) -> tuple[Any, Any]:
-    """boxwood's step under a plain `jax.jit` of the model's arrays (abstract
-    ones: `model` from `filter_eval_shape`), and its array arguments' state."""
+def _plain_jit_step(boxwood_step: Any, model: Any) -> tuple[Any, Any]:
+    """`boxwood_step` (`_acc_boxwood.step_function`'s, a `filter_jit`) as its
+    function under a plain `jax.jit` of the model's arrays (abstract ones, from
+    `abstract_step`): `(step, params)`."""
     import jax
-    import optax
 
-    import _acc_boxwood
     import boxwood as bw
 
     leaf = lambda x: isinstance(x, jax.Array | jax.ShapeDtypeStruct)  # noqa: E731
     params, static = bw.partition(model, leaf)
-    loss_fn = _acc_boxwood.LOSSES[loss]
+    inner = boxwood_step.__wrapped__
 
     @jax.jit
     def step(ids: Any, params: Any, state: Any) -> tuple:
-        value, grads = jax.value_and_grad(
-            lambda p: loss_fn(bw.combine(p, static), ids)
-        )(params)
-        updates, state = optimiser.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, value
+        new, state, value = inner(ids, bw.combine(params, static), state)
+        return bw.partition(new, bw.is_array)[0], state, value
 
     return step, params
 
@@ -125,14 +121,12 @@ def child(
         args = (ids, params, jax.eval_shape(optimiser.init, params))
         raw = step
     elif platform == "tpu":
-        model = bw.filter_eval_shape(
-            lambda: _acc_boxwood.prepared(
-                "gpt2", case.options, kind, REMAT, jnp.bfloat16, unroll=unroll or 1
-            )
+        _, (ids, model, state) = _acc_boxwood.abstract_step(
+            case, kind, REMAT, unroll or 1
         )
-        step, params = _plain_jit_step(model, optimiser, loss)
-        ids = jax.ShapeDtypeStruct((case.batch, case.seq), jnp.int32)
-        args = (ids, params, jax.eval_shape(optimiser.init, params))
+        boxwood_step = _acc_boxwood.step_function(optimiser, loss)
+        step, params = _plain_jit_step(boxwood_step, model)
+        args = (ids, params, state)
         raw = step
     else:
         step, args = _acc_boxwood.abstract_step(case, "xla", REMAT, unroll or 1)
