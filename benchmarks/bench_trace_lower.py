@@ -21,7 +21,7 @@ round), with the load average.
 Pallas kernels to Mosaic without the chip): splash attention, not in interpret
 mode (the child reports its backend as `tpu` to the kernels' choice), with
 `BOXWOOD_ON_ERROR=nan` (a host callback, the token-id check, cannot be lowered
-for another backend) and boxwood's model and loss under a plain `jax.jit`
+for another backend) and boxwood's step function under a plain `jax.jit`
 (`filter_jit`'s `lower` takes no platform; on the CPU it lowers as fast as
 `jax.jit`). No compile. `--unroll` unrolls boxwood's blocks (`with_unroll(True)`).
 """
