@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax.core import Tracer
 from jax.extend.core import get_opaque_trace_state
 
 from .._caches import register_cache_clear
@@ -33,7 +34,7 @@ def _clear_functions() -> None:
 def _kept(wrapper: Any, arrays: list) -> dict | None:
     """The functions `wrapper` made in the current trace (`None` for a call that
     traces nothing: the arrays are concrete)."""
-    if not any(isinstance(x, jax.core.Tracer) for x in arrays):
+    if not any(isinstance(x, Tracer) for x in arrays):
         return None
     state = get_opaque_trace_state()
     entry = _FUNCTIONS.get(id(wrapper))
