@@ -18,8 +18,11 @@ elsewhere), `causal_lm_loss` for boxwood and the whole-logits float32 loss for
 the hand-written step, as in `accelerator.py`.
 
 `--order` gives the order of the contenders (the first pays for JAX's own
-warm-up in the process; `--warm` first compiles a tiny unrelated step to
-take that out). `--cache DIR` turns on JAX's persistent compilation cache in
+warm-up in the process; `--warm` first compiles a one-layer step of the same
+widths and sequence length to take that out). `--fresh ROUNDS` runs each
+contender in a process of its own instead (the parent starts no backend), the
+order reversed every other round, and reports the medians: a user's first step,
+with nothing compiled before it. `--cache DIR` turns on JAX's persistent compilation cache in
 DIR: a second run with the same DIR measures first steps from the cache
 (a program holding a host callback, such as boxwood's id checks, is never
 cached by JAX). Writes `first_step.json` and `first_step.md` into `--out`
@@ -32,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -129,13 +133,18 @@ def _ids(case: cases.TrainCase) -> jax.Array:
     return jnp.asarray(rows, jnp.int32)
 
 
-def _warm_up(kind: str) -> None:
-    """A tiny unrelated GPT-2 step, traced and compiled: JAX's own first-use
-    costs (its jitted helpers, the backend) then fall on no contender."""
-    tiny = cases.TrainCase(
-        "gpt2", "warm-up", cases.gpt2_options(True) | dict(n_layer=1), 2, 128
+def _warm_up(case: cases.TrainCase, kind: str) -> None:
+    """A one-layer hand-written GPT-2 step of the case's widths and sequence
+    length, batch 2, traced, compiled and run: JAX's own first-use costs (its
+    jitted helpers, the backend) and whatever every contender builds alike for
+    these shapes (the attention kernels) then fall on no contender. On a TPU
+    v5e, with a warm-up step of another size, whichever contender came first
+    took 3-4 s more than it did later in the process (three programs compiled
+    against one)."""
+    small = cases.TrainCase(
+        "gpt2", "warm-up", case.options | dict(n_layer=1), 2, case.seq
     )
-    run, _ = _jax(tiny, kind)
+    run, _ = _jax(small, kind)
     run(1)
 
 
@@ -169,6 +178,74 @@ def measure(
     }  # fmt: skip
 
 
+NUMBERS = ("build_s", "first_step_s", "trace_s", "lower_s", "compile_s", "programs",
+           "step_ms", "tokens_per_s")  # fmt: skip
+
+
+def fresh_rounds(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`--fresh ROUNDS`: each contender's first step in a process of its own
+    (where nothing else has compiled, as a user's first step is), the order
+    reversed every other round; the medians per contender, each run's first
+    step beside them."""
+    order = [k for k in args.order.split(",") if k]
+    unknown = [k for k in order if k not in CONTENDERS]
+    if unknown:
+        parser.error(f"--order: unknown {unknown}; choose from {', '.join(CONTENDERS)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict]] = {k: [] for k in order}
+    meta: dict[str, Any] = {}
+    for round_ in range(args.fresh):
+        for key in order if round_ % 2 == 0 else order[::-1]:
+            child_out = args.out / f"round{round_ + 1}-{key}"
+            command = [sys.executable, __file__, "--order", key, "--out", str(child_out),
+                       "--reps", str(args.reps), "--target", str(args.target)]  # fmt: skip
+            command += ["--warm"] * args.warm + ["--quick"] * args.quick
+            print(f"[tpu_first_step] round {round_ + 1}: {CONTENDERS[key]}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            try:
+                subprocess.run(command, timeout=args.child_timeout, check=False,
+                               stdout=subprocess.DEVNULL)  # fmt: skip
+                found = json.loads((child_out / "first_step.json").read_text())
+                meta = meta or found["meta"]
+                runs[key] += found["rows"]
+            except (subprocess.TimeoutExpired, OSError, ValueError) as error:
+                runs[key].append({"contender": CONTENDERS[key], "key": key,
+                                  "error": f"{type(error).__name__}: {error}"[:300]})  # fmt: skip
+            rows = [_median_row(key, r) for key, r in runs.items() if r]
+            meta_now = meta | {"order": f"{','.join(order)}, reversed every other round",
+                               "fresh": args.fresh, "runs": {k: [r.get("first_step_s") for r in v] for k, v in runs.items()}}  # fmt: skip
+            (args.out / "first_step.json").write_text(
+                json.dumps({"meta": meta_now, "rows": rows, "runs": runs}, indent=1, default=str)
+            )  # fmt: skip
+            (args.out / "first_step.md").write_text(markdown(rows, meta_now))
+    print((args.out / "first_step.md").read_text())
+    return 0
+
+
+def _median_row(key: str, runs: list[dict]) -> dict:
+    """The medians of `runs` (one contender's rows, failed ones left out), with
+    the last run's program text counts; an error row if none succeeded."""
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[-1]
+    row = dict(good[-1])
+    for field in NUMBERS:
+        row[field] = float(np.median([r[field] for r in good]))
+    row["runs"] = len(good)
+    return row
+
+
+def _fresh_note(meta: dict) -> str:
+    if not meta.get("fresh"):
+        return ""
+    each = "; ".join(
+        f"{CONTENDERS[k]} {', '.join('-' if t is None else f'{t:.2f}' for t in times)}"
+        for k, times in meta["runs"].items()
+    )
+    return (f"; each contender in a fresh process, {meta['fresh']} rounds, medians "
+            f"(first steps, s: {each})")  # fmt: skip
+
+
 def _ratio(rows: dict, a: str, b: str, field: str) -> str:
     if a in rows and b in rows and rows[b].get(field):
         return f"{rows[a][field] / rows[b][field]:.3f}x"
@@ -183,7 +260,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"{meta['cache'] or 'off'}; BOXWOOD_ON_ERROR {meta['on_error'] or 'unset'}; "
         f"order {meta['order']}"
         f"{', after a warm-up step' if meta['warm'] is True else ''}"
-        f"{'; warm-up ' + meta['warm'] if isinstance(meta['warm'], str) else ''}.", "",
+        f"{'; warm-up ' + meta['warm'] if isinstance(meta['warm'], str) else ''}"
+        f"{_fresh_note(meta)}.", "",
         "| step | first step s | trace s | lower s | XLA compile s | programs | "
         "StableHLO lines | threefry calls | RBG draws | host callbacks | step ms | tokens/s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -194,7 +272,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
             continue
         lines.append(
             f"| {r['contender']} | {r['first_step_s']:.2f} | {r['trace_s']:.2f} | "
-            f"{r['lower_s']:.2f} | {r['compile_s']:.2f} | {r['programs']} | "
+            f"{r['lower_s']:.2f} | {r['compile_s']:.2f} | {r['programs']:g} | "
             f"{r['stablehlo_lines']:,} | {r['threefry_calls']} | "
             f"{r['rng_bit_generator']} | {r['host_callbacks']} | {r['step_ms']:.2f} | "
             f"{r['tokens_per_s']:,.0f} |"
@@ -233,9 +311,19 @@ def main() -> int:
     p.add_argument(
         "--budget", type=float, default=1e9, help="seconds; later steps skipped"
     )
+    p.add_argument(
+        "--fresh", type=int, default=0, metavar="ROUNDS",
+        help="each contender in its own process, ROUNDS rounds in alternating order",
+    )  # fmt: skip
+    p.add_argument("--child-timeout", type=float, default=150.0, help="with --fresh")
     args = p.parse_args()
     if args.quick or os.environ.get("TPU_FIRST_STEP_QUICK") == "1":
         args.quick = True
+    if args.fresh:
+        if args.cache:
+            p.error("--fresh and --cache: each process would read what the last wrote")
+        # before anything starts JAX's backend here: a TPU serves one process
+        return fresh_rounds(args, p)
     if args.cache:
         jax.config.update("jax_compilation_cache_dir", args.cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -256,7 +344,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.warm:
         try:
-            _warm_up(kind)
+            _warm_up(case, kind)
         except Exception as error:  # noqa: BLE001 - the figures go on without it
             meta["warm"] = f"failed: {type(error).__name__}: {str(error)[:200]}"
     rows: list[dict] = []

@@ -23,7 +23,8 @@
 # and off, in one process, within TPU_RUN_FIRST_S); the phase "first" writes first_step.json and first_step.md (with
 # TPU_RUN_FIRST_CACHE=1 instead first_step_nan_cold/ and first_step_nan_cached/:
 # a process that fills a persistent compilation cache and one that reads it,
-# both with BOXWOOD_ON_ERROR=nan).
+# both with BOXWOOD_ON_ERROR=nan; with TPU_RUN_FIRST_FRESH=N instead each
+# contender in a fresh process, N rounds in alternating order, medians).
 #
 # From the environment (seconds): TPU_RUN_TOTAL_S (570), TPU_RUN_BENCH_S (330),
 # TPU_RUN_CURVE_S (75), TPU_RUN_FIRST_S (300, each process of the phase
@@ -173,6 +174,15 @@ if phase first; then
       [ -f "$OUT/first_step_nan_$RUN/first_step.md" ] && cat "$OUT/first_step_nan_$RUN/first_step.md" >>"$LOG"
     done
     rm -rf "$CACHE_DIR"
+  elif [ -n "${TPU_RUN_FIRST_FRESH:-}" ]; then
+    # each contender in its own process, TPU_RUN_FIRST_FRESH rounds, within what
+    # is left of the call (each process within TPU_RUN_FIRST_S)
+    LEFT=$((TOTAL - $(elapsed) - 20))
+    timeout -k 10 "$LEFT" "$PY" benchmarks/tpu_first_step.py --warm --out "$OUT" $QUICK \
+      --fresh "$TPU_RUN_FIRST_FRESH" --child-timeout "$FIRST" ${TPU_RUN_FIRST_ARGS:-} \
+      >>"$OUT/bench.log" 2>&1
+    say "tpu_first_step.py --fresh $TPU_RUN_FIRST_FRESH exit $? (124: stopped at its ${LEFT} s limit)"
+    [ -f "$OUT/first_step.md" ] && cat "$OUT/first_step.md" >>"$LOG"
   else
     timeout -k 10 "$FIRST" "$PY" benchmarks/tpu_first_step.py --warm --out "$OUT" $QUICK \
       ${TPU_RUN_FIRST_ARGS:-} >>"$OUT/bench.log" 2>&1

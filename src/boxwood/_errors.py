@@ -195,8 +195,9 @@ def note_failures(owner: Any) -> Iterator[None]:
     """While this thread traces in this block, each raising check traced notes its
     failure on `owner` (held weakly): when the check's host callback raises, it
     sets `owner.failed` to the failure's serial number, which `raise_failure`
-    turns into the check's error. An enclosing block's owner is kept: a compiled
-    function traced inside another belongs to the outer one's program.
+    turns into the check's error, and tracing the check sets `owner.checks`. An
+    enclosing block's owner is kept: a compiled function traced inside another
+    belongs to the outer one's program.
 
     This is how a compiled function learns, without waiting for its results, that
     an earlier call of its own failed a check (`_jit/_checked_jit.py`)."""
@@ -285,6 +286,9 @@ def _with_short_traceback(error: BaseException) -> BaseException:
 def _raise_branch(leaves: list, index: Any, msgs: tuple) -> list:
     logging.getLogger("jax._src.callback").addFilter(_QUIET)  # once: a set
     owner = getattr(_OWNER, "current", None)  # (see `note_failures`)
+    tracing_for = None if owner is None else owner()
+    if tracing_for is not None:
+        tracing_for.checks = True  # its program holds a raising check
 
     def raises(i: Any) -> Any:
         message = msgs[int(i)]
@@ -466,7 +470,8 @@ def error_if(x: Any, pred: Any, msg: str, *, on_error: str = "default") -> Any:
     waits for its results: a failed check raises its `BoxwoodRuntimeError` at the
     next call of the same function, or JAX's runtime error wherever a result is
     waited for first (`jax.block_until_ready`, a conversion to NumPy), whichever
-    comes first; `BOXWOOD_SYNC_CHECKS=1` makes each call wait, as on the CPU.
+    comes first; `BOXWOOD_SYNC_CHECKS=1` makes each call of a function holding a
+    raising check wait, as on the CPU.
 
     >>> import boxwood, jax, jax.numpy as jnp
     >>> @jax.jit

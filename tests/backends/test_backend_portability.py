@@ -241,17 +241,29 @@ def test_off_the_cpu_filter_jit_never_waits(monkeypatch):
 
 
 @simulated
-def test_sync_checks_wait_for_every_call(monkeypatch):
+def test_sync_checks_wait_for_every_call_of_a_function_with_a_check(monkeypatch):
     from boxwood._jit import _checked_jit as _checks
 
     monkeypatch.setattr(_checks.jax, "default_backend", lambda: "tpu")
     monkeypatch.setenv("BOXWOOD_SYNC_CHECKS", "1")
     waited = []
     monkeypatch.setattr(jax, "block_until_ready", lambda x: waited.append(x) or x)
-    f = bw.filter_jit(lambda x: x + 1)
-    f(jnp.ones(2))
-    f(jnp.ones(2))
+    checked = bw.filter_jit(lambda x: bw.error_if(x, x < 0, "x must be >= 0"))
+    checked(jnp.ones(2))
+    checked(jnp.ones(2))
     assert len(waited) == 2
+    # no check in its program: nothing to raise, so the call returns at once
+    plain = bw.filter_jit(lambda x: x + 1)
+    plain(jnp.ones(2))
+    plain(jnp.ones(2))
+    assert len(waited) == 2
+    # a later trace that adds a check makes every call from then on wait
+    maybe = bw.filter_jit(lambda x: bw.error_if(x, x < 0, "negative") if x.ndim else x)
+    maybe(jnp.ones(()))
+    assert len(waited) == 2
+    maybe(jnp.ones(2))
+    maybe(jnp.ones(()))
+    assert len(waited) == 4
 
 
 def test_on_the_cpu_the_inner_jit_is_not_wrapped(monkeypatch):

@@ -14,6 +14,7 @@ import pytest
 import boxwood as bw
 import boxwood.internal as bwi
 from _child_flags import child_env, xla_flags_with_devices
+from _precision import tolerance
 
 
 def _body(x):
@@ -203,13 +204,17 @@ def _expected(name):
 
 @pytest.mark.parametrize("jit", [False, True])
 def test_transforms_match_the_function(jit):
+    # `_expected` folds its constants on the host; eagerly (jit=False) the wrapped
+    # calls run on the device, whose float32 `tanh` is good to a few ulps only
+    # (a TPU v5e: 3.9e-5 relative on the cube of one)
+    rtol = tolerance(cpu=1e-5, accelerator=1e-4)
     for name in _CASES:
         got = _case_jit(name, _wrapped) if jit else _case(name, _wrapped)
         expected = _expected(name)
         for e, g in zip(
             jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)
         ):
-            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=1e-6, err_msg=name)
     model, x, _ = _inputs()
     out = _wrapped(model, x)
     assert out["power"] == 3 and out["count"].dtype == jnp.int32

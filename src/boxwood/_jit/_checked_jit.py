@@ -16,8 +16,10 @@ conversion to NumPy, `float(loss)`), JAX raises its own runtime error there, who
 text holds `BoxwoodRuntimeError: <message>`.
 
 `BOXWOOD_SYNC_CHECKS=1` (read when a function is first compiled) makes every call
-wait for its results instead, so that a failed check raises from the call that
-failed, as on the CPU, at the cost of the device idling between calls.
+of a function whose program holds a raising check (`checks`, set while one is
+traced) wait for its results instead, so that a failed check raises from the call
+that failed, as on the CPU, at the cost of the device idling between calls. A
+function without checks keeps returning at once.
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ class CheckedJit:
     """An inner `jax.jit` that raises the failed checks of its earlier calls (see
     the module docstring)."""
 
-    __slots__ = ("jitted", "failed", "wait", "__weakref__")
+    __slots__ = ("jitted", "failed", "wait", "checks", "__weakref__")
 
     def __init__(self, fun: Callable, options: dict[str, Any], wait: bool = False):
         self.failed = 0  # the serial number of a failure not yet raised
         self.wait = wait
+        self.checks = False  # set when a raising check is traced into a program
 
         @functools.wraps(fun)
         def traced(*args: Any) -> Any:
@@ -69,7 +72,7 @@ class CheckedJit:
         mark = failure_mark()
         try:
             result = self.jitted(*args)
-            if self.wait:
+            if self.wait and self.checks:
                 jax.block_until_ready(result)
         except BaseException as error:
             if self.failed:
