@@ -65,3 +65,21 @@ def test_one_token_step_is_unrolled_and_matches_the_forward_pass(kind):
     np.testing.assert_allclose(
         np.asarray(stepped[0]), np.asarray(full[5]), rtol=1e-5, atol=1e-5
     )
+
+
+def test_a_call_without_a_cache_slices_the_position_embedding():
+    # positions 0..seq-1 are a slice of GPT-2's `wpe`: its gradient is a pad, not
+    # a scatter-add of every row (the token embedding's lookup and the loss's pick of
+    # the targets' logits scatter)
+    model = bw.nn.inference_mode(MODELS["gpt2"]())
+    ids = jnp.asarray([[5, 9, 2, 7], [1, 3, 3, 8]], jnp.int32)
+    grads = _primitives(bw.filter_grad(bm.causal_lm_loss), model, ids)
+    assert grads["scatter-add"] == 2, grads
+    # the same rows as gathering them
+    wpe = model.transformer.wpe.weight
+    step = bm._attend.Step(0)
+    np.testing.assert_array_equal(step.position_rows(wpe, 4), wpe[jnp.arange(4)])
+    # past the table, or from a traced start, the rows are gathered as before
+    assert step._replace(start=30).position_rows(wpe, 4).shape == (4, 32)
+    traced = jax.make_jaxpr(lambda s: step._replace(start=s).position_rows(wpe, 4))
+    assert "gather" in str(traced(jnp.int32(2)))

@@ -107,6 +107,16 @@ class Step(NamedTuple):
         slots = self.slots(seq)
         return slots if self.pad is None else jnp.maximum(slots - self.pad, 0)
 
+    def position_rows(self, table: Array, seq: int) -> Array:
+        """`table[self.positions(seq)]`, a learned position embedding's rows. From a
+        known start without padding (a call without a cache, as in training) they
+        are a slice, whose gradient is a pad where a gather's is a scatter-add of
+        every row; otherwise (a decoding step) the rows are gathered."""
+        start = self.start
+        if self.pad is None and isinstance(start, int) and start + seq <= len(table):
+            return table[start : start + seq]
+        return table[self.positions(seq)]
+
 
 def segment_ids(attention_mask: Array) -> tuple[Array, Array]:
     """The query and key segment ids of one sequence's `attention_mask` (1 real,

@@ -253,8 +253,8 @@ class GPT2Model(Module):
         self.cache = empty_cache_index()
 
     def __call__(self, input_ids: Array, step: Step, state: State | None) -> tuple:
-        positions = step.positions(input_ids.shape[0])
-        x = self.wte.weight[input_ids] + self.wpe.weight[positions]
+        positions = step.position_rows(self.wpe.weight, input_ids.shape[0])
+        x = self.wte.weight[input_ids] + positions
         # the layers' keys are `fold_in(step.key, layer)`; this one follows them
         x = self.drop(x, key=training.layer_key(step.key, len(self.h)))
         x, state, every = run_blocks(self.h, x, step, self.cache, state)
