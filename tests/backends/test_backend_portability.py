@@ -264,6 +264,10 @@ def test_sync_checks_wait_for_every_call_of_a_function_with_a_check(monkeypatch)
     maybe(jnp.ones(2))
     maybe(jnp.ones(()))
     assert len(waited) == 4
+    # a `filter_jit` function's check inside another's program: the outer waits
+    outer = bw.filter_jit(lambda x: checked(x) + 1)
+    outer(jnp.ones(2))
+    assert len(waited) == 5
 
 
 def test_on_the_cpu_the_inner_jit_is_not_wrapped(monkeypatch):
