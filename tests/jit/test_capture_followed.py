@@ -109,6 +109,46 @@ def test_filter_grad_and_filter_vmap_wrapped_helpers_by_name():
             np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
+def _scaled_sum(v):
+    return jnp.sum(v * Y.sum())
+
+
+_LIBRARY: dict = {"functools": functools}  # another module's globals
+exec(
+    "def decorated(f):\n"
+    "    @functools.wraps(f)\n"
+    "    def call(*args):\n"
+    "        return f(*args) * 2\n"
+    "    return call\n",
+    _LIBRARY,
+)
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [jax.grad, jax.vmap, jax.value_and_grad, functools.partial(jax.vmap, in_axes=1)],
+)
+def test_a_transform_of_a_function_given_directly_sees_the_rebound_global(transform):
+    # `filter_jit(jax.grad(f))`: JAX's wrapper holds `f`; what `f` reads is watched
+    step = bw.filter_jit(transform(_scaled_sum))
+    for value in (1.0, 10.0, -3.0):
+        _rebind(value)
+        expected = transform(_scaled_sum)(X)
+        for a, b in zip(jax.tree.leaves(step(X)), jax.tree.leaves(expected)):
+            np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert step.cache_info().traces == 1  # `Y`, an array, is an input
+
+
+def test_a_library_decorator_of_a_function_given_directly_sees_the_rebound_global():
+    # a decorator from another module's globals (`functools.wraps`: `__wrapped__`)
+    wrapped = _LIBRARY["decorated"](_scaled_sum)
+    step = bw.filter_jit(wrapped)
+    for value in (1.0, 4.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(X), wrapped(X), rtol=1e-6)
+    assert step.__name__ == "_scaled_sum"
+
+
 def test_helper_defined_after_wrapping():
     step = bw.filter_jit(lambda x: _LATER(x))  # noqa: F821
 

@@ -24,7 +24,7 @@ from typing import Any
 from ..._module import as_pytree_function, bind_method
 from ..._tracebacks import hide_own_frames
 from ._arguments import argument_reads
-from ._reads import globals_of
+from ._reads import globals_of, in_home_globals
 from ._rebuild import Capture
 from ._traced import Traced, traced_for
 from ._values import MISSING
@@ -292,7 +292,10 @@ def wrap(
     globals, or for a callable object whose methods read globals:
     `make_core(traced)` compiles `traced(hidden, *args, **kwargs)`,
     `make_plain(bound, labels, name)` compiles `call_keyed` bound to the callable
-    object. `None` when nothing is watched."""
+    object. `None` when nothing is watched. A library's wrapper of the user's
+    function (`jax.grad(f)`) is scanned from the user's module
+    (`in_home_globals`)."""
+    fun = in_home_globals(fun)
     if type(fun) is types.FunctionType:
         traced = traced_for(fun, variant)
         if traced.capture.empty:

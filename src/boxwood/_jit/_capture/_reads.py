@@ -158,6 +158,42 @@ def globals_of(fun: Any) -> dict | None:
     return None
 
 
+def _calling(wrapped: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return wrapped(*args, **kwargs)
+
+    return call
+
+
+_CALLING = _calling(None).__code__
+
+
+def in_home_globals(fun: Any) -> Any:
+    """`fun`, or where it is a plain function of another module wrapping one of
+    the user's (`jax.grad(f)`, `jax.vmap(f)`, a library's `functools.wraps`
+    decorator: its `__wrapped__` chain ends at a function with other globals) a
+    function of the wrapped one's module that calls it, holding `fun` in its
+    closure. Scanned, that reaches the wrapped function through the wrapper's
+    closure, as when the user's own function calls the wrapper: what it reads
+    is watched, and copied around the traced values at each trace. (Scanned as
+    it is, the wrapper would be the library's code in the library's globals.)"""
+    if type(fun) is not types.FunctionType or hasattr(fun, "_boxwood_jit"):
+        return fun
+    inner = fun
+    for _ in range(_MAX_DEPTH):
+        wrapped = getattr(inner, "__wrapped__", None)
+        if type(wrapped) is not types.FunctionType:
+            break
+        inner = wrapped
+    if inner.__globals__ is fun.__globals__:
+        return fun
+    code = _CALLING.replace(co_name=fun.__name__, co_qualname=fun.__qualname__)
+    call = types.FunctionType(
+        code, inner.__globals__, fun.__name__, None, (types.CellType(fun),)
+    )
+    return functools.update_wrapper(call, fun)
+
+
 def _is_module(value: Any) -> bool:
     return isinstance(value, types.ModuleType)
 
