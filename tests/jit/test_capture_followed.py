@@ -109,8 +109,8 @@ def test_filter_grad_and_filter_vmap_wrapped_helpers_by_name():
             np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
-def _scaled_sum(v):
-    return jnp.sum(v * Y.sum())
+def _scaled_sum(v, scale=1.0):
+    return jnp.sum(v * Y.sum() * scale)
 
 
 _LIBRARY: dict = {"functools": functools}  # another module's globals
@@ -124,12 +124,32 @@ exec(
 )
 
 
-@pytest.mark.parametrize(
-    "transform",
-    [jax.grad, jax.vmap, jax.value_and_grad, functools.partial(jax.vmap, in_axes=1)],
-)
+class _Scaled(bw.Module):
+    w: jax.Array
+
+    def loss(self, v):
+        return jnp.sum(v * self.w * Y.sum())
+
+
+_TRANSFORMS = {
+    "grad": jax.grad,
+    "vmap": jax.vmap,
+    "value_and_grad": jax.value_and_grad,
+    "vmap_axis_1": functools.partial(jax.vmap, in_axes=1),
+    # deeper: JAX's grad keeps `f` four closures down, and these add to that
+    "grad_of_partial": lambda f: jax.grad(functools.partial(f, scale=2.0)),
+    "vmap_of_grad": lambda f: jax.vmap(jax.grad(f)),
+    "grad_of_vmap": lambda f: jax.grad(lambda v: jnp.sum(jax.vmap(f)(v))),
+    "grad_of_method": lambda f: jax.grad(_Scaled(jnp.full((4, 2), 3.0)).loss),
+}
+
+
+# (one line wraps a new transform for each case: the warning about wrapping in a loop)
+@pytest.mark.filterwarnings("ignore::boxwood.PerformanceWarning")
+@pytest.mark.parametrize("transform", list(_TRANSFORMS))
 def test_a_transform_of_a_function_given_directly_sees_the_rebound_global(transform):
     # `filter_jit(jax.grad(f))`: JAX's wrapper holds `f`; what `f` reads is watched
+    transform = _TRANSFORMS[transform]
     step = bw.filter_jit(transform(_scaled_sum))
     for value in (1.0, 10.0, -3.0):
         _rebind(value)

@@ -31,7 +31,10 @@ from ..._module import BoundMethod, Module
 from ._values import MISSING, closure_label, contents
 
 MAX_FUNCTIONS = 64  # functions scanned per wrapped function
-_MAX_DEPTH = 4  # wrappers and containers looked through from one value
+# wrappers and containers looked through from one value, here and when the
+# followed functions are copied (`_rebuild.Rebuilder`): `jax.grad(f)` keeps `f`
+# four closures deep, and a `partial` or another transform adds to that
+MAX_DEPTH = 8
 _MAX_ITEMS = 64  # items of one container looked at
 _MAX_VISITS = 512  # values looked at from one name
 _CONTAINERS = (dict, list, tuple)
@@ -107,7 +110,7 @@ def _reach(value: Any, g: dict, followed: bool, depth: int, budget: list[int]):
     value = unwrap_jitted(value)
     typ = type(value)
     budget[0] -= 1
-    if depth > _MAX_DEPTH or budget[0] < 0 or value is MISSING or value is None:
+    if depth > MAX_DEPTH or budget[0] < 0 or value is MISSING or value is None:
         return
     deeper = depth + 1
     if typ is types.FunctionType:
@@ -171,7 +174,8 @@ _CALLING = _calling(None).__code__
 def in_home_globals(fun: Any) -> Any:
     """`fun`, or where it is a plain function of another module wrapping one of
     the user's (`jax.grad(f)`, `jax.vmap(f)`, a library's `functools.wraps`
-    decorator: its `__wrapped__` chain ends at a function with other globals) a
+    decorator: its `__wrapped__` chain, through partials and bound methods, ends
+    at a function with other globals) a
     function of the wrapped one's module that calls it, holding `fun` in its
     closure. Scanned, that reaches the wrapped function through the wrapper's
     closure, as when the user's own function calls the wrapper: what it reads
@@ -180,8 +184,10 @@ def in_home_globals(fun: Any) -> Any:
     if type(fun) is not types.FunctionType or hasattr(fun, "_boxwood_jit"):
         return fun
     inner = fun
-    for _ in range(_MAX_DEPTH):
+    for _ in range(MAX_DEPTH):
         wrapped = getattr(inner, "__wrapped__", None)
+        if type(wrapped) in (functools.partial, types.MethodType, BoundMethod):
+            wrapped = getattr(wrapped, "func", None) or wrapped.__func__
         if type(wrapped) is not types.FunctionType:
             break
         inner = wrapped

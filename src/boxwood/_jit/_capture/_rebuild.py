@@ -18,7 +18,7 @@ from typing import Any
 import jax
 
 from ..._module import BoundMethod, Module, bind_method
-from ._reads import Reads, unwrap_jitted
+from ._reads import MAX_DEPTH, Reads, unwrap_jitted
 from ._values import (
     METHOD,
     MISSING,
@@ -353,7 +353,7 @@ class Rebuilder:
     def value(self, v: Any, depth: int = 0) -> Any:
         """`v` with the followed functions inside it replaced by their copies (`v`
         itself when it holds none)."""
-        if depth > 6 or v is None or v is MISSING:
+        if depth > MAX_DEPTH or v is None or v is MISSING:
             return v
         key = id(v)
         if key in self.done:
