@@ -110,7 +110,10 @@ def _opcodes(text: str) -> dict[str, int]:
 
 
 def _kind(name: str) -> str:
-    n = name.lower()
+    """The kind of an operation from its instruction's name (`%copy-start.3`,
+    `%fusion.12`): the event's text after ` = ` holds its operands' names, and a
+    fusion reading a `%copy-done` is a fusion."""
+    n = name.split(" = ", 1)[0].lower()
     for word, kind in (("splash", "attention kernel"), ("custom-call", "custom call"),
                        ("convolution", "matmul"), ("dot", "matmul"), ("rng", "random bits"),
                        ("threefry", "random bits"), ("copy", "copy"), ("fusion", "fusion"),
