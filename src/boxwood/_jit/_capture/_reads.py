@@ -185,9 +185,11 @@ def in_home_globals(fun: Any) -> Any:
         return fun
     inner = fun
     for _ in range(MAX_DEPTH):
-        wrapped = getattr(inner, "__wrapped__", None)
-        if type(wrapped) in (functools.partial, types.MethodType, BoundMethod):
-            wrapped = getattr(wrapped, "func", None) or wrapped.__func__
+        wrapped: Any = getattr(inner, "__wrapped__", None)
+        if type(wrapped) is types.MethodType:
+            wrapped = wrapped.__func__
+        elif type(wrapped) in (functools.partial, BoundMethod):
+            wrapped = wrapped.func
         if type(wrapped) is not types.FunctionType:
             break
         inner = wrapped
