@@ -172,15 +172,15 @@ _CALLING = _calling(None).__code__
 
 
 def in_home_globals(fun: Any) -> Any:
-    """`fun`, or where it is a plain function of another module wrapping one of
-    the user's (`jax.grad(f)`, `jax.vmap(f)`, a library's `functools.wraps`
+    """`fun`; or, where `fun` is a plain function of another module wrapping one
+    of the user's (`jax.grad(f)`, `jax.vmap(f)`, a library's `functools.wraps`
     decorator: its `__wrapped__` chain, through partials and bound methods, ends
-    at a function with other globals) a
-    function of the wrapped one's module that calls it, holding `fun` in its
-    closure. Scanned, that reaches the wrapped function through the wrapper's
-    closure, as when the user's own function calls the wrapper: what it reads
-    is watched, and copied around the traced values at each trace. (Scanned as
-    it is, the wrapper would be the library's code in the library's globals.)"""
+    at a function with other globals), a function of the wrapped one's module
+    that calls `fun`, held in its closure. Scanned, that reaches the wrapped
+    function through the wrapper's closure, as when the user's own function
+    calls the wrapper: what it reads is watched, and copied around the traced
+    values at each trace. (Scanned as it is, the wrapper would be the library's
+    code in the library's globals.)"""
     if type(fun) is not types.FunctionType or hasattr(fun, "_boxwood_jit"):
         return fun
     inner = fun
