@@ -158,6 +158,81 @@ def test_gradient_equals_the_whole_logits_gradient(model):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
 
 
+def _tangent(tree, seed):
+    """A random tangent of `tree`'s arrays (its other leaves as they are)."""
+    arrays, rest = bw.partition(tree, bw.is_array)
+    leaves, treedef = jax.tree.flatten(arrays)
+    keys = jr.split(jr.key(seed), len(leaves))
+    noise = [jr.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
+    return jax.tree.unflatten(treedef, noise)
+
+
+def test_forward_mode_and_second_derivatives_equal_the_whole_logits_ones(model):
+    ids = _ids(11, (2, 9))
+    labels = ids.at[0, 3].set(-100)
+    arrays, rest = bw.partition(model, bw.is_array)
+    direction = _tangent(model, 1)
+
+    def as_function(loss):
+        return lambda a: loss(bw.combine(a, rest), ids, labels)
+
+    chunked = as_function(functools.partial(bm.causal_lm_loss, chunk_size=4))
+    whole = as_function(naive_loss)
+
+    @jax.jit
+    def derivatives(a, t):
+        # forward mode, and the Hessian's product with `t` (forward over reverse)
+        jvps = [jax.jvp(f, (a,), (t,))[1] for f in (chunked, whole)]
+        hvps = [jax.jvp(jax.grad(f), (a,), (t,))[1] for f in (chunked, whole)]
+        return jvps, hvps
+
+    (jvp, expected_jvp), (hvp, expected_hvp) = derivatives(arrays, direction)
+    np.testing.assert_allclose(jvp, expected_jvp, rtol=1e-4)
+    for g, e in zip(jax.tree.leaves(hvp), jax.tree.leaves(expected_hvp), strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)
+
+
+def test_a_gradient_with_respect_to_one_input_forms_only_its_products():
+    from boxwood.models._loss_chunks import chunked_nll
+
+    hidden = jr.normal(jr.key(1), (10, HIDDEN))
+    weight = jr.normal(jr.key(2), (VOCAB, HIDDEN))
+    targets = jnp.asarray(np.random.RandomState(3).randint(0, VOCAB, 10))
+    targets = targets.at[4].set(-100)
+
+    def naive(w, h):
+        logp = jax.nn.log_softmax(h @ w.T, axis=-1)
+        picked = jnp.take_along_axis(logp, jnp.maximum(targets, 0)[:, None], -1)
+        return -jnp.sum(jnp.where(targets != -100, picked[:, 0], 0.0))
+
+    def chunked(w, h):
+        return chunked_nll(w, 3, h, targets)[0]
+
+    for argnums in (0, 1, (0, 1)):
+        got = jax.jit(jax.grad(chunked, argnums))(weight, hidden)
+        expected = jax.jit(jax.grad(naive, argnums))(weight, hidden)
+        for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
+        jaxpr = jax.make_jaxpr(jax.grad(chunked, argnums))(weight, hidden).jaxpr
+        products = [
+            e
+            for e in _eqns(jaxpr)
+            if e.primitive.name == "dot_general" and all(v.aval.ndim for v in e.invars)
+        ]
+        # the logits, and the products of their cotangent that a gradient needs
+        assert len(products) == 1 + len(np.atleast_1d(argnums)), argnums
+
+    # a per-example loss under `vmap`, differentiated
+    def row_loss(h, t):
+        return chunked_nll(weight, 3, h, t)[0]
+
+    rows = jax.jit(jax.vmap(jax.grad(row_loss)))(
+        hidden.reshape(2, 5, HIDDEN), targets.reshape(2, 5)
+    )
+    expected = jax.jit(jax.grad(naive, 1))(weight, hidden)
+    np.testing.assert_allclose(rows.reshape(10, HIDDEN), expected, rtol=1e-4, atol=1e-6)
+
+
 def test_under_jit_and_bfloat16(model):
     ids = _ids(5, (2, 11))
     low = bw.cast_floating(model, jnp.bfloat16)
@@ -176,6 +251,12 @@ def test_under_jit_and_bfloat16(model):
     loss, grads = bw.filter_jit(bw.filter_value_and_grad(bm.causal_lm_loss))(low, ids)
     assert loss.dtype == jnp.float32
     assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.bfloat16)}
+    # and as near the float32 model's gradient as bfloat16 allows (the whole
+    # logits' loss of the bfloat16 model: within 1% of each leaf's largest entry)
+    exact = bw.filter_jit(bw.filter_grad(naive_loss))(model, ids)
+    for g, e in zip(jax.tree.leaves(grads), jax.tree.leaves(exact), strict=True):
+        scale = float(jnp.max(jnp.abs(e)))
+        np.testing.assert_allclose(g.astype(jnp.float32), e, atol=2e-2 * scale)
 
 
 def test_master_float32_matmuls_run_in_bfloat16(model):
@@ -186,11 +267,19 @@ def test_master_float32_matmuls_run_in_bfloat16(model):
 
     jaxpr = jax.make_jaxpr(bw.filter_value_and_grad(loss))(model).jaxpr
     dots = [e for e in _eqns(jaxpr) if e.primitive.name == "dot_general"]
+    # the products of two arrays; the others scale a gradient by the loss's
+    # float32 cotangent (a scalar)
+    products = [e for e in dots if all(v.aval.ndim for v in e.invars)]
     vocab_dots = [
-        e for e in dots if VOCAB in {d for v in e.invars for d in v.aval.shape}
+        e for e in products if VOCAB in {d for v in e.invars for d in v.aval.shape}
     ]
-    assert len(vocab_dots) >= 3  # the head: forward, recomputed, two for backward
-    assert {v.aval.dtype for e in dots for v in e.invars} == {jnp.dtype(jnp.bfloat16)}
+    # the head: the logits and the two products of their cotangent, once each
+    # (a checkpointed chunk computes the logits again in the backward pass: 4)
+    assert len(vocab_dots) == 3, [
+        tuple(v.aval.shape for v in e.invars) for e in vocab_dots
+    ]
+    dtypes = {v.aval.dtype for e in products for v in e.invars}
+    assert dtypes == {jnp.dtype(jnp.bfloat16)}
     # the log-sum-exp is in float32
     exps = [e for e in _eqns(jaxpr) if e.primitive.name == "exp"]
     assert exps and {e.outvars[0].aval.dtype for e in exps} == {jnp.dtype(jnp.float32)}

@@ -4,7 +4,6 @@ backward."""
 
 from __future__ import annotations
 
-import functools
 import operator
 from typing import Any
 
@@ -17,6 +16,7 @@ from jaxtyping import Array, Float, Int
 from ._causal_lm import CausalLM
 from ._id_ranges import IGNORE_INDEX, check_labels
 from ._inputs import check_attention_mask
+from ._loss_chunks import chunked_nll
 from ._pretrained import Pretrained
 from ._training import dropout_key, stream_key
 
@@ -36,11 +36,14 @@ def causal_lm_loss(
     without ever holding the logits of every position at once.
 
     The logits are computed from the model's final hidden states and output
-    embedding `chunk_size` positions at a time, inside `jax.lax.map` under
-    `jax.checkpoint`, so both the forward and the backward pass hold at most
-    `chunk_size x vocab_size` logits (a batch's rows are joined into one stream of
-    positions first). Each chunk's logits are upcast to float32 (at least) before
-    the log-sum-exp, whatever the parameters' dtype.
+    embedding `chunk_size` positions at a time (a batch's rows are joined into
+    one stream of positions first), so at most `chunk_size x vocab_size` logits
+    exist at once. Each chunk's logits are upcast to float32 (at least) before
+    the log-sum-exp, whatever the parameters' dtype. Differentiated, each chunk's
+    gradients with respect to the hidden states and the output embedding are
+    computed while its logits are at hand, so the backward pass forms no logits
+    at all and the head's products run once each, as for the whole logits
+    (forward mode and higher derivatives work as usual).
 
     As `transformers`' `model(input_ids, labels=labels).loss`: position `t`
     predicts `labels[t + 1]` (the shift is done here; the last position predicts
@@ -129,7 +132,7 @@ def causal_lm_loss(
     )
     key = _dropout_key(model, key)
     hidden = _hidden_states(model, ids, attention, key)
-    total, count = _chunked_nll(
+    total, count = chunked_nll(
         weight, size, hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     )
     return total / jnp.maximum(count, 1).astype(total.dtype)
@@ -267,37 +270,3 @@ def _next_token_targets(
         targets = targets.reshape(ids.shape)
     last = jnp.full((ids.shape[0], 1), IGNORE_INDEX, labels.dtype)
     return jnp.concatenate([targets[:, 1:], last], axis=1)
-
-
-def _chunked_nll(
-    weight: Float[Array, "vocab hidden"], chunk_size: int, hidden: Array, targets: Array
-) -> tuple[Array, Array]:
-    """The summed negative log-likelihood of `targets` `(n,)` given `hidden` `(n,
-    hidden)`, and how many targets count."""
-    n = hidden.shape[0]
-    size = max(1, min(chunk_size, n))
-    chunks = -(-n // size)
-    pad = chunks * size - n
-    hidden = jnp.pad(hidden, ((0, pad), (0, 0))).reshape(chunks, size, -1)
-    targets = jnp.pad(targets, (0, pad), constant_values=IGNORE_INDEX)
-
-    # The checkpoint makes the backward pass recompute each chunk's logits rather
-    # than keep them all (`test_models_loss.py::test_no_whole_logits`).
-    @functools.partial(jax.checkpoint, prevent_cse=False)  # as scan bodies want
-    def one_chunk(xs: tuple[Array, Array]) -> tuple[Array, Array]:
-        return _chunk_nll(xs[0], xs[1], weight)
-
-    totals, counts = jax.lax.map(one_chunk, (hidden, targets.reshape(chunks, size)))
-    return jnp.sum(totals), jnp.sum(counts)
-
-
-def _chunk_nll(hidden: Array, targets: Array, weight: Array) -> tuple[Array, Array]:
-    logits = hidden @ weight.T  # in the model's dtype, as its own head computes them
-    wide = jnp.float64 if logits.dtype == jnp.float64 else jnp.float32
-    logits = logits.astype(wide)
-    counted = targets != IGNORE_INDEX
-    picked = jnp.take_along_axis(
-        logits, jnp.where(counted, targets, 0)[:, None], axis=-1
-    )[:, 0]
-    nll = jax.nn.logsumexp(logits, axis=-1) - picked
-    return jnp.sum(jnp.where(counted, nll, 0.0)), jnp.sum(counted)
