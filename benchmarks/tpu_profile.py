@@ -1,7 +1,9 @@
-"""What separates boxwood's GPT-2 training step from the hand-written one, read
-from the compiled programs and a profile, in one process:
+"""What separates boxwood's GPT-2 (or Llama) training step from the hand-written
+one, read from the compiled programs and a profile, in one process:
 
     python benchmarks/tpu_profile.py --out DIR          # GPT-2-small, 16 x 1024
+    python benchmarks/tpu_profile.py --case llama --only boxwood,whole,jax --out DIR
+                                                        # the 852M Llama, 4 x 2048
     python benchmarks/tpu_profile.py --quick --out DIR  # tiny sizes: checks the script
 
 For each step (boxwood with `causal_lm_loss`, boxwood with the whole-logits loss,
@@ -60,6 +62,8 @@ def _step(who: str, case: cases.TrainCase, kind: str) -> tuple:
     ids = jax.random.randint(jax.random.key(1), (case.batch, case.seq), 0,
                              case.options["vocab_size"])  # fmt: skip
     if who == "Flax NNX":  # its step updates model and optimiser in place
+        if case.name != "gpt2":
+            raise ValueError("Flax NNX's step is written for GPT-2 only")
         import _acc_nnx
 
         model = _acc_nnx.build(case.options, kind, REMAT, jnp.bfloat16)
@@ -218,7 +222,7 @@ def _measure(who: str, case: cases.TrainCase, kind: str, reps: int) -> dict:
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
-    lines = [f"# GPT-2 step profile ({meta['device']}, {meta['label']})", "",
+    lines = [f"# Training step profile ({meta['device']}, {meta['label']})", "",
              "| step | step ms | tokens/s | trace+lower s | compile s | TFLOP | GB accessed | fusions | custom calls | copies | rng |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
@@ -262,6 +266,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=HERE / "results")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--budget", type=float, default=1e9)
+    p.add_argument("--case", default="gpt2", choices=("gpt2", "llama"),
+                   help="the model (Flax NNX's step is GPT-2's only)")  # fmt: skip
     p.add_argument(
         "--only",
         default="boxwood,whole,jax,rbg,threefry",
@@ -269,7 +275,7 @@ def main() -> int:
     )
     args = p.parse_args()
     started = time.monotonic()
-    case = cases.train_cases(args.quick)["gpt2"]
+    case = cases.train_cases(args.quick)[args.case]
     kind = "splash" if jax.default_backend() == "tpu" else "xla"
     meta = {"device": jax.devices()[0].device_kind, "label": case.label, "attention": kind,
             "remat": REMAT, "jax": jax.__version__}  # fmt: skip

@@ -36,7 +36,8 @@
 # TPU_RUN_GENERATE_LAYOUTS=0 (it runs tpu_generate_profile.py only),
 # TPU_RUN_SWITCHES_ARGS (more options for decode_switches.py, e.g. "--batches 32"),
 # TPU_RUN_PROFILE_ARGS (options for tpu_profile.py, the phase "profile", within
-# TPU_RUN_FIRST_S; e.g. "--only whole,unrolled,nnx", flax installed for nnx),
+# TPU_RUN_FIRST_S; e.g. "--only whole,unrolled,nnx", flax installed for nnx, or
+# "--case llama --only boxwood,whole,jax" for the 852M Llama),
 # TPU_RUN_TEST_LIMIT (240: a test running longer is taken as hung, and pytest
 # starts again without the tests that ran), TPU_RUN_TESTS (the test paths, or @FILE for those listed in FILE, e.g.
 # @benchmarks/tpu_pending_tests.txt; default: TPU-relevant files first, tests/backends/test_tpu_only.py
