@@ -65,6 +65,25 @@ def test_vmap(getkey):
     )
 
 
+def test_a_batched_product_and_its_derivatives_need_no_transpose(getkey):
+    # the input comes first in the product, so `vmap` puts the batch axes where
+    # the result keeps them (with `weight @ x`: two transposes)
+    linear = nn.Linear(3, 5, key=getkey())
+    xs = jr.normal(getkey(), (4, 6, 3))
+
+    def loss(linear, xs):
+        return jnp.sum(jax.vmap(jax.vmap(linear))(xs) ** 2)
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(linear, xs).jaxpr
+    names = [e.primitive.name for e in jaxpr.eqns]
+    assert names.count("dot_general") == 3 and "transpose" not in names, names
+    g_linear, g_xs = jax.grad(loss, argnums=(0, 1))(linear, xs)
+    ys = xs @ linear.weight.T + linear.bias[None, None]
+    np.testing.assert_allclose(g_xs, 2 * ys @ linear.weight, rtol=1e-5, atol=1e-6)
+    expected = 2 * jnp.einsum("bso,bsi->oi", ys, xs)
+    np.testing.assert_allclose(g_linear.weight, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_jit_and_pytree(getkey):
     linear = nn.Linear(3, 2, key=getkey())
     leaves = jax.tree_util.tree_leaves(linear)

@@ -46,8 +46,11 @@ def _count(fn, args, name):
 
 
 def _close(a, b):
+    # XLA fuses and sums a scanned program and an unrolled one in different
+    # orders: float32 sums of terms of order one differ by about 1e-6 absolute
+    # (a Llama's gradient entry of 0.013 in its sum of squares: 1.3e-6)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("unroll", [True, 2, 5])

@@ -59,11 +59,13 @@ def _chunks(size: int, hidden: Array, targets: Array) -> tuple[Array, Array]:
 def _logits(hidden: Array, weight: Array) -> Array:
     """A chunk's logits, upcast for the log-sum-exp after the product, which runs
     in the model's dtype as its own head computes it."""
-    logits = hidden @ weight.T
+    logits = jnp.tensordot(hidden, weight, axes=(-1, -1))  # hidden @ weight.T
     return logits.astype(wide_dtype(logits.dtype))
 
 
-def _chunk_nll(hidden: Array, targets: Array, weight: Array) -> tuple[Array, Array]:
+def _chunk_nll(
+    hidden: Array, targets: Array, weight: Array
+) -> tuple[Array, tuple[Array, Array]]:
     """A chunk's summed negative log-likelihood, and its log-sum-exp and logits
     (for the gradient)."""
     logits = _logits(hidden, weight)
@@ -112,10 +114,11 @@ def _nll_and_gradients(
         d_logits = jnp.where(counted, d_logits, 0.0).astype(product)
         g_h = None
         if want_hidden:
-            g_h = jnp.matmul(d_logits, weight, preferred_element_type=wide)
+            g_h = jnp.tensordot(d_logits, weight, 1, preferred_element_type=wide)
             g_h = g_h.astype(hidden.dtype)
         if want_weight:
-            g_w = jnp.matmul(d_logits.T, h, preferred_element_type=wide)
+            # d_logits.T @ h, contracted as they lie (no transpose)
+            g_w = jnp.tensordot(d_logits, h, (0, 0), preferred_element_type=wide)
             g_weight = (g_weight.astype(wide) + g_w).astype(weight.dtype)
         return g_weight, (total, g_h)
 

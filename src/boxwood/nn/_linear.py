@@ -119,7 +119,11 @@ class Linear(Module):
             x = jnp.reshape(x, (1,))
         else:
             check_input(x, (self.in_features,), layer_name(self, "in_features"))
-        y = self.weight @ x
+        # `weight @ x` with the input first: under `jax.vmap` the product puts the
+        # batch axes first, where its result keeps them, and neither it nor its
+        # two derivatives need a transpose (`weight @ x` put the features first
+        # and took two; `x @ weight.T` three)
+        y = jnp.tensordot(x, self.weight, axes=(-1, 1))
         if self.bias is not None:
             y = y + self.bias
         if self.out_features == "scalar":
