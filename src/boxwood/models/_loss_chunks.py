@@ -153,9 +153,9 @@ def _nll_sum_jvp(
         size, weight, hidden, targets, want_hidden, want_weight
     )
     tangent = jnp.zeros((), total.dtype)
-    if want_hidden:
+    if g_hidden is not None:
         tangent = tangent + _inner(g_hidden, d_hidden, total.dtype)
-    if want_weight:
+    if g_weight is not None:
         tangent = tangent + _inner(g_weight, d_weight, total.dtype)
     return total, tangent
 
