@@ -94,6 +94,29 @@ def test_scan_vmap_jit(getkey, normal):
     np.testing.assert_allclose(out[1], run(xs[1]), atol=F32_ATOL)
 
 
+@pytest.mark.parametrize("cls", [nn.GRUCell, nn.LSTMCell])
+def test_a_batched_step_and_its_derivatives_need_no_transpose(getkey, cls):
+    # the products put the input first (`nn.Linear`'s `weight_times`): with
+    # `weight @ x` a GRU step's gradient took four transposes, an LSTM's two
+    cell = cls(3, 4, key=getkey())
+    xs = jax.random.normal(getkey(), (5, 3))
+    hs = jax.random.normal(getkey(), (5, 4))
+    state = hs if cls is nn.GRUCell else (hs, jnp.tanh(hs))
+
+    def loss(cell, xs):
+        out = jax.vmap(cell)(xs, state)
+        return sum(jnp.sum(o**2) for o in jax.tree.leaves(out))
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(cell, xs).jaxpr
+    names = [e.primitive.name for e in jaxpr.eqns]
+    assert names.count("dot_general") == 5 and "transpose" not in names, names
+    # the same values as one example at a time
+    one = cell(xs[1], jax.tree.map(lambda a: a[1], state))
+    batched = jax.tree.map(lambda a: a[1], jax.vmap(cell)(xs, state))
+    for a, b in zip(jax.tree.leaves(batched), jax.tree.leaves(one), strict=True):
+        np.testing.assert_allclose(a, b, rtol=tolerance(cpu=1e-6, accelerator=1e-5))
+
+
 def test_bf16_forward(getkey):
     dtype = jnp.bfloat16
     gru = nn.GRUCell(3, 2, dtype=dtype, key=getkey())

@@ -13,6 +13,15 @@ from ._input_checks import check_input, layer_name
 _T = TypeVar("_T")
 
 
+def weight_times(weight: Array, x: Array) -> Array:
+    """`weight @ x` for a vector `x`, computed with `x` first in the product: under
+    `jax.vmap` the product then puts the batch axes first, where its result
+    keeps them, and neither it nor its two derivatives need a transpose
+    (`weight @ x` put the features first and took two; `x @ weight.T` three).
+    The layers' products (`Linear`, the recurrent cells) all go through here."""
+    return jnp.tensordot(x, weight, axes=(-1, 1))
+
+
 def _check_features(value: Any, arg: str) -> None:
     ok = value == "scalar" or (
         isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -119,11 +128,7 @@ class Linear(Module):
             x = jnp.reshape(x, (1,))
         else:
             check_input(x, (self.in_features,), layer_name(self, "in_features"))
-        # `weight @ x` with the input first: under `jax.vmap` the product puts the
-        # batch axes first, where its result keeps them, and neither it nor its
-        # two derivatives need a transpose (`weight @ x` put the features first
-        # and took two; `x @ weight.T` three)
-        y = jnp.tensordot(x, self.weight, axes=(-1, 1))
+        y = weight_times(self.weight, x)
         if self.bias is not None:
             y = y + self.bias
         if self.out_features == "scalar":

@@ -12,6 +12,7 @@ from .._init import split_keys
 from .._module import Module, field
 from ._defaults import resolve_dtype, uniform_bound, uniform_init
 from ._input_checks import check_input, layer_name
+from ._linear import weight_times
 
 
 def _check_step(cell: Any, x: Any, h: Any, what: str = "hidden") -> None:
@@ -130,8 +131,10 @@ class GRUCell(Module):
         **Returns:** the new hidden state, shape `(hidden_size,)`.
         """
         _check_step(self, input, hidden)
-        from_input = _with_bias(self.weight_ih @ input, self.bias).reshape(3, -1)
-        from_hidden = (self.weight_hh @ hidden).reshape(3, -1)
+        from_input = _with_bias(weight_times(self.weight_ih, input), self.bias).reshape(
+            3, -1
+        )
+        from_hidden = weight_times(self.weight_hh, hidden).reshape(3, -1)
         if self.bias_n is not None:  # use_bias: b_hn sits inside the reset product
             from_hidden = from_hidden.at[2].add(self.bias_n)
         return _gru_blend(from_input, from_hidden, hidden)
@@ -216,7 +219,10 @@ class LSTMCell(Module):
         h, c = hidden
         _check_step(self, input, h, what="hidden h")
         _check_step(self, input, c, what="cell state c")
-        rows = _with_bias(self.weight_ih @ input + self.weight_hh @ h, self.bias)
+        rows = _with_bias(
+            weight_times(self.weight_ih, input) + weight_times(self.weight_hh, h),
+            self.bias,
+        )
         rows = rows.reshape(4, -1)  # input, forget, cell, output
         opened = jnn.sigmoid(rows)  # (row 2, the cell gate, is squashed by tanh)
         cell = opened[1] * c + opened[0] * jnp.tanh(rows[2])
