@@ -83,3 +83,21 @@ def test_a_call_without_a_cache_slices_the_position_embedding():
     assert step._replace(start=30).position_rows(wpe, 4).shape == (4, 32)
     traced = jax.make_jaxpr(lambda s: step._replace(start=s).position_rows(wpe, 4))
     assert "gather" in str(traced(jnp.int32(2)))
+
+
+def test_one_token_attention_in_bfloat16_under_strict_promotion():
+    # the suite runs with `jax_numpy_dtype_promotion="strict"`, where
+    # `jnp.promote_types(bfloat16, float32)` raises: the sums' dtype is chosen
+    # without it (`wide_dtype`), so a bfloat16 model's decoding step works there
+    keys = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(keys[0], (1, 4, 8))
+    k, v = (jax.random.normal(key, (5, 2, 8)) for key in keys[1:])
+    visible = jnp.arange(5) < 4
+    low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    with jax.numpy_dtype_promotion("strict"):
+        got = bm._attend._one_token(*low, visible)
+    assert got.dtype == jnp.bfloat16
+    expected = bm._attend._one_token(q, k, v, visible)
+    np.testing.assert_allclose(got.astype(jnp.float32), expected, atol=3e-2)
+    assert bm._attend.wide_dtype(jnp.float64) == jnp.float64
+    assert bm._attend.wide_dtype(jnp.bfloat16) == jnp.float32

@@ -170,9 +170,11 @@ def _explicit(
     return out.reshape(seq, heads, dim).astype(v.dtype)
 
 
-def _wide(dtype: Any) -> Any:
-    """The dtype products over `dtype` are summed in: float32, or float64."""
-    return jnp.promote_types(dtype, jnp.float32)
+def wide_dtype(dtype: Any) -> Any:
+    """The dtype products and log-sum-exps over `dtype` are taken in: float64
+    for float64, else float32 (not `jnp.promote_types`, which raises for
+    bfloat16 under `jax_numpy_dtype_promotion="strict"`)."""
+    return jnp.float64 if dtype == jnp.float64 else jnp.float32
 
 
 def _one_token(q: Array, k: Array, v: Array, visible: Array) -> Array:
@@ -181,7 +183,7 @@ def _one_token(q: Array, k: Array, v: Array, visible: Array) -> Array:
     summed and normalised in float32."""
     _, heads, dim = q.shape
     kv_heads = k.shape[1]
-    wide = _wide(q.dtype)
+    wide = wide_dtype(q.dtype)
     grouped = q.reshape(kv_heads, heads // kv_heads, dim)
     scores = jnp.einsum("hrd,thd->hrt", grouped, k, preferred_element_type=wide)
     scores = jnp.where(visible, scores / math.sqrt(dim), jnp.finfo(wide).min)
@@ -201,7 +203,7 @@ def _one_token_grouped(q: Array, k: Array, v: Array, visible: Array) -> Array:
     parts, _, width = k.shape
     g = width // dim
     rep = heads // (parts * g)
-    wide = _wide(q.dtype)
+    wide = wide_dtype(q.dtype)
     eye = jnp.eye(g, dtype=q.dtype)[None, :, None, :, None]
     blocks = q.reshape(parts, g, rep, 1, dim) * eye  # (parts, g, rep, g, dim)
     blocks = blocks.reshape(parts, g, rep, width)

@@ -23,12 +23,8 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Float, Int
 
+from ._attend import wide_dtype
 from ._id_ranges import IGNORE_INDEX
-
-
-def wide_dtype(dtype: Any) -> Any:
-    """The dtype of the log-sum-exp: float64 for float64 logits, else float32."""
-    return jnp.float64 if dtype == jnp.float64 else jnp.float32
 
 
 def chunked_nll(
