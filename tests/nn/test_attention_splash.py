@@ -133,6 +133,27 @@ def test_kernel_products_under_highest_precision(dtype):
     assert precisions == ({highest} if dtype == jnp.float32 else {default})
 
 
+def test_building_the_kernel_compiles_nothing_the_callers_context_has(count_compiles):
+    """Building a splash kernel stages its mask arrays onto the device by small
+    programs that JAX caches per trace context. boxwood builds it in the
+    caller's context, not inside the default matrix-product precision its
+    bfloat16 products are traced at, so a first trace compiles no program that
+    building the same kernel in the caller's context has compiled already
+    (built inside that precision, two more compiled on every first step)."""
+    heads = _heads((1, 256, 2, 64), dtype=jnp.bfloat16)
+    attend = lambda q, k, v: _fused_attention.fused_attention(
+        q, k, v, is_causal=True, implementation="splash"
+    )
+    arguments = (True, None, 2, 256, 256, False, True)  # as `attend` builds it
+    _splash._kernel.cache_clear()
+    _splash._kernel(*arguments)  # in this context: its programs compile here
+    _splash._kernel.cache_clear()
+    with count_compiles() as compiled:
+        jax.make_jaxpr(attend)(*heads)
+    assert compiled == []
+    assert _splash._kernel.cache_info().currsize == 1  # the kernel was built again
+
+
 def test_segment_ids_mask_xla_attention():
     """Through XLA's attention a query attends only to keys of its own segment."""
     q, k, v = _heads((1, 6, 1, 8))

@@ -162,17 +162,16 @@ def _unsharded(config: Config, n_ids: int) -> Callable[..., Array]:
     `n_ids` segment-id arrays: the kernel's own forward and backward passes (its
     residuals saved, nothing recomputed), each traced at `_kernel_precision`."""
 
-    def kernel(q: Array, k: Array, v: Array, ids: tuple[Array, ...]) -> Array:
-        return _kernel_call(config, q, k, ids)(q, k, v)
-
     @jax.custom_vjp
     def attention(q: Array, k: Array, v: Array, *ids: Array) -> Array:
+        call = _kernel_call(config, q, k, ids)
         with _kernel_precision(q.dtype):
-            return kernel(q, k, v, ids)
+            return call(q, k, v)
 
     def attention_fwd(q: Array, k: Array, v: Array, *ids: Array) -> tuple:
+        call = _kernel_call(config, q, k, ids)
         with _kernel_precision(q.dtype):
-            return jax.vjp(lambda q, k, v: kernel(q, k, v, ids), q, k, v)
+            return jax.vjp(call, q, k, v)
 
     def attention_bwd(pullback: Any, grad: Array) -> tuple:
         with _kernel_precision(grad.dtype):  # the output's dtype: the heads'
@@ -201,8 +200,8 @@ def _folded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _local_forward(config: Config, q: Array, k: Array, v: Array, *ids: Array) -> Array:
+    kernel = _kernel_call(config, q, k, ids)
     with _kernel_precision(q.dtype):
-        kernel = _kernel_call(config, q, k, ids)
         return kernel(q, k, v)
 
 
@@ -210,8 +209,8 @@ def _local_backward(
     config: Config, q: Array, k: Array, v: Array, *rest: Array
 ) -> tuple[Array, Array, Array]:
     *ids, grad = rest
+    kernel = _kernel_call(config, q, k, tuple(ids))
     with _kernel_precision(q.dtype):
-        kernel = _kernel_call(config, q, k, tuple(ids))
         _, pullback = jax.vjp(kernel, q, k, v)
         return pullback(grad)
 
@@ -221,7 +220,12 @@ def _kernel_precision(dtype: Any) -> contextlib.AbstractContextManager:
     bfloat16 heads take the default: Mosaic has no float32-contract product of
     bfloat16 operands, so a `jax_default_matmul_precision` of `"highest"` (set
     for float32 numerics elsewhere in a program) would otherwise stop the kernel
-    compiling. Float32 heads keep the precision the program set."""
+    compiling. Float32 heads keep the precision the program set.
+
+    The kernel is built (`_kernel_call`) before this block is entered: building
+    it stages its mask arrays onto the device by small programs that JAX keys
+    on the trace context, so built here it compiled two programs more than the
+    same kernel built in the caller's context."""
     if jnp.dtype(dtype) == jnp.float32:
         return contextlib.nullcontext()
     return jax.default_matmul_precision("default")
