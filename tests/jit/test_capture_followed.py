@@ -210,6 +210,30 @@ def test_helper_in_a_dict():
         np.testing.assert_allclose(step(X), _shifted(X))
 
 
+def _shift_by(v, helper=_shifted):
+    return helper(v)
+
+
+def _shift_by_keyword(v, *, helpers=HELPERS):
+    return helpers["shift"](v)
+
+
+@pytest.mark.parametrize(
+    "fun",
+    [_shift_by, _shift_by_keyword, lambda v: _shift_by(v)],
+    ids=["positional", "keyword_only_dict", "called_by_the_function"],
+)
+def test_a_helper_held_as_a_default_value_sees_the_rebound_global(fun):
+    """A helper held as a parameter's default value (`def f(v, helper=helper)`)
+    is followed like one read by name: the array it reads is an input (one
+    trace), and rebinding it gives the new result (the old one before)."""
+    step = bw.filter_jit(fun)
+    for value in (0.0, 1.0, 2.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(X), _shifted(X))
+    assert step.cache_info().traces == 1
+
+
 def test_partial_of_a_helper_read_from_a_global():
     globals()["_PART"] = functools.partial(_shifted)
     step = bw.filter_jit(lambda v: _PART(v))  # noqa: F821

@@ -5,7 +5,8 @@ function of the same module it reaches from a name it reads: a function, a
 `filter_jit`, `filter_grad`, `filter_value_and_grad` or `filter_vmap` wrapper, a
 function wrapper that keeps the function in its closure (`jax.vmap`, `jax.grad`,
 `functools.wraps` decorators), a `functools.partial`, a bound method, or a dict,
-list or tuple of those. These are *followed*: at trace time they are copied
+list or tuple of those, named or held as a parameter's default value
+(`def f(x, helper=helper)`). These are *followed*: at trace time they are copied
 around the traced values (`_rebuild.py`), so what they read is an input.
 
 Methods and class attributes (`model(x)` runs `type(model).__call__`, `C.helper`
@@ -256,6 +257,8 @@ class Reads:
             self._scan_globals(h, fol, loads)
             if fol:
                 self._scan_cells(h, deref_stores)
+                for value in defaults(h):  # `def f(x, helper=helper)`
+                    self._follow(value, True)
         # weakly (a helper may hold `fun`): when one dies, its id in `roots` may be
         # reused by a new function, so the scan is out of date
         self._alive = [weakref.ref(f) for f, _ in functions]
@@ -336,6 +339,11 @@ class Reads:
             # another object holding the same functions (a partial made anew)
             self.roots[name] = (id(value), functions)
         return False
+
+
+def defaults(fun: types.FunctionType) -> list[Any]:
+    """The default values of `fun`'s parameters, positional and keyword-only."""
+    return [*(fun.__defaults__ or ()), *(fun.__kwdefaults__ or {}).values()]
 
 
 def _functions(value: Any, g: dict) -> frozenset:

@@ -13,6 +13,7 @@ import itertools
 import threading
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -58,10 +59,20 @@ def _key(value: Any) -> Any:
 
 
 def copy_function(
-    fun: types.FunctionType, g: dict, closure: tuple | None
+    fun: types.FunctionType,
+    g: dict,
+    closure: tuple | None,
+    value: Callable[[Any], Any] | None = None,
 ) -> types.FunctionType:
-    new = types.FunctionType(fun.__code__, g, fun.__name__, fun.__defaults__, closure)
-    new.__kwdefaults__ = fun.__kwdefaults__
+    """`fun` with globals `g` and `closure`; its default values are passed
+    through `value` where given (a default holding a followed function)."""
+    positional, keywords = fun.__defaults__, fun.__kwdefaults__
+    if value is not None and positional:
+        positional = tuple(value(d) for d in positional)
+    if value is not None and keywords:
+        keywords = {name: value(d) for name, d in keywords.items()}
+    new = types.FunctionType(fun.__code__, g, fun.__name__, positional, closure)
+    new.__kwdefaults__ = keywords
     new.__qualname__ = fun.__qualname__
     new.__dict__.update(fun.__dict__)
     return new
@@ -372,7 +383,8 @@ class Rebuilder:
         if typ is types.FunctionType:
             if v.__globals__ is self.capture.g:
                 closure = v.__closure__ and tuple(map(self.cell, v.__closure__))
-                return copy_function(v, self.new_g, closure)
+                default = lambda d: self.value(d, depth + 1)
+                return copy_function(v, self.new_g, closure, default)
             if not v.__closure__:
                 return v
             closure = tuple(self.cell(c, depth + 1) for c in v.__closure__)
