@@ -25,7 +25,10 @@ order reversed every other round, and reports the medians: a user's first step,
 with nothing compiled before it. `--cache DIR` turns on JAX's persistent compilation cache in
 DIR: a second run with the same DIR measures first steps from the cache
 (a program holding a host callback, such as boxwood's id checks, is never
-cached by JAX). Writes `first_step.json` and `first_step.md` into `--out`
+cached by JAX; the column "host callbacks" counts them). `--profile` writes a
+`cProfile` of each first step (what its trace and lowering spend time on) into
+`--out`, with `--fresh` from one more process per contender after the timed
+ones. Writes `first_step.json` and `first_step.md` into `--out`
 after each contender (a run cut short keeps what it measured).
 """
 
@@ -66,7 +69,8 @@ CONTENDERS = {
 
 
 def _boxwood(case: cases.TrainCase, kind: str, dropout: str | None) -> tuple:
-    """`(run, lowered_text)` of boxwood's step: `run(n)` takes `n` steps."""
+    """`(run, lower)` of boxwood's step: `run(n)` takes `n` steps, `lower()`
+    lowers it (JAX's `Lowered`, or boxwood's around it)."""
     if dropout is not None:
         bw.nn.set_dropout_generator(dropout)
     model = _acc_boxwood.prepared(case.name, case.options, kind, REMAT, jnp.bfloat16,
@@ -98,12 +102,10 @@ def _boxwood(case: cases.TrainCase, kind: str, dropout: str | None) -> tuple:
             carry[0], carry[1], carry[2] = step(data, carry[0], carry[1])
         return jax.block_until_ready(carry[2])
 
-    def text() -> str:
-        return step.lower(
-            (ids, base, np.asarray(0, np.int32)), carry[0], carry[1]
-        ).as_text()
+    def lowered() -> Any:
+        return step.lower((ids, base, np.asarray(0, np.int32)), carry[0], carry[1])
 
-    return run, text
+    return run, lowered
 
 
 def _jax(case: cases.TrainCase, kind: str) -> tuple:
@@ -120,10 +122,10 @@ def _jax(case: cases.TrainCase, kind: str) -> tuple:
             carry[0], carry[1], carry[2] = step(ids, carry[0], carry[1])
         return jax.block_until_ready(carry[2])
 
-    def text() -> str:
-        return step.lower(ids, carry[0], carry[1]).as_text()
+    def lowered() -> Any:
+        return step.lower(ids, carry[0], carry[1])
 
-    return run, text
+    return run, lowered
 
 
 def _ids(case: cases.TrainCase) -> jax.Array:
@@ -148,21 +150,56 @@ def _warm_up(case: cases.TrainCase, kind: str) -> None:
     run(1)
 
 
+def _host_callbacks(program: Any, text: str) -> int:
+    """The host callbacks JAX compiles with `program` (what keeps a program out
+    of its persistent cache); from the text where JAX's lowering is not at hand
+    (on the CPU a callback is a custom call; on a TPU, sends and receives)."""
+    lowering = getattr(program, "_lowering", None)
+    found = getattr(lowering, "compile_args", {}).get("host_callbacks")
+    if found is not None:
+        return len(found)
+    return len(re.findall(r"custom_call @\w*callback", text))
+
+
+def _profiled(key: str, out: Path | None, first: Any) -> Any:
+    """`first()`, under `cProfile` when `out` is given: the 60 functions of the
+    most cumulative time into `out/profile-<key>.txt` (the timing then includes
+    the profiler's overhead)."""
+    if out is None:
+        return first()
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    result = profile.runcall(first)
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(60)
+    (out / f"profile-{key}.txt").write_text(text.getvalue())
+    return result
+
+
 def measure(
-    key: str, case: cases.TrainCase, kind: str, reps: int, target: float
+    key: str,
+    case: cases.TrainCase,
+    kind: str,
+    reps: int,
+    target: float,
+    profile: Path | None = None,
 ) -> dict:
     started = time.perf_counter()
     if key == "jax":
-        run, text = _jax(case, kind)
+        run, lower = _jax(case, kind)
     else:
-        run, text = _boxwood(case, kind, None if key == "none" else key)
+        run, lower = _boxwood(case, kind, None if key == "none" else key)
     build_s = time.perf_counter() - started
     with Compiles() as compiles:
         start = time.perf_counter()
-        loss = float(run(1))
+        loss = float(_profiled(key, profile, lambda: run(1)))
         first = time.perf_counter() - start
     t = compiles.totals
-    lowered = text()
+    program = lower()
+    lowered = program.as_text()
     per_step, samples = steady_time(run, reps, target)
     return {
         "contender": CONTENDERS[key], "key": key, "build_s": build_s,
@@ -172,7 +209,7 @@ def measure(
         "stablehlo_lines": lowered.count("\n"),
         "threefry_calls": len(re.findall(r"call @_?threefry", lowered)),
         "rng_bit_generator": lowered.count("rng_bit_generator"),
-        "host_callbacks": len(re.findall(r"custom_call @\w*callback", lowered)),
+        "host_callbacks": _host_callbacks(program, lowered),
         "step_ms": per_step * 1e3, "step_samples_ms": [s * 1e3 for s in samples],
         "tokens_per_s": case.tokens / per_step, "first_loss": loss,
     }  # fmt: skip
@@ -218,6 +255,18 @@ def fresh_rounds(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
                 json.dumps({"meta": meta_now, "rows": rows, "runs": runs}, indent=1, default=str)
             )  # fmt: skip
             (args.out / "first_step.md").write_text(markdown(rows, meta_now))
+    if args.profile:  # one more process each, profiled: not among the figures
+        for key in order:
+            child_out = args.out / f"profiled-{key}"
+            command = [sys.executable, __file__, "--order", key, "--out", str(child_out),
+                       "--reps", "1", "--target", "0", "--profile"]  # fmt: skip
+            command += ["--warm"] * args.warm + ["--quick"] * args.quick
+            print(f"[tpu_first_step] profiled: {CONTENDERS[key]}", file=sys.stderr, flush=True)
+            try:
+                subprocess.run(command, timeout=args.child_timeout, check=False,
+                               stdout=subprocess.DEVNULL)  # fmt: skip
+            except (subprocess.TimeoutExpired, OSError) as error:
+                print(f"[tpu_first_step] profiled {key}: {error}", file=sys.stderr)
     print((args.out / "first_step.md").read_text())
     return 0
 
@@ -316,6 +365,11 @@ def main() -> int:
         help="each contender in its own process, ROUNDS rounds in alternating order",
     )  # fmt: skip
     p.add_argument("--child-timeout", type=float, default=150.0, help="with --fresh")
+    p.add_argument(
+        "--profile", action="store_true",
+        help="cProfile each first step into OUT/profile-<key>.txt (with --fresh: "
+        "in one more process per contender, after the timed rounds)",
+    )  # fmt: skip
     args = p.parse_args()
     if args.quick or os.environ.get("TPU_FIRST_STEP_QUICK") == "1":
         args.quick = True
@@ -355,7 +409,8 @@ def main() -> int:
             continue
         print(f"[tpu_first_step] {CONTENDERS[key]}", file=sys.stderr, flush=True)
         try:
-            rows.append(measure(key, case, kind, args.reps, args.target))
+            profile = args.out if args.profile else None
+            rows.append(measure(key, case, kind, args.reps, args.target, profile))
         except Exception as error:  # noqa: BLE001 - one failed contender, reported
             rows.append({"contender": CONTENDERS[key], "key": key,
                          "error": f"{type(error).__name__}: {str(error)[:300]}"})  # fmt: skip
