@@ -14,7 +14,16 @@ import pytest
 import boxwood
 import boxwood.models as bm
 import boxwood.nn as nn
-from boxwood._init import keep_mask, resolved_generator, stream_key
+from boxwood._init import (
+    LAYER,
+    PART,
+    ROW,
+    derived_key,
+    keep_mask,
+    resolved_generator,
+    split_keys_of,
+    stream_key,
+)
 from boxwood.models._training import layer_key, split
 
 N = 65536  # entries per mask: a rate's standard error is below 0.002
@@ -139,10 +148,12 @@ def test_a_model_step_with_rbg_masks_is_reproducible_and_changes_with_the_key():
     the same key gives the same loss and gradient, another key another loss,
     and the loss differs from the inference model's. The step is one compiled
     program (no key work outside it), whose only threefry hash is the one that
-    turns the step's key into the generator's (the layers' keys, the rows' and
-    every mask's seed are `RngBitGenerator` draws): each hash would be a loop
-    of some 20 rounds, unrolled on a TPU, at every dropout forward and
-    recomputed backward."""
+    turns the step's key into the generator's (each hash would be a loop of
+    some 20 rounds, unrolled on a TPU, at every dropout forward and recomputed
+    backward), and whose only `RngBitGenerator` draws are the masks': the
+    layers', parts' and rows' keys are hashes of the key's words
+    (`derived_key`), where JAX's `unsafe_rbg` `split` and `fold_in` drew
+    five more words of keys in each block and four outside."""
     config = bm.GPT2Config(
         vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=4
     )
@@ -166,7 +177,9 @@ def test_a_model_step_with_rbg_masks_is_reproducible_and_changes_with_the_key():
         jax.monitoring.unregister_event_duration_listener(listen)
     assert len(compiles) == 1
     assert len(re.findall(r"call @_?threefry", text)) == 1
-    assert "rng_bit_generator" in text
+    # the embeddings' mask; in the scanned block, the attention probabilities',
+    # the attention output's and the MLP output's (nine draws before)
+    assert text.count("rng_bit_generator") == 4
     # (jitted: run eagerly, each of the model's operations would compile alone)
     off = float(boxwood.filter_jit(bm.causal_lm_loss)(nn.inference_mode(model), ids))
     assert float(a) == float(b) and float(a) != float(c) and float(a) != off
@@ -183,7 +196,7 @@ def test_model_keys_drawn_by_rbg_give_independent_masks():
     p = 0.5
 
     def masks(step_key):
-        rows = jr.split(stream_key(step_key), 2)
+        rows = split_keys_of(stream_key(step_key), 2, ROW)
 
         def row(key):
             def body(_, i):
@@ -225,3 +238,38 @@ def test_stream_key_with_threefry_is_the_key_and_with_rbg_draws_from_it():
         rbg = jr.key(3, impl="rbg")  # its words are kept
         np.testing.assert_array_equal(jr.key_data(stream_key(rbg)), jr.key_data(rbg))
         assert stream_key(None) is None
+
+
+def test_derived_keys_differ_along_every_path():
+    """The models' keys with rbg masks are hashes of the stream key's words
+    (`derived_key`): a number's key differs by purpose (layer, part, row), by
+    number, and from the key it came from, and deriving again with the same
+    number does not return to an earlier key (as XOR with a tweak alone would:
+    a part of a part would be the layer's own key). Traced numbers (a layer's
+    index in the scan) give the keys that concrete ones give."""
+    with nn.dropout_generator("rbg"):
+        root = stream_key(jr.key(5))
+        layer = derived_key(root, 1, LAYER)
+        keys = {
+            "root": root,
+            "layer 0": derived_key(root, 0, LAYER),
+            "layer 1": layer,
+            "part 1": derived_key(root, 1, PART),
+            "row 1": derived_key(root, 1, ROW),
+            "layer 1, part 0": split(layer, 2)[0],
+            "layer 1, part 1": split(layer, 2)[1],
+            "layer 1, part 0, part 0": split(split(layer, 2)[0], 2)[0],
+            "layer 1, layer 1": derived_key(layer, 1, LAYER),
+        }
+        words = {name: jr.key_data(k).tobytes() for name, k in keys.items()}
+        assert len(set(words.values())) == len(words)
+        traced = jax.jit(lambda i: jr.key_data(derived_key(root, i, LAYER)))(1)
+        np.testing.assert_array_equal(traced, jr.key_data(layer))
+        rows = split_keys_of(root, 3, ROW)
+        np.testing.assert_array_equal(jr.key_data(rows[1]), jr.key_data(keys["row 1"]))
+    assert str(jr.key_impl(layer)) == "unsafe_rbg"
+    with nn.dropout_generator("threefry"):  # threefry keys: JAX's own rules
+        np.testing.assert_array_equal(
+            jr.key_data(split_keys_of(jr.key(5), 2, ROW)),
+            jr.key_data(jr.split(jr.key(5), 2)),
+        )

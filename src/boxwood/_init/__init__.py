@@ -10,10 +10,16 @@ from ._draw import draw as draw
 from ._draw import normal as normal
 from ._draw import truncated_normal as truncated_normal
 from ._draw import uniform as uniform
+from ._dropout_bits import LAYER as LAYER
+from ._dropout_bits import PART as PART
+from ._dropout_bits import ROW as ROW
+from ._dropout_bits import derived_key as derived_key
 from ._dropout_bits import generator_in_thread as generator_in_thread
+from ._dropout_bits import is_stream as is_stream
 from ._dropout_bits import keep_mask as keep_mask
 from ._dropout_bits import resolved_generator as resolved_generator
 from ._dropout_bits import set_default_generator as set_default_generator
+from ._dropout_bits import split_keys_of as split_keys_of
 from ._dropout_bits import stream_key as stream_key
 from ._jax_initializers import fast_call as fast_call
 from ._keys import split_keys as split_keys

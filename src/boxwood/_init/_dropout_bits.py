@@ -79,8 +79,9 @@ def stream_key(key: Any) -> Any:
     """The key from which a model derives the dropout keys of its parts and
     layers (`split`, `fold_in`), as the generator of the masks wants it: with
     threefry, `key` itself; with `rbg`, an `unsafe_rbg` key seeded by four words
-    drawn from `key` (a key of the `rbg` family keeps its words), whose `split`
-    and `fold_in` are draws of `RngBitGenerator` too. A model then hashes with
+    drawn from `key` (a key of the `rbg` family keeps its words), from which
+    the models derive their layers', parts' and rows' keys by `derived_key`
+    (no draw). A model then hashes with
     threefry once per call, here, where deriving threefry keys per layer and
     per part (and seeding each mask from one) would put a threefry hash at every
     dropout of every layer, forward and recomputed backward, into the compiled
@@ -102,6 +103,75 @@ def stream_key(key: Any) -> Any:
     elif jnp.shape(key) != (2,):
         return key
     return jr.wrap_key_data(jr.bits(key, (4,), jnp.uint32), impl="unsafe_rbg")
+
+
+# What a derived key is for (`derived_key`): the same number under two purposes
+# gives two keys.
+LAYER, PART, ROW = 1, 2, 3
+_WORD = 0xFFFFFFFF
+# Odd multipliers: the golden ratio's and murmur3's (to 32 bits).
+_GOLDEN, _M1, _M2 = 0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35
+_LANES = np.asarray([(i * _M2 + 1) & _WORD for i in range(4)], np.uint32)
+
+
+def _mix(x: Any) -> Any:
+    """murmur3's finaliser on each uint32 word: a bijection in which every
+    input bit flips each output bit with probability about 1/2."""
+    x = x ^ (x >> 16)
+    x = x * np.uint32(_M1)
+    x = x ^ (x >> 13)
+    x = x * np.uint32(_M2)
+    return x ^ (x >> 16)
+
+
+def _tweak(number: Any, purpose: int) -> Any:
+    """Four uint32 words for `(number, purpose)`: NumPy constants for numbers
+    known when tracing (an array of numbers gives one row each), computed in the
+    program for a traced one."""
+    base = np.uint32((purpose * _M1) & _WORD)
+    if isinstance(number, jax.core.Tracer):
+        words = number.astype(jnp.uint32) * np.uint32(_GOLDEN)
+        return _mix(words[..., None] + base + _LANES)
+    numbers = np.asarray(number, np.int64) & _WORD
+    words = ((numbers * _GOLDEN) & _WORD).astype(np.uint32)
+    return _mix(words[..., None] + base + _LANES)
+
+
+def derived_key(key: Any, number: Any, purpose: int) -> Any:
+    """The `unsafe_rbg` key for `number` (an integer, traced or not: a layer's
+    index inside the scan over the layers; or an array of them, for a stack of
+    keys) and `purpose` (`LAYER`, `PART` or `ROW`) derived from `key`, an
+    `unsafe_rbg` key (`stream_key`'s).
+
+    Its words are `key`'s XORed with a tweak of the pair, each then mixed by
+    murmur3's finaliser: a few integer operations on four words (none for a
+    number known when tracing but the XOR and the mix), where JAX's
+    `unsafe_rbg` `split` and `fold_in` each draw from `RngBitGenerator`. The
+    mix is a bijection of each word, so keys derived from one key with two
+    pairs differ, as do keys derived from two keys with one pair; and unlike
+    XOR with a tweak alone (JAX's `fold_in` for these keys), deriving twice
+    with the same pair does not return to an earlier key."""
+    tweak = _tweak(number, purpose)
+    words = jnp.broadcast_to(jax.random.key_data(key), tweak.shape)
+    return jax.random.wrap_key_data(_mix(words ^ tweak), impl="unsafe_rbg")
+
+
+def is_stream(key: Any) -> bool:
+    """Whether `key` is one key of the `unsafe_rbg` family (what `stream_key`
+    makes for rbg masks): its parts' keys are then `derived_key`'s."""
+    return (
+        jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+        and key.ndim == 0
+        and str(jr.key_impl(key)) == "unsafe_rbg"
+    )
+
+
+def split_keys_of(key: Any, n: int, purpose: int) -> Any:
+    """`n` keys from `key`, stacked: `derived_key`'s for an `unsafe_rbg` key
+    (one per number `0, ..., n - 1`), `jax.random.split`'s otherwise."""
+    if is_stream(key):
+        return derived_key(key, np.arange(n), purpose)
+    return jr.split(key, n)
 
 
 def keep_mask(key: Any, q: float, shape: tuple[int, ...]) -> Any:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .._init import ROW, split_keys_of
 from ._causal_lm import CausalLM
 from ._id_ranges import IGNORE_INDEX, check_labels
 from ._inputs import check_attention_mask
@@ -167,7 +168,7 @@ def _hidden_states(model: Any, ids: Array, attention: Any, key: Any) -> Array:
     attention mask and its own dropout key (split from `key`)."""
     kwargs: dict[str, Any] = {}
     if key is not None:
-        kwargs["key"] = jax.random.split(key, ids.shape[0])
+        kwargs["key"] = split_keys_of(key, ids.shape[0], ROW)
     if attention is not None:
         kwargs["attention_mask"] = attention
     names = tuple(kwargs)
