@@ -261,7 +261,11 @@ def fresh_rounds(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
             command = [sys.executable, __file__, "--order", key, "--out", str(child_out),
                        "--reps", "1", "--target", "0", "--profile"]  # fmt: skip
             command += ["--warm"] * args.warm + ["--quick"] * args.quick
-            print(f"[tpu_first_step] profiled: {CONTENDERS[key]}", file=sys.stderr, flush=True)
+            print(
+                f"[tpu_first_step] profiled: {CONTENDERS[key]}",
+                file=sys.stderr,
+                flush=True,
+            )
             try:
                 subprocess.run(command, timeout=args.child_timeout, check=False,
                                stdout=subprocess.DEVNULL)  # fmt: skip
