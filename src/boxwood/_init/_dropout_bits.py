@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
