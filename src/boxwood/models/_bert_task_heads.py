@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._init import ROW, split_keys_of, stream_key
 from ..nn import Linear
 from . import _training as training
 from ._bert import BertConfig
@@ -150,7 +151,8 @@ class BertForMultipleChoice(BertClassifierHead):
             )
         choices = jnp.shape(input_ids)[0]
         key = training.dropout_key(self, key, "model(input_ids, key=key)")
-        keys = None if key is None else jax.random.split(key, choices)
+        # a key per choice (with rbg masks: one conversion, then a hash per row)
+        keys = None if key is None else split_keys_of(stream_key(key), choices, ROW)
         every = bool(output_hidden_states)
         score = lambda i, m, t, k: self._logits(i, m, t, k, every)
         out = jax.vmap(score)(input_ids, attention_mask, token_type_ids, keys)
