@@ -242,6 +242,37 @@ def test_partial_of_a_helper_read_from_a_global():
         np.testing.assert_allclose(step(X), _shifted(X))
 
 
+def _apply(v, helper, scale=1.0):
+    return helper(v) * scale
+
+
+def _apply_first(helper, v, scale=1.0):
+    return helper(v) * scale
+
+
+def test_a_helper_held_by_a_partials_arguments_sees_the_rebound_global():
+    """A partial read from a global holding a helper among its arguments
+    (`partial(apply, helper=shifted)`): the helper is followed like the
+    partial's function, so the array it reads is an input (one trace)."""
+    globals()["_PART_ARGS"] = functools.partial(_apply, helper=_shifted)
+    globals()["_PART_POS"] = functools.partial(_apply_first, _shifted, scale=2.0)
+    step = bw.filter_jit(lambda v: _PART_ARGS(v) + _PART_POS(v))  # noqa: F821
+    for value in (0.0, 1.0, 2.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(X), _shifted(X) * 3.0)
+    assert step.cache_info().traces == 1
+
+
+def test_a_partial_given_directly_sees_what_its_arguments_helper_reads():
+    """`filter_jit(partial(apply, helper=shifted))`: the helper among the
+    partial's arguments is looked into as the partial's function is, so
+    rebinding what it reads gives the new result."""
+    step = bw.filter_jit(functools.partial(_apply, helper=_shifted))
+    for value in (0.0, 1.0, 2.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(X), _shifted(X))
+
+
 @pytest.mark.parametrize(
     "make",
     [

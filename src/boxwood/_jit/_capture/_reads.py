@@ -4,8 +4,9 @@
 function of the same module it reaches from a name it reads: a function, a
 `filter_jit`, `filter_grad`, `filter_value_and_grad` or `filter_vmap` wrapper, a
 function wrapper that keeps the function in its closure (`jax.vmap`, `jax.grad`,
-`functools.wraps` decorators), a `functools.partial`, a bound method, or a dict,
-list or tuple of those, named or held as a parameter's default value
+`functools.wraps` decorators), a `functools.partial` (its function and the
+functions among its arguments), a bound method, or a dict, list or tuple of
+those, named or held as a parameter's default value
 (`def f(x, helper=helper)`). These are *followed*: at trace time they are copied
 around the traced values (`_rebuild.py`), so what they read is an input.
 
@@ -120,9 +121,14 @@ def _reach(value: Any, g: dict, followed: bool, depth: int, budget: list[int]):
         else:  # a wrapper from elsewhere keeps the function in its closure
             for cell in value.__closure__ or ():
                 yield from _reach(contents(cell), g, followed, deeper, budget)
-    elif typ in (functools.partial, types.MethodType, staticmethod, classmethod):
-        func = value.func if typ is functools.partial else value.__func__
-        yield from _reach(func, g, followed, deeper, budget)
+    elif typ is functools.partial:  # its function, and what its arguments hold
+        yield from _reach(value.func, g, followed, deeper, budget)
+        bound = (*value.args, *value.keywords.values())
+        for item in itertools.islice(bound, _MAX_ITEMS):
+            if callable(item) or type(item) in _CONTAINERS:
+                yield from _reach(item, g, followed, deeper, budget)
+    elif typ in (types.MethodType, staticmethod, classmethod):
+        yield from _reach(value.__func__, g, followed, deeper, budget)
     elif typ is BoundMethod:
         yield from _reach(value.func, g, followed, deeper, budget)
     elif typ in _CONTAINERS:

@@ -393,9 +393,14 @@ class Rebuilder:
             return copy_function(v, v.__globals__, closure)  # a wrapper from elsewhere
         if typ is functools.partial:
             func = self.value(v.func, depth + 1)
-            return (
-                v if func is v.func else functools.partial(func, *v.args, **v.keywords)
+            args = [self.value(a, depth + 1) for a in v.args]
+            keywords = {k: self.value(a, depth + 1) for k, a in v.keywords.items()}
+            same = all(a is b for a, b in zip(args, v.args)) and all(
+                keywords[k] is a for k, a in v.keywords.items()
             )
+            if func is v.func and same:
+                return v
+            return functools.partial(func, *args, **keywords)
         if typ is types.MethodType:
             func = self.value(v.__func__, depth + 1)
             return v if func is v.__func__ else types.MethodType(func, v.__self__)
