@@ -273,6 +273,27 @@ def test_a_partial_given_directly_sees_what_its_arguments_helper_reads():
         np.testing.assert_allclose(step(X), _shifted(X))
 
 
+class _Settings:
+    """A plain object (not a module) of this file holding a helper."""
+
+    def __init__(self, loss_fn):
+        self.loss_fn = loss_fn
+
+
+_SETTINGS = _Settings(_shifted)
+
+
+def test_a_helper_held_by_an_objects_attribute_sees_the_rebound_global():
+    """`settings.loss_fn(v)`, where `settings` is a plain object of the user's
+    own class: the helper its attribute holds is looked into like a method, so
+    what it reads is part of the cache key and rebinding it gives the new
+    result (the first trace's before)."""
+    step = bw.filter_jit(lambda v: _SETTINGS.loss_fn(v))
+    for value in (0.0, 1.0, 2.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(X), _shifted(X))
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -148,6 +148,13 @@ def _reach(value: Any, g: dict, followed: bool, depth: int, budget: list[int]):
     elif _own_class(typ, g):  # an object of a class of this module
         for item in class_functions(typ, g):
             yield from _reach(item, g, False, deeper, budget)
+        # and the functions its attributes hold (`cfg.loss_fn`): like methods,
+        # not copied in place, so what they read is keyed
+        attributes = getattr(value, "__dict__", None)
+        if type(attributes) is dict:
+            for item in itertools.islice(attributes.values(), _MAX_ITEMS):
+                if callable(item) or type(item) in _CONTAINERS:
+                    yield from _reach(item, g, False, deeper, budget)
 
 
 def _leaves(module: Module) -> list:
