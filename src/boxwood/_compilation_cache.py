@@ -1,12 +1,17 @@
 """`enable_compilation_cache`: JAX's persistent compilation cache, set to keep small
-kernels too."""
+kernels too; `warn_uncached`, the warning that a traced check keeps a program out
+of it."""
 
 from __future__ import annotations
 
 import os
+import threading
+import warnings
 from pathlib import Path
 
 import jax
+
+from ._warnings import PerformanceWarning, user_stacklevel
 
 
 def default_cache_dir() -> Path:
@@ -73,3 +78,33 @@ def _reset() -> None:
     reset = getattr(compilation_cache, "reset_cache", None)
     if reset is not None:
         reset()
+
+
+_UNCACHED_WARNED = threading.Event()  # set once the warning below is given
+
+
+def _persistent_cache_on() -> bool:
+    config = jax.config
+    on = getattr(config, "jax_enable_compilation_cache", True)
+    return bool(on) and bool(getattr(config, "jax_compilation_cache_dir", None))
+
+
+def warn_uncached(message: str) -> None:
+    """Warn once per process when a raising check (whose text is `message`) is
+    traced while JAX's persistent compilation cache is on: its host callback
+    keeps the program out of the cache (JAX says so only in a debug log)."""
+    if _UNCACHED_WARNED.is_set() or not _persistent_cache_on():
+        return
+    _UNCACHED_WARNED.set()
+    check = message.split("\n", 1)[0]
+    warnings.warn(
+        f"A raising check is traced into this compiled program (`boxwood.error_if`: "
+        f"{check!r}), and JAX does not write a program holding its host callback "
+        "to the persistent compilation cache that is turned on: the program is "
+        "compiled again in each new process. To have it cached, set the "
+        "environment variable BOXWOOD_ON_ERROR=nan before starting Python (a "
+        "failing check then fills its output with NaN, or an integer's largest "
+        "value, instead of raising). (Warned once per process.)",
+        PerformanceWarning,
+        stacklevel=user_stacklevel(),
+    )

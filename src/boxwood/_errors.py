@@ -19,10 +19,10 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
+from ._compilation_cache import warn_uncached
 from ._filters import is_array
 from ._tracebacks import hiding_own_frames, user_frames
 from ._unvmap import unvmap_any, unvmap_max
-from ._warnings import PerformanceWarning, user_stacklevel
 
 
 class BoxwoodRuntimeError(RuntimeError):
@@ -284,39 +284,9 @@ def _with_short_traceback(error: BaseException) -> BaseException:
     return error
 
 
-_UNCACHED_WARNED = threading.Event()  # set once the warning below is given
-
-
-def _persistent_cache_on() -> bool:
-    config = jax.config
-    on = getattr(config, "jax_enable_compilation_cache", True)
-    return bool(on) and bool(getattr(config, "jax_compilation_cache_dir", None))
-
-
-def _warn_uncached(msgs: tuple) -> None:
-    """Warn once per process when a raising check is traced while JAX's
-    persistent compilation cache is on: its host callback keeps the program out
-    of the cache (JAX says so only in a debug log)."""
-    if _UNCACHED_WARNED.is_set() or not _persistent_cache_on():
-        return
-    _UNCACHED_WARNED.set()
-    check = msgs[0].split("\n", 1)[0]
-    warnings.warn(
-        f"A raising check is traced into this compiled program (`boxwood.error_if`: "
-        f"{check!r}), and JAX does not write a program holding its host callback "
-        "to the persistent compilation cache that is turned on: the program is "
-        "compiled again in each new process. To have it cached, set the "
-        "environment variable BOXWOOD_ON_ERROR=nan before starting Python (a "
-        "failing check then fills its output with NaN, or an integer's largest "
-        "value, instead of raising). (Warned once per process.)",
-        PerformanceWarning,
-        stacklevel=user_stacklevel(),
-    )
-
-
 def _raise_branch(leaves: list, index: Any, msgs: tuple) -> list:
     logging.getLogger("jax._src.callback").addFilter(_QUIET)  # once: a set
-    _warn_uncached(msgs)
+    warn_uncached(msgs[0])
     owner = getattr(_OWNER, "current", None)  # (see `note_failures`)
     tracing_for = None if owner is None else owner()
     if tracing_for is not None:

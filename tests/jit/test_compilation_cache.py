@@ -48,9 +48,11 @@ def test_a_raising_check_traced_with_the_cache_on_warns_once(
     cache (JAX says so only in a debug log): with the cache on, tracing one
     warns once per process, naming the check and the fix; without the cache,
     or with a check that does not raise, nothing is said."""
-    from boxwood import _errors
+    import threading
 
-    monkeypatch.setattr(_errors, "_UNCACHED_WARNED", _errors.threading.Event())
+    from boxwood import _compilation_cache
+
+    monkeypatch.setattr(_compilation_cache, "_UNCACHED_WARNED", threading.Event())
     checked = lambda x: boxwood.error_if(x, x < 0, "x must not be negative")  # noqa: E731
     boxwood.filter_jit(checked)(jnp.ones(3))  # the cache off: silent
     filled = lambda x: boxwood.error_if(x, x < 0, "negative", on_error="nan")  # noqa: E731
