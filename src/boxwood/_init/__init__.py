@@ -14,8 +14,8 @@ from ._dropout_bits import LAYER as LAYER
 from ._dropout_bits import PART as PART
 from ._dropout_bits import ROW as ROW
 from ._dropout_bits import derived_key as derived_key
+from ._dropout_bits import fold_key as fold_key
 from ._dropout_bits import generator_in_thread as generator_in_thread
-from ._dropout_bits import is_stream as is_stream
 from ._dropout_bits import keep_mask as keep_mask
 from ._dropout_bits import resolved_generator as resolved_generator
 from ._dropout_bits import set_default_generator as set_default_generator

@@ -157,9 +157,9 @@ def derived_key(key: Any, number: Any, purpose: int) -> Any:
     return jax.random.wrap_key_data(_mix(words ^ tweak), impl="unsafe_rbg")
 
 
-def is_stream(key: Any) -> bool:
+def _is_stream(key: Any) -> bool:
     """Whether `key` is one key of the `unsafe_rbg` family (what `stream_key`
-    makes for rbg masks): its parts' keys are then `derived_key`'s."""
+    makes for rbg masks): the keys derived from it are then `derived_key`'s."""
     return (
         jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
         and key.ndim == 0
@@ -167,10 +167,19 @@ def is_stream(key: Any) -> bool:
     )
 
 
+def fold_key(key: Any, number: Any, purpose: int) -> Any:
+    """The key for `number` (traced or not) from `key`: `derived_key`'s for an
+    `unsafe_rbg` key (`stream_key`'s for rbg masks), `jax.random.fold_in`'s
+    otherwise."""
+    if _is_stream(key):
+        return derived_key(key, number, purpose)
+    return jr.fold_in(key, number)
+
+
 def split_keys_of(key: Any, n: int, purpose: int) -> Any:
     """`n` keys from `key`, stacked: `derived_key`'s for an `unsafe_rbg` key
     (one per number `0, ..., n - 1`), `jax.random.split`'s otherwise."""
-    if is_stream(key):
+    if _is_stream(key):
         return derived_key(key, np.arange(n), purpose)
     return jr.split(key, n)
 

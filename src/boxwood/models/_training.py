@@ -19,7 +19,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .. import _init
-from .._init import LAYER, PART, Initializer, derived_key, is_stream, stream_key
+from .._init import LAYER, PART, Initializer, fold_key, split_keys_of, stream_key
 from .._warnings import user_stacklevel
 from ..nn import Dropout, Embedding, Linear, Stacked
 
@@ -167,24 +167,16 @@ def _warn_key_in_inference(model: Any) -> None:
 
 def split(key: Any, n: int) -> tuple[Any, ...]:
     """`n` keys from `key` for a layer's parts (through `stream_key`; with rbg
-    masks `derived_key`'s, no draw), or `n` times `None` without one."""
+    masks a hash of its words, no draw), or `n` times `None` without one."""
     if key is None:
         return (None,) * n
-    key = stream_key(key)
-    if is_stream(key):
-        return tuple(derived_key(key, i, PART) for i in range(n))
-    return tuple(jax.random.split(key, n))
+    return tuple(split_keys_of(stream_key(key), n, PART))
 
 
 def layer_key(key: Any, layer: Any) -> Any:
     """Layer `layer`'s key (`layer` may be a traced index, inside the scan over
     the layers; through `stream_key`, as `split`), or `None` without a key."""
-    if key is None:
-        return None
-    key = stream_key(key)
-    if is_stream(key):
-        return derived_key(key, layer, LAYER)
-    return jax.random.fold_in(key, layer)
+    return None if key is None else fold_key(stream_key(key), layer, LAYER)
 
 
 def scan_layers(

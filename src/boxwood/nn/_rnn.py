@@ -131,9 +131,8 @@ class GRUCell(Module):
         **Returns:** the new hidden state, shape `(hidden_size,)`.
         """
         _check_step(self, input, hidden)
-        from_input = _with_bias(weight_times(self.weight_ih, input), self.bias).reshape(
-            3, -1
-        )
+        from_input = _with_bias(weight_times(self.weight_ih, input), self.bias)
+        from_input = from_input.reshape(3, -1)
         from_hidden = weight_times(self.weight_hh, hidden).reshape(3, -1)
         if self.bias_n is not None:  # use_bias: b_hn sits inside the reset product
             from_hidden = from_hidden.at[2].add(self.bias_n)

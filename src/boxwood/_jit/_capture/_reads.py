@@ -124,18 +124,14 @@ def _reach(value: Any, g: dict, followed: bool, depth: int, budget: list[int]):
     elif typ is functools.partial:  # its function, and what its arguments hold
         yield from _reach(value.func, g, followed, deeper, budget)
         bound = (*value.args, *value.keywords.values())
-        for item in itertools.islice(bound, _MAX_ITEMS):
-            if callable(item) or type(item) in _CONTAINERS:
-                yield from _reach(item, g, followed, deeper, budget)
+        yield from _reach_items(bound, g, followed, deeper, budget)
     elif typ in (types.MethodType, staticmethod, classmethod):
         yield from _reach(value.__func__, g, followed, deeper, budget)
     elif typ is BoundMethod:
         yield from _reach(value.func, g, followed, deeper, budget)
     elif typ in _CONTAINERS:
         items = value.values() if typ is dict else value
-        for item in itertools.islice(items, _MAX_ITEMS):
-            if callable(item) or type(item) in _CONTAINERS:
-                yield from _reach(item, g, followed, deeper, budget)
+        yield from _reach_items(items, g, followed, deeper, budget)
     elif isinstance(value, type):
         for item in class_functions(value, g):
             yield from _reach(item, g, False, deeper, budget)
@@ -152,9 +148,15 @@ def _reach(value: Any, g: dict, followed: bool, depth: int, budget: list[int]):
         # not copied in place, so what they read is keyed
         attributes = getattr(value, "__dict__", None)
         if type(attributes) is dict:
-            for item in itertools.islice(attributes.values(), _MAX_ITEMS):
-                if callable(item) or type(item) in _CONTAINERS:
-                    yield from _reach(item, g, False, deeper, budget)
+            yield from _reach_items(attributes.values(), g, False, deeper, budget)
+
+
+def _reach_items(items: Any, g: dict, followed: bool, depth: int, budget: list[int]):
+    """`_reach` of the callables and containers among the first `_MAX_ITEMS` of
+    `items` (a container's, a partial's arguments, an object's attributes)."""
+    for item in itertools.islice(items, _MAX_ITEMS):
+        if callable(item) or type(item) in _CONTAINERS:
+            yield from _reach(item, g, followed, depth, budget)
 
 
 def _leaves(module: Module) -> list:
