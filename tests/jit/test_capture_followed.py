@@ -294,6 +294,31 @@ def test_a_helper_held_by_an_objects_attribute_sees_the_rebound_global():
         np.testing.assert_allclose(step(X), _shifted(X))
 
 
+class _Holder:
+    shift = staticmethod(_shifted)
+
+
+@pytest.mark.parametrize(
+    "fun",
+    [
+        lambda v: _shifted(v) + _Holder.shift(v),
+        lambda v: _PART_ARGS(v) + _SETTINGS.loss_fn(v),  # noqa: F821
+    ],
+    ids=["by_name_and_static_method", "partial_and_attribute"],
+)
+def test_a_helper_reached_both_followed_and_as_a_method_sees_the_rebound_global(fun):
+    """One helper reached two ways: followed (by name, or through a partial),
+    where its copy reads the traced array, and as a static method or an
+    object's attribute, where the original runs and reads the array at the
+    trace. Both see the rebinding (the array is an input and keyed); the
+    second way gave the first trace's value before."""
+    globals()["_PART_ARGS"] = functools.partial(_apply, helper=_shifted)
+    step = bw.filter_jit(fun)
+    for value in (0.0, 1.0, 2.0):
+        _rebind(value)
+        np.testing.assert_allclose(step(X), _shifted(X) * 2.0)
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -265,7 +265,10 @@ class Reads:
         self._stored_cells: set[int] = set()
         plain = type(fun) is types.FunctionType
         functions = [(fun, True)] if plain else list(reach(fun, g, False))
-        self._functions, self._seen = functions, {id(f): b for f, b in functions}
+        # a function is scanned once as followed and once as unfollowed where it is
+        # reached both ways (`helper` by name, and as an object's attribute): the
+        # unfollowed path calls the original, so what it reads must be keyed too
+        self._functions, self._seen = functions, {(id(f), b) for f, b in functions}
         for h, fol in functions:  # grows while it is walked
             loads, stores, deref_stores = scan_code(h.__code__)
             self.stored |= stores
@@ -299,11 +302,8 @@ class Reads:
         functions, seen = self._functions, self._seen
         for f, f_fol in reach(value, self.g, fol):
             reached, followed = True, followed or f_fol
-            known = seen.get(id(f))
-            if len(functions) < MAX_FUNCTIONS and (
-                known is None or f_fol and not known
-            ):
-                seen[id(f)] = f_fol
+            if len(functions) < MAX_FUNCTIONS and (id(f), f_fol) not in seen:
+                seen.add((id(f), f_fol))
                 functions.append((f, f_fol))
         return reached, followed
 
